@@ -1,0 +1,457 @@
+//! Writing a planned image: metadata streamed in offset order on one thread, file data copied in
+//! parallel straight to its planned position, then the superblock and its checksum last.
+
+use crate::error::{BuildError, Result};
+use crate::layout::{dir_blocks, InodePlan, Plan};
+use crate::options::{BuildOptions, UuidChoice};
+use crate::tree::{Inode, InodeId, Kind, Tree};
+use crate::xattrs::{self, SharedXattrs};
+use crate::Progress;
+use rayon::prelude::*;
+use sealfs_format::{
+    self as fmt, Dirent, InodeCompact, InodeExtended, IntoBytes, SuperBlock, BLKSZ,
+};
+use std::cell::RefCell;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use xxhash_rust::xxh3::Xxh3;
+
+/// Sequential writer of the metadata stream: coalesces nearby pieces into large positioned writes and
+/// hashes what it writes (the default UUID is derived from it).
+struct Stream<'a> {
+    file: &'a File,
+    path: &'a Path,
+    buf: Vec<u8>,
+    start: u64,
+    hash: Xxh3,
+}
+
+impl Stream<'_> {
+    const MAX_GAP: u64 = 64 << 10;
+    const MAX_BUF: usize = 4 << 20;
+
+    fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<()> {
+        let end = self.start + self.buf.len() as u64;
+        debug_assert!(offset >= end, "metadata pieces overlap at {offset}");
+        if offset - end > Self::MAX_GAP || self.buf.len() > Self::MAX_BUF {
+            self.flush()?;
+            self.start = offset;
+            self.hash.update(&offset.to_le_bytes());
+        } else {
+            self.buf.resize(self.buf.len() + (offset - end) as usize, 0);
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.file
+            .write_all_at(&self.buf, self.start)
+            .map_err(|e| BuildError::io(self.path, "write image", e))?;
+        self.hash.update(&self.buf);
+        self.start += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// Encodes the inode core of `inode` as planned.
+fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_len: u64) -> Vec<u8> {
+    let i_u = match (&inode.kind, &p.chunks) {
+        (_, Some(c)) => (c.chunkbits - fmt::BLKSZBITS) as u32,
+        (Kind::Device(rdev), _) => *rdev,
+        (Kind::Special, _) => 0,
+        _ => p.startblk,
+    };
+    let i_format = p.layout.i_format(p.extended);
+    let icount = xattrs::icount(ibody_len);
+    if p.extended {
+        InodeExtended {
+            i_format: i_format.into(),
+            i_xattr_icount: icount.into(),
+            i_mode: inode.mode.into(),
+            i_nb: 0.into(),
+            i_size: p.size.into(),
+            i_u: i_u.into(),
+            i_ino: (id as u32).wrapping_add(1).into(),
+            i_uid: inode.uid.into(),
+            i_gid: inode.gid.into(),
+            i_mtime: inode.mtime.into(),
+            i_mtime_nsec: inode.mtime_nsec.into(),
+            i_nlink: inode.nlink.into(),
+            i_reserved2: [0; 16],
+        }
+        .as_bytes()
+        .to_vec()
+    } else {
+        debug_assert_eq!(
+            (inode.mtime, inode.mtime_nsec),
+            (plan.epoch, plan.fixed_nsec)
+        );
+        InodeCompact {
+            i_format: i_format.into(),
+            i_xattr_icount: icount.into(),
+            i_mode: inode.mode.into(),
+            i_nb: (inode.nlink as u16).into(),
+            i_size: (p.size as u32).into(),
+            i_mtime: 0.into(),
+            i_u: i_u.into(),
+            i_ino: (id as u32).wrapping_add(1).into(),
+            i_uid: (inode.uid as u16).into(),
+            i_gid: (inode.gid as u16).into(),
+            i_reserved: 0.into(),
+        }
+        .as_bytes()
+        .to_vec()
+    }
+}
+
+/// Encodes a directory's data: whole blocks, the last one cut to the directory size.
+fn encode_dir(id: InodeId, tree: &Tree, plan: &Plan) -> Vec<u8> {
+    let blocks = dir_blocks(id, &tree.inodes[id]);
+    let mut out = Vec::with_capacity(blocks.size as usize);
+    let mut bounds = blocks.block_starts.clone();
+    bounds.push(blocks.entries.len());
+    for w in bounds.windows(2) {
+        let block_start = out.len();
+        let ents = &blocks.entries[w[0]..w[1]];
+        let mut nameoff = ents.len() as u64 * fmt::EROFS_DIRENT_SIZE;
+        for (name, child) in ents {
+            let d = Dirent {
+                nid: plan.inodes[*child].nid().into(),
+                nameoff: (nameoff as u16).into(),
+                file_type: fmt::file_type_of_mode(tree.inodes[*child].mode),
+                reserved: 0,
+            };
+            out.extend_from_slice(d.as_bytes());
+            nameoff += name.len() as u64;
+        }
+        for (name, _) in ents {
+            out.extend_from_slice(name);
+        }
+        if w[1] != blocks.entries.len() {
+            out.resize(block_start + BLKSZ as usize, 0);
+        }
+    }
+    debug_assert_eq!(out.len() as u64, blocks.size);
+    out
+}
+
+/// Writes the metadata area and the data of directories and symlinks; returns the metadata hash.
+fn write_metadata(
+    file: &File,
+    path: &Path,
+    tree: &Tree,
+    plan: &Plan,
+    shared: &SharedXattrs,
+    opts: &BuildOptions,
+) -> Result<u128> {
+    let mut stream = Stream {
+        file,
+        path,
+        buf: Vec::new(),
+        start: fmt::EROFS_SUPER_OFFSET + 128,
+        hash: Xxh3::new(),
+    };
+    let shared_base_id = (plan.shared_offset / 4) as u32;
+    let mut order: Vec<(u64, Option<InodeId>)> = plan
+        .inodes
+        .iter()
+        .enumerate()
+        .map(|(id, p)| (p.offset, Some(id)))
+        .collect();
+    if !shared.bytes.is_empty() {
+        order.push((plan.shared_offset, None));
+    }
+    order.sort_unstable();
+    // Data blocks of directories and symlinks, written after the metadata in block order.
+    let mut data_blocks: Vec<(u64, Vec<u8>)> = Vec::new();
+    for (offset, id) in order {
+        let Some(id) = id else {
+            stream.put(offset, &shared.bytes)?;
+            continue;
+        };
+        let (inode, p) = (&tree.inodes[id], &plan.inodes[id]);
+        let ibody = xattrs::encode_ibody(inode, shared, shared_base_id, opts.xattr_filter);
+        let mut item = encode_inode(id, inode, p, plan, ibody.len() as u64);
+        item.extend_from_slice(&ibody);
+        let data = match &inode.kind {
+            Kind::Dir { .. } => Some(encode_dir(id, tree, plan)),
+            Kind::Symlink(target) => Some(target.clone()),
+            _ => None,
+        };
+        if let Some(chunks) = &p.chunks {
+            item.resize(
+                crate::layout::ChunkPlan::map_offset(p.isize(), p.ibody_len) as usize,
+                0,
+            );
+            for blk in &chunks.map {
+                item.extend_from_slice(&blk.to_le_bytes());
+            }
+        }
+        if let Some(mut data) = data {
+            if p.inline_len > 0 {
+                item.extend_from_slice(&data[data.len() - p.inline_len as usize..]);
+                data.truncate(data.len() - p.inline_len as usize);
+            }
+            if !data.is_empty() {
+                data.resize(fmt::round_up(data.len() as u64, BLKSZ) as usize, 0);
+                data_blocks.push((p.startblk as u64 * BLKSZ, data));
+            }
+        }
+        stream.put(offset, &item)?;
+    }
+    for (offset, data) in data_blocks {
+        stream.put(offset, &data)?;
+    }
+    stream.flush()?;
+    Ok(stream.hash.digest128())
+}
+
+thread_local! {
+    static COPY_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Copies `len` bytes of `src` at `src_off` to `dst` at `dst_off`: in the kernel with
+/// `copy_file_range` where possible, through a bounded buffer otherwise.
+fn copy_range(
+    src: &File,
+    src_path: &Path,
+    src_off: u64,
+    dst: &File,
+    dst_path: &Path,
+    dst_off: u64,
+    len: u64,
+) -> Result<()> {
+    let shrank = || BuildError::Changed {
+        path: src_path.into(),
+        what: "shorter than when scanned".into(),
+    };
+    let (mut so, mut d_o, mut left) = (src_off as i64, dst_off as i64, len);
+    while left > 0 {
+        let chunk = left.min(1 << 30) as usize;
+        // SAFETY: both descriptors are open; the offset pointers point to live locals.
+        let n = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                &mut so,
+                dst.as_raw_fd(),
+                &mut d_o,
+                chunk,
+                0,
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(
+                    libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM,
+                ) => break,
+                Some(libc::EINTR) => continue,
+                _ => return Err(BuildError::io(src_path, "copy data", err)),
+            }
+        }
+        if n == 0 {
+            return Err(shrank());
+        }
+        left -= n as u64;
+    }
+    if left == 0 {
+        return Ok(());
+    }
+    let (mut so, mut d_o) = (so as u64, d_o as u64);
+    COPY_BUF.with_borrow_mut(|buf| {
+        buf.resize(1 << 20, 0);
+        while left > 0 {
+            let n = (left as usize).min(buf.len());
+            let got = src
+                .read_at(&mut buf[..n], so)
+                .map_err(|e| BuildError::io(src_path, "read", e))?;
+            if got == 0 {
+                return Err(shrank());
+            }
+            dst.write_all_at(&buf[..got], d_o)
+                .map_err(|e| BuildError::io(dst_path, "write image", e))?;
+            (so, d_o, left) = (so + got as u64, d_o + got as u64, left - got as u64);
+        }
+        Ok(())
+    })
+}
+
+/// Copies one regular file's data to its planned blocks and inline tail, checking it did not change.
+fn copy_file(inode: &Inode, p: &InodePlan, out: &File, out_path: &Path) -> Result<()> {
+    let Kind::File(f) = &inode.kind else {
+        return Ok(());
+    };
+    let path = inode.path.as_path();
+    let src = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| BuildError::io_listed(path, "open", e))?;
+    let check = |when: &str| -> Result<()> {
+        let md = src
+            .metadata()
+            .map_err(|e| BuildError::io(path, "stat", e))?;
+        match f.fingerprint.differs(&md) {
+            Some(what) => Err(BuildError::Changed {
+                path: path.into(),
+                what: format!("{what} {when}"),
+            }),
+            None => Ok(()),
+        }
+    };
+    check("before copying")?;
+    if let Some(chunks) = &p.chunks {
+        let cs = 1u64 << chunks.chunkbits;
+        for (c, &blk) in chunks.map.iter().enumerate() {
+            if blk != fmt::EROFS_NULL_ADDR {
+                let start = c as u64 * cs;
+                copy_range(
+                    &src,
+                    path,
+                    start,
+                    out,
+                    out_path,
+                    blk as u64 * BLKSZ,
+                    cs.min(f.size - start),
+                )?;
+            }
+        }
+    } else {
+        let block_bytes = (p.full_blocks() * BLKSZ).min(f.size);
+        if block_bytes > 0 {
+            copy_range(
+                &src,
+                path,
+                0,
+                out,
+                out_path,
+                p.startblk as u64 * BLKSZ,
+                block_bytes,
+            )?;
+        }
+        if p.inline_len > 0 {
+            copy_range(
+                &src,
+                path,
+                block_bytes,
+                out,
+                out_path,
+                p.inline_offset(),
+                p.inline_len,
+            )?;
+        }
+    }
+    let mut probe = [0u8; 1];
+    if src
+        .read_at(&mut probe, f.size)
+        .map_err(|e| BuildError::io(path, "read", e))?
+        != 0
+    {
+        return Err(BuildError::Changed {
+            path: path.into(),
+            what: "grew while copying".into(),
+        });
+    }
+    check("after copying")
+}
+
+/// Writes the whole image to `file` (already sized) and returns the UUID used.
+pub(crate) fn write_image(
+    file: &File,
+    path: &Path,
+    tree: &Tree,
+    plan: &Plan,
+    shared: &SharedXattrs,
+    opts: &BuildOptions,
+    progress: &dyn Progress,
+) -> Result<[u8; 16]> {
+    let meta_hash = write_metadata(file, path, tree, plan, shared, opts)?;
+    let total: u64 = tree
+        .inodes
+        .iter()
+        .map(|i| {
+            if let Kind::File(f) = &i.kind {
+                f.size
+            } else {
+                0
+            }
+        })
+        .sum();
+    progress.begin("copying file data", Some(total));
+    tree.inodes
+        .par_iter()
+        .zip(plan.inodes.par_iter())
+        .try_for_each(|(inode, p)| -> Result<()> {
+            if let Kind::File(f) = &inode.kind {
+                if f.size > 0 {
+                    copy_file(inode, p, file, path)?;
+                    progress.advance(f.size);
+                }
+            }
+            Ok(())
+        })?;
+    progress.end();
+
+    let uuid = match &opts.uuid {
+        UuidChoice::Fixed(u) => *u,
+        UuidChoice::Random => {
+            random_uuid().map_err(|e| BuildError::io("/dev/urandom", "read", e))?
+        }
+        UuidChoice::Derived => {
+            let mut u = meta_hash.to_le_bytes();
+            u[6] = (u[6] & 0x0f) | 0x80; // version 8 (custom)
+            u[8] = (u[8] & 0x3f) | 0x80; // RFC 4122 variant
+            u
+        }
+    };
+    let mut volume_name = [0u8; 16];
+    volume_name[..opts.label.len()].copy_from_slice(&opts.label);
+    let mut compat = fmt::EROFS_FEATURE_COMPAT_SB_CHKSUM | fmt::EROFS_FEATURE_COMPAT_MTIME;
+    if opts.xattr_filter && tree.inodes.iter().any(|i| !i.xattrs.is_empty()) {
+        compat |= fmt::EROFS_FEATURE_COMPAT_XATTR_FILTER;
+    }
+    let sb = SuperBlock {
+        magic: fmt::EROFS_SUPER_MAGIC_V1.into(),
+        feature_compat: compat.into(),
+        blkszbits: fmt::BLKSZBITS,
+        root_nid: (plan.inodes[0].nid() as u16).into(),
+        inos: (tree.inodes.len() as u64).into(),
+        epoch: plan.epoch.into(),
+        fixed_nsec: plan.fixed_nsec.into(),
+        blocks: (plan.total_blocks as u32).into(),
+        uuid: uuid.into(),
+        volume_name,
+        feature_incompat: if plan.chunked {
+            fmt::EROFS_FEATURE_INCOMPAT_CHUNKED_FILE
+        } else {
+            0
+        }
+        .into(),
+        ..Default::default()
+    };
+    let io_err = |op| move |e| BuildError::io(path, op, e);
+    file.write_all_at(sb.as_bytes(), fmt::EROFS_SUPER_OFFSET)
+        .map_err(io_err("write superblock"))?;
+    // The checksum covers the rest of block 0 (inodes, tails), so it is computed from the file last.
+    let mut region = vec![0u8; fmt::superblock_checksum_len(fmt::BLKSZBITS)];
+    file.read_exact_at(&mut region, fmt::EROFS_SUPER_OFFSET)
+        .map_err(io_err("read back block 0"))?;
+    let crc = fmt::superblock_checksum(&region);
+    file.write_all_at(&crc.to_le_bytes(), fmt::EROFS_SUPER_OFFSET + 4)
+        .map_err(io_err("write checksum"))?;
+    Ok(uuid)
+}
+
+fn random_uuid() -> io::Result<[u8; 16]> {
+    use std::io::Read;
+    let mut u = [0u8; 16];
+    File::open("/dev/urandom")?.read_exact(&mut u)?;
+    u[6] = (u[6] & 0x0f) | 0x40;
+    u[8] = (u[8] & 0x3f) | 0x80;
+    Ok(u)
+}

@@ -1,0 +1,76 @@
+//! Build errors: every error names the source path (or option) that caused it.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why a build failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// An I/O operation on a source or output path failed.
+    #[error("{}: {op}: {source}", path.display())]
+    Io {
+        /// The path the operation was on.
+        path: PathBuf,
+        /// What was being done (e.g. "read", "list directory").
+        op: &'static str,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A source file changed between scanning and copying.
+    #[error("{}: changed while being read ({what}); the image would not match the tree", path.display())]
+    Changed {
+        /// The file.
+        path: PathBuf,
+        /// What differed.
+        what: String,
+    },
+    /// A source path vanished during the build.
+    #[error("{}: vanished during the build", path.display())]
+    Vanished {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The source holds something EROFS cannot represent.
+    #[error("{}: {what}", path.display())]
+    Unsupported {
+        /// The path.
+        path: PathBuf,
+        /// What cannot be stored.
+        what: String,
+    },
+    /// The source is not a directory.
+    #[error("{}: source is not a directory", path.display())]
+    NotADirectory {
+        /// The source path.
+        path: PathBuf,
+    },
+    /// An option value is invalid.
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+    /// The image exceeds a format limit.
+    #[error("image too large: {0}")]
+    TooLarge(String),
+}
+
+impl BuildError {
+    /// An I/O error on `path`; a missing path becomes [`BuildError::Vanished`] when `may_vanish`.
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Self {
+        BuildError::Io {
+            path: path.into(),
+            op,
+            source,
+        }
+    }
+
+    /// Like [`BuildError::io`], but a missing path means it vanished after it was listed.
+    pub(crate) fn io_listed(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Self {
+        if source.kind() == io::ErrorKind::NotFound {
+            BuildError::Vanished { path: path.into() }
+        } else {
+            BuildError::io(path, op, source)
+        }
+    }
+}
+
+/// Result of a build step.
+pub type Result<T> = std::result::Result<T, BuildError>;

@@ -1,0 +1,371 @@
+//! The layout plan: where every inode, inline tail, shared xattr and data block goes, decided entirely
+//! before a byte is written, so that writing can proceed in parallel to known positions.
+//!
+//! Image shape: block 0 holds the superblock at byte 1024; the metadata area starts right after it
+//! (`meta_blkaddr = 0`, so `nid = byte offset / 32`) with the root inode first (its nid must fit 16
+//! bits), the shared xattr area (`xattr_blkaddr = 0`), then every other inode in breadth-first order.
+//! Inline tails never cross a block: an inode with a tail that does not fit the rest of the current block
+//! starts the next one, and the gap it leaves is offered to later inodes. Data blocks follow the
+//! metadata area, file by file in the same order.
+
+use crate::error::{BuildError, Result};
+use crate::tree::{Inode, InodeId, Kind, Tree};
+use crate::xattrs::{self, SharedXattrs};
+use sealfs_format::{self as fmt, round_up, DataLayout, BLKSZ, EROFS_DIRENT_SIZE, EROFS_NULL_ADDR};
+use std::collections::HashMap;
+
+/// Where one inode goes and how its data is laid out.
+#[derive(Debug, Clone)]
+pub(crate) struct InodePlan {
+    /// Byte offset of the inode (`nid = offset / 32`).
+    pub offset: u64,
+    pub extended: bool,
+    pub layout: DataLayout,
+    /// `i_size`.
+    pub size: u64,
+    /// Size of the xattr body.
+    pub ibody_len: u64,
+    /// Bytes of data stored inline after the xattr body (FLAT_INLINE tail).
+    pub inline_len: u64,
+    /// First data block (FLAT layouts), or `EROFS_NULL_ADDR`.
+    pub startblk: u32,
+    /// Block map of a chunk-based inode.
+    pub chunks: Option<ChunkPlan>,
+}
+
+impl InodePlan {
+    pub fn nid(&self) -> u64 {
+        self.offset >> fmt::INODE_SLOT_BITS
+    }
+
+    pub fn isize(&self) -> u64 {
+        if self.extended {
+            64
+        } else {
+            32
+        }
+    }
+
+    /// Offset of the inline tail.
+    pub fn inline_offset(&self) -> u64 {
+        self.offset + self.isize() + self.ibody_len
+    }
+
+    /// Whole data blocks in the data area (FLAT layouts).
+    pub fn full_blocks(&self) -> u64 {
+        match self.layout {
+            DataLayout::FlatInline => self.size / BLKSZ,
+            DataLayout::FlatPlain => self.size.div_ceil(BLKSZ),
+            _ => 0,
+        }
+    }
+}
+
+/// A chunk-based (sparse) file: chunks of `1 << chunkbits` bytes, each a hole or a run of blocks.
+#[derive(Debug, Clone)]
+pub(crate) struct ChunkPlan {
+    pub chunkbits: u8,
+    /// Per chunk: start block, or `EROFS_NULL_ADDR` for a hole.
+    pub map: Vec<u32>,
+}
+
+impl ChunkPlan {
+    /// Offset of the block map relative to the inode start.
+    pub fn map_offset(isize: u64, ibody_len: u64) -> u64 {
+        round_up(isize + ibody_len, fmt::EROFS_BLOCK_MAP_ENTRY_SIZE)
+    }
+}
+
+/// The whole image plan.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub inodes: Vec<InodePlan>,
+    /// Byte offset of the shared xattr area (4-aligned; `xattr_blkaddr` is 0).
+    pub shared_offset: u64,
+    pub total_blocks: u64,
+    pub epoch: i64,
+    pub fixed_nsec: u32,
+    pub chunked: bool,
+}
+
+/// Directory block layout: the entries (including "." and "..") in order, and where each block starts.
+pub(crate) struct DirBlocks<'a> {
+    /// (name, child id) sorted by name bytes.
+    pub entries: Vec<(&'a [u8], InodeId)>,
+    /// Index into `entries` of each block's first entry.
+    pub block_starts: Vec<usize>,
+    /// Directory `i_size`: full blocks plus the used part of the last.
+    pub size: u64,
+}
+
+/// Sorts a directory's entries with "." and ".." in their byte order and splits them into blocks.
+pub(crate) fn dir_blocks(id: InodeId, inode: &Inode) -> DirBlocks<'_> {
+    let Kind::Dir { entries, parent } = &inode.kind else {
+        unreachable!("dir_blocks on a non-directory")
+    };
+    let mut all: Vec<(&[u8], InodeId)> = Vec::with_capacity(entries.len() + 2);
+    all.push((b".", id));
+    all.push((b"..", *parent));
+    all.extend(entries.iter().map(|(n, c)| (n.as_slice(), *c)));
+    all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut block_starts = vec![0];
+    let mut used = 0u64;
+    let mut size = 0u64;
+    for (i, (name, _)) in all.iter().enumerate() {
+        let need = EROFS_DIRENT_SIZE + name.len() as u64;
+        if used + need > BLKSZ {
+            block_starts.push(i);
+            size += BLKSZ;
+            used = 0;
+        }
+        used += need;
+    }
+    DirBlocks {
+        entries: all,
+        block_starts,
+        size: size + used,
+    }
+}
+
+/// The most common (mtime, nsec) becomes the superblock epoch, so the most inodes can be compact.
+fn choose_epoch(tree: &Tree) -> (i64, u32) {
+    let mut count: HashMap<(i64, u32), u64> = HashMap::new();
+    for inode in &tree.inodes {
+        *count.entry((inode.mtime, inode.mtime_nsec)).or_default() += 1;
+    }
+    count
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|(t, _)| t)
+        .unwrap_or((0, 0))
+}
+
+/// Picks the chunk size that minimises block map plus stored data for a file with holes, or `None`
+/// when storing the file densely is no larger.
+fn plan_chunks(size: u64, ranges: &[(u64, u64)]) -> Option<(u8, Vec<bool>)> {
+    let dense = round_up(size, BLKSZ);
+    let mut best: Option<(u64, u8)> = None;
+    for extra in 0..=31u8 {
+        let bits = fmt::BLKSZBITS + extra;
+        let cs = 1u64 << bits;
+        let count = size.div_ceil(cs);
+        let mut cost = count * fmt::EROFS_BLOCK_MAP_ENTRY_SIZE;
+        let mut last = u64::MAX;
+        for &(s, e) in ranges {
+            for c in (s / cs)..=((e - 1) / cs) {
+                if c != last {
+                    cost += round_up(cs.min(size - c * cs), BLKSZ);
+                    last = c;
+                }
+            }
+        }
+        if best.is_none_or(|(b, _)| cost < b) {
+            best = Some((cost, bits));
+        }
+        if cs >= size {
+            break;
+        }
+    }
+    let (cost, bits) = best?;
+    if cost >= dense {
+        return None;
+    }
+    let cs = 1u64 << bits;
+    let mut mapped = vec![false; size.div_ceil(cs) as usize];
+    for &(s, e) in ranges {
+        for c in (s / cs)..=((e - 1) / cs) {
+            mapped[c as usize] = true;
+        }
+    }
+    Some((bits, mapped))
+}
+
+/// Placement of metadata items: a cursor plus the gaps left before inodes that had to start a block.
+struct MetaAllocator {
+    cursor: u64,
+    holes: Vec<(u64, u64)>,
+}
+
+impl MetaAllocator {
+    const MAX_HOLES: usize = 4096;
+
+    /// Places `len` bytes (32-aligned). With `one_block`, the item must not cross a block boundary.
+    fn place(&mut self, len: u64, one_block: bool) -> u64 {
+        let len = round_up(len, fmt::INODE_SLOT_SIZE);
+        if let Some(i) = self.holes.iter().position(|(s, e)| e - s >= len) {
+            let start = self.holes[i].0;
+            self.holes[i].0 += len;
+            if self.holes[i].1 - self.holes[i].0 < fmt::INODE_SLOT_SIZE {
+                self.holes.remove(i);
+            }
+            return start;
+        }
+        if one_block {
+            let block_end = round_up(self.cursor + 1, BLKSZ);
+            if self.cursor + len > block_end {
+                if block_end - self.cursor >= fmt::INODE_SLOT_SIZE {
+                    if self.holes.len() == Self::MAX_HOLES {
+                        self.holes.remove(0);
+                    }
+                    self.holes.push((self.cursor, block_end));
+                }
+                self.cursor = block_end;
+            }
+        }
+        let start = self.cursor;
+        self.cursor += len;
+        start
+    }
+}
+
+/// Plans the image for `tree`.
+pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs) -> Result<Plan> {
+    let (epoch, fixed_nsec) = choose_epoch(tree);
+    let mut chunked = false;
+    let mut alloc = MetaAllocator {
+        cursor: fmt::EROFS_SUPER_OFFSET + 128,
+        holes: Vec::new(),
+    };
+    let mut inodes = Vec::with_capacity(tree.inodes.len());
+    let mut chunk_masks: Vec<Option<Vec<bool>>> = Vec::with_capacity(tree.inodes.len());
+    let mut shared_offset = 0;
+
+    for (id, inode) in tree.inodes.iter().enumerate() {
+        let ibody_len = xattrs::ibody_size(inode, shared)?;
+        let (size, mut chunk) = match &inode.kind {
+            Kind::Dir { .. } => (dir_blocks(id, inode).size, None),
+            Kind::File(f) => {
+                let chunk = f.data_ranges.as_ref().and_then(|r| plan_chunks(f.size, r));
+                (f.size, chunk)
+            }
+            Kind::Symlink(t) => (t.len() as u64, None),
+            Kind::Device(_) | Kind::Special => (0, None),
+        };
+        let extended = size > u32::MAX as u64
+            || inode.uid > u16::MAX as u32
+            || inode.gid > u16::MAX as u32
+            || inode.nlink > u16::MAX as u32
+            || (inode.mtime, inode.mtime_nsec) != (epoch, fixed_nsec);
+        let isize = if extended { 64 } else { 32 };
+        let mut layout = DataLayout::FlatPlain;
+        let mut inline_len = 0;
+        let mut meta_len = isize + ibody_len;
+        if let Some((bits, mapped)) = chunk.take() {
+            layout = DataLayout::ChunkBased;
+            chunked = true;
+            meta_len = ChunkPlan::map_offset(isize, ibody_len)
+                + mapped.len() as u64 * fmt::EROFS_BLOCK_MAP_ENTRY_SIZE;
+            chunk = Some((bits, mapped));
+        } else if size % BLKSZ != 0 && meta_len + size % BLKSZ <= BLKSZ {
+            layout = DataLayout::FlatInline;
+            inline_len = size % BLKSZ;
+        }
+        let offset = alloc.place(meta_len + inline_len, inline_len > 0);
+        if id == 0 {
+            // The shared xattr area goes right after the root, so the root nid stays small.
+            shared_offset = alloc.place(shared.bytes.len() as u64, false);
+        }
+        inodes.push(InodePlan {
+            offset,
+            extended,
+            layout,
+            size,
+            ibody_len,
+            inline_len,
+            startblk: EROFS_NULL_ADDR,
+            chunks: None,
+        });
+        chunk_masks.push(chunk.map(|(bits, mapped)| {
+            inodes.last_mut().unwrap().chunks = Some(ChunkPlan {
+                chunkbits: bits,
+                map: Vec::new(),
+            });
+            mapped
+        }));
+    }
+    if inodes[0].nid() > u16::MAX as u64 {
+        return Err(BuildError::TooLarge(
+            "root inode does not fit a 16-bit nid".into(),
+        ));
+    }
+
+    let meta_end = round_up(alloc.cursor, BLKSZ);
+    let mut next_blk = meta_end / BLKSZ;
+    for (p, mask) in inodes.iter_mut().zip(chunk_masks) {
+        if let (Some(chunks), Some(mask)) = (p.chunks.as_mut(), mask) {
+            let cs = 1u64 << chunks.chunkbits;
+            chunks.map = mask
+                .iter()
+                .enumerate()
+                .map(|(c, &m)| {
+                    if !m {
+                        return Ok(EROFS_NULL_ADDR);
+                    }
+                    let blk = block_addr(next_blk)?;
+                    next_blk += round_up(cs.min(p.size - c as u64 * cs), BLKSZ) / BLKSZ;
+                    Ok(blk)
+                })
+                .collect::<Result<_>>()?;
+        } else if p.full_blocks() > 0 {
+            p.startblk = block_addr(next_blk)?;
+            next_blk += p.full_blocks();
+        }
+    }
+    block_addr(next_blk)?;
+    Ok(Plan {
+        inodes,
+        shared_offset,
+        total_blocks: next_blk,
+        epoch,
+        fixed_nsec,
+        chunked,
+    })
+}
+
+fn block_addr(blk: u64) -> Result<u32> {
+    if blk >= EROFS_NULL_ADDR as u64 {
+        return Err(BuildError::TooLarge(format!(
+            "{blk} blocks exceed the 32-bit block addresses (16 TiB)"
+        )));
+    }
+    Ok(blk as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_choose_small_map_for_mostly_empty_file() {
+        let size = 5 << 30;
+        let ranges = [(0, 10), (size / 2, size / 2 + 10), (size - 10, size)];
+        let (bits, mapped) = plan_chunks(size, &ranges).unwrap();
+        let cs = 1u64 << bits;
+        let cost = mapped.len() as u64 * 4 + mapped.iter().filter(|m| **m).count() as u64 * cs;
+        assert!(cost < 1 << 20, "cost {cost} with chunk bits {bits}");
+        assert_eq!(mapped.iter().filter(|m| **m).count(), 3);
+    }
+
+    #[test]
+    fn dense_file_gets_no_chunks() {
+        assert!(plan_chunks(1 << 20, &[(0, 1 << 20)]).is_none());
+        assert!(
+            plan_chunks(8192, &[(0, 4096)]).is_none(),
+            "map + one block is not below two blocks"
+        );
+    }
+
+    #[test]
+    fn inline_items_never_cross_blocks() {
+        let mut a = MetaAllocator {
+            cursor: 1152,
+            holes: vec![],
+        };
+        let x = a.place(3000, true);
+        assert_eq!(x, 4096, "3000 bytes do not fit after 1152 in block 0");
+        let y = a.place(64, false);
+        assert_eq!(y, 1152, "the gap is reused");
+        let z = a.place(4096, true);
+        assert_eq!(z % BLKSZ, 0);
+    }
+}

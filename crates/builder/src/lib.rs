@@ -1,0 +1,164 @@
+//! Builds sealfs images: a directory tree in, a kernel-mountable EROFS image out.
+//!
+//! The build runs in three steps, each a module:
+//!
+//! 1. [`tree`]: scan the source into an in-memory model (metadata only, never file data), in parallel
+//!    per directory level but numbered in a fixed breadth-first, name-sorted order;
+//! 2. [`layout`]: plan every byte position (inodes, inline tails, shared xattrs, data blocks) before
+//!    anything is written;
+//! 3. [`emit`]: stream the metadata in offset order, copy file data in parallel straight to its planned
+//!    position, write the superblock and its checksum last.
+//!
+//! Because positions are fixed by the plan, the image does not depend on the thread count, and memory
+//! grows with the number of files, never with their sizes. The image is written to a temporary file
+//! beside the output and renamed into place only when complete.
+
+mod emit;
+mod error;
+mod layout;
+mod options;
+mod tree;
+mod xattrs;
+
+pub use error::{BuildError, Result};
+pub use options::{BuildOptions, UuidChoice};
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// Receives progress of long build steps. Implementations must be cheap: `advance` is called from
+/// worker threads for every file.
+pub trait Progress: Sync {
+    /// A step starts; `total` is its size in its own unit when known.
+    fn begin(&self, step: &'static str, total: Option<u64>);
+    /// `n` more units of the current step are done.
+    fn advance(&self, n: u64);
+    /// The current step is done.
+    fn end(&self);
+}
+
+/// A [`Progress`] that shows nothing.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn begin(&self, _: &'static str, _: Option<u64>) {}
+    fn advance(&self, _: u64) {}
+    fn end(&self) {}
+}
+
+/// What a build produced.
+#[derive(Debug, Clone)]
+pub struct BuildSummary {
+    /// Inodes in the image.
+    pub inodes: u64,
+    /// Regular files, directories, symlinks, and other inodes.
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Total image size in bytes.
+    pub image_bytes: u64,
+    /// Bytes of regular file data.
+    pub data_bytes: u64,
+    /// The filesystem UUID.
+    pub uuid: [u8; 16],
+    /// Things left out, one line each (e.g. xattrs EROFS cannot name).
+    pub warnings: Vec<String>,
+}
+
+/// Builds an EROFS image of `src` at `out`. On error nothing is left at `out` (an existing file there is
+/// untouched) and the error names the path that caused it.
+pub fn build(
+    src: &Path,
+    out: &Path,
+    opts: &BuildOptions,
+    progress: &dyn Progress,
+) -> Result<BuildSummary> {
+    if opts.label.len() > 15 {
+        return Err(BuildError::InvalidOption(format!(
+            "label is {} bytes; at most 15 fit",
+            opts.label.len()
+        )));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads)
+        .build()
+        .map_err(|e| {
+            BuildError::InvalidOption(format!("cannot start {} threads: {e}", opts.threads))
+        })?;
+    pool.install(|| build_in_pool(src, out, opts, progress))
+}
+
+fn build_in_pool(
+    src: &Path,
+    out: &Path,
+    opts: &BuildOptions,
+    progress: &dyn Progress,
+) -> Result<BuildSummary> {
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(".sealfs-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| BuildError::io(dir, "create output", e))?;
+    let tmp_md = tmp
+        .as_file()
+        .metadata()
+        .map_err(|e| BuildError::io(tmp.path(), "stat", e))?;
+    let mut skip = tree::Skip {
+        dev_ino: vec![(tmp_md.dev(), tmp_md.ino())],
+    };
+    if let Ok(md) = fs::metadata(out) {
+        skip.dev_ino.push((md.dev(), md.ino()));
+    }
+
+    progress.begin("scanning", None);
+    let tree = tree::scan(src, opts, &skip, &|n| progress.advance(n))?;
+    progress.end();
+    let shared = xattrs::SharedXattrs::plan(&tree);
+    let plan = layout::plan(&tree, &shared)?;
+    let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
+    tmp.as_file()
+        .set_len(image_bytes)
+        .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
+    let uuid = emit::write_image(
+        tmp.as_file(),
+        tmp.path(),
+        &tree,
+        &plan,
+        &shared,
+        opts,
+        progress,
+    )?;
+
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(0o644))
+        .map_err(|e| BuildError::io(tmp.path(), "chmod", e))?;
+    tmp.persist(out)
+        .map_err(|e| BuildError::io(out, "rename into place", e.error))?;
+
+    let dirs = tree.inodes.iter().filter(|i| i.is_dir()).count() as u64;
+    let data_bytes = tree
+        .inodes
+        .iter()
+        .map(|i| {
+            if let tree::Kind::File(f) = &i.kind {
+                f.size
+            } else {
+                0
+            }
+        })
+        .sum();
+    Ok(BuildSummary {
+        inodes: tree.inodes.len() as u64,
+        files: tree.inodes.len() as u64 - dirs,
+        dirs,
+        image_bytes,
+        data_bytes,
+        uuid,
+        warnings: tree.warnings,
+    })
+}

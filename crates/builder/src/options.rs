@@ -1,0 +1,67 @@
+//! Build options: validated configuration, independent of how the command line spelled it.
+
+use regex::bytes::Regex;
+use std::path::PathBuf;
+
+/// How the filesystem UUID is chosen.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum UuidChoice {
+    /// Derived from the image metadata: reproducible, and different for different trees.
+    #[default]
+    Derived,
+    /// A fixed value.
+    Fixed([u8; 16]),
+    /// Random (not reproducible).
+    Random,
+}
+
+/// Everything that shapes an image besides the source tree.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// Every inode gets this mtime (nanoseconds 0).
+    pub timestamp: Option<i64>,
+    /// `SOURCE_DATE_EPOCH`: mtimes newer than this are clamped to it (nanoseconds 0).
+    pub clamp_mtime: Option<i64>,
+    /// Every inode is owned by this uid.
+    pub force_uid: Option<u32>,
+    /// Every inode is owned by this gid.
+    pub force_gid: Option<u32>,
+    /// Added to every uid (after `force_uid`).
+    pub uid_offset: i64,
+    /// Added to every gid (after `force_gid`).
+    pub gid_offset: i64,
+    /// The filesystem UUID.
+    pub uuid: UuidChoice,
+    /// Volume label, at most 15 bytes.
+    pub label: Vec<u8>,
+    /// Paths relative to the source root left out with everything below them.
+    pub exclude_paths: Vec<PathBuf>,
+    /// Paths relative to the source root (no leading `/`) matching any of these are left out.
+    pub exclude_regexes: Vec<Regex>,
+    /// Write the per-inode xattr name bloom filter.
+    pub xattr_filter: bool,
+    /// Copy extended attributes at all.
+    pub xattrs: bool,
+    /// Worker threads for reading files; 0 means one per CPU.
+    pub threads: usize,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        Self {
+            timestamp: None,
+            clamp_mtime: None,
+            force_uid: None,
+            force_gid: None,
+            uid_offset: 0,
+            gid_offset: 0,
+            uuid: UuidChoice::Derived,
+            label: Vec::new(),
+            exclude_paths: Vec::new(),
+            exclude_regexes: Vec::new(),
+            xattr_filter: true,
+            xattrs: true,
+            threads: 0,
+        }
+    }
+}

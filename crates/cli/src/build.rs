@@ -1,0 +1,172 @@
+//! `sealfs build`: arguments, their validation into [`BuildOptions`], and the run.
+
+use crate::progress::TermProgress;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use regex::bytes::Regex;
+use sealfs_builder::{BuildOptions, UuidChoice};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Arguments of `sealfs build`.
+#[derive(Args)]
+pub struct BuildArgs {
+    /// Directory to pack.
+    src: PathBuf,
+    /// Image to write (replaced atomically; nothing is left there on error).
+    out: PathBuf,
+    /// Give every inode this modification time (seconds since the epoch).
+    #[arg(short = 'T', long, value_name = "SECS", allow_hyphen_values = true)]
+    timestamp: Option<i64>,
+    /// Make every file owned by root (uid 0, gid 0).
+    #[arg(long)]
+    all_root: bool,
+    /// Make every file owned by this uid.
+    #[arg(long, value_name = "UID")]
+    force_uid: Option<u32>,
+    /// Make every file owned by this gid.
+    #[arg(long, value_name = "GID")]
+    force_gid: Option<u32>,
+    /// Add this to every uid.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_hyphen_values = true
+    )]
+    uid_offset: i64,
+    /// Add this to every gid.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_hyphen_values = true
+    )]
+    gid_offset: i64,
+    /// Filesystem UUID: a UUID, "clear" (all zeros) or "random". Default: derived from the image
+    /// metadata, so the same tree gives the same image.
+    #[arg(short = 'U', long, value_name = "UUID")]
+    uuid: Option<String>,
+    /// Volume label (at most 15 bytes).
+    #[arg(short = 'L', long, value_name = "LABEL")]
+    label: Option<String>,
+    /// Leave out this path (relative to SRC, or absolute under it) and everything below it. Repeatable.
+    #[arg(long, value_name = "PATH")]
+    exclude_path: Vec<PathBuf>,
+    /// Leave out paths (relative to SRC, no leading '/') matching this regular expression. Repeatable.
+    #[arg(long, value_name = "REGEX")]
+    exclude_regex: Vec<String>,
+    /// Do not write the per-inode xattr name bloom filter.
+    #[arg(long)]
+    no_xattr_filter: bool,
+    /// Do not copy extended attributes.
+    #[arg(long)]
+    no_xattrs: bool,
+    /// Worker threads (default: one per CPU). The image does not depend on it.
+    #[arg(short = 'j', long, value_name = "N", default_value_t = 0)]
+    threads: usize,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+fn parse_uuid(s: &str) -> Result<UuidChoice> {
+    Ok(match s {
+        "random" => UuidChoice::Random,
+        "clear" => UuidChoice::Fixed([0; 16]),
+        _ => {
+            let hex: String = s.chars().filter(|c| *c != '-').collect();
+            if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                bail!("--uuid {s:?}: expected a UUID like 01234567-89ab-cdef-0123-456789abcdef, \"clear\" or \"random\"");
+            }
+            let mut u = [0u8; 16];
+            for (i, b) in u.iter_mut().enumerate() {
+                *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)?;
+            }
+            UuidChoice::Fixed(u)
+        }
+    })
+}
+
+impl BuildArgs {
+    fn options(&self) -> Result<BuildOptions> {
+        let clamp_mtime = match std::env::var("SOURCE_DATE_EPOCH") {
+            Ok(v) if !v.is_empty() => Some(
+                v.trim()
+                    .parse()
+                    .with_context(|| format!("SOURCE_DATE_EPOCH={v:?} is not a number"))?,
+            ),
+            _ => None,
+        };
+        let src = std::path::absolute(&self.src).unwrap_or_else(|_| self.src.clone());
+        let exclude_paths = self
+            .exclude_path
+            .iter()
+            .map(|p| {
+                let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+                match abs.strip_prefix(&src) {
+                    Ok(rel) if p.is_absolute() => rel.to_path_buf(),
+                    _ => p.strip_prefix("./").unwrap_or(p).to_path_buf(),
+                }
+            })
+            .collect();
+        let exclude_regexes = self
+            .exclude_regex
+            .iter()
+            .map(|r| Regex::new(r).with_context(|| format!("--exclude-regex {r:?}")))
+            .collect::<Result<_>>()?;
+        let label = self.label.clone().unwrap_or_default().into_bytes();
+        if label.len() > 15 {
+            bail!("--label is {} bytes; at most 15 fit", label.len());
+        }
+        Ok(BuildOptions {
+            timestamp: self.timestamp,
+            clamp_mtime,
+            force_uid: if self.all_root {
+                Some(0)
+            } else {
+                self.force_uid
+            },
+            force_gid: if self.all_root {
+                Some(0)
+            } else {
+                self.force_gid
+            },
+            uid_offset: self.uid_offset,
+            gid_offset: self.gid_offset,
+            uuid: self
+                .uuid
+                .as_deref()
+                .map(parse_uuid)
+                .transpose()?
+                .unwrap_or_default(),
+            label,
+            exclude_paths,
+            exclude_regexes,
+            xattr_filter: !self.no_xattr_filter,
+            xattrs: !self.no_xattrs,
+            threads: self.threads,
+        })
+    }
+}
+
+/// Runs `sealfs build`.
+pub fn run(args: BuildArgs) -> Result<ExitCode> {
+    let opts = args.options()?;
+    let progress = TermProgress::new(args.quiet);
+    let summary = sealfs_builder::build(Path::new(&args.src), &args.out, &opts, &progress)?;
+    if !args.quiet {
+        for w in &summary.warnings {
+            eprintln!("sealfs: warning: {w}");
+        }
+        eprintln!(
+            "{}: {} inodes ({} directories), {} bytes of file data, image {} bytes",
+            args.out.display(),
+            summary.inodes,
+            summary.dirs,
+            summary.data_bytes,
+            summary.image_bytes
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,64 @@
+//! On-disk structures and constants of sealfs images.
+//!
+//! A sealfs image *is* an EROFS image (4 KiB blocks), optionally followed by an fs-verity Merkle tree and
+//! a seal trailer. This crate holds only the byte layouts and the small pure functions that are part of
+//! the format (the superblock checksum, the xattr name filter hash, device number encoding); the builder
+//! and the reader depend on it and never on each other.
+//!
+//! Field names follow the kernel's `fs/erofs/erofs_fs.h` verbatim so that one grep covers both. Every
+//! struct is `#[repr(C)]` over little-endian integer types with compile-time size checks, so a struct's
+//! bytes are exactly its on-disk form.
+
+pub mod dirent;
+pub mod inode;
+pub mod superblock;
+pub mod xattr;
+
+pub use dirent::*;
+pub use inode::*;
+pub use superblock::*;
+pub use xattr::*;
+
+/// Little-endian integer types used by the on-disk structs.
+pub use zerocopy::little_endian::{I64 as LeI64, U16 as LeU16, U32 as LeU32, U64 as LeU64};
+pub use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// log2 of the block size sealfs writes (4 KiB, the page size the kernel requires on x86-64).
+pub const BLKSZBITS: u8 = 12;
+/// Block size sealfs writes.
+pub const BLKSZ: u64 = 1 << BLKSZBITS;
+
+/// Byte offset of an inode slot: `meta_blkaddr * blksz + 32 * nid`.
+pub const fn iloc(meta_blkaddr: u32, blkszbits: u8, nid: u64) -> u64 {
+    ((meta_blkaddr as u64) << blkszbits) + (nid << INODE_SLOT_BITS)
+}
+
+/// Linux "new" device number encoding, as stored in `i_u` of device inodes
+/// (`new_encode_dev`: `(minor & 0xff) | (major << 8) | ((minor & ~0xff) << 12)`).
+pub const fn new_encode_dev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+}
+
+/// Inverse of [`new_encode_dev`]: `(major, minor)`.
+pub const fn new_decode_dev(dev: u32) -> (u32, u32) {
+    ((dev & 0xfff00) >> 8, (dev & 0xff) | ((dev >> 12) & 0xfff00))
+}
+
+/// Rounds `v` up to a multiple of the power of two `align`.
+pub const fn round_up(v: u64, align: u64) -> u64 {
+    (v + align - 1) & !(align - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_numbers_round_trip() {
+        for (ma, mi) in [(0, 0), (1, 3), (8, 1), (259, 0x12345), (0xfff, 0xfffff)] {
+            assert_eq!(new_decode_dev(new_encode_dev(ma, mi)), (ma, mi));
+        }
+        // The kernel's documented example: major 8, minor 1 encodes as 0x801.
+        assert_eq!(new_encode_dev(8, 1), 0x801);
+    }
+}
