@@ -424,7 +424,7 @@ pub(crate) fn write_image(
         epoch: plan.epoch.into(),
         fixed_nsec: plan.fixed_nsec.into(),
         blocks: (plan.total_blocks as u32).into(),
-        uuid: uuid.into(),
+        uuid,
         volume_name,
         feature_incompat: if plan.chunked {
             fmt::EROFS_FEATURE_INCOMPAT_CHUNKED_FILE

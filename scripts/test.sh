@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every sealfs test: formatting, lints, unit tests and the oracle tests (kernel mounts, fsck.erofs,
+# dump.erofs, ...). Installs the Debian packages the oracle tests need when they are missing.
+# Oracle tests that need root or mounting print "SKIP: <reason>" when the machine forbids them, and fail
+# instead when CI=true.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# package:command pairs the tests use.
+needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetup-bin:veritysetup
+       attr:getfattr squashfs-tools:mksquashfs fuse3:fusermount3 fio:fio util-linux:setpriv)
+missing=()
+for pair in "${needs[@]}"; do
+  command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing: ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.85 or newer)" >&2; exit 2; }
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo test --workspace --release -- --test-threads=1
