@@ -12,7 +12,7 @@ use crate::error::{BuildError, Result};
 use crate::tree::{Inode, InodeId, Kind, Tree};
 use crate::xattrs::{self, SharedXattrs};
 use sealfs_format::{self as fmt, round_up, DataLayout, BLKSZ, EROFS_DIRENT_SIZE, EROFS_NULL_ADDR};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// Where one inode goes and how its data is laid out.
 #[derive(Debug, Clone)]
@@ -180,34 +180,38 @@ fn plan_chunks(size: u64, ranges: &[(u64, u64)]) -> Option<(u8, Vec<bool>)> {
     Some((bits, mapped))
 }
 
-/// Placement of metadata items: a cursor plus the gaps left before inodes that had to start a block.
+/// Placement of metadata items: a cursor, plus the gaps left in earlier blocks by inodes whose inline
+/// tail had to start a new block. Gaps are reused best-fit (smallest that holds the item), which is
+/// deterministic and keeps the metadata area dense.
 struct MetaAllocator {
     cursor: u64,
-    holes: Vec<(u64, u64)>,
+    /// Gaps keyed by (length, start).
+    holes: BTreeSet<(u64, u64)>,
 }
 
 impl MetaAllocator {
-    const MAX_HOLES: usize = 4096;
+    fn new(cursor: u64) -> Self {
+        Self {
+            cursor,
+            holes: BTreeSet::new(),
+        }
+    }
 
     /// Places `len` bytes (32-aligned). With `one_block`, the item must not cross a block boundary.
     fn place(&mut self, len: u64, one_block: bool) -> u64 {
         let len = round_up(len, fmt::INODE_SLOT_SIZE);
-        if let Some(i) = self.holes.iter().position(|(s, e)| e - s >= len) {
-            let start = self.holes[i].0;
-            self.holes[i].0 += len;
-            if self.holes[i].1 - self.holes[i].0 < fmt::INODE_SLOT_SIZE {
-                self.holes.remove(i);
+        if let Some(&(hlen, start)) = self.holes.range((len, 0)..).next() {
+            self.holes.remove(&(hlen, start));
+            if hlen > len {
+                self.holes.insert((hlen - len, start + len));
             }
             return start;
         }
         if one_block {
             let block_end = round_up(self.cursor + 1, BLKSZ);
             if self.cursor + len > block_end {
-                if block_end - self.cursor >= fmt::INODE_SLOT_SIZE {
-                    if self.holes.len() == Self::MAX_HOLES {
-                        self.holes.remove(0);
-                    }
-                    self.holes.push((self.cursor, block_end));
+                if block_end > self.cursor {
+                    self.holes.insert((block_end - self.cursor, self.cursor));
                 }
                 self.cursor = block_end;
             }
@@ -218,21 +222,22 @@ impl MetaAllocator {
     }
 }
 
+/// Inodes are placed in windows of this many, in id (breadth-first) order; inside a window the largest
+/// go first, so the small ones fill the gaps the large ones leave (first-fit decreasing, kept local).
+const PLACEMENT_WINDOW: usize = 256;
+
 /// Plans the image for `tree`.
 pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs) -> Result<Plan> {
     let (epoch, fixed_nsec) = choose_epoch(tree);
     let mut chunked = false;
-    let mut alloc = MetaAllocator {
-        cursor: fmt::EROFS_SUPER_OFFSET + 128,
-        holes: Vec::new(),
-    };
     let mut inodes = Vec::with_capacity(tree.inodes.len());
     let mut chunk_masks: Vec<Option<Vec<bool>>> = Vec::with_capacity(tree.inodes.len());
-    let mut shared_offset = 0;
+    // Bytes each inode takes in the metadata area, tail included.
+    let mut item_lens = Vec::with_capacity(tree.inodes.len());
 
     for (id, inode) in tree.inodes.iter().enumerate() {
         let ibody_len = xattrs::ibody_size(inode, shared)?;
-        let (size, mut chunk) = match &inode.kind {
+        let (size, chunk) = match &inode.kind {
             Kind::Dir { .. } => (dir_blocks(id, inode).size, None),
             Kind::File(f) => {
                 let chunk = f.data_ranges.as_ref().and_then(|r| plan_chunks(f.size, r));
@@ -250,43 +255,51 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs) -> Result<Plan> {
         let mut layout = DataLayout::FlatPlain;
         let mut inline_len = 0;
         let mut meta_len = isize + ibody_len;
-        if let Some((bits, mapped)) = chunk.take() {
+        let mut chunks = None;
+        if let Some((bits, mapped)) = &chunk {
             layout = DataLayout::ChunkBased;
             chunked = true;
             meta_len = ChunkPlan::map_offset(isize, ibody_len)
                 + mapped.len() as u64 * fmt::EROFS_BLOCK_MAP_ENTRY_SIZE;
-            chunk = Some((bits, mapped));
+            chunks = Some(ChunkPlan {
+                chunkbits: *bits,
+                map: Vec::new(),
+            });
         } else if size % BLKSZ != 0 && meta_len + size % BLKSZ <= BLKSZ {
             layout = DataLayout::FlatInline;
             inline_len = size % BLKSZ;
         }
-        let offset = alloc.place(meta_len + inline_len, inline_len > 0);
-        if id == 0 {
-            // The shared xattr area goes right after the root, so the root nid stays small.
-            shared_offset = alloc.place(shared.bytes.len() as u64, false);
-        }
+        item_lens.push(meta_len + inline_len);
+        chunk_masks.push(chunk.map(|(_, mapped)| mapped));
         inodes.push(InodePlan {
-            offset,
+            offset: 0,
             extended,
             layout,
             size,
             ibody_len,
             inline_len,
             startblk: EROFS_NULL_ADDR,
-            chunks: None,
+            chunks,
         });
-        chunk_masks.push(chunk.map(|(bits, mapped)| {
-            inodes.last_mut().unwrap().chunks = Some(ChunkPlan {
-                chunkbits: bits,
-                map: Vec::new(),
-            });
-            mapped
-        }));
     }
+
+    let mut alloc = MetaAllocator::new(fmt::EROFS_SUPER_OFFSET + 128);
+    // The root first (its nid must fit 16 bits), then the shared xattr area, then everything else.
+    inodes[0].offset = alloc.place(item_lens[0], inodes[0].inline_len > 0);
     if inodes[0].nid() > u16::MAX as u64 {
         return Err(BuildError::TooLarge(
             "root inode does not fit a 16-bit nid".into(),
         ));
+    }
+    let shared_offset = alloc.place(shared.bytes.len() as u64, false);
+    let mut window: Vec<usize> = Vec::with_capacity(PLACEMENT_WINDOW);
+    for start in (1..inodes.len()).step_by(PLACEMENT_WINDOW) {
+        window.clear();
+        window.extend(start..(start + PLACEMENT_WINDOW).min(inodes.len()));
+        window.sort_by_key(|&id| std::cmp::Reverse(item_lens[id]));
+        for &id in &window {
+            inodes[id].offset = alloc.place(item_lens[id], inodes[id].inline_len > 0);
+        }
     }
 
     let meta_end = round_up(alloc.cursor, BLKSZ);
@@ -349,18 +362,15 @@ mod tests {
     #[test]
     fn dense_file_gets_no_chunks() {
         assert!(plan_chunks(1 << 20, &[(0, 1 << 20)]).is_none());
-        assert!(
-            plan_chunks(8192, &[(0, 4096)]).is_none(),
-            "map + one block is not below two blocks"
-        );
+        assert!(plan_chunks(8192, &[(0, 8192)]).is_none());
+        let (bits, mapped) =
+            plan_chunks(8192, &[(0, 4096)]).expect("a map of 8 bytes beats a zero block");
+        assert_eq!((bits, mapped), (12, vec![true, false]));
     }
 
     #[test]
     fn inline_items_never_cross_blocks() {
-        let mut a = MetaAllocator {
-            cursor: 1152,
-            holes: vec![],
-        };
+        let mut a = MetaAllocator::new(1152);
         let x = a.place(3000, true);
         assert_eq!(x, 4096, "3000 bytes do not fit after 1152 in block 0");
         let y = a.place(64, false);
