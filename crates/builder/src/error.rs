@@ -7,14 +7,14 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// An I/O operation on a source or output path failed.
-    #[error("{}: {op}: {source}", path.display())]
+    #[error("{}: {op}: {}", path.display(), os_error_text(err))]
     Io {
         /// The path the operation was on.
         path: PathBuf,
         /// What was being done (e.g. "read", "list directory").
         op: &'static str,
-        /// The underlying error.
-        source: io::Error,
+        /// The underlying error; its text is part of this error's (not chained, so it prints once).
+        err: io::Error,
     },
     /// A source file changed between scanning and copying.
     #[error("{}: changed while being read ({what}); the image would not match the tree", path.display())]
@@ -44,6 +44,20 @@ pub enum BuildError {
         /// The source path.
         path: PathBuf,
     },
+    /// The input is not an EROFS image this can seal.
+    #[error("{}: not a plain EROFS image: {what}", path.display())]
+    NotAnImage {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// The image already carries a seal.
+    #[error("{}: already sealed", path.display())]
+    AlreadySealed {
+        /// The path.
+        path: PathBuf,
+    },
     /// An option value is invalid.
     #[error("invalid option: {0}")]
     InvalidOption(String),
@@ -58,7 +72,7 @@ impl BuildError {
         BuildError::Io {
             path: path.into(),
             op,
-            source,
+            err: source,
         }
     }
 
@@ -69,6 +83,16 @@ impl BuildError {
         } else {
             BuildError::io(path, op, source)
         }
+    }
+}
+
+/// The text of an OS error, without the ` at path "..."` the tempfile crate appends (the path is already
+/// in the message).
+fn os_error_text(err: &io::Error) -> String {
+    let text = err.to_string();
+    match text.split_once(" at path \"") {
+        Some((head, _)) => head.to_string(),
+        None => text,
     }
 }
 

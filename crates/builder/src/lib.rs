@@ -17,11 +17,13 @@ mod emit;
 mod error;
 mod layout;
 mod options;
+mod seal;
 mod tree;
 mod xattrs;
 
 pub use error::{BuildError, Result};
 pub use options::{BuildOptions, UuidChoice};
+pub use seal::{seal_image, HashAlg, SealInfo, SealOptions, VerityParams};
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -64,6 +66,8 @@ pub struct BuildSummary {
     pub uuid: [u8; 16],
     /// Things left out, one line each (e.g. xattrs EROFS cannot name).
     pub warnings: Vec<String>,
+    /// The seal, unless the image was built plain.
+    pub seal: Option<SealInfo>,
 }
 
 /// Builds an EROFS image of `src` at `out`. On error nothing is left at `out` (an existing file there is
@@ -95,15 +99,7 @@ fn build_in_pool(
     opts: &BuildOptions,
     progress: &dyn Progress,
 ) -> Result<BuildSummary> {
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix(".sealfs-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(|e| BuildError::io(dir, "create output", e))?;
+    let tmp = seal::temp_beside(out)?;
     let tmp_md = tmp
         .as_file()
         .metadata()
@@ -124,21 +120,61 @@ fn build_in_pool(
     tmp.as_file()
         .set_len(image_bytes)
         .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
-    let uuid = emit::write_image(
-        tmp.as_file(),
-        tmp.path(),
+    // With the seal's blocks equal to the image's, file data is hashed while it is copied.
+    let hasher = opts
+        .seal
+        .as_ref()
+        .filter(|s| s.params.block_size() as u64 == sealfs_format::BLKSZ)
+        .map(|s| sealfs_verity::BlockHasher::new(&s.params));
+    let (uuid, data_leaves) = emit::write_image(
+        seal::Target::of(&tmp),
         &tree,
         &plan,
         &shared,
         opts,
+        hasher.as_ref(),
         progress,
     )?;
+
+    let mut sidecar_tmp = None;
+    let seal = match &opts.seal {
+        None => {
+            drop(data_leaves);
+            None
+        }
+        Some(s) => {
+            progress.begin("sealing", None);
+            let image = seal::Target::of(&tmp);
+            let tree = match hasher {
+                Some(_) => seal::tree_from_data_leaves(image, image_bytes, &s.params, data_leaves)?,
+                None => seal::tree_from_image(image, image_bytes, &s.params)?,
+            };
+            let info = match &s.sidecar {
+                None => seal::write_seal(tree, image_bytes, image, image_bytes, false)?,
+                Some(path) => {
+                    let st = seal::temp_beside(path)?;
+                    let mut info =
+                        seal::write_seal(tree, image_bytes, seal::Target::of(&st), 0, true)?;
+                    info.sidecar = Some(path.clone());
+                    sidecar_tmp = Some((st, path));
+                    info
+                }
+            };
+            progress.end();
+            Some(info)
+        }
+    };
 
     tmp.as_file()
         .set_permissions(fs::Permissions::from_mode(0o644))
         .map_err(|e| BuildError::io(tmp.path(), "chmod", e))?;
-    tmp.persist(out)
-        .map_err(|e| BuildError::io(out, "rename into place", e.error))?;
+    seal::persist(tmp, out)?;
+    if let Some((st, path)) = sidecar_tmp {
+        st.as_file()
+            .set_permissions(fs::Permissions::from_mode(0o644))
+            .map_err(|e| BuildError::io(st.path(), "chmod", e))?;
+        seal::persist(st, path)?;
+    }
 
     let dirs = tree.inodes.iter().filter(|i| i.is_dir()).count() as u64;
     let data_bytes = tree
@@ -160,5 +196,6 @@ fn build_in_pool(
         data_bytes,
         uuid,
         warnings: tree.warnings,
+        seal,
     })
 }

@@ -1,5 +1,6 @@
 //! Build options: validated configuration, independent of how the command line spelled it.
 
+use crate::seal::SealOptions;
 use regex::bytes::Regex;
 use std::path::PathBuf;
 
@@ -44,6 +45,8 @@ pub struct BuildOptions {
     pub xattrs: bool,
     /// Worker threads for reading files; 0 means one per CPU.
     pub threads: usize,
+    /// Seal the image (Merkle tree and trailer); `None` writes a plain EROFS image.
+    pub seal: Option<SealOptions>,
 }
 
 impl Default for BuildOptions {
@@ -62,6 +65,7 @@ impl Default for BuildOptions {
             xattr_filter: true,
             xattrs: true,
             threads: 0,
+            seal: Some(SealOptions::default()),
         }
     }
 }

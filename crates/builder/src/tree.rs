@@ -258,13 +258,20 @@ fn make_inode(
             (mtime, mtime_nsec) = (t, 0);
         }
     }
-    let uid = opts.force_uid.unwrap_or(md.uid()) as i64 + opts.uid_offset;
-    let gid = opts.force_gid.unwrap_or(md.gid()) as i64 + opts.gid_offset;
+    // Offsets wrap in 32 bits, as mkfs.erofs's do.
+    let uid = opts
+        .force_uid
+        .unwrap_or(md.uid())
+        .wrapping_add(opts.uid_offset as u32);
+    let gid = opts
+        .force_gid
+        .unwrap_or(md.gid())
+        .wrapping_add(opts.gid_offset as u32);
     Inode {
         kind,
         mode: md.mode() as u16,
-        uid: uid.clamp(0, u32::MAX as i64) as u32,
-        gid: gid.clamp(0, u32::MAX as i64) as u32,
+        uid,
+        gid,
         mtime,
         mtime_nsec,
         nlink: 0,

@@ -1,6 +1,7 @@
 //! `sealfs build`: arguments, their validation into [`BuildOptions`], and the run.
 
 use crate::progress::TermProgress;
+use crate::seal::SealArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use regex::bytes::Regex;
@@ -65,7 +66,12 @@ pub struct BuildArgs {
     /// Worker threads (default: one per CPU). The image does not depend on it.
     #[arg(short = 'j', long, value_name = "N", default_value_t = 0)]
     threads: usize,
-    /// Print nothing but errors.
+    /// Write a plain EROFS image, without the Merkle tree and seal trailer.
+    #[arg(long, conflicts_with_all = ["sidecar", "hash_alg", "salt", "verity_block_size"])]
+    no_seal: bool,
+    #[command(flatten)]
+    seal: SealArgs,
+    /// Print nothing but errors (the digest still goes to stdout).
     #[arg(short, long)]
     quiet: bool,
 }
@@ -146,6 +152,11 @@ impl BuildArgs {
             xattr_filter: !self.no_xattr_filter,
             xattrs: !self.no_xattrs,
             threads: self.threads,
+            seal: if self.no_seal {
+                None
+            } else {
+                Some(self.seal.options()?)
+            },
         })
     }
 }
@@ -155,6 +166,9 @@ pub fn run(args: BuildArgs) -> Result<ExitCode> {
     let opts = args.options()?;
     let progress = TermProgress::new(args.quiet);
     let summary = sealfs_builder::build(Path::new(&args.src), &args.out, &opts, &progress)?;
+    if let Some(seal) = &summary.seal {
+        println!("{}", seal.digest);
+    }
     if !args.quiet {
         for w in &summary.warnings {
             eprintln!("sealfs: warning: {w}");

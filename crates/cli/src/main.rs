@@ -2,6 +2,8 @@
 
 mod build;
 mod progress;
+mod seal;
+mod verify;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -16,20 +18,30 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build an image from a directory.
+    /// Build an image from a directory (sealed unless --no-seal); prints its digest.
     Build(build::BuildArgs),
+    /// Seal an existing plain EROFS image, in place or into a sidecar; prints its digest.
+    Seal(seal::SealCmd),
+    /// Print the image digest (fs-verity digest of the EROFS bytes), computed from the bytes.
+    Digest(verify::DigestArgs),
+    /// Re-hash every block and check the Merkle tree, the trailer and optionally the digest.
+    /// Exit 0 verified, 1 mismatch, 2 could not run.
+    Verify(verify::VerifyArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Build(args) => build::run(args),
+        Command::Seal(args) => seal::run(args),
+        Command::Digest(args) => verify::run_digest(args),
+        Command::Verify(args) => verify::run_verify(args),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("sealfs: error: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(2)
         }
     }
 }

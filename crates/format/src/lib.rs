@@ -11,11 +11,13 @@
 
 pub mod dirent;
 pub mod inode;
+pub mod seal;
 pub mod superblock;
 pub mod xattr;
 
 pub use dirent::*;
 pub use inode::*;
+pub use seal::*;
 pub use superblock::*;
 pub use xattr::*;
 

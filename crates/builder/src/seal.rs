@@ -1,0 +1,316 @@
+//! Sealing: the fs-verity Merkle tree over the EROFS bytes, and the trailer that names it.
+//!
+//! The tree covers exactly the EROFS bytes `[0, erofs_length)`, so the image digest is what
+//! `fsverity digest` prints for those bytes alone. It is written right after them (attached form: the
+//! kernel still mounts the file, it ignores what follows the EROFS blocks) or into a sidecar file
+//! (detached form: the EROFS file stays byte-identical to what another tool made).
+
+use crate::emit::DataLeaves;
+use crate::error::{BuildError, Result};
+use rayon::prelude::*;
+use sealfs_format::{self as fmt, IntoBytes, SealFooter, SealHeader};
+use sealfs_verity::{build_tree_from_file, BlockHasher, Digest, Params, Tree};
+use std::fs::{self, File};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+pub use sealfs_verity::{HashAlg, Params as VerityParams};
+
+/// How to seal.
+#[derive(Clone, Debug)]
+pub struct SealOptions {
+    /// Hash algorithm, Merkle block size and salt.
+    pub params: Params,
+    /// Write the seal to this sidecar file instead of appending it to the image.
+    pub sidecar: Option<PathBuf>,
+}
+
+impl Default for SealOptions {
+    fn default() -> Self {
+        Self {
+            params: Params::new(HashAlg::Sha256, 4096, b"")
+                .expect("default fs-verity parameters are valid"),
+            sidecar: None,
+        }
+    }
+}
+
+/// What a seal names.
+#[derive(Clone, Debug)]
+pub struct SealInfo {
+    /// The image digest (fs-verity digest of the EROFS bytes).
+    pub digest: Digest,
+    /// The Merkle root.
+    pub root: Digest,
+    /// Bytes the tree covers.
+    pub erofs_length: u64,
+    /// Bytes of the tree.
+    pub tree_length: u64,
+    /// Where the seal went, if not appended to the image.
+    pub sidecar: Option<PathBuf>,
+}
+
+/// An open file and its path (for error messages).
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub file: &'a File,
+    pub path: &'a Path,
+}
+
+impl<'a> Target<'a> {
+    pub fn of(tmp: &'a tempfile::NamedTempFile) -> Self {
+        Self {
+            file: tmp.as_file(),
+            path: tmp.path(),
+        }
+    }
+}
+
+/// Hashes `image[0..erofs_length)` by reading it back.
+pub(crate) fn tree_from_image(
+    image: Target<'_>,
+    erofs_length: u64,
+    params: &Params,
+) -> Result<Tree> {
+    build_tree_from_file(params, image.file, 0, erofs_length)
+        .map_err(|e| BuildError::io(image.path, "hash image", std::io::Error::other(e)))
+}
+
+/// The tree of a freshly written image whose file-data blocks were hashed while copying (`data`, in
+/// image blocks, which must be the Merkle tree's blocks): only the other blocks (metadata, directories)
+/// are read back and hashed.
+pub(crate) fn tree_from_data_leaves(
+    image: Target<'_>,
+    erofs_length: u64,
+    params: &Params,
+    data: DataLeaves,
+) -> Result<Tree> {
+    let (bs, d) = (params.block_size() as u64, params.digest_size());
+    let blocks = erofs_length.div_ceil(bs) as usize;
+    let mut leaves = vec![0u8; blocks * d];
+    let mut covered = vec![false; blocks];
+    for (first, hashes) in data {
+        let (first, n) = (first as usize, hashes.len() / d);
+        leaves[first * d..(first + n) * d].copy_from_slice(&hashes);
+        covered[first..first + n].fill(true);
+    }
+    // The uncovered blocks, in pieces of at most 1 MiB, hashed in parallel.
+    const PIECE: usize = 256;
+    let mut pieces = Vec::new();
+    let mut b = 0;
+    while b < blocks {
+        if covered[b] {
+            b += 1;
+            continue;
+        }
+        let start = b;
+        while b < blocks && !covered[b] && b - start < PIECE {
+            b += 1;
+        }
+        pieces.push((start, b));
+    }
+    let hasher = BlockHasher::new(params);
+    let hashed: Vec<(usize, Vec<u8>)> = pieces
+        .into_par_iter()
+        .map(|(start, end)| {
+            let mut buf = vec![0u8; (end - start) * bs as usize];
+            image
+                .file
+                .read_exact_at(&mut buf, start as u64 * bs)
+                .map_err(|e| BuildError::io(image.path, "read back", e))?;
+            let mut out = vec![0u8; (end - start) * d];
+            hasher.hash_blocks_into(&buf, &mut out);
+            Ok((start, out))
+        })
+        .collect::<Result<_>>()?;
+    for (start, h) in hashed {
+        leaves[start * d..start * d + h.len()].copy_from_slice(&h);
+    }
+    Tree::from_leaf_hashes(params, erofs_length, &leaves)
+        .map_err(|e| BuildError::io(image.path, "hash image", std::io::Error::other(e)))
+}
+
+/// Writes `tree`, the header and the footer to `out` at `out_offset` (`out` is the image itself for an
+/// attached seal, or a sidecar starting at 0).
+pub(crate) fn write_seal(
+    tree: Tree,
+    erofs_length: u64,
+    out: Target<'_>,
+    out_offset: u64,
+    detached: bool,
+) -> Result<SealInfo> {
+    let (out, out_path) = (out.file, out.path);
+    let descriptor = tree.descriptor_bytes();
+    let digest = tree.digest();
+    let tree_offset = out_offset;
+    let header_offset = tree_offset + tree.bytes.len() as u64;
+    let mut root_hash = [0u8; 64];
+    root_hash[..tree.root.as_bytes().len()].copy_from_slice(tree.root.as_bytes());
+    let mut digest_bytes = [0u8; 64];
+    digest_bytes[..digest.as_bytes().len()].copy_from_slice(digest.as_bytes());
+    let header = SealHeader {
+        magic: fmt::SEAL_HEADER_MAGIC,
+        version: fmt::SEAL_VERSION.into(),
+        header_size: (fmt::SEAL_HEADER_SIZE as u32).into(),
+        hash_algorithm: descriptor[1],
+        log_blocksize: descriptor[2],
+        salt_size: descriptor[3],
+        flags: if detached { fmt::SEAL_FLAG_DETACHED } else { 0 },
+        reserved0: 0.into(),
+        erofs_length: erofs_length.into(),
+        tree_offset: if tree.bytes.is_empty() {
+            0
+        } else {
+            tree_offset
+        }
+        .into(),
+        tree_length: (tree.bytes.len() as u64).into(),
+        files_offset: 0.into(),
+        files_length: 0.into(),
+        sig_offset: 0.into(),
+        sig_length: 0.into(),
+        root_hash,
+        descriptor,
+        digest: digest_bytes,
+        reserved: [0; 48],
+    };
+    let header_bytes = header.as_bytes();
+    let footer = SealFooter::new(
+        header_offset,
+        fmt::SEAL_HEADER_SIZE + fmt::SEAL_FOOTER_SIZE,
+        fmt::seal_crc(header_bytes),
+    );
+    let mut trailer = tree.bytes;
+    let tree_length = trailer.len() as u64;
+    trailer.extend_from_slice(header_bytes);
+    trailer.extend_from_slice(footer.as_bytes());
+    out.set_len(out_offset + trailer.len() as u64)
+        .and_then(|_| out.write_all_at(&trailer, out_offset))
+        .map_err(|e| BuildError::io(out_path, "write seal", e))?;
+    Ok(SealInfo {
+        digest,
+        root: tree.root,
+        erofs_length,
+        tree_length,
+        sidecar: None,
+    })
+}
+
+/// Length of the EROFS bytes of a plain image: the superblock's block count times its block size, which
+/// must not exceed the file.
+fn erofs_length_of(image: &File, path: &Path) -> Result<u64> {
+    let not_image = |what: String| BuildError::NotAnImage {
+        path: path.into(),
+        what,
+    };
+    let mut sb = [0u8; 128];
+    image
+        .read_exact_at(&mut sb, fmt::EROFS_SUPER_OFFSET)
+        .map_err(|_| not_image("too short for an EROFS superblock".into()))?;
+    let sb = <fmt::SuperBlock as fmt::FromBytes>::read_from_bytes(&sb).expect("128 bytes");
+    if sb.magic.get() != fmt::EROFS_SUPER_MAGIC_V1 {
+        return Err(not_image("no EROFS magic at byte 1024".into()));
+    }
+    if !(9..=16).contains(&sb.blkszbits) {
+        return Err(not_image(format!(
+            "block size 2^{} is not an EROFS block size",
+            sb.blkszbits
+        )));
+    }
+    let len = (sb.blocks.get() as u64) << sb.blkszbits;
+    let file_len = image
+        .metadata()
+        .map_err(|e| BuildError::io(path, "stat", e))?
+        .len();
+    if len == 0 || len > file_len {
+        return Err(not_image(format!(
+            "superblock claims {len} bytes but the file has {file_len}"
+        )));
+    }
+    Ok(len)
+}
+
+/// Seals an existing plain EROFS image (made by any tool): appended to it atomically (a sealed copy
+/// replaces it by rename), or into `opts.sidecar`. An image that already carries a seal is refused.
+pub fn seal_image(image_path: &Path, opts: &SealOptions) -> Result<SealInfo> {
+    let image = File::open(image_path).map_err(|e| BuildError::io(image_path, "open", e))?;
+    let file_len = image
+        .metadata()
+        .map_err(|e| BuildError::io(image_path, "stat", e))?
+        .len();
+    if file_len >= fmt::SEAL_FOOTER_SIZE {
+        let mut tail = [0u8; 64];
+        image
+            .read_exact_at(&mut tail, file_len - fmt::SEAL_FOOTER_SIZE)
+            .map_err(|e| BuildError::io(image_path, "read", e))?;
+        if tail[..8] == fmt::SEAL_FOOTER_MAGIC || tail[56..] == fmt::SEAL_FOOTER_MAGIC {
+            return Err(BuildError::AlreadySealed {
+                path: image_path.into(),
+            });
+        }
+    }
+    let erofs_length = erofs_length_of(&image, image_path)?;
+    if let Some(sidecar) = &opts.sidecar {
+        let tmp = temp_beside(sidecar)?;
+        let tree = tree_from_image(
+            Target {
+                file: &image,
+                path: image_path,
+            },
+            erofs_length,
+            &opts.params,
+        )?;
+        let mut info = write_seal(tree, erofs_length, Target::of(&tmp), 0, true)?;
+        persist(tmp, sidecar)?;
+        info.sidecar = Some(sidecar.clone());
+        return Ok(info);
+    }
+    if erofs_length != file_len {
+        return Err(BuildError::NotAnImage {
+            path: image_path.into(),
+            what: format!(
+                "{} bytes follow the EROFS blocks; refusing to seal over them",
+                file_len - erofs_length
+            ),
+        });
+    }
+    let tmp = temp_beside(image_path)?;
+    {
+        let mut src = &image;
+        let mut dst = tmp.as_file();
+        // std's copy uses copy_file_range (and reflinks where the filesystem can).
+        std::io::copy(&mut src, &mut dst).map_err(|e| BuildError::io(image_path, "copy", e))?;
+    }
+    let mode = image
+        .metadata()
+        .map_err(|e| BuildError::io(image_path, "stat", e))?
+        .permissions()
+        .mode();
+    let tree = tree_from_image(Target::of(&tmp), erofs_length, &opts.params)?;
+    let info = write_seal(tree, erofs_length, Target::of(&tmp), erofs_length, false)?;
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(|e| BuildError::io(tmp.path(), "chmod", e))?;
+    persist(tmp, image_path)?;
+    Ok(info)
+}
+
+/// A temporary file beside `path`, removed unless persisted.
+pub(crate) fn temp_beside(path: &Path) -> Result<tempfile::NamedTempFile> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    tempfile::Builder::new()
+        .prefix(".sealfs-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| BuildError::io(dir, "create output", e))
+}
+
+/// Renames a finished temporary file into place.
+pub(crate) fn persist(tmp: tempfile::NamedTempFile, to: &Path) -> Result<()> {
+    tmp.persist(to)
+        .map_err(|e| BuildError::io(to, "rename into place", e.error))?;
+    Ok(())
+}

@@ -1,0 +1,462 @@
+//! The seal against programs nobody here wrote: `fsverity digest` (digests), `veritysetup` (Merkle root
+//! and hash area), the kernel and `fsck.erofs` (sealed images still mount and check), plus tamper tests:
+//! every flipped byte in data, metadata, tree or trailer makes `verify` fail and name the right place.
+
+mod common;
+
+use common::fixture::Rng;
+use common::*;
+use sealfs_verity::{HashAlg, Params, TreeGeometry};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A small tree with files of assorted sizes, a symlink and a subdirectory (no root needed).
+fn make_tree(dir: &Path, seed: u64) {
+    let mut rng = Rng::new(seed);
+    fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+    for (i, size) in [0usize, 1, 4095, 4096, 4097, 70_000, 300_000]
+        .into_iter()
+        .enumerate()
+    {
+        fs::write(dir.join(format!("f{i}")), rng.bytes(size)).unwrap();
+        fs::write(dir.join(format!("sub/g{i}")), rng.bytes(size / 3)).unwrap();
+    }
+    for i in 0..200 {
+        fs::write(
+            dir.join(format!("sub/deeper/small{i:03}")),
+            rng.bytes(i * 37),
+        )
+        .unwrap();
+    }
+    std::os::unix::fs::symlink("f1", dir.join("link")).unwrap();
+}
+
+fn stdout_line(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn fsverity_digest(path: &Path, extra: &[&str]) -> String {
+    let out = run(Command::new("fsverity").arg("digest").args(extra).arg(path));
+    assert!(
+        out.status.success(),
+        "fsverity digest failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout_line(&out);
+    text.split_whitespace().next().unwrap().to_string()
+}
+
+/// EROFS length from the superblock (blocks × block size).
+fn erofs_len(image: &[u8]) -> usize {
+    let blocks = u32::from_le_bytes(image[1024 + 36..1024 + 40].try_into().unwrap()) as usize;
+    blocks << image[1024 + 12]
+}
+
+struct Scratch(PathBuf);
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+fn scratch(tag: &str) -> Scratch {
+    let p = std::env::temp_dir().join(format!("sealfs-seal-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&p);
+    fs::create_dir_all(&p).unwrap();
+    Scratch(p)
+}
+
+#[test]
+fn digest_equals_fsverity_and_seal_equals_build() {
+    if !oracle_guard(if have_tool("fsverity") {
+        Ok(())
+    } else {
+        Err("fsverity not installed".into())
+    }) {
+        return;
+    }
+    let s = scratch("digest");
+    let src = s.0.join("src");
+    make_tree(&src, 1);
+    let sealed = s.0.join("sealed.img");
+    let digest = stdout_line(&build_ok(&src, &sealed, &[]));
+    let bytes = fs::read(&sealed).unwrap();
+    let cut = s.0.join("cut.img");
+    fs::write(&cut, &bytes[..erofs_len(&bytes)]).unwrap();
+    assert_eq!(
+        digest,
+        fsverity_digest(&cut, &[]),
+        "build's digest vs fsverity digest of the EROFS bytes"
+    );
+    let computed = stdout_line(&run(Command::new(sealfs_bin())
+        .args(["digest"])
+        .arg(&sealed)));
+    assert_eq!(computed, digest, "sealfs digest");
+
+    // --no-seal gives exactly the EROFS bytes; sealing it afterwards gives exactly the sealed build.
+    let plain = s.0.join("plain.img");
+    build_ok(&src, &plain, &["--no-seal"]);
+    assert_eq!(
+        fs::read(&plain).unwrap(),
+        fs::read(&cut).unwrap(),
+        "--no-seal image == EROFS part of sealed image"
+    );
+    let out = run(Command::new(sealfs_bin()).arg("seal").arg(&plain));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout_line(&out), digest);
+    assert_eq!(
+        fs::read(&plain).unwrap(),
+        bytes,
+        "seal(plain) == sealed build"
+    );
+    let again = run(Command::new(sealfs_bin()).arg("seal").arg(&plain));
+    assert!(!again.status.success(), "sealing twice must be refused");
+
+    // Other parameters: SHA-512 with a salt and 1 KiB Merkle blocks; fsverity digest agrees.
+    let p512 = s.0.join("p512.img");
+    let d512 = stdout_line(&build_ok(
+        &src,
+        &p512,
+        &[
+            "--hash-alg",
+            "sha512",
+            "--salt",
+            "00112233aabb",
+            "--verity-block-size",
+            "1024",
+        ],
+    ));
+    let b512 = fs::read(&p512).unwrap();
+    fs::write(&cut, &b512[..erofs_len(&b512)]).unwrap();
+    let oracle = fsverity_digest(
+        &cut,
+        &[
+            "--hash-alg=sha512",
+            "--salt=00112233aabb",
+            "--block-size=1024",
+        ],
+    );
+    assert_eq!(d512, oracle, "sha512/salt/1K seal vs fsverity digest");
+    let v = run(Command::new(sealfs_bin())
+        .args(["verify", "--digest", &d512])
+        .arg(&p512));
+    assert!(
+        v.status.success(),
+        "verify sha512 image: {}",
+        String::from_utf8_lossy(&v.stderr)
+    );
+    println!("digests agree with fsverity digest: {digest} and {d512}");
+}
+
+#[test]
+fn seal_of_mkfs_erofs_image_attached_and_detached() {
+    if !oracle_guard(if have_tool("fsverity") && have_tool("mkfs.erofs") {
+        Ok(())
+    } else {
+        Err("fsverity or mkfs.erofs missing".into())
+    }) {
+        return;
+    }
+    let s = scratch("mkfs");
+    let src = s.0.join("src");
+    make_tree(&src, 2);
+    let img = s.0.join("m.img");
+    let out = run(Command::new("mkfs.erofs").arg("-T0").arg(&img).arg(&src));
+    assert!(out.status.success());
+    let original = fs::read(&img).unwrap();
+    let expected = fsverity_digest(&img, &[]);
+
+    let sidecar = s.0.join("m.seal");
+    let out = run(Command::new(sealfs_bin())
+        .args(["seal", "--sidecar"])
+        .arg(&sidecar)
+        .arg(&img));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout_line(&out),
+        expected,
+        "detached seal digest vs fsverity digest of the mkfs.erofs image"
+    );
+    assert_eq!(
+        fs::read(&img).unwrap(),
+        original,
+        "detached sealing leaves the image byte-identical"
+    );
+    let v = run(Command::new(sealfs_bin())
+        .args(["verify", "--digest", &expected, "--sidecar"])
+        .arg(&sidecar)
+        .arg(&img));
+    assert!(
+        v.status.success(),
+        "verify with sidecar: {}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+
+    let out = run(Command::new(sealfs_bin()).arg("seal").arg(&img));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout_line(&out), expected, "attached seal digest");
+    assert_eq!(
+        &fs::read(&img).unwrap()[..original.len()],
+        &original[..],
+        "attached seal keeps the EROFS bytes"
+    );
+    let v = run(Command::new(sealfs_bin())
+        .args(["verify", "--digest", &expected])
+        .arg(&img));
+    assert!(v.status.success());
+    if have_tool("fsck.erofs") {
+        assert!(
+            run(Command::new("fsck.erofs").arg(&img)).status.success(),
+            "fsck.erofs on the sealed mkfs image"
+        );
+    }
+}
+
+#[test]
+fn sealed_image_mounts_and_passes_fsck() {
+    if !oracle_guard(mount_env()) {
+        return;
+    }
+    let s = scratch("mount");
+    let src = s.0.join("src");
+    make_tree(&src, 3);
+    let img = s.0.join("s.img");
+    build_ok(&src, &img, &[]);
+    fsck(&img).expect("fsck.erofs passes on the sealed image");
+    let mnt = mount_erofs(&img).expect("mount sealed image");
+    let diffs = compare::compare_trees(&src, mnt.path(), &compare::Expect::default());
+    assert!(
+        diffs.is_empty(),
+        "sealed image differs from source under the kernel:\n{}",
+        diffs.join("\n")
+    );
+}
+
+#[test]
+fn veritysetup_root_and_hash_area_equal_ours() {
+    if !oracle_guard(if have_tool("veritysetup") {
+        Ok(())
+    } else {
+        Err("veritysetup not installed".into())
+    }) {
+        return;
+    }
+    let s = scratch("dmverity");
+    let src = s.0.join("src");
+    make_tree(&src, 4);
+    let img = s.0.join("s.img");
+    build_ok(&src, &img, &[]);
+    let bytes = fs::read(&img).unwrap();
+    let len = erofs_len(&bytes);
+    let data = s.0.join("data.img");
+    fs::write(&data, &bytes[..len]).unwrap();
+    let hash = s.0.join("hash.img");
+    let out = run(Command::new("veritysetup")
+        .args([
+            "format",
+            "--no-superblock",
+            "--salt=-",
+            "--hash=sha256",
+            "--data-block-size=4096",
+            "--hash-block-size=4096",
+        ])
+        .arg(&data)
+        .arg(&hash));
+    assert!(
+        out.status.success(),
+        "veritysetup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let root = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Root hash:"))
+        .expect("Root hash line")
+        .trim()
+        .to_string();
+    // Our trailer: header at file_len - 64 - 512; root at header + 80; tree at erofs length.
+    let header = bytes.len() - 64 - 512;
+    let ours: String = bytes[header + 80..header + 112]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(root, ours, "dm-verity root hash == our Merkle root");
+    let params = Params::new(HashAlg::Sha256, 4096, b"").unwrap();
+    let tree_len = TreeGeometry::new(&params, len as u64).tree_size() as usize;
+    let hash_area = fs::read(&hash).unwrap();
+    assert_eq!(
+        &hash_area[..tree_len],
+        &bytes[len..len + tree_len],
+        "veritysetup hash area == our tree"
+    );
+    println!("veritysetup root {root} equals ours; {tree_len}-byte hash areas identical");
+}
+
+/// The place a flipped byte at `pos` must be reported at.
+#[derive(Debug, PartialEq)]
+enum Place {
+    Data(u64),
+    Tree(u64, u64),
+    Trailer,
+}
+
+fn expected_place(pos: usize, len: usize, g: &TreeGeometry) -> Place {
+    if pos < len {
+        return Place::Data(pos as u64 / 4096);
+    }
+    let tree_end = len + g.tree_size() as usize;
+    if pos < tree_end {
+        let b = ((pos - len) / 4096) as u64;
+        for level in 0..g.num_levels() {
+            let start = g.level_start(level);
+            if (start..start + g.level_blocks(level)).contains(&b) {
+                return Place::Tree(level as u64, b - start);
+            }
+        }
+        unreachable!("tree block {b} in no level");
+    }
+    Place::Trailer
+}
+
+fn verify_json(img: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = run(Command::new(sealfs_bin())
+        .arg("verify")
+        .arg("--json")
+        .args(extra)
+        .arg(img));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "verify panicked: {stderr}");
+    let code = out.status.code().expect("exit code");
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (code, json, stderr)
+}
+
+fn reported(json: &serde_json::Value) -> Vec<Place> {
+    json["problems"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .filter_map(|p| match p["kind"].as_str()? {
+                    "data_block" => Some(Place::Data(p["block"].as_u64()?)),
+                    "tree_block" => Some(Place::Tree(p["level"].as_u64()?, p["index"].as_u64()?)),
+                    "trailer" => Some(Place::Trailer),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn tamper_anywhere_is_found_and_named() {
+    let s = scratch("tamper");
+    let src = s.0.join("src");
+    make_tree(&src, 5);
+    // A multi-level tree needs > 128 blocks: add a 2 MiB file.
+    fs::write(src.join("big"), Rng::new(9).bytes(2 << 20)).unwrap();
+    let img = s.0.join("s.img");
+    let digest = stdout_line(&build_ok(&src, &img, &[]));
+    let bytes = fs::read(&img).unwrap();
+    let len = erofs_len(&bytes);
+    let g = TreeGeometry::new(
+        &Params::new(HashAlg::Sha256, 4096, b"").unwrap(),
+        len as u64,
+    );
+    assert!(
+        g.num_levels() >= 2,
+        "want a multi-level tree, got {}",
+        g.num_levels()
+    );
+
+    let (code, json, _) = verify_json(&img, &["--digest", &digest]);
+    assert_eq!(
+        (code, json["verified"].as_bool()),
+        (0, Some(true)),
+        "untouched image verifies"
+    );
+
+    let tree_end = len + g.tree_size() as usize;
+    let mut rng = Rng::new(77);
+    let mut positions: Vec<usize> = Vec::new();
+    for _ in 0..150 {
+        positions.push(rng.below(len as u64) as usize); // data and metadata
+    }
+    for _ in 0..100 {
+        positions.push(len + rng.below(g.tree_size()) as usize); // tree
+    }
+    for _ in 0..60 {
+        positions.push(tree_end + rng.below((bytes.len() - tree_end) as u64) as usize);
+        // trailer
+    }
+    positions.extend([
+        0,
+        1024,
+        1028,
+        4095,
+        len - 1,
+        len,
+        tree_end - 1,
+        tree_end,
+        bytes.len() - 1,
+    ]);
+    let bad = s.0.join("bad.img");
+    for pos in positions {
+        let mut b = bytes.clone();
+        b[pos] ^= 1 << (pos % 8);
+        fs::write(&bad, &b).unwrap();
+        let (code, json, stderr) = verify_json(&bad, &[]);
+        assert_eq!(code, 1, "flip at {pos} not detected: {json} {stderr}");
+        let want = expected_place(pos, len, &g);
+        let got = reported(&json);
+        assert!(
+            got.contains(&want),
+            "flip at {pos}: expected {want:?}, reported {got:?} ({json})"
+        );
+    }
+
+    // A wrong digest, a truncated file and an extended one.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let (code, json, _) = verify_json(&img, &["--digest", &wrong]);
+    assert_eq!(code, 1);
+    assert_eq!(json["problems"][0]["kind"], "digest");
+    for cut in [
+        1usize,
+        63,
+        64,
+        600,
+        bytes.len() - len - 1,
+        bytes.len() - len + 4096,
+    ] {
+        fs::write(&bad, &bytes[..bytes.len() - cut]).unwrap();
+        let (code, json, stderr) = verify_json(&bad, &[]);
+        assert_eq!(code, 1, "truncated by {cut}: {json} {stderr}");
+    }
+    for extra in [1usize, 64, 4096] {
+        let mut b = bytes.clone();
+        b.extend(std::iter::repeat_n(0xA5, extra));
+        fs::write(&bad, &b).unwrap();
+        let (code, json, stderr) = verify_json(&bad, &[]);
+        assert_eq!(code, 1, "extended by {extra}: {json} {stderr}");
+    }
+    // Not an image at all: exit 2.
+    fs::write(&bad, b"hello").unwrap();
+    assert_eq!(verify_json(&bad, &[]).0, 2);
+    println!(
+        "every flip in {} bytes of data+metadata, {} of tree, {} of trailer was found and placed",
+        len,
+        g.tree_size(),
+        bytes.len() - tree_end
+    );
+}
