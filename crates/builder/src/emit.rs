@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use sealfs_format::{
     self as fmt, Dirent, InodeCompact, InodeExtended, IntoBytes, SuperBlock, BLKSZ,
 };
-use sealfs_verity::BlockHasher;
+use sealfs_verity::{BlockHasher, Digest};
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -220,11 +220,33 @@ thread_local! {
 /// Level-0 Merkle hashes of data blocks, computed while copying: `(first image block, digests)`.
 pub(crate) type DataLeaves = Vec<(u64, Vec<u8>)>;
 
-/// Where file data goes, and the hasher for level-0 hashes when the seal's blocks are the image's.
-struct Copier<'a> {
-    out: &'a File,
-    out_path: &'a Path,
-    hasher: Option<&'a BlockHasher>,
+/// Where file data goes, and the hashers that run over it while it passes through memory.
+pub(crate) struct Copier<'a> {
+    pub out: &'a File,
+    pub out_path: &'a Path,
+    /// Level-0 hashes of image blocks, when the seal's blocks are the image's.
+    pub image_hasher: Option<&'a BlockHasher>,
+    /// Per-file fs-verity digests (4 KiB blocks, no salt); shares the image hashes when its parameters
+    /// are the image hasher's.
+    pub file_hasher: Option<&'a BlockHasher>,
+}
+
+/// The hashers [`write_image`] runs over file data as it copies it.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Hashers<'a> {
+    /// Level-0 hashes of image blocks (the seal's blocks must be the image's).
+    pub image: Option<&'a BlockHasher>,
+    /// Per-file fs-verity digests.
+    pub file: Option<&'a BlockHasher>,
+}
+
+/// Per-file fs-verity digests by nid, sorted.
+pub(crate) type FileDigests = Vec<(u64, Digest)>;
+
+/// Hashes to collect while copying one range.
+struct Leaves<'v> {
+    image: Option<&'v mut Vec<u8>>,
+    file: Option<&'v mut Vec<u8>>,
 }
 
 /// Reads until `buf` is full or the file ends; returns the bytes read.
@@ -241,10 +263,23 @@ fn read_full(src: &File, path: &Path, buf: &mut [u8], mut off: u64) -> Result<us
     Ok(got)
 }
 
+fn hash_append(hasher: &BlockHasher, data: &[u8], out: &mut Vec<u8>) {
+    let at = out.len();
+    out.resize(
+        at + data.len().div_ceil(hasher.params().block_size()) * hasher.params().digest_size(),
+        0,
+    );
+    hasher.hash_blocks_into(data, &mut out[at..]);
+}
+
 impl Copier<'_> {
+    fn shares_hashes(&self) -> bool {
+        matches!((self.image_hasher, self.file_hasher), (Some(i), Some(f)) if i.params() == f.params())
+    }
+
     /// Copies `len` bytes of `src` at `src_off` to the image at `dst_off` through a bounded per-thread
-    /// buffer. With `leaves`, `dst_off` is block-aligned and the level-0 hash of every block written
-    /// (the last one zero-padded, as the image holds it) is appended.
+    /// buffer, appending the hashes `leaves` asks for: image hashes need a block-aligned `dst_off` (the
+    /// last block is zero-padded, as the image holds it); file hashes a block-aligned `src_off`.
     /// (`copy_file_range` measured no faster on the `linux` corpus, and the seal needs the bytes.)
     fn copy(
         &self,
@@ -253,9 +288,10 @@ impl Copier<'_> {
         src_off: u64,
         dst_off: u64,
         len: u64,
-        mut leaves: Option<&mut Vec<u8>>,
+        mut leaves: Leaves<'_>,
     ) -> Result<()> {
         const BUF: usize = 1 << 20;
+        let share = self.shares_hashes();
         COPY_BUF.with_borrow_mut(|buf| {
             buf.resize(BUF.min(len as usize), 0);
             let (mut so, mut d_o, mut left) = (src_off, dst_off, len);
@@ -268,14 +304,21 @@ impl Copier<'_> {
                         what: "shorter than when scanned".into(),
                     });
                 }
+                let data = &buf[..got];
                 self.out
-                    .write_all_at(&buf[..got], d_o)
+                    .write_all_at(data, d_o)
                     .map_err(|e| BuildError::io(self.out_path, "write image", e))?;
-                if let (Some(hasher), Some(leaves)) = (self.hasher, leaves.as_deref_mut()) {
-                    let d = hasher.params().digest_size();
-                    let at = leaves.len();
-                    leaves.resize(at + got.div_ceil(BLKSZ as usize) * d, 0);
-                    hasher.hash_blocks_into(&buf[..got], &mut leaves[at..]);
+                let mut image_part = None;
+                if let (Some(h), Some(out)) = (self.image_hasher, leaves.image.as_deref_mut()) {
+                    let at = out.len();
+                    hash_append(h, data, out);
+                    image_part = Some(at);
+                }
+                if let (Some(h), Some(out)) = (self.file_hasher, leaves.file.as_deref_mut()) {
+                    match (share, image_part, leaves.image.as_deref()) {
+                        (true, Some(at), Some(image)) => out.extend_from_slice(&image[at..]),
+                        _ => hash_append(h, data, out),
+                    }
                 }
                 (so, d_o, left) = (so + got as u64, d_o + got as u64, left - got as u64);
             }
@@ -283,11 +326,11 @@ impl Copier<'_> {
         })
     }
 
-    /// Copies one regular file's data to its planned blocks and inline tail, checking it did not change,
-    /// and returns the level-0 hashes of its blocks.
-    fn copy_file(&self, inode: &Inode, p: &InodePlan) -> Result<DataLeaves> {
+    /// Copies one regular file's data to its planned blocks and inline tail, checking it did not change.
+    /// Returns the level-0 image hashes of its blocks and its own fs-verity digest.
+    fn copy_file(&self, inode: &Inode, p: &InodePlan) -> Result<(DataLeaves, Option<Digest>)> {
         let Kind::File(f) = &inode.kind else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         };
         let path = inode.path.as_path();
         let src = OpenOptions::new()
@@ -308,36 +351,59 @@ impl Copier<'_> {
             }
         };
         check("before copying")?;
-        let mut out = DataLeaves::new();
-        let mut run = |src_off: u64, blk: u64, len: u64| -> Result<()> {
-            let mut leaves = self.hasher.map(|_| Vec::new());
-            self.copy(&src, path, src_off, blk * BLKSZ, len, leaves.as_mut())?;
-            if let Some(l) = leaves {
-                out.push((blk, l));
-            }
-            Ok(())
-        };
+        let mut image_leaves = DataLeaves::new();
+        let mut file_leaves: Option<Vec<u8>> = self.file_hasher.map(|_| Vec::new());
+        let mut run =
+            |src_off: u64, blk: u64, len: u64, file_leaves: Option<&mut Vec<u8>>| -> Result<()> {
+                let mut leaves = self.image_hasher.map(|_| Vec::new());
+                self.copy(
+                    &src,
+                    path,
+                    src_off,
+                    blk * BLKSZ,
+                    len,
+                    Leaves {
+                        image: leaves.as_mut(),
+                        file: file_leaves,
+                    },
+                )?;
+                if let Some(l) = leaves {
+                    image_leaves.push((blk, l));
+                }
+                Ok(())
+            };
         if let Some(chunks) = &p.chunks {
             let cs = 1u64 << chunks.chunkbits;
             for (c, &blk) in chunks.map.iter().enumerate() {
+                let start = c as u64 * cs;
+                let len = cs.min(f.size - start);
                 if blk != fmt::EROFS_NULL_ADDR {
-                    let start = c as u64 * cs;
-                    run(start, blk as u64, cs.min(f.size - start))?;
+                    run(start, blk as u64, len, file_leaves.as_mut())?;
+                } else if let (Some(h), Some(out)) = (self.file_hasher, file_leaves.as_mut()) {
+                    // A hole reads as zero blocks.
+                    let zero = h.hash_block(&[]);
+                    for _ in 0..len.div_ceil(BLKSZ) {
+                        out.extend_from_slice(zero.as_bytes());
+                    }
                 }
             }
         } else {
             let block_bytes = (p.full_blocks() * BLKSZ).min(f.size);
             if block_bytes > 0 {
-                run(0, p.startblk as u64, block_bytes)?;
+                run(0, p.startblk as u64, block_bytes, file_leaves.as_mut())?;
             }
             if p.inline_len > 0 {
+                let leaves = Leaves {
+                    image: None,
+                    file: file_leaves.as_mut(),
+                };
                 self.copy(
                     &src,
                     path,
                     block_bytes,
                     p.inline_offset(),
                     p.inline_len,
-                    None,
+                    leaves,
                 )?;
             }
         }
@@ -353,7 +419,15 @@ impl Copier<'_> {
             });
         }
         check("after copying")?;
-        Ok(out)
+        let digest = match (self.file_hasher, file_leaves) {
+            (Some(h), Some(leaves)) => Some(
+                sealfs_verity::Tree::from_leaf_hashes(h.params(), f.size, &leaves)
+                    .map_err(|e| BuildError::io(path, "hash", io::Error::other(e)))?
+                    .digest(),
+            ),
+            _ => None,
+        };
+        Ok((image_leaves, digest))
     }
 }
 
@@ -364,9 +438,9 @@ pub(crate) fn write_image(
     plan: &Plan,
     shared: &SharedXattrs,
     opts: &BuildOptions,
-    hasher: Option<&BlockHasher>,
+    hashers: Hashers<'_>,
     progress: &dyn Progress,
-) -> Result<([u8; 16], DataLeaves)> {
+) -> Result<([u8; 16], DataLeaves, FileDigests)> {
     let (file, path) = (out.file, out.path);
     let meta_hash = write_metadata(file, path, tree, plan, shared, opts)?;
     let total: u64 = tree
@@ -384,19 +458,20 @@ pub(crate) fn write_image(
     let copier = Copier {
         out: file,
         out_path: path,
-        hasher,
+        image_hasher: hashers.image,
+        file_hasher: hashers.file,
     };
-    let leaves: Vec<DataLeaves> = tree
+    let copied: Vec<(u64, DataLeaves, Option<Digest>)> = tree
         .inodes
         .par_iter()
         .zip(plan.inodes.par_iter())
-        .filter(|(inode, _)| matches!(&inode.kind, Kind::File(f) if f.size > 0))
+        .filter(|(inode, _)| matches!(&inode.kind, Kind::File(_)))
         .map(|(inode, p)| {
-            let l = copier.copy_file(inode, p)?;
+            let (l, digest) = copier.copy_file(inode, p)?;
             if let Kind::File(f) = &inode.kind {
                 progress.advance(f.size);
             }
-            Ok(l)
+            Ok((p.nid(), l, digest))
         })
         .collect::<Result<_>>()?;
     progress.end();
@@ -448,7 +523,16 @@ pub(crate) fn write_image(
     let crc = fmt::superblock_checksum(&region);
     file.write_all_at(&crc.to_le_bytes(), fmt::EROFS_SUPER_OFFSET + 4)
         .map_err(io_err("write checksum"))?;
-    Ok((uuid, leaves.into_iter().flatten().collect()))
+    let mut leaves = DataLeaves::new();
+    let mut digests = FileDigests::new();
+    for (nid, l, digest) in copied {
+        leaves.extend(l);
+        if let Some(d) = digest {
+            digests.push((nid, d));
+        }
+    }
+    digests.sort_unstable_by_key(|(nid, _)| *nid);
+    Ok((uuid, leaves, digests))
 }
 
 fn random_uuid() -> io::Result<[u8; 16]> {

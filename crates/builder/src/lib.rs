@@ -120,19 +120,29 @@ fn build_in_pool(
     tmp.as_file()
         .set_len(image_bytes)
         .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
-    // With the seal's blocks equal to the image's, file data is hashed while it is copied.
-    let hasher = opts
+    // With the seal's blocks equal to the image's, file data is hashed while it is copied, and so are
+    // the per-file digests (sharing those hashes when their parameters are the seal's).
+    let image_hasher = opts
         .seal
         .as_ref()
         .filter(|s| s.params.block_size() as u64 == sealfs_format::BLKSZ)
         .map(|s| sealfs_verity::BlockHasher::new(&s.params));
-    let (uuid, data_leaves) = emit::write_image(
+    let file_hasher = opts.seal.as_ref().map(|s| {
+        let p = VerityParams::new(s.params.alg(), sealfs_format::BLKSZ as usize, b"")
+            .expect("4 KiB blocks are valid");
+        sealfs_verity::BlockHasher::new(&p)
+    });
+    let hashers = emit::Hashers {
+        image: image_hasher.as_ref(),
+        file: file_hasher.as_ref(),
+    };
+    let (uuid, data_leaves, file_digests) = emit::write_image(
         seal::Target::of(&tmp),
         &tree,
         &plan,
         &shared,
         opts,
-        hasher.as_ref(),
+        hashers,
         progress,
     )?;
 
@@ -145,16 +155,24 @@ fn build_in_pool(
         Some(s) => {
             progress.begin("sealing", None);
             let image = seal::Target::of(&tmp);
-            let tree = match hasher {
+            let tree = match image_hasher {
                 Some(_) => seal::tree_from_data_leaves(image, image_bytes, &s.params, data_leaves)?,
                 None => seal::tree_from_image(image, image_bytes, &s.params)?,
             };
             let info = match &s.sidecar {
-                None => seal::write_seal(tree, image_bytes, image, image_bytes, false)?,
+                None => {
+                    seal::write_seal(tree, &file_digests, image_bytes, image, image_bytes, false)?
+                }
                 Some(path) => {
                     let st = seal::temp_beside(path)?;
-                    let mut info =
-                        seal::write_seal(tree, image_bytes, seal::Target::of(&st), 0, true)?;
+                    let mut info = seal::write_seal(
+                        tree,
+                        &file_digests,
+                        image_bytes,
+                        seal::Target::of(&st),
+                        0,
+                        true,
+                    )?;
                     info.sidecar = Some(path.clone());
                     sidecar_tmp = Some((st, path));
                     info

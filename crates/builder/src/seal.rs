@@ -5,7 +5,7 @@
 //! kernel still mounts the file, it ignores what follows the EROFS blocks) or into a sidecar file
 //! (detached form: the EROFS file stays byte-identical to what another tool made).
 
-use crate::emit::DataLeaves;
+use crate::emit::{DataLeaves, FileDigests};
 use crate::error::{BuildError, Result};
 use rayon::prelude::*;
 use sealfs_format::{self as fmt, IntoBytes, SealFooter, SealHeader};
@@ -134,6 +134,7 @@ pub(crate) fn tree_from_data_leaves(
 /// attached seal, or a sidecar starting at 0).
 pub(crate) fn write_seal(
     tree: Tree,
+    files: &FileDigests,
     erofs_length: u64,
     out: Target<'_>,
     out_offset: u64,
@@ -143,7 +144,9 @@ pub(crate) fn write_seal(
     let descriptor = tree.descriptor_bytes();
     let digest = tree.digest();
     let tree_offset = out_offset;
-    let header_offset = tree_offset + tree.bytes.len() as u64;
+    let files_offset = tree_offset + tree.bytes.len() as u64;
+    let files_section = encode_file_digests(files);
+    let header_offset = files_offset + files_section.len() as u64;
     let mut root_hash = [0u8; 64];
     root_hash[..tree.root.as_bytes().len()].copy_from_slice(tree.root.as_bytes());
     let mut digest_bytes = [0u8; 64];
@@ -156,7 +159,12 @@ pub(crate) fn write_seal(
         log_blocksize: descriptor[2],
         salt_size: descriptor[3],
         flags: if detached { fmt::SEAL_FLAG_DETACHED } else { 0 },
-        reserved0: 0.into(),
+        files_crc: if files_section.is_empty() {
+            0
+        } else {
+            fmt::seal_crc(&files_section)
+        }
+        .into(),
         erofs_length: erofs_length.into(),
         tree_offset: if tree.bytes.is_empty() {
             0
@@ -165,8 +173,13 @@ pub(crate) fn write_seal(
         }
         .into(),
         tree_length: (tree.bytes.len() as u64).into(),
-        files_offset: 0.into(),
-        files_length: 0.into(),
+        files_offset: if files_section.is_empty() {
+            0
+        } else {
+            files_offset
+        }
+        .into(),
+        files_length: (files_section.len() as u64).into(),
         sig_offset: 0.into(),
         sig_length: 0.into(),
         root_hash,
@@ -182,6 +195,7 @@ pub(crate) fn write_seal(
     );
     let mut trailer = tree.bytes;
     let tree_length = trailer.len() as u64;
+    trailer.extend_from_slice(&files_section);
     trailer.extend_from_slice(header_bytes);
     trailer.extend_from_slice(footer.as_bytes());
     out.set_len(out_offset + trailer.len() as u64)
@@ -194,6 +208,28 @@ pub(crate) fn write_seal(
         tree_length,
         sidecar: None,
     })
+}
+
+/// Encodes the per-file digest section (empty when there are no digests).
+fn encode_file_digests(files: &FileDigests) -> Vec<u8> {
+    let Some((_, first)) = files.first() else {
+        return Vec::new();
+    };
+    let d = first.as_bytes().len();
+    let header = fmt::FileDigestsHeader {
+        magic: fmt::FILE_DIGESTS_MAGIC,
+        hash_algorithm: first.alg().id(),
+        log_blocksize: fmt::BLKSZBITS,
+        digest_size: d as u8,
+        reserved: 0,
+        count: (files.len() as u32).into(),
+    };
+    let mut out = header.as_bytes().to_vec();
+    for (nid, digest) in files {
+        out.extend_from_slice(&nid.to_le_bytes());
+        out.extend_from_slice(digest.as_bytes());
+    }
+    out
 }
 
 /// Length of the EROFS bytes of a plain image: the superblock's block count times its block size, which
@@ -260,7 +296,7 @@ pub fn seal_image(image_path: &Path, opts: &SealOptions) -> Result<SealInfo> {
             erofs_length,
             &opts.params,
         )?;
-        let mut info = write_seal(tree, erofs_length, Target::of(&tmp), 0, true)?;
+        let mut info = write_seal(tree, &Vec::new(), erofs_length, Target::of(&tmp), 0, true)?;
         persist(tmp, sidecar)?;
         info.sidecar = Some(sidecar.clone());
         return Ok(info);
@@ -287,7 +323,14 @@ pub fn seal_image(image_path: &Path, opts: &SealOptions) -> Result<SealInfo> {
         .permissions()
         .mode();
     let tree = tree_from_image(Target::of(&tmp), erofs_length, &opts.params)?;
-    let info = write_seal(tree, erofs_length, Target::of(&tmp), erofs_length, false)?;
+    let info = write_seal(
+        tree,
+        &Vec::new(),
+        erofs_length,
+        Target::of(&tmp),
+        erofs_length,
+        false,
+    )?;
     tmp.as_file()
         .set_permissions(fs::Permissions::from_mode(mode))
         .map_err(|e| BuildError::io(tmp.path(), "chmod", e))?;

@@ -66,8 +66,8 @@ pub struct SealHeader {
     pub salt_size: u8,
     /// `SEAL_FLAG_*`.
     pub flags: u8,
-    /// Reserved, zero.
-    pub reserved0: LeU32,
+    /// CRC-32C of the per-file digest section (0 when absent).
+    pub files_crc: LeU32,
     /// Length of the EROFS bytes the tree covers (a multiple of the EROFS block size).
     pub erofs_length: LeU64,
     /// Offset of the Merkle tree (stored order: root level first).
@@ -96,6 +96,31 @@ const _: () = assert!(core::mem::size_of::<SealFooter>() == 64);
 const _: () = assert!(core::mem::size_of::<SealHeader>() == 512);
 const _: () = assert!(core::mem::offset_of!(SealHeader, root_hash) == 80);
 const _: () = assert!(core::mem::offset_of!(SealHeader, descriptor) == 144);
+
+/// Magic of the per-file digest section.
+pub const FILE_DIGESTS_MAGIC: [u8; 8] = *b"SEALFDG1";
+
+/// Header of the per-file digest section: `count` entries of `le64 nid` + `digest_size` digest bytes
+/// follow, sorted by nid. Each digest is the fs-verity digest of the regular file with that nid
+/// (4 KiB blocks, no salt: what `fsverity digest --hash-alg=ALG` prints for the file).
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct FileDigestsHeader {
+    /// [`FILE_DIGESTS_MAGIC`].
+    pub magic: [u8; 8],
+    /// fs-verity hash algorithm of the digests.
+    pub hash_algorithm: u8,
+    /// log2 of their Merkle block size.
+    pub log_blocksize: u8,
+    /// Bytes per digest.
+    pub digest_size: u8,
+    /// Reserved, zero.
+    pub reserved: u8,
+    /// Number of entries.
+    pub count: LeU32,
+}
+
+const _: () = assert!(core::mem::size_of::<FileDigestsHeader>() == 16);
 
 /// Size of the footer.
 pub const SEAL_FOOTER_SIZE: u64 = core::mem::size_of::<SealFooter>() as u64;

@@ -1,0 +1,425 @@
+//! The one choke point for image bytes: bounds checks, whole-block reads and a bounded LRU cache.
+//!
+//! Every byte the parsers look at comes through the crate-internal `Blocks`. It checks each
+//! requested range against the image length *before* any read (an offset taken from the image that
+//! points outside it is an [`Error::Corrupted`] naming the inode, block and offset), reads only
+//! whole blocks of the [`BlockSource`] (so a verifying source sees whole blocks), and keeps the most
+//! recently used blocks in a cache of a fixed number of entries. Large data reads bypass the cache
+//! for the whole blocks in their middle, so streaming a file does not evict metadata.
+
+use crate::error::{Error, Location, Result};
+use crate::source::BlockSource;
+use crate::stats::Stats;
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
+
+/// Bytes of one block (or part of one), shared with the cache when possible.
+#[derive(Clone)]
+pub struct BlockRef {
+    buf: Arc<[u8]>,
+    start: usize,
+    len: usize,
+}
+
+impl BlockRef {
+    /// A reference to bytes owned by nobody else.
+    pub fn owned(bytes: Vec<u8>) -> BlockRef {
+        let len = bytes.len();
+        BlockRef {
+            buf: bytes.into(),
+            start: 0,
+            len,
+        }
+    }
+}
+
+impl Deref for BlockRef {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for BlockRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlockRef({} bytes)", self.len)
+    }
+}
+
+const NIL: usize = usize::MAX;
+
+struct Node {
+    key: u64,
+    val: Arc<[u8]>,
+    prev: usize,
+    next: usize,
+}
+
+/// A least-recently-used map from block index to block bytes, with O(1) operations: a hash map into
+/// a slab of nodes linked from most (`head`) to least (`tail`) recently used.
+struct Lru {
+    cap: usize,
+    map: HashMap<u64, usize>,
+    nodes: Vec<Node>,
+    head: usize,
+    tail: usize,
+}
+
+impl Lru {
+    fn new(cap: usize) -> Lru {
+        Lru {
+            cap,
+            map: HashMap::with_capacity(cap.min(1 << 16)),
+            nodes: Vec::with_capacity(cap.min(1 << 16)),
+            head: NIL,
+            tail: NIL,
+        }
+    }
+
+    fn unlink(&mut self, i: usize) {
+        let (prev, next) = (self.nodes[i].prev, self.nodes[i].next);
+        if prev == NIL {
+            self.head = next;
+        } else {
+            self.nodes[prev].next = next;
+        }
+        if next == NIL {
+            self.tail = prev;
+        } else {
+            self.nodes[next].prev = prev;
+        }
+    }
+
+    fn push_front(&mut self, i: usize) {
+        self.nodes[i].prev = NIL;
+        self.nodes[i].next = self.head;
+        if self.head != NIL {
+            self.nodes[self.head].prev = i;
+        }
+        self.head = i;
+        if self.tail == NIL {
+            self.tail = i;
+        }
+    }
+
+    fn get(&mut self, key: u64) -> Option<Arc<[u8]>> {
+        let i = *self.map.get(&key)?;
+        if self.head != i {
+            self.unlink(i);
+            self.push_front(i);
+        }
+        Some(self.nodes[i].val.clone())
+    }
+
+    fn insert(&mut self, key: u64, val: Arc<[u8]>) {
+        if self.cap == 0 {
+            return;
+        }
+        if let Some(&i) = self.map.get(&key) {
+            self.nodes[i].val = val;
+            self.unlink(i);
+            self.push_front(i);
+            return;
+        }
+        let i = if self.nodes.len() < self.cap {
+            self.nodes.push(Node {
+                key,
+                val,
+                prev: NIL,
+                next: NIL,
+            });
+            self.nodes.len() - 1
+        } else {
+            let i = self.tail;
+            self.unlink(i);
+            self.map.remove(&self.nodes[i].key);
+            self.nodes[i].key = key;
+            self.nodes[i].val = val;
+            i
+        };
+        self.map.insert(key, i);
+        self.push_front(i);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// Bounds-checked, cached access to the blocks of a [`BlockSource`].
+pub(crate) struct Blocks {
+    src: Arc<dyn BlockSource>,
+    bits: u8,
+    len: u64,
+    nblocks: u64,
+    erofs_bits: u8,
+    cache: Mutex<Lru>,
+    stats: Stats,
+}
+
+impl Blocks {
+    /// Access to `src` caching up to `cache_blocks` blocks. `erofs_bits` (the EROFS block size) is
+    /// used to name blocks in errors; [`Blocks::set_erofs_bits`] sets it once the superblock is read.
+    pub(crate) fn new(src: Arc<dyn BlockSource>, cache_blocks: usize) -> Blocks {
+        let bits = src.block_bits();
+        let len = src.len();
+        Blocks {
+            bits,
+            len,
+            nblocks: len.div_ceil(1 << bits),
+            erofs_bits: 12,
+            cache: Mutex::new(Lru::new(cache_blocks)),
+            stats: Stats::default(),
+            src,
+        }
+    }
+
+    pub(crate) fn set_erofs_bits(&mut self, bits: u8) {
+        self.erofs_bits = bits;
+    }
+
+    /// Image length in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Number of blocks held in the cache.
+    #[cfg(test)]
+    pub(crate) fn cached(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn locate(&self, offset: u64, at: Location) -> Location {
+        at.with_offset(offset).with_block(offset >> self.erofs_bits)
+    }
+
+    /// Checks that `[offset, offset + len)` lies inside the image.
+    pub(crate) fn check(&self, offset: u64, len: u64, at: Location) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::corrupted(
+                format!(
+                    "{len} bytes at {offset:#x} run past the end of the image ({} bytes)",
+                    self.len
+                ),
+                self.locate(offset, at),
+            )),
+        }
+    }
+
+    fn relocate(&self, e: Error, offset: u64, at: Location) -> Error {
+        match e {
+            Error::Io { source, .. } => Error::Io {
+                at: self.locate(offset, at),
+                source,
+            },
+            other => other,
+        }
+    }
+
+    /// Source block `idx`, from the cache or read (and then cached).
+    fn block(&self, idx: u64, at: Location) -> Result<Arc<[u8]>> {
+        if idx >= self.nblocks {
+            return Err(Error::corrupted(
+                format!("block beyond the end of the image ({} bytes)", self.len),
+                self.locate(idx << self.bits, at),
+            ));
+        }
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(b) = cache.get(idx) {
+                self.stats.add_cache_hit();
+                return Ok(b);
+            }
+        }
+        self.stats.add_cache_miss();
+        let mut buf = vec![0u8; 1 << self.bits];
+        self.src
+            .read_blocks(idx, &mut buf)
+            .map_err(|e| self.relocate(e, idx << self.bits, at))?;
+        self.stats.add_blocks_read(1);
+        let block: Arc<[u8]> = buf.into();
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(idx, block.clone());
+        Ok(block)
+    }
+
+    /// Fills `buf` with the image bytes at `offset`, through the cache.
+    pub(crate) fn read(&self, offset: u64, buf: &mut [u8], at: Location) -> Result<()> {
+        self.check(offset, buf.len() as u64, at)?;
+        let mask = (1u64 << self.bits) - 1;
+        let mut pos = offset;
+        let mut done = 0;
+        while done < buf.len() {
+            let block = self.block(pos >> self.bits, at)?;
+            let off = (pos & mask) as usize;
+            let n = (block.len() - off).min(buf.len() - done);
+            buf[done..done + n].copy_from_slice(&block[off..off + n]);
+            done += n;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    /// `len` image bytes at `offset`. Callers bound `len` (it is never an unchecked image field).
+    pub(crate) fn read_vec(&self, offset: u64, len: usize, at: Location) -> Result<Vec<u8>> {
+        self.check(offset, len as u64, at)?;
+        let mut v = vec![0u8; len];
+        self.read(offset, &mut v, at)?;
+        Ok(v)
+    }
+
+    /// `len` bytes at `offset` as a [`BlockRef`]: shared with the cache when they lie in one block.
+    pub(crate) fn slice(&self, offset: u64, len: usize, at: Location) -> Result<BlockRef> {
+        self.check(offset, len as u64, at)?;
+        let mask = (1u64 << self.bits) - 1;
+        let off = (offset & mask) as usize;
+        if off + len <= 1 << self.bits {
+            let buf = self.block(offset >> self.bits, at)?;
+            Ok(BlockRef {
+                buf,
+                start: off,
+                len,
+            })
+        } else {
+            Ok(BlockRef::owned(self.read_vec(offset, len, at)?))
+        }
+    }
+
+    /// Fills `buf` from `offset` like [`Blocks::read`], but reads the whole blocks in the middle of
+    /// the range straight from the source into `buf`, without caching them.
+    pub(crate) fn read_bulk(&self, offset: u64, buf: &mut [u8], at: Location) -> Result<()> {
+        self.check(offset, buf.len() as u64, at)?;
+        let bs = 1u64 << self.bits;
+        let end = offset + buf.len() as u64;
+        let first_full = offset.next_multiple_of(bs);
+        let last_full = end & !(bs - 1);
+        if first_full >= last_full {
+            return self.read(offset, buf, at);
+        }
+        let head = (first_full - offset) as usize;
+        let mid = (last_full - first_full) as usize;
+        self.read(offset, &mut buf[..head], at)?;
+        // Whole blocks already cached are copied; runs of uncached ones are read in one request.
+        let mut pos = first_full;
+        while pos < last_full {
+            let idx = pos >> self.bits;
+            let dst_off = (pos - offset) as usize;
+            let cached = self
+                .cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(idx);
+            if let Some(b) = cached {
+                self.stats.add_cache_hit();
+                buf[dst_off..dst_off + bs as usize].copy_from_slice(&b);
+                pos += bs;
+                continue;
+            }
+            let run_end = last_full.min(pos + (1 << 20));
+            let n = (run_end - pos) as usize;
+            self.src
+                .read_blocks(idx, &mut buf[dst_off..dst_off + n])
+                .map_err(|e| self.relocate(e, pos, at))?;
+            self.stats.add_blocks_read(n as u64 >> self.bits);
+            pos = run_end;
+        }
+        self.read(last_full, &mut buf[head + mid..], at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::PlainBlocks;
+
+    #[test]
+    fn lru_evicts_least_recently_used() {
+        let mut lru = Lru::new(2);
+        let v = |b: u8| -> Arc<[u8]> { vec![b].into() };
+        lru.insert(1, v(1));
+        lru.insert(2, v(2));
+        assert_eq!(lru.get(1).unwrap()[0], 1); // 1 is now most recent
+        lru.insert(3, v(3)); // evicts 2
+        assert!(lru.get(2).is_none());
+        assert_eq!(lru.get(1).unwrap()[0], 1);
+        assert_eq!(lru.get(3).unwrap()[0], 3);
+        lru.insert(3, v(33));
+        assert_eq!(lru.get(3).unwrap()[0], 33);
+        assert_eq!(lru.len(), 2);
+        let mut none = Lru::new(0);
+        none.insert(1, v(1));
+        assert!(none.get(1).is_none());
+    }
+
+    #[test]
+    fn lru_survives_many_operations() {
+        let mut lru = Lru::new(5);
+        for i in 0..1000u64 {
+            lru.insert(i % 17, vec![i as u8].into());
+            let _ = lru.get((i * 7) % 17);
+            assert!(lru.len() <= 5);
+        }
+    }
+
+    fn blocks(len: usize, cache: usize) -> Blocks {
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        Blocks::new(Arc::new(PlainBlocks::new(data)), cache)
+    }
+
+    #[test]
+    fn reads_are_bounds_checked() {
+        let b = blocks(10000, 4);
+        let mut buf = [0u8; 16];
+        b.read(9984, &mut buf, Location::nid(5)).unwrap();
+        assert_eq!(buf[0], (9984 % 251) as u8);
+        let e = b.read(9990, &mut buf, Location::nid(5)).unwrap_err();
+        assert!(e.is_corrupted());
+        let msg = e.to_string();
+        assert!(msg.contains("nid 5") && msg.contains("block 2"), "{msg}");
+        assert!(b.read(u64::MAX - 3, &mut buf, Location::image()).is_err());
+    }
+
+    #[test]
+    fn cache_is_bounded_and_counts() {
+        let b = blocks(10 * 4096, 3);
+        let mut buf = [0u8; 100];
+        for i in 0..10u64 {
+            b.read(i * 4096, &mut buf, Location::image()).unwrap();
+        }
+        assert_eq!(b.cached(), 3);
+        b.read(9 * 4096 + 5, &mut buf, Location::image()).unwrap();
+        let s = b.stats().snapshot();
+        assert_eq!((s.cache_misses, s.cache_hits, s.blocks_read), (10, 1, 10));
+    }
+
+    #[test]
+    fn bulk_reads_match_cached_reads() {
+        let b = blocks(50000, 2);
+        for (off, len) in [
+            (0, 50000),
+            (100, 20000),
+            (4096, 8192),
+            (4000, 200),
+            (49000, 1000),
+        ] {
+            let mut x = vec![0u8; len];
+            let mut y = vec![0u8; len];
+            b.read(off, &mut x, Location::image()).unwrap();
+            b.read_bulk(off, &mut y, Location::image()).unwrap();
+            assert!(x == y, "{off} {len}");
+        }
+        let s = b.slice(4090, 10, Location::image()).unwrap();
+        assert_eq!(s[0], (4090 % 251) as u8);
+        assert_eq!(s.len(), 10);
+    }
+}

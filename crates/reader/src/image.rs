@@ -1,0 +1,143 @@
+//! [`Image`]: an opened EROFS image, the entry point of the reader (the kernel's `fill_super`).
+
+use crate::cache::{BlockRef, Blocks};
+use crate::error::{Error, Location, Result};
+use crate::inode::Inode;
+use crate::source::{BlockSource, PlainBlocks, ReadAt};
+use crate::stats::StatsSnapshot;
+use crate::superblock::{read_superblock, SuperInfo};
+use crate::xattr::{load_long_prefixes, LongPrefixes};
+use std::sync::Arc;
+
+/// How an image is opened.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Number of source blocks (4 KiB with [`Image::open`]) the block cache keeps. 0 disables it.
+    pub cache_blocks: usize,
+}
+
+/// Default size of the block cache: 256 blocks, 1 MiB with 4 KiB blocks.
+pub const DEFAULT_CACHE_BLOCKS: usize = 256;
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            cache_blocks: DEFAULT_CACHE_BLOCKS,
+        }
+    }
+}
+
+/// An opened, validated EROFS image. Cheap operations take `&self`; an `Image` is `Send + Sync`, so
+/// one can serve many threads (wrap it in an `Arc`).
+pub struct Image {
+    pub(crate) blocks: Blocks,
+    pub(crate) sb: SuperInfo,
+    pub(crate) prefixes: LongPrefixes,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Image")
+            .field("sb", &self.sb)
+            .field("len", &self.blocks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Image {
+    /// Opens an image from any byte source, with default options and no verification.
+    pub fn open<R: ReadAt + 'static>(source: R) -> Result<Image> {
+        Image::open_with(source, &Options::default())
+    }
+
+    /// Opens the image file at `path` (read with positional reads), with default options.
+    pub fn open_path(path: impl AsRef<std::path::Path>) -> Result<Image> {
+        let file = std::fs::File::open(path).map_err(|source| Error::Io {
+            at: Location::image(),
+            source,
+        })?;
+        Image::open(file)
+    }
+
+    /// Opens an image from any byte source, without verification.
+    pub fn open_with<R: ReadAt + 'static>(source: R, options: &Options) -> Result<Image> {
+        Image::open_blocks(Arc::new(PlainBlocks::new(source)), options)
+    }
+
+    /// Opens an image read through a [`BlockSource`] (for example one that verifies every block).
+    ///
+    /// Validates the superblock, loads the long xattr name prefixes and checks that the root inode is
+    /// a directory.
+    pub fn open_blocks(source: Arc<dyn BlockSource>, options: &Options) -> Result<Image> {
+        let mut blocks = Blocks::new(source, options.cache_blocks);
+        let sb = read_superblock(&blocks)?;
+        blocks.set_erofs_bits(sb.blkszbits);
+        let prefixes = load_long_prefixes(&blocks, &sb)?;
+        let image = Image {
+            blocks,
+            sb,
+            prefixes,
+        };
+        let root = image.root()?;
+        if !root.is_dir() {
+            return Err(Error::corrupted(
+                format!("root inode is not a directory (mode {:o})", root.mode()),
+                Location::nid(root.nid()),
+            ));
+        }
+        Ok(image)
+    }
+
+    /// The decoded superblock.
+    pub fn superblock(&self) -> &SuperInfo {
+        &self.sb
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u64 {
+        1 << self.sb.blkszbits
+    }
+
+    /// Length of the image in bytes.
+    pub fn len(&self) -> u64 {
+        self.blocks.len()
+    }
+
+    /// Whether the image has no bytes (never true for an opened image).
+    pub fn is_empty(&self) -> bool {
+        self.blocks.len() == 0
+    }
+
+    /// nid of the root directory.
+    pub fn root_nid(&self) -> u64 {
+        self.sb.root_nid
+    }
+
+    /// The root directory inode.
+    pub fn root(&self) -> Result<Inode> {
+        self.inode(self.sb.root_nid)
+    }
+
+    /// Counters of blocks read, cache hits and misses, xattr lookups and filter skips.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.blocks.stats().snapshot()
+    }
+
+    /// Reads raw image bytes at an absolute offset through the bounds-checked block cache (for
+    /// structural dumps and tools; file data is read with [`Image::read`]).
+    pub fn read_raw(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.blocks.read(offset, buf, Location::image())
+    }
+
+    /// Byte position of EROFS block `blkaddr`, or a corruption error naming `at` on overflow.
+    pub(crate) fn blkpos(&self, blkaddr: u64, at: Location) -> Result<u64> {
+        blkaddr
+            .checked_mul(self.block_size())
+            .ok_or_else(|| Error::corrupted(format!("block address {blkaddr:#x} overflows"), at))
+    }
+
+    /// One whole EROFS block, shared with the cache.
+    pub(crate) fn meta_block(&self, pos: u64, at: Location) -> Result<BlockRef> {
+        self.blocks.slice(pos, self.block_size() as usize, at)
+    }
+}

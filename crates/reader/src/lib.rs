@@ -1,0 +1,78 @@
+//! Reads EROFS images, the on-disk form of sealfs: the userspace twin of Linux 6.18's `fs/erofs`.
+//!
+//! # Design
+//!
+//! - **One choke point for image bytes.** Parsers never touch the byte source. They ask the
+//!   bounds-checked block cache ([`cache`]) for ranges; it checks every offset and length taken from
+//!   the image against the image size before reading, reads only whole blocks of a [`BlockSource`]
+//!   and keeps a bounded LRU of them. A malformed image therefore gives an [`Error::Corrupted`] that
+//!   names the inode, block and offset, never a panic or an out-of-bounds read, and no allocation is
+//!   sized by an unchecked image field.
+//! - **Verification slots in underneath.** [`BlockSource`] is the layer a verifying source
+//!   implements (each block checked against a Merkle tree before it is returned). The cache stores
+//!   what the source returned, so a block is verified once while cached; [`PlainBlocks`] is the
+//!   unverified source over any [`ReadAt`] (a file with `pread`, a byte buffer, a [`SubRange`]).
+//! - **Map, then read.** [`Image::map`] turns a logical offset of an inode into an [`Extent`] (blocks,
+//!   inline tail or hole) before any data I/O, like the kernel's `erofs_map_blocks`; reads follow the
+//!   map.
+//! - **Kernel semantics.** Directory iteration has the checks of `dir.c`, lookup is `namei.c`'s binary
+//!   search (so a directory the kernel cannot search fails here the same way), xattrs follow
+//!   `xattr.c` including the name bloom filter fast path, inodes decode as `erofs_read_inode` does.
+//!
+//! One module per on-disk concept, as in the kernel: [`superblock`], [`inode`], [`dir`], [`namei`],
+//! [`xattr`], [`data`]; plus [`source`] (byte and block sources), [`stats`] and [`error`].
+//!
+//! Supported: FLAT_PLAIN, FLAT_INLINE and CHUNK_BASED data (block maps and chunk indexes, holes),
+//! compact and extended inodes, every file type, shared and inline xattrs with short and plain long
+//! prefixes. Not yet: compressed data (an [`Error::Unsupported`]), extra devices, metadata compression
+//! (METABOX), long prefixes stored in the packed inode.
+//!
+//! ```no_run
+//! use sealfs_reader::{Follow, Image};
+//! let image = Image::open_path("image.erofs")?;
+//! let inode = image.resolve("/etc/hostname", Follow::All)?;
+//! let data = image.read_vec(&inode, 0, 1 << 20)?;
+//! for entry in image.read_dir(&image.root()?)? {
+//!     let entry = entry?;
+//!     println!("{} -> nid {}", String::from_utf8_lossy(&entry.name), entry.nid);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod cache;
+pub mod data;
+pub mod dir;
+pub mod error;
+mod image;
+pub mod inode;
+pub mod namei;
+pub mod source;
+pub mod stats;
+pub mod superblock;
+pub mod xattr;
+
+pub use cache::BlockRef;
+pub use data::{Extent, ExtentKind};
+pub use dir::{DirEntry, ReadDir};
+pub use error::{Error, Location, Result};
+pub use image::{Image, Options, DEFAULT_CACHE_BLOCKS};
+pub use inode::{FileType, Inode, Stat};
+pub use namei::Follow;
+pub use sealfs_format::DataLayout;
+pub use source::{BlockSource, PlainBlocks, ReadAt, SubRange};
+pub use stats::StatsSnapshot;
+pub use superblock::SuperInfo;
+pub use xattr::{LongPrefix, XattrBody};
+
+#[cfg(test)]
+mod tests {
+    /// An image is shared between threads (FUSE workers).
+    #[test]
+    fn images_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<crate::Image>();
+        check::<crate::Inode>();
+    }
+}

@@ -1,0 +1,281 @@
+//! Where image bytes come from: [`ReadAt`] (positional bytes) and [`BlockSource`] (whole blocks).
+//!
+//! The reader never reads a [`ReadAt`] directly. It reads whole blocks from a [`BlockSource`], through
+//! the bounds-checked block cache in [`crate::cache`]. [`PlainBlocks`] turns any [`ReadAt`] into a
+//! block source; a *verifying* block source (every block checked against a Merkle tree before it is
+//! returned) implements [`BlockSource`] the same way and wraps any other one, so verified bytes are
+//! what gets cached and nothing reaches the parsers unchecked.
+
+use crate::error::{Error, Location, Result};
+use std::io;
+use std::sync::Arc;
+
+/// A source of bytes at positions: a file, a byte buffer, a range of either.
+pub trait ReadAt: Send + Sync {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at or past the end).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+
+    /// Total length in bytes.
+    fn len(&self) -> u64;
+
+    /// Whether the source holds no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fills `buf` from `offset`; an end of data before `buf` is full is `UnexpectedEof`.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("end of data at offset {offset:#x}"),
+                    ))
+                }
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ReadAt for [u8] {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let Ok(start) = usize::try_from(offset) else {
+            return Ok(0);
+        };
+        let Some(avail) = self.get(start..) else {
+            return Ok(0);
+        };
+        let n = avail.len().min(buf.len());
+        buf[..n].copy_from_slice(&avail[..n]);
+        Ok(n)
+    }
+
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+}
+
+impl ReadAt for Vec<u8> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.as_slice().read_at(buf, offset)
+    }
+
+    fn len(&self) -> u64 {
+        Vec::len(self) as u64
+    }
+}
+
+#[cfg(unix)]
+impl ReadAt for std::fs::File {
+    /// Positional `pread`: the file offset is not used, so one `File` serves many threads.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(self, buf, offset)
+    }
+
+    /// The file's length when asked (0 if it cannot be determined: every read then fails its bounds
+    /// check instead of reading).
+    fn len(&self) -> u64 {
+        self.metadata().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+impl<T: ReadAt + ?Sized> ReadAt for &T {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        (**self).read_at(buf, offset)
+    }
+
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+}
+
+impl<T: ReadAt + ?Sized> ReadAt for Arc<T> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        (**self).read_at(buf, offset)
+    }
+
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+}
+
+impl<T: ReadAt + ?Sized> ReadAt for Box<T> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        (**self).read_at(buf, offset)
+    }
+
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+}
+
+/// The bytes `[start, start + len)` of another source, seen from offset 0: for example the EROFS part
+/// of a sealed image, which a Merkle tree and a trailer follow.
+#[derive(Clone, Debug)]
+pub struct SubRange<R> {
+    inner: R,
+    start: u64,
+    len: u64,
+}
+
+impl<R: ReadAt> SubRange<R> {
+    /// The range `[start, start + len)` of `inner`, clipped to `inner`'s length.
+    pub fn new(inner: R, start: u64, len: u64) -> SubRange<R> {
+        let avail = inner.len().saturating_sub(start);
+        SubRange {
+            inner,
+            start,
+            len: len.min(avail),
+        }
+    }
+}
+
+impl<R: ReadAt> ReadAt for SubRange<R> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if offset >= self.len {
+            return Ok(0);
+        }
+        let n = buf
+            .len()
+            .min((self.len - offset).min(usize::MAX as u64) as usize);
+        self.inner.read_at(&mut buf[..n], self.start + offset)
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+/// Whole blocks of an image. This is the layer a verifying source implements: the reader asks only
+/// for whole, in-range blocks, and caches what it gets.
+pub trait BlockSource: Send + Sync {
+    /// log2 of this source's block size (its unit of reading and, for a verifying source, of checking).
+    fn block_bits(&self) -> u8;
+
+    /// Length of the image in bytes. The last block may be partial: its bytes past the end read as
+    /// zeros (as fs-verity pads it for hashing), but the reader never uses them.
+    fn len(&self) -> u64;
+
+    /// Whether the image holds no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads the consecutive blocks `first ..` into `buf`, whose length is a whole number of blocks.
+    /// The caller guarantees that every block starts before [`BlockSource::len`].
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<()>;
+}
+
+/// A [`BlockSource`] over any [`ReadAt`], without verification.
+#[derive(Clone, Debug)]
+pub struct PlainBlocks<R> {
+    inner: R,
+    bits: u8,
+    len: u64,
+}
+
+/// The block size [`PlainBlocks::new`] uses: 4 KiB, the page and fs-verity block size.
+pub const DEFAULT_BLOCK_BITS: u8 = 12;
+
+impl<R: ReadAt> PlainBlocks<R> {
+    /// 4 KiB blocks of `inner`.
+    pub fn new(inner: R) -> PlainBlocks<R> {
+        PlainBlocks::with_block_bits(inner, DEFAULT_BLOCK_BITS)
+    }
+
+    /// Blocks of `1 << bits` bytes (9..=20) of `inner`.
+    ///
+    /// # Panics
+    /// If `bits` is outside 9..=20.
+    pub fn with_block_bits(inner: R, bits: u8) -> PlainBlocks<R> {
+        assert!((9..=20).contains(&bits), "block bits {bits} out of 9..=20");
+        let len = inner.len();
+        PlainBlocks { inner, bits, len }
+    }
+
+    /// The wrapped source.
+    pub fn get_ref(&self) -> &R {
+        &self.inner
+    }
+}
+
+impl<R: ReadAt> BlockSource for PlainBlocks<R> {
+    fn block_bits(&self) -> u8 {
+        self.bits
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<()> {
+        let offset = first << self.bits;
+        let at = Location::offset(offset);
+        let avail = self.len.saturating_sub(offset);
+        let n = (buf.len() as u64).min(avail) as usize;
+        self.inner
+            .read_exact_at(&mut buf[..n], offset)
+            .map_err(|source| Error::Io { at, source })?;
+        buf[n..].fill(0);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_read_positionally() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let mut buf = [0u8; 8];
+        assert_eq!(data.read_at(&mut buf, 96).unwrap(), 4);
+        assert_eq!(&buf[..4], &[96, 97, 98, 99]);
+        assert_eq!(data.read_at(&mut buf, 100).unwrap(), 0);
+        assert_eq!(data.read_at(&mut buf, u64::MAX).unwrap(), 0);
+        assert!(data.read_exact_at(&mut buf, 95).is_err());
+        let arc: Arc<[u8]> = data.clone().into();
+        arc.read_exact_at(&mut buf, 10).unwrap();
+        assert_eq!(buf[0], 10);
+    }
+
+    #[test]
+    fn sub_ranges_clip() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let sub = SubRange::new(&data[..], 10, 20);
+        assert_eq!(ReadAt::len(&sub), 20);
+        let mut buf = [0u8; 30];
+        assert_eq!(sub.read_at(&mut buf, 15).unwrap(), 5);
+        assert_eq!(buf[0], 25);
+        assert_eq!(ReadAt::len(&SubRange::new(&data[..], 90, 20)), 10);
+    }
+
+    #[test]
+    fn plain_blocks_zero_fill_the_last_partial_block() {
+        let data = vec![7u8; 5000];
+        let blocks = PlainBlocks::new(data);
+        let mut buf = vec![1u8; 4096];
+        blocks.read_blocks(1, &mut buf).unwrap();
+        assert!(buf[..904].iter().all(|&b| b == 7));
+        assert!(buf[904..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn files_read_with_pread() {
+        use std::io::Write;
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"hello world").unwrap();
+        let mut buf = [0u8; 5];
+        f.read_exact_at(&mut buf, 6).unwrap();
+        assert_eq!(&buf, b"world");
+        assert_eq!(ReadAt::len(&f), 11);
+    }
+}

@@ -1,0 +1,207 @@
+//! The superblock: parsed and validated the way Linux 6.18's `erofs_read_superblock` does.
+//!
+//! Checks, in the kernel's order: magic, `blkszbits` in 9..=12, `dirblkbits == 0`, the checksum when
+//! `SB_CHKSUM` is set, no unknown incompatible feature, the superblock size. Then the root nid (48-bit
+//! form when `48BIT` is set and `rootnid_8b != 0`), and the long xattr prefix table (see
+//! [`crate::xattr`]). Metadata compression (`METABOX`) is reported as unsupported.
+
+use crate::cache::Blocks;
+use crate::error::{Error, Location, Result};
+use sealfs_format::{
+    superblock_checksum, superblock_checksum_len, FromBytes, SuperBlock,
+    EROFS_ALL_FEATURE_INCOMPAT, EROFS_FEATURE_COMPAT_SB_CHKSUM, EROFS_FEATURE_COMPAT_XATTR_FILTER,
+    EROFS_FEATURE_INCOMPAT_48BIT, EROFS_FEATURE_INCOMPAT_METABOX, EROFS_SUPER_MAGIC_V1,
+    EROFS_SUPER_OFFSET,
+};
+
+/// `feature_compat`: the shared xattr area lives in the metabox (6.17+).
+pub const EROFS_FEATURE_COMPAT_SHARED_EA_IN_METABOX: u32 = 0x0000_0008;
+/// `feature_compat`: the long xattr prefix table is plain on disk (6.17-rc6+).
+pub const EROFS_FEATURE_COMPAT_PLAIN_XATTR_PFX: u32 = 0x0000_0010;
+
+/// Smallest `blkszbits` the kernel accepts.
+pub const MIN_BLKSZBITS: u8 = 9;
+/// Largest `blkszbits` the kernel accepts on a 4 KiB-page machine.
+pub const MAX_BLKSZBITS: u8 = 12;
+
+/// Everything the superblock says, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SuperInfo {
+    /// log2 of the block size.
+    pub blkszbits: u8,
+    /// Superblock size is `128 + 16 * sb_extslots`.
+    pub sb_extslots: u8,
+    /// The stored checksum (checked when `SB_CHKSUM` is set).
+    pub checksum: u32,
+    /// Compatible feature bits.
+    pub feature_compat: u32,
+    /// Incompatible feature bits.
+    pub feature_incompat: u32,
+    /// nid of the root directory.
+    pub root_nid: u64,
+    /// Total inode count (statfs only).
+    pub inos: u64,
+    /// Total block count (statfs only; 48-bit with `48BIT`).
+    pub blocks: u64,
+    /// Base seconds of compact-inode times.
+    pub epoch: i64,
+    /// Nanoseconds of every compact inode's times.
+    pub fixed_nsec: u32,
+    /// Build time relative to `epoch` (informational).
+    pub build_time: u32,
+    /// Start block of the inode area.
+    pub meta_blkaddr: u32,
+    /// Start block of the shared xattr area.
+    pub xattr_blkaddr: u32,
+    /// Filesystem UUID.
+    pub uuid: [u8; 16],
+    /// Volume label bytes, NUL-padded (see [`SuperInfo::label`]).
+    pub volume_name: [u8; 16],
+    /// Number of extra devices (`DEVICE_TABLE`).
+    pub extra_devices: u16,
+    /// Number of long xattr name prefixes.
+    pub xattr_prefix_count: u8,
+    /// Position of the long prefix table, in units of 4 bytes.
+    pub xattr_prefix_start: u32,
+    /// nid of the packed inode (`FRAGMENTS`).
+    pub packed_nid: u64,
+    /// Must be 0 for the xattr name filters to be used.
+    pub xattr_filter_reserved: u8,
+}
+
+impl SuperInfo {
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u64 {
+        1 << self.blkszbits
+    }
+
+    /// The volume label: `volume_name` up to its first NUL.
+    pub fn label(&self) -> &[u8] {
+        let n = self.volume_name.iter().position(|&b| b == 0).unwrap_or(16);
+        &self.volume_name[..n]
+    }
+
+    /// Whether a compatible feature bit is set.
+    pub fn has_compat(&self, bit: u32) -> bool {
+        self.feature_compat & bit != 0
+    }
+
+    /// Whether an incompatible feature bit is set.
+    pub fn has_incompat(&self, bit: u32) -> bool {
+        self.feature_incompat & bit != 0
+    }
+
+    /// Whether the kernel would use the per-inode xattr name filters: `COMPAT_XATTR_FILTER` is set
+    /// and `xattr_filter_reserved` is 0.
+    pub fn xattr_filter_enabled(&self) -> bool {
+        self.has_compat(EROFS_FEATURE_COMPAT_XATTR_FILTER) && self.xattr_filter_reserved == 0
+    }
+
+    /// Build time in seconds since the Unix epoch: `epoch + build_time`.
+    pub fn build_time_abs(&self) -> i64 {
+        self.epoch.saturating_add(self.build_time as i64)
+    }
+
+    /// Superblock size in bytes.
+    pub fn sb_size(&self) -> u64 {
+        128 + 16 * self.sb_extslots as u64
+    }
+}
+
+/// Reads and validates the superblock at byte 1024.
+pub(crate) fn read_superblock(blocks: &Blocks) -> Result<SuperInfo> {
+    let at = Location::offset(EROFS_SUPER_OFFSET);
+    if blocks.len() < EROFS_SUPER_OFFSET + 128 {
+        return Err(Error::corrupted(
+            format!(
+                "image of {} bytes is too short to hold a superblock",
+                blocks.len()
+            ),
+            at,
+        ));
+    }
+    let mut raw = [0u8; 128];
+    blocks.read(EROFS_SUPER_OFFSET, &mut raw, at)?;
+    let dsb = SuperBlock::read_from_bytes(&raw).expect("128 bytes");
+    let magic = dsb.magic.get();
+    if magic != EROFS_SUPER_MAGIC_V1 {
+        return Err(Error::corrupted(
+            format!("bad superblock magic {magic:#010x} (not an EROFS image)"),
+            at,
+        ));
+    }
+    let blkszbits = dsb.blkszbits;
+    if !(MIN_BLKSZBITS..=MAX_BLKSZBITS).contains(&blkszbits) {
+        return Err(Error::unsupported(
+            format!("blkszbits {blkszbits} (only {MIN_BLKSZBITS}..={MAX_BLKSZBITS})"),
+            at,
+        ));
+    }
+    if dsb.dirblkbits != 0 {
+        return Err(Error::unsupported(
+            format!("dirblkbits {}", dsb.dirblkbits),
+            at,
+        ));
+    }
+    let feature_compat = dsb.feature_compat.get();
+    if feature_compat & EROFS_FEATURE_COMPAT_SB_CHKSUM != 0 {
+        let len = superblock_checksum_len(blkszbits);
+        let region = blocks.read_vec(EROFS_SUPER_OFFSET, len, at)?;
+        let expected = superblock_checksum(&region);
+        let stored = dsb.checksum.get();
+        if stored != expected {
+            return Err(Error::corrupted(
+                format!("superblock checksum {stored:#010x}, computed {expected:#010x}"),
+                at,
+            ));
+        }
+    }
+    let feature_incompat = dsb.feature_incompat.get();
+    let unknown = feature_incompat & !EROFS_ALL_FEATURE_INCOMPAT;
+    if unknown != 0 {
+        return Err(Error::unsupported(
+            format!("unknown incompatible features {unknown:#x}"),
+            at,
+        ));
+    }
+    if feature_incompat & EROFS_FEATURE_INCOMPAT_METABOX != 0 {
+        return Err(Error::unsupported("METABOX (metadata compression)", at));
+    }
+    let sb_size = 128 + 16 * dsb.sb_extslots as u64;
+    if sb_size > 4096 - EROFS_SUPER_OFFSET {
+        return Err(Error::corrupted(
+            format!("sb_extslots {} (superblock beyond a page)", dsb.sb_extslots),
+            at,
+        ));
+    }
+    let mut blocks_total = dsb.blocks.get() as u64;
+    let root_nid =
+        if feature_incompat & EROFS_FEATURE_INCOMPAT_48BIT != 0 && dsb.rootnid_8b.get() != 0 {
+            blocks_total |= (dsb.root_nid.get() as u64) << 32;
+            dsb.rootnid_8b.get()
+        } else {
+            dsb.root_nid.get() as u64
+        };
+    Ok(SuperInfo {
+        blkszbits,
+        sb_extslots: dsb.sb_extslots,
+        checksum: dsb.checksum.get(),
+        feature_compat,
+        feature_incompat,
+        root_nid,
+        inos: dsb.inos.get(),
+        blocks: blocks_total,
+        epoch: dsb.epoch.get(),
+        fixed_nsec: dsb.fixed_nsec.get(),
+        build_time: dsb.build_time.get(),
+        meta_blkaddr: dsb.meta_blkaddr.get(),
+        xattr_blkaddr: dsb.xattr_blkaddr.get(),
+        uuid: dsb.uuid,
+        volume_name: dsb.volume_name,
+        extra_devices: dsb.extra_devices.get(),
+        xattr_prefix_count: dsb.xattr_prefix_count,
+        xattr_prefix_start: dsb.xattr_prefix_start.get(),
+        packed_nid: dsb.packed_nid.get(),
+        xattr_filter_reserved: dsb.xattr_filter_reserved,
+    })
+}
