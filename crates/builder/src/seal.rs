@@ -5,7 +5,7 @@
 //! kernel still mounts the file, it ignores what follows the EROFS blocks) or into a sidecar file
 //! (detached form: the EROFS file stays byte-identical to what another tool made).
 
-use crate::emit::{DataLeaves, FileDigests};
+use crate::emit::DataLeaves;
 use crate::error::{BuildError, Result};
 use rayon::prelude::*;
 use sealfs_format::{self as fmt, IntoBytes, SealFooter, SealHeader};
@@ -134,7 +134,7 @@ pub(crate) fn tree_from_data_leaves(
 /// attached seal, or a sidecar starting at 0).
 pub(crate) fn write_seal(
     tree: Tree,
-    files: &FileDigests,
+    files: &[(u64, Digest)],
     erofs_length: u64,
     out: Target<'_>,
     out_offset: u64,
@@ -211,7 +211,7 @@ pub(crate) fn write_seal(
 }
 
 /// Encodes the per-file digest section (empty when there are no digests).
-fn encode_file_digests(files: &FileDigests) -> Vec<u8> {
+fn encode_file_digests(files: &[(u64, Digest)]) -> Vec<u8> {
     let Some((_, first)) = files.first() else {
         return Vec::new();
     };
@@ -268,7 +268,13 @@ fn erofs_length_of(image: &File, path: &Path) -> Result<u64> {
 
 /// Seals an existing plain EROFS image (made by any tool): appended to it atomically (a sealed copy
 /// replaces it by rename), or into `opts.sidecar`. An image that already carries a seal is refused.
-pub fn seal_image(image_path: &Path, opts: &SealOptions) -> Result<SealInfo> {
+/// `files` are the per-file fs-verity digests by nid, sorted (the caller reads the image for them: the
+/// builder does not depend on the reader).
+pub fn seal_image(
+    image_path: &Path,
+    opts: &SealOptions,
+    files: &[(u64, Digest)],
+) -> Result<SealInfo> {
     let image = File::open(image_path).map_err(|e| BuildError::io(image_path, "open", e))?;
     let file_len = image
         .metadata()
@@ -296,7 +302,7 @@ pub fn seal_image(image_path: &Path, opts: &SealOptions) -> Result<SealInfo> {
             erofs_length,
             &opts.params,
         )?;
-        let mut info = write_seal(tree, &Vec::new(), erofs_length, Target::of(&tmp), 0, true)?;
+        let mut info = write_seal(tree, files, erofs_length, Target::of(&tmp), 0, true)?;
         persist(tmp, sidecar)?;
         info.sidecar = Some(sidecar.clone());
         return Ok(info);
@@ -325,7 +331,7 @@ pub fn seal_image(image_path: &Path, opts: &SealOptions) -> Result<SealInfo> {
     let tree = tree_from_image(Target::of(&tmp), erofs_length, &opts.params)?;
     let info = write_seal(
         tree,
-        &Vec::new(),
+        files,
         erofs_length,
         Target::of(&tmp),
         erofs_length,

@@ -1,6 +1,7 @@
 //! The `sealfs` command: parse the command line, turn it into validated options, run.
 
 mod build;
+mod files;
 mod progress;
 mod seal;
 mod verify;

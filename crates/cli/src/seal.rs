@@ -68,7 +68,26 @@ pub struct SealCmd {
 
 /// Runs `sealfs seal`: prints the image digest.
 pub fn run(args: SealCmd) -> Result<ExitCode> {
-    let info = sealfs_builder::seal_image(&args.image, &args.seal.options()?)?;
+    let opts = args.seal.options()?;
+    // Per-file digests, read through the reader, recorded in the seal as a build records them.
+    let file = std::fs::File::open(&args.image)
+        .with_context(|| format!("{}: open", args.image.display()))?;
+    let len = file.metadata()?.len();
+    let files = match crate::verify::reader_for(&file, len) {
+        Ok(img) => crate::files::compute_all(&img, opts.params.alg()).with_context(|| {
+            format!(
+                "{}: reading its files for their digests",
+                args.image.display()
+            )
+        })?,
+        Err(e) => {
+            return Err(e.context(format!(
+                "{}: not a readable EROFS image",
+                args.image.display()
+            )))
+        }
+    };
+    let info = sealfs_builder::seal_image(&args.image, &opts, &files)?;
     println!("{}", info.digest);
     match &info.sidecar {
         Some(s) => eprintln!(

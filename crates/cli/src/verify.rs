@@ -1,11 +1,13 @@
 //! `sealfs digest` and `sealfs verify`: re-hash the EROFS bytes and check them against the seal.
 
+use crate::files;
 use crate::progress::TermProgress;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
+use rayon::prelude::*;
 use sealfs_builder::Progress;
 use sealfs_format::{self as fmt, FromBytes, SealError, SealFooter, SealHeader};
-use sealfs_verity::{Digest, HashAlg, Params, TreeGeometry};
+use sealfs_verity::{BlockHasher, Digest, HashAlg, Params, TreeGeometry};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -150,8 +152,10 @@ pub fn open(
 /// One thing `verify` found wrong.
 #[derive(Debug)]
 pub enum Problem {
-    /// A block of the EROFS bytes does not match its hash.
-    DataBlock { index: u64 },
+    /// A block of the EROFS bytes does not match its hash; `owner` says what it holds, when known.
+    DataBlock { index: u64, owner: Option<String> },
+    /// A file's recorded fs-verity digest disagrees with its content (or a file has none).
+    FileDigest { path: String, what: String },
     /// A block of the stored Merkle tree does not match its parent (or the root).
     TreeBlock { level: usize, index: u64 },
     /// The trailer is damaged or inconsistent.
@@ -165,8 +169,11 @@ impl Problem {
     fn to_json(&self) -> serde_json::Value {
         let message = self.to_string();
         match self {
-            Problem::DataBlock { index } => {
-                serde_json::json!({"kind": "data_block", "block": index, "offset": index * 4096, "message": message})
+            Problem::DataBlock { index, owner } => {
+                serde_json::json!({"kind": "data_block", "block": index, "offset": index * 4096, "owner": owner, "message": message})
+            }
+            Problem::FileDigest { path, .. } => {
+                serde_json::json!({"kind": "file_digest", "path": path, "message": message})
             }
             Problem::TreeBlock { level, index } => {
                 serde_json::json!({"kind": "tree_block", "level": level, "index": index, "message": message})
@@ -182,14 +189,19 @@ impl Problem {
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Problem::DataBlock { index } => {
+            Problem::DataBlock { index, owner } => {
                 write!(
                     f,
                     "image block {index} (bytes {}..{}) does not match its hash",
                     index * 4096,
                     (index + 1) * 4096
-                )
+                )?;
+                match owner {
+                    Some(o) => write!(f, ": {o}"),
+                    None => Ok(()),
+                }
             }
+            Problem::FileDigest { path, what } => write!(f, "{path}: {what}"),
             Problem::TreeBlock { level, index } => {
                 write!(f, "Merkle tree level {level} block {index} is damaged")
             }
@@ -234,7 +246,10 @@ fn check_tree(
     }
     if g.num_levels() == 0 {
         if &leaves[..d] != root {
-            problems.push(Problem::DataBlock { index: 0 });
+            problems.push(Problem::DataBlock {
+                index: 0,
+                owner: None,
+            });
         }
         return problems;
     }
@@ -270,10 +285,186 @@ fn check_tree(
             && tree[loc.block as usize * bs + loc.offset..][..d] != leaves[j as usize * d..][..d]
             && problems.len() < max_report
         {
-            problems.push(Problem::DataBlock { index: j });
+            problems.push(Problem::DataBlock {
+                index: j,
+                owner: None,
+            });
         }
     }
     problems
+}
+
+/// Reads the per-file digest section of a seal (checked against the header's CRC), if there is one.
+pub fn read_file_digests(seal: &Seal) -> std::result::Result<Option<Vec<(u64, Digest)>>, String> {
+    let h = &seal.header;
+    if h.files_length.get() == 0 {
+        return Ok(None);
+    }
+    let mut bytes = vec![0u8; h.files_length.get() as usize];
+    seal.file
+        .read_exact_at(&mut bytes, h.files_offset.get())
+        .map_err(|e| format!("cannot read the per-file digest section: {e}"))?;
+    if fmt::seal_crc(&bytes) != h.files_crc.get() {
+        return Err("the per-file digest section is damaged (checksum mismatch)".into());
+    }
+    files::parse_section(&bytes).map(Some)
+}
+
+/// Opens the EROFS part of an image with the reader.
+pub fn reader_for(image: &File, len: u64) -> Result<sealfs_reader::Image> {
+    let source = sealfs_reader::SubRange::new(image.try_clone()?, 0, len);
+    Ok(sealfs_reader::Image::open(source)?)
+}
+
+fn path_text(p: &[u8]) -> String {
+    String::from_utf8_lossy(p).into_owned()
+}
+
+/// Names the owners of damaged blocks and checks the per-file digests against the image content (from
+/// the level-0 hashes already computed: file data is not hashed again). The walk reads the image
+/// through the reader; where damaged metadata stops it, blocks stay unnamed.
+fn check_files(image: &File, seal: &Seal, leaves: &[u8], problems: &mut Vec<Problem>) {
+    let len = seal.header.erofs_length.get();
+    let recorded = read_file_digests(seal);
+    if let Err(what) = &recorded {
+        problems.push(Problem::Trailer(what.clone()));
+    }
+    let walk = reader_for(image, len).and_then(|img| {
+        let files = files::regular_files(&img)?;
+        Ok((img, files))
+    });
+    let (img, files) = match walk {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("sealfs: note: cannot walk the image to name files: {e:#}");
+            return;
+        }
+    };
+    // Owners of damaged blocks.
+    let bad: std::collections::HashSet<u64> = problems
+        .iter()
+        .filter_map(|p| match p {
+            Problem::DataBlock { index, .. } => Some(*index),
+            _ => None,
+        })
+        .collect();
+    if !bad.is_empty() {
+        let mut owner = std::collections::HashMap::new();
+        for (nid, paths) in &files {
+            if let Ok(blocks) = img
+                .inode(*nid)
+                .map_err(anyhow::Error::from)
+                .and_then(|i| files::file_blocks(&img, &i))
+            {
+                for (_, ib) in blocks {
+                    if bad.contains(&ib) {
+                        owner.insert(ib, format!("data of /{}", path_text(&paths[0])));
+                    }
+                }
+            }
+        }
+        for p in problems.iter_mut() {
+            if let Problem::DataBlock { index, owner: o } = p {
+                *o =
+                    Some(owner.remove(index).unwrap_or_else(|| {
+                        "metadata (inodes, directories, xattrs) or tails".into()
+                    }));
+            }
+        }
+    }
+    let Ok(Some(recorded)) = recorded else { return };
+    let alg = match recorded.first() {
+        Some((_, d)) => d.alg(),
+        None => seal.params.alg(),
+    };
+    let fparams = files::file_params(alg);
+    let share = seal.params == fparams;
+    let hasher = BlockHasher::new(&fparams);
+    let recorded_nids: std::collections::BTreeSet<u64> = recorded.iter().map(|(n, _)| *n).collect();
+    for nid in files.keys().filter(|n| !recorded_nids.contains(n)) {
+        problems.push(Problem::FileDigest {
+            path: format!("/{}", path_text(&files[nid][0])),
+            what: "no recorded fs-verity digest".into(),
+        });
+    }
+    let results: Vec<Option<Problem>> = recorded
+        .par_iter()
+        .map(|(nid, want)| {
+            let Some(paths) = files.get(nid) else {
+                return Some(Problem::Trailer(format!(
+                    "per-file digest for nid {nid}, which is no regular file of the image"
+                )));
+            };
+            let path = format!("/{}", path_text(&paths[0]));
+            let got = img
+                .inode(*nid)
+                .map_err(anyhow::Error::from)
+                .and_then(|inode| {
+                    if share {
+                        files::digest_from_leaves(&img, &inode, &hasher, leaves)
+                    } else {
+                        files::digest_by_reading(&img, &inode, alg)
+                    }
+                });
+            match got {
+                Ok(got) if &got == want => None,
+                Ok(got) => Some(Problem::FileDigest {
+                    path,
+                    what: format!("recorded digest {want}, content hashes to {got}"),
+                }),
+                Err(e) => Some(Problem::FileDigest {
+                    path,
+                    what: format!("cannot check its digest: {e:#}"),
+                }),
+            }
+        })
+        .collect();
+    problems.extend(results.into_iter().flatten());
+}
+
+/// `sealfs digest --files`: recorded digests (sealed images) or digests computed by reading (plain ones).
+fn print_file_digests(args: &DigestArgs, image: &File, opened: &Opened) -> Result<ExitCode> {
+    use std::io::Write;
+    let (len, recorded) = match opened {
+        Opened::Plain(len) => (*len, None),
+        Opened::Sealed(seal) => (
+            seal.header.erofs_length.get(),
+            read_file_digests(seal).map_err(|e| anyhow!("{}: {e}", args.image.display()))?,
+        ),
+    };
+    let img = reader_for(image, len)?;
+    let digests = match recorded {
+        Some(d) => d,
+        None => {
+            let alg: HashAlg = args.hash_alg.as_deref().unwrap_or("sha256").parse()?;
+            eprintln!(
+                "sealfs: note: {}: no recorded per-file digests; hashing every file",
+                args.image.display()
+            );
+            files::compute_all(&img, alg)?
+        }
+    };
+    let digests: std::collections::HashMap<u64, Digest> = digests.into_iter().collect();
+    let mut lines: Vec<(Vec<u8>, &Digest)> = Vec::new();
+    for (nid, paths) in files::regular_files(&img)? {
+        let d = digests.get(&nid).ok_or_else(|| {
+            anyhow!(
+                "{}: no recorded digest for nid {nid} (/{})",
+                args.image.display(),
+                path_text(&paths[0])
+            )
+        })?;
+        lines.extend(paths.into_iter().map(|p| (p, d)));
+    }
+    lines.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for (path, d) in lines {
+        write!(out, "{d} ")?;
+        out.write_all(&path)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Arguments of `sealfs verify`.
@@ -365,6 +556,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
                 &leaves,
                 args.max_problems,
             );
+            check_files(&image, &seal, &leaves, &mut problems);
             let actual = sealfs_verity::file_digest(&seal.params, &h.descriptor);
             if let Some(expected) = &expected {
                 if &actual != expected {
@@ -432,6 +624,11 @@ pub struct DigestArgs {
     /// Hash algorithm for a plain image (a sealed one uses its seal's).
     #[arg(long, value_name = "ALG", value_parser = ["sha256", "sha512"])]
     hash_alg: Option<String>,
+    /// Print the fs-verity digest of every regular file instead, one `DIGEST PATH` line per path
+    /// (as `fsverity digest` prints them), from the digests recorded in the seal. Compare with
+    /// `cd TREE && find . -type f -printf '%P\0' | sort -z | xargs -0 fsverity digest`.
+    #[arg(long)]
+    files: bool,
 }
 
 /// Runs `sealfs digest`: computes the fs-verity digest of the EROFS bytes (what `fsverity digest` prints
@@ -446,6 +643,9 @@ pub fn run_digest(args: DigestArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
+    if args.files {
+        return print_file_digests(&args, &image, &opened);
+    }
     let (params, len, sealed) = match &opened {
         Opened::Plain(len) => {
             let alg: HashAlg = args.hash_alg.as_deref().unwrap_or("sha256").parse()?;
