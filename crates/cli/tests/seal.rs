@@ -514,7 +514,22 @@ fn tamper_anywhere_is_found_and_named() {
             got.contains(&want),
             "flip at {pos}: expected {want:?}, reported {got:?} ({json})"
         );
+        // A damaged block of a file's data is named by the file, and that file's recorded digest fails.
+        let problems = json["problems"].as_array().unwrap();
+        for p in problems {
+            if let Some(owner) = p["owner"].as_str().and_then(|o| o.strip_prefix("data of ")) {
+                named_big += (owner == "/big") as usize;
+                let digest_failed = problems
+                    .iter()
+                    .any(|q| q["kind"] == "file_digest" && q["path"] == owner);
+                assert!(
+                    digest_failed,
+                    "flip at {pos} in {owner}: its digest did not fail: {json}"
+                );
+            }
+        }
     }
+    assert!(named_big > 0, "no flip in /big's data was named after it");
 
     // A wrong digest, a truncated file and an extended one.
     let wrong = format!("sha256:{}", "0".repeat(64));
