@@ -2,6 +2,7 @@
 
 mod build;
 mod files;
+mod open;
 mod progress;
 mod seal;
 mod verify;

@@ -59,7 +59,7 @@ struct Node {
 
 /// A least-recently-used map from block index to block bytes, with O(1) operations: a hash map into
 /// a slab of nodes linked from most (`head`) to least (`tail`) recently used.
-struct Lru {
+pub(crate) struct Lru {
     cap: usize,
     map: HashMap<u64, usize>,
     nodes: Vec<Node>,
@@ -68,7 +68,7 @@ struct Lru {
 }
 
 impl Lru {
-    fn new(cap: usize) -> Lru {
+    pub(crate) fn new(cap: usize) -> Lru {
         Lru {
             cap,
             map: HashMap::with_capacity(cap.min(1 << 16)),
@@ -104,7 +104,7 @@ impl Lru {
         }
     }
 
-    fn get(&mut self, key: u64) -> Option<Arc<[u8]>> {
+    pub(crate) fn get(&mut self, key: u64) -> Option<Arc<[u8]>> {
         let i = *self.map.get(&key)?;
         if self.head != i {
             self.unlink(i);
@@ -113,7 +113,7 @@ impl Lru {
         Some(self.nodes[i].val.clone())
     }
 
-    fn insert(&mut self, key: u64, val: Arc<[u8]>) {
+    pub(crate) fn insert(&mut self, key: u64, val: Arc<[u8]>) {
         if self.cap == 0 {
             return;
         }
@@ -219,6 +219,13 @@ impl Blocks {
             Error::Io { source, .. } => Error::Io {
                 at: self.locate(offset, at),
                 source,
+            },
+            Error::Verification { what, at: inner } => Error::Verification {
+                what,
+                at: Location {
+                    nid: at.nid,
+                    ..inner
+                },
             },
             other => other,
         }

@@ -116,6 +116,14 @@ pub enum Error {
     /// A request that does not fit the inode (for example `readlink` of a regular file).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A block does not match the Merkle tree: the image was damaged or tampered with.
+    #[error("verification failed: {what} ({at})")]
+    Verification {
+        /// What did not match (data block, or tree level and block).
+        what: String,
+        /// Where.
+        at: Location,
+    },
     /// The byte source failed.
     #[error("I/O error ({at}): {source}")]
     Io {
@@ -154,6 +162,7 @@ impl Error {
             Error::NameTooLong(_) => libc::ENAMETOOLONG,
             Error::TooManySymlinks(_) => libc::ELOOP,
             Error::InvalidArgument(_) => libc::EINVAL,
+            Error::Verification { .. } => libc::EIO,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }

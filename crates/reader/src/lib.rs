@@ -51,6 +51,7 @@ pub mod namei;
 pub mod source;
 pub mod stats;
 pub mod superblock;
+pub mod verified;
 pub mod xattr;
 
 pub use cache::BlockRef;
@@ -64,6 +65,7 @@ pub use sealfs_format::DataLayout;
 pub use source::{BlockSource, PlainBlocks, ReadAt, SubRange};
 pub use stats::StatsSnapshot;
 pub use superblock::SuperInfo;
+pub use verified::{SealInfo, VerifiedBlocks, VerifyStats};
 pub use xattr::{LongPrefix, XattrBody};
 
 #[cfg(test)]

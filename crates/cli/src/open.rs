@@ -1,0 +1,132 @@
+// Used by the reading commands (ls, cat, stat, getfattr, extract, inspect), which land next.
+#![allow(dead_code)]
+//! Opening an image for the reading commands: the shared `--digest`/`--sidecar`/`--verify` options, the
+//! seal, and the reader over the EROFS bytes.
+
+use crate::verify::{self, OpenError, Opened};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use sealfs_reader::{Image, Options, ReadAt, SealInfo, VerifiedBlocks};
+use sealfs_verity::Digest;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Options every reading command takes.
+#[derive(Args, Clone, Debug)]
+pub struct ImageArgs {
+    /// The image (sealed or plain EROFS).
+    pub image: PathBuf,
+    /// The digest the image must have (`sha256:<hex>`); a different image is an error. Without it the
+    /// image is only checked against its own seal (self-consistent, not authenticated).
+    #[arg(long, value_name = "DIGEST", global = true)]
+    pub digest: Option<String>,
+    /// Read the seal from this sidecar file.
+    #[arg(long, value_name = "PATH", global = true)]
+    pub sidecar: Option<PathBuf>,
+    /// `none` trusts the image: no block is checked against the seal.
+    #[arg(long, value_name = "MODE", default_value = "default", value_parser = ["default", "none"], global = true)]
+    pub verify: String,
+    /// Verified Merkle hash blocks kept in memory (each 4 KiB covers 512 KiB of data).
+    #[arg(long, value_name = "BLOCKS", default_value_t = sealfs_reader::verified::DEFAULT_HASH_CACHE_BLOCKS, global = true)]
+    pub hash_cache_blocks: usize,
+}
+
+/// What was established about an opened image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trust {
+    /// Every block read is checked against a seal whose digest equals `--digest`.
+    Authenticated(Digest),
+    /// Every block read is checked against the image's own seal; nobody vouched for the seal.
+    SelfConsistent(Digest),
+    /// Nothing is checked (plain image, or `--verify=none`).
+    Unverified,
+}
+
+/// An image opened for reading.
+pub struct OpenImage {
+    /// The reader.
+    pub image: Image,
+    /// What reads are checked against.
+    pub trust: Trust,
+    /// The seal, if the image has one.
+    pub seal: Option<Box<verify::Seal>>,
+    /// Bytes of EROFS data.
+    pub erofs_length: u64,
+    /// The verifying block source, when reads are verified (its statistics).
+    pub verified: Option<Arc<VerifiedBlocks>>,
+}
+
+impl ImageArgs {
+    /// Opens the image as the options say.
+    pub fn open(&self) -> Result<OpenImage> {
+        let expected: Option<Digest> = self
+            .digest
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| anyhow!("--digest: {e}"))?;
+        let (file, opened) = match verify::open(&self.image, self.sidecar.as_deref()) {
+            Ok(x) => x,
+            Err(OpenError::CannotRun(e)) => return Err(e),
+            Err(OpenError::Mismatch(what)) => bail!("{what}"),
+        };
+        let (len, seal) = match opened {
+            Opened::Plain(len) => (len, None),
+            Opened::Sealed(seal) => (seal.header.erofs_length.get(), Some(seal)),
+        };
+        let trust = match (&seal, &expected) {
+            (Some(seal), _) if self.verify != "none" => {
+                let digest = sealfs_verity::file_digest(&seal.params, &seal.header.descriptor);
+                match expected {
+                    Some(e) if e != digest => bail!(
+                        "{}: the image is {digest}, not the expected {e}",
+                        self.image.display()
+                    ),
+                    Some(_) => Trust::Authenticated(digest),
+                    None => Trust::SelfConsistent(digest),
+                }
+            }
+            (None, Some(_)) if self.verify != "none" => {
+                bail!("{}: not sealed, so --digest cannot be checked while reading; seal it or use `sealfs verify --digest`", self.image.display())
+            }
+            _ => Trust::Unverified,
+        };
+        let (image, verified) = match (&seal, &trust) {
+            (Some(seal), Trust::Authenticated(_) | Trust::SelfConsistent(_)) => {
+                let data: Arc<dyn ReadAt> = Arc::new(file);
+                let tree: Arc<dyn ReadAt> = if self.sidecar.is_some() {
+                    Arc::new(seal.file.try_clone()?)
+                } else {
+                    data.clone()
+                };
+                let h = &seal.header;
+                let info = SealInfo {
+                    params: seal.params,
+                    data_length: len,
+                    tree_offset: h.tree_offset.get(),
+                    root: Digest::new(
+                        seal.params.alg(),
+                        &h.root_hash[..seal.params.digest_size()],
+                    )?,
+                };
+                let blocks = Arc::new(VerifiedBlocks::new(
+                    data,
+                    tree,
+                    info,
+                    self.hash_cache_blocks,
+                )?);
+                let image = Image::open_blocks(blocks.clone(), &Options::default())
+                    .with_context(|| format!("{}: open", self.image.display()))?;
+                (image, Some(blocks))
+            }
+            _ => (verify::reader_for(&file, len)?, None),
+        };
+        Ok(OpenImage {
+            image,
+            trust,
+            seal,
+            erofs_length: len,
+            verified,
+        })
+    }
+}

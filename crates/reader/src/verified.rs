@@ -1,0 +1,304 @@
+//! A [`BlockSource`] that checks every block against an fs-verity Merkle tree before returning it.
+//!
+//! For a read of data blocks `[a, b)` it works out, level by level, which hash blocks the check needs
+//! and which of them are not already verified and cached: level 0 holds the hashes of `[a, b)`; a
+//! hash block that is cached was verified when it was cached, so the climb towards the root stops at
+//! the first cached block of each path. The missing hash blocks are fetched in the same batch as the
+//! data ([`ReadAt::read_batch`]), never data first and hashes afterwards. Then the fetched hash
+//! blocks are verified top-down (each against its parent's entry, the top one against the root),
+//! cached, and every data block is checked against its level-0 entry. A mismatch fails this read
+//! only, naming the block (and the tree level for hash blocks); nothing unverified is cached.
+
+use crate::cache::Lru;
+use crate::error::{Error, Location, Result};
+use crate::source::{BlockSource, ReadAt};
+use sealfs_verity::{BlockHasher, Digest, Params, TreeGeometry};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// A verified hash block from the cache: (tree block index, bytes).
+type CachedBlock = (u64, Arc<[u8]>);
+
+/// Where the Merkle tree of an image is and what it must hash to.
+#[derive(Clone, Debug)]
+pub struct SealInfo {
+    /// Hash algorithm, block size and salt.
+    pub params: Params,
+    /// Bytes the tree covers (the EROFS bytes, from offset 0 of the data source).
+    pub data_length: u64,
+    /// Offset of the tree (stored order, root level first) in the tree source.
+    pub tree_offset: u64,
+    /// The Merkle root.
+    pub root: Digest,
+}
+
+/// Counters of a [`VerifiedBlocks`].
+#[derive(Debug, Default)]
+pub struct VerifyStats {
+    /// Data blocks checked against the tree.
+    pub blocks_verified: AtomicU64,
+    /// Hash blocks fetched (and verified).
+    pub hash_blocks_read: AtomicU64,
+    /// Hash blocks found verified in the cache.
+    pub hash_cache_hits: AtomicU64,
+    /// Read batches issued.
+    pub batches: AtomicU64,
+    /// Bytes of data read.
+    pub data_bytes: AtomicU64,
+    /// Bytes of hash blocks read (the cost of integrity).
+    pub hash_bytes: AtomicU64,
+    /// Blocks that failed verification.
+    pub failures: AtomicU64,
+}
+
+/// A verifying block source over a data source and a tree source (the same file for an attached seal).
+pub struct VerifiedBlocks {
+    data: Arc<dyn ReadAt>,
+    tree: Arc<dyn ReadAt>,
+    same_source: bool,
+    seal: SealInfo,
+    geometry: TreeGeometry,
+    hasher: BlockHasher,
+    /// Verified hash blocks by tree block index.
+    cache: Mutex<Lru>,
+    stats: VerifyStats,
+}
+
+/// Default number of hash blocks kept verified: 1024 (4 MiB of hashes, which cover 512 MiB of data
+/// at level 0 with SHA-256 and 4 KiB blocks).
+pub const DEFAULT_HASH_CACHE_BLOCKS: usize = 1024;
+
+impl VerifiedBlocks {
+    /// A verifying source. `data` holds the EROFS bytes from offset 0; `tree` holds the tree at
+    /// `seal.tree_offset` (pass the same `Arc` for an attached seal: hashes and data then share one
+    /// batch). `hash_cache_blocks` bounds the verified hash blocks kept (at least the tree height).
+    pub fn new(
+        data: Arc<dyn ReadAt>,
+        tree: Arc<dyn ReadAt>,
+        seal: SealInfo,
+        hash_cache_blocks: usize,
+    ) -> Result<Self> {
+        let geometry = TreeGeometry::new(&seal.params, seal.data_length);
+        if seal.root.alg() != seal.params.alg() {
+            return Err(Error::InvalidArgument(
+                "root and parameters use different hash algorithms".into(),
+            ));
+        }
+        let end = seal.tree_offset.checked_add(geometry.tree_size());
+        if end.is_none_or(|e| e > tree.len()) {
+            return Err(Error::corrupted(
+                format!(
+                    "Merkle tree of {} bytes at {} lies outside its file of {}",
+                    geometry.tree_size(),
+                    seal.tree_offset,
+                    tree.len()
+                ),
+                Location::image(),
+            ));
+        }
+        if seal.data_length > data.len() {
+            return Err(Error::corrupted(
+                format!(
+                    "the seal covers {} bytes but the image has {}",
+                    seal.data_length,
+                    data.len()
+                ),
+                Location::image(),
+            ));
+        }
+        let same_source = std::ptr::addr_eq(Arc::as_ptr(&data), Arc::as_ptr(&tree));
+        Ok(VerifiedBlocks {
+            hasher: BlockHasher::new(&seal.params),
+            cache: Mutex::new(Lru::new(hash_cache_blocks.max(geometry.num_levels() + 1))),
+            data,
+            tree,
+            same_source,
+            geometry,
+            seal,
+            stats: VerifyStats::default(),
+        })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &VerifyStats {
+        &self.stats
+    }
+
+    /// The tree's shape.
+    pub fn geometry(&self) -> &TreeGeometry {
+        &self.geometry
+    }
+
+    fn bs(&self) -> usize {
+        self.seal.params.block_size()
+    }
+
+    fn fail(&self, what: String, block: Option<u64>) -> Error {
+        self.stats.failures.fetch_add(1, Relaxed);
+        let mut at = Location::image();
+        if let Some(b) = block {
+            at.offset = Some(b * self.bs() as u64);
+        }
+        Error::Verification { what, at }
+    }
+
+    /// Hash blocks to fetch for data blocks `first..end`: per level, the blocks not cached, climbing
+    /// only above blocks that are missing. Returns (level, tree block index) pairs, lowest level first,
+    /// and the cached blocks the check will use.
+    fn plan(&self, first: u64, end: u64) -> (Vec<(usize, u64)>, Vec<CachedBlock>) {
+        let g = &self.geometry;
+        let mut missing = Vec::new();
+        let mut cached = Vec::new();
+        let mut cache = self.cache.lock().expect("hash cache lock");
+        // Items (data blocks at level 0, hash blocks of the level below otherwise) whose hashes we need.
+        let mut items: Vec<u64> = (first..end).collect();
+        for level in 0..g.num_levels() {
+            let mut next = Vec::new();
+            let mut last = None;
+            for &item in &items {
+                let loc = g.hash_location(level, item).expect("item inside the tree");
+                if last == Some(loc.block) {
+                    continue;
+                }
+                last = Some(loc.block);
+                match cache.get(loc.block) {
+                    Some(b) => {
+                        self.stats.hash_cache_hits.fetch_add(1, Relaxed);
+                        cached.push((loc.block, b));
+                    }
+                    None => {
+                        missing.push((level, loc.block));
+                        next.push(loc.block - g.level_start(level));
+                    }
+                }
+            }
+            if next.is_empty() {
+                break;
+            }
+            items = next;
+        }
+        (missing, cached)
+    }
+}
+
+impl BlockSource for VerifiedBlocks {
+    fn block_bits(&self) -> u8 {
+        self.seal.params.log_block_size()
+    }
+
+    fn len(&self) -> u64 {
+        self.seal.data_length
+    }
+
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<()> {
+        let bs = self.bs();
+        let n = (buf.len() / bs) as u64;
+        let g = &self.geometry;
+        let d = self.seal.params.digest_size();
+        let start = first * bs as u64;
+        let avail = (self.seal.data_length.saturating_sub(start) as usize).min(buf.len());
+        let (missing, cached) = self.plan(first, first + n);
+
+        // One batch: the data and every missing hash block.
+        let mut hash_bufs: Vec<Vec<u8>> = missing.iter().map(|_| vec![0u8; bs]).collect();
+        {
+            let (data_part, zero_tail) = buf.split_at_mut(avail);
+            zero_tail.fill(0);
+            let mut hashes: Vec<(u64, &mut [u8])> = missing
+                .iter()
+                .zip(hash_bufs.iter_mut())
+                .map(|((_, b), v)| (self.seal.tree_offset + b * bs as u64, v.as_mut_slice()))
+                .collect();
+            let io = |e: std::io::Error| Error::Io {
+                at: Location {
+                    offset: Some(start),
+                    ..Location::image()
+                },
+                source: e,
+            };
+            self.stats.batches.fetch_add(1, Relaxed);
+            if self.same_source {
+                hashes.push((start, data_part));
+                self.data.read_batch(&mut hashes).map_err(io)?;
+            } else {
+                self.tree.read_batch(&mut hashes).map_err(io)?;
+                self.data
+                    .read_batch(&mut [(start, data_part)])
+                    .map_err(io)?;
+            }
+        }
+        self.stats.data_bytes.fetch_add(avail as u64, Relaxed);
+        self.stats
+            .hash_bytes
+            .fetch_add((missing.len() * bs) as u64, Relaxed);
+        self.stats
+            .hash_blocks_read
+            .fetch_add(missing.len() as u64, Relaxed);
+
+        // Verify fetched hash blocks top-down; parents come from this batch or the cache.
+        let mut known: std::collections::HashMap<u64, Arc<[u8]>> = cached.into_iter().collect();
+        let mut order: Vec<usize> = (0..missing.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(missing[i].0));
+        let mut fresh = Vec::new();
+        for i in order {
+            let (level, block) = missing[i];
+            let bytes: Arc<[u8]> = std::mem::take(&mut hash_bufs[i]).into();
+            let digest = self.hasher.hash_block(&bytes);
+            let ok = if level + 1 == g.num_levels() {
+                digest.as_bytes() == self.seal.root.as_bytes()
+            } else {
+                let index = block - g.level_start(level);
+                let loc = g
+                    .hash_location(level + 1, index)
+                    .expect("parent inside the tree");
+                match known.get(&loc.block) {
+                    Some(parent) => &parent[loc.offset..loc.offset + d] == digest.as_bytes(),
+                    None => false,
+                }
+            };
+            if !ok {
+                return Err(self.fail(
+                    format!(
+                        "Merkle tree level {level} block {} does not match its parent",
+                        block - g.level_start(level)
+                    ),
+                    None,
+                ));
+            }
+            known.insert(block, bytes.clone());
+            fresh.push((block, bytes));
+        }
+
+        // Verify the data blocks.
+        let mut digest = vec![0u8; d];
+        for k in 0..n {
+            let blk = first + k;
+            let data = &buf[k as usize * bs..(k as usize + 1) * bs];
+            let want: &[u8] = if g.num_levels() == 0 {
+                self.seal.root.as_bytes()
+            } else {
+                let loc = g.hash_location(0, blk).expect("data block inside the tree");
+                let Some(hb) = known.get(&loc.block) else {
+                    return Err(
+                        self.fail(format!("no verified hash for data block {blk}"), Some(blk))
+                    );
+                };
+                &hb[loc.offset..loc.offset + d]
+            };
+            let len = ((self.seal.data_length - blk * bs as u64) as usize).min(bs);
+            self.hasher.hash_block_into(&data[..len], &mut digest);
+            if digest != want {
+                return Err(self.fail(
+                    format!("data block {blk} does not match its hash"),
+                    Some(blk),
+                ));
+            }
+        }
+        self.stats.blocks_verified.fetch_add(n, Relaxed);
+        let mut cache = self.cache.lock().expect("hash cache lock");
+        for (block, bytes) in fresh {
+            cache.insert(block, bytes);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,294 @@
+//! Verified reads: every block checked against the seal's Merkle tree before use, hash blocks fetched
+//! in the same batch as the data they check, and a damaged block failing only the reads that touch it.
+//! Images come from the sealfs builder (run as a program; the reader does not depend on it).
+
+mod common;
+
+use sealfs_format::{SealFooter, SealHeader};
+use sealfs_reader::{Error, ExtentKind, Follow, Image, Options, ReadAt, SealInfo, VerifiedBlocks};
+use sealfs_verity::{Digest, HashAlg, Params};
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// A byte source that records every batch it is asked for.
+struct Counting {
+    bytes: Vec<u8>,
+    batches: Mutex<Vec<Vec<(u64, usize)>>>,
+    single_reads: AtomicU64,
+}
+
+impl ReadAt for Counting {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.single_reads.fetch_add(1, Relaxed);
+        self.bytes.as_slice().read_at(buf, offset)
+    }
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+    fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
+        self.batches
+            .lock()
+            .unwrap()
+            .push(reqs.iter().map(|(o, b)| (*o, b.len())).collect());
+        for (o, b) in reqs.iter_mut() {
+            self.bytes.as_slice().read_exact_at(b, *o)?;
+        }
+        Ok(())
+    }
+}
+
+struct Sealed {
+    info: SealInfo,
+    erofs_len: u64,
+    tree_len: u64,
+}
+
+fn parse_seal(bytes: &[u8]) -> Sealed {
+    let n = bytes.len() as u64;
+    let footer = SealFooter::parse(bytes[bytes.len() - 64..].try_into().unwrap(), n).unwrap();
+    let ho = footer.header_offset.get() as usize;
+    let header = SealHeader::parse(bytes[ho..ho + 512].try_into().unwrap(), &footer).unwrap();
+    let params = Params::from_log_block_size(
+        HashAlg::from_id(header.hash_algorithm).unwrap(),
+        header.log_blocksize,
+        header.salt(),
+    )
+    .unwrap();
+    let root = Digest::new(params.alg(), &header.root_hash[..params.digest_size()]).unwrap();
+    Sealed {
+        info: SealInfo {
+            params,
+            data_length: header.erofs_length.get(),
+            tree_offset: header.tree_offset.get(),
+            root,
+        },
+        erofs_len: header.erofs_length.get(),
+        tree_len: header.tree_length.get(),
+    }
+}
+
+fn open_verified(s: &Sealed, bytes: Vec<u8>) -> (Image, Arc<Counting>, Arc<VerifiedBlocks>) {
+    let src = Arc::new(Counting {
+        bytes,
+        batches: Mutex::new(Vec::new()),
+        single_reads: AtomicU64::new(0),
+    });
+    let dynsrc: Arc<dyn ReadAt> = src.clone();
+    let vb = Arc::new(VerifiedBlocks::new(dynsrc.clone(), dynsrc, s.info.clone(), 64).unwrap());
+    let img = Image::open_blocks(vb.clone(), &Options::default()).unwrap();
+    (img, src, vb)
+}
+
+fn build(src: &Path, out: &Path) -> Option<Vec<u8>> {
+    let bin = match common::sealfs_bin() {
+        Ok(b) => b,
+        Err(e) => {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("{e}");
+            }
+            println!("SKIP: {e}");
+            return None;
+        }
+    };
+    common::run(Command::new(bin).arg("build").arg("-q").arg(src).arg(out)).unwrap();
+    Some(fs::read(out).unwrap())
+}
+
+fn fixture(dir: &Path) {
+    fs::create_dir_all(dir.join("a/b")).unwrap();
+    let big: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    fs::write(dir.join("big"), &big).unwrap();
+    for i in 0..300 {
+        fs::write(dir.join(format!("a/f{i:03}")), vec![i as u8; i * 53 + 1]).unwrap();
+    }
+    fs::write(dir.join("a/b/other"), b"another file").unwrap();
+    fs::write(dir.join("victim"), vec![7u8; 100_000]).unwrap();
+}
+
+#[test]
+fn verified_reads_equal_source_and_batch_hashes_with_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fixture(&src);
+    let Some(bytes) = build(&src, &tmp.path().join("img")) else {
+        return;
+    };
+    let s = parse_seal(&bytes);
+    let (img, counting, vb) = open_verified(&s, bytes.clone());
+    let opened_batches = counting.batches.lock().unwrap().len();
+
+    // Cold sequential read of an 8 MiB file.
+    let big = img.resolve("/big", Follow::Never).unwrap();
+    let before = counting.batches.lock().unwrap().len();
+    let data = img.read_vec(&big, 0, 8 << 20).unwrap();
+    assert_eq!(
+        data,
+        fs::read(src.join("big")).unwrap(),
+        "verified read equals the source"
+    );
+    let batches = counting.batches.lock().unwrap()[before..].to_vec();
+    let (erofs, tree_end) = (s.erofs_len, s.erofs_len + s.tree_len);
+    let is_hash = |o: u64| o >= erofs && o < tree_end;
+    let mut hash_ranges = 0;
+    for b in &batches {
+        let hashes = b.iter().filter(|(o, _)| is_hash(*o)).count();
+        let datas = b.len() - hashes;
+        hash_ranges += hashes;
+        assert!(datas >= 1, "a batch of hash blocks without data: {b:?}");
+        assert_eq!(datas, 1, "one data range per batch: {b:?}");
+    }
+    // 8 MiB at 4 KiB is 2048 data blocks: 16 level-0 hash blocks (128 hashes each) and the levels above.
+    let g = vb.geometry();
+    println!(
+        "cold 8 MiB read: {} batches, {} hash ranges in them, {} single reads; tree has {} levels",
+        batches.len(),
+        hash_ranges,
+        counting.single_reads.load(Relaxed),
+        g.num_levels()
+    );
+    assert!(
+        batches.len() <= 8 + 2,
+        "the reader should read 1 MiB per batch, got {}",
+        batches.len()
+    );
+    assert!(
+        (16..=16 + 2 * g.num_levels()).contains(&hash_ranges),
+        "hash blocks fetched: {hash_ranges}"
+    );
+    assert_eq!(
+        counting.single_reads.load(Relaxed),
+        0,
+        "every read goes through a batch"
+    );
+    let st = vb.stats();
+    assert!(st.blocks_verified.load(Relaxed) as usize * 4096 >= 8 << 20);
+    assert!(
+        st.hash_bytes.load(Relaxed) * 100 <= st.data_bytes.load(Relaxed) * 2,
+        "integrity reads above 2% of data"
+    );
+
+    // Warm: reading it again needs no hash block it verified before (they are cached).
+    let hashes_before = st.hash_blocks_read.load(Relaxed);
+    img.read_vec(&big, 0, 8 << 20).unwrap();
+    assert_eq!(
+        st.hash_blocks_read.load(Relaxed),
+        hashes_before,
+        "verified hash blocks are re-fetched"
+    );
+
+    // Everything else reads back equal too.
+    for i in [0usize, 1, 150, 299] {
+        let f = img.resolve(format!("/a/f{i:03}"), Follow::Never).unwrap();
+        assert_eq!(
+            img.read_vec(&f, 0, 1 << 20).unwrap(),
+            vec![i as u8; i * 53 + 1]
+        );
+    }
+    println!("opening took {opened_batches} batches; stats: {st:?}");
+}
+
+/// Offset in the image of the first mapped block of `path`'s data.
+fn data_offset(bytes: &[u8], erofs_len: u64, path: &str) -> u64 {
+    let img = Image::open(bytes[..erofs_len as usize].to_vec()).unwrap();
+    let inode = img.resolve(path, Follow::Never).unwrap();
+    img.map_range(&inode, 0, inode.size())
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e.kind {
+            ExtentKind::Mapped { physical } | ExtentKind::Inline { physical } => Some(physical),
+            ExtentKind::Hole => None,
+        })
+        .unwrap()
+}
+
+fn is_verification(e: &Error) -> bool {
+    matches!(e, Error::Verification { .. })
+}
+
+#[test]
+fn a_damaged_block_fails_only_the_reads_that_touch_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fixture(&src);
+    let Some(bytes) = build(&src, &tmp.path().join("img")) else {
+        return;
+    };
+    let s = parse_seal(&bytes);
+    let check_others = |img: &Image| {
+        let other = img.resolve("/a/b/other", Follow::Never).unwrap();
+        assert_eq!(img.read_vec(&other, 0, 100).unwrap(), b"another file");
+        let f = img.resolve("/a/f007", Follow::Never).unwrap();
+        assert_eq!(img.read_vec(&f, 0, 1 << 20).unwrap(), vec![7u8; 7 * 53 + 1]);
+    };
+
+    // File data.
+    let mut bad = bytes.clone();
+    let off = data_offset(&bytes, s.erofs_len, "/victim") + 5000;
+    bad[off as usize] ^= 0x40;
+    let (img, _, vb) = open_verified(&s, bad);
+    let victim = img.resolve("/victim", Follow::Never).unwrap();
+    let err = img.read_vec(&victim, 0, 200_000).unwrap_err();
+    assert!(is_verification(&err), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("data block {}", off / 4096)),
+        "error names the block: {err}"
+    );
+    assert_eq!(
+        img.read_vec(&victim, 0, 4096).unwrap(),
+        vec![7u8; 4096],
+        "the undamaged first block still reads"
+    );
+    check_others(&img);
+    assert_eq!(vb.stats().failures.load(Relaxed), 1);
+
+    // A directory block: listing it fails, other directories and files work.
+    let mut bad = bytes.clone();
+    let dir_off = {
+        let img = Image::open(bytes[..s.erofs_len as usize].to_vec()).unwrap();
+        let a = img.resolve("/a", Follow::Never).unwrap();
+        match img.map_range(&a, 0, 1).unwrap()[0].kind {
+            ExtentKind::Mapped { physical } | ExtentKind::Inline { physical } => physical,
+            ExtentKind::Hole => unreachable!(),
+        }
+    };
+    bad[dir_off as usize + 20] ^= 1;
+    let (img, _, _) = open_verified(&s, bad);
+    let a = img.resolve("/a", Follow::Never);
+    let listed = a.and_then(|a| img.read_dir_all(&a));
+    assert!(
+        listed.as_ref().is_err_and(is_verification),
+        "listing a damaged directory: {listed:?}"
+    );
+    let b = img.resolve("/victim", Follow::Never).unwrap();
+    assert_eq!(img.read_vec(&b, 0, 100_000).unwrap(), vec![7u8; 100_000]);
+
+    // A level-0 tree block: the data it covers fails, data covered by other tree blocks reads.
+    let mut bad = bytes.clone();
+    let g = sealfs_verity::TreeGeometry::new(&s.info.params, s.erofs_len);
+    let big_off = data_offset(&bytes, s.erofs_len, "/big");
+    let loc = g.hash_location(0, big_off / 4096 + 1024).unwrap();
+    let pos = s.info.tree_offset + loc.block * 4096 + loc.offset as u64;
+    bad[pos as usize] ^= 0x80;
+    let (img, _, _) = open_verified(&s, bad);
+    let big = img.resolve("/big", Follow::Never).unwrap();
+    let err = img.read_vec(&big, 4 << 20, 4096).unwrap_err();
+    assert!(
+        is_verification(&err) && err.to_string().contains("level 0"),
+        "{err}"
+    );
+    let mut head = vec![0u8; 4096];
+    assert_eq!(
+        img.read(&big, 0, &mut head).unwrap(),
+        4096,
+        "a block under an intact tree block still reads"
+    );
+    check_others(&img);
+    println!("damaged data, directory and tree blocks each failed only their own reads");
+}
