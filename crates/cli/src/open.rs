@@ -6,7 +6,7 @@
 use crate::verify::{self, OpenError, Opened};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use sealfs_reader::{Image, Options, ReadAt, SealInfo, VerifiedBlocks};
+use sealfs_reader::{kernel_verity_digest, Image, Options, ReadAt, SealInfo, VerifiedBlocks};
 use sealfs_verity::Digest;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,8 +52,10 @@ pub struct OpenImage {
     pub seal: Option<Box<verify::Seal>>,
     /// Bytes of EROFS data.
     pub erofs_length: u64,
-    /// The verifying block source, when reads are verified (its statistics).
+    /// The verifying block source, when reads are verified here (its statistics).
     pub verified: Option<Arc<VerifiedBlocks>>,
+    /// Reads are verified by the kernel's fs-verity on the image file (same digest), not here.
+    pub offloaded: bool,
 }
 
 impl ImageArgs {
@@ -91,8 +93,16 @@ impl ImageArgs {
             }
             _ => Trust::Unverified,
         };
+        // Checksum offload: an image file whose kernel fs-verity digest is the image digest (the detached
+        // form on ext4/f2fs/btrfs with fs-verity enabled) is verified by the kernel on every read.
+        let offloaded = match &trust {
+            Trust::Authenticated(d) | Trust::SelfConsistent(d) => {
+                kernel_verity_digest(&file).as_ref() == Some(d)
+            }
+            Trust::Unverified => false,
+        };
         let (image, verified) = match (&seal, &trust) {
-            (Some(seal), Trust::Authenticated(_) | Trust::SelfConsistent(_)) => {
+            (Some(seal), Trust::Authenticated(_) | Trust::SelfConsistent(_)) if !offloaded => {
                 let data: Arc<dyn ReadAt> = Arc::new(file);
                 let tree: Arc<dyn ReadAt> = if self.sidecar.is_some() {
                     Arc::new(seal.file.try_clone()?)
@@ -127,6 +137,7 @@ impl ImageArgs {
             seal,
             erofs_length: len,
             verified,
+            offloaded,
         })
     }
 }

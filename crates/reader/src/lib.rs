@@ -65,7 +65,7 @@ pub use sealfs_format::DataLayout;
 pub use source::{BlockSource, PlainBlocks, ReadAt, SubRange};
 pub use stats::StatsSnapshot;
 pub use superblock::SuperInfo;
-pub use verified::{SealInfo, VerifiedBlocks, VerifyStats};
+pub use verified::{kernel_verity_digest, SealInfo, VerifiedBlocks, VerifyStats};
 pub use xattr::{LongPrefix, XattrBody};
 
 #[cfg(test)]
