@@ -14,12 +14,14 @@ pub mod inode;
 pub mod seal;
 pub mod superblock;
 pub mod xattr;
+pub mod zmap;
 
 pub use dirent::*;
 pub use inode::*;
 pub use seal::*;
 pub use superblock::*;
 pub use xattr::*;
+pub use zmap::*;
 
 /// Little-endian integer types used by the on-disk structs.
 pub use zerocopy::little_endian::{I64 as LeI64, U16 as LeU16, U32 as LeU32, U64 as LeU64};
