@@ -2,7 +2,7 @@
 //! parallel straight to its planned position, then the superblock and its checksum last.
 
 use crate::error::{BuildError, Result};
-use crate::layout::{dir_blocks, InodePlan, Plan};
+use crate::layout::{dir_blocks, zmap_header_offset, InodePlan, Plan, ZPlan};
 use crate::options::{BuildOptions, UuidChoice};
 use crate::seal::Target;
 use crate::tree::{Inode, InodeId, Kind, Tree};
@@ -62,6 +62,7 @@ impl Stream<'_> {
 /// Encodes the inode core of `inode` as planned.
 fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_len: u64) -> Vec<u8> {
     let i_u = match (&inode.kind, &p.chunks) {
+        _ if p.zmap.is_some() => p.zmap.as_ref().map_or(0, |z| z.blocks() as u32),
         (_, Some(c)) => (c.chunkbits - fmt::BLKSZBITS) as u32,
         (Kind::Device(rdev), _) => *rdev,
         (Kind::Special, _) => 0,
@@ -110,6 +111,67 @@ fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_le
     }
 }
 
+/// Appends a compressed inode's map header, FULL lcluster indexes and inline tail pcluster.
+fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
+    item.resize(zmap_header_offset(p.isize(), p.ibody_len) as usize, 0);
+    let mut advise = 0u16;
+    if z.big_pcluster {
+        advise |= fmt::Z_EROFS_ADVISE_BIG_PCLUSTER_1;
+    }
+    if !z.idata.is_empty() {
+        advise |= fmt::Z_EROFS_ADVISE_INLINE_PCLUSTER;
+    }
+    let header = fmt::MapHeader {
+        h_fragmentoff_or_idata: ((z.idata.len() as u32) << 16).into(),
+        h_advise: advise.into(),
+        h_algorithmtype: z.alg,
+        h_clusterbits: 0,
+    };
+    item.extend_from_slice(header.as_bytes());
+    item.extend_from_slice(&[0; fmt::Z_EROFS_FULL_INDEX_START as usize]);
+    let nlc = p.size.div_ceil(BLKSZ);
+    let ext = &z.extents;
+    let mut k = 0;
+    for lc in 0..nlc {
+        while k + 1 < ext.len() && ext[k + 1].start / BLKSZ <= lc {
+            k += 1;
+        }
+        let e = &ext[k];
+        debug_assert!(
+            k == 0 || ext[k - 1].start + ext[k - 1].len == e.start,
+            "extents are contiguous"
+        );
+        let head = e.start / BLKSZ;
+        let index = if head == lc {
+            let kind = if e.plain {
+                fmt::Z_EROFS_LCLUSTER_TYPE_PLAIN
+            } else {
+                fmt::Z_EROFS_LCLUSTER_TYPE_HEAD1
+            };
+            fmt::LclusterIndex {
+                di_advise: kind.into(),
+                di_clusterofs: ((e.start % BLKSZ) as u16).into(),
+                di_u: e.blkaddr.into(),
+            }
+        } else {
+            let next_head = ext.get(k + 1).map_or(nlc, |n| n.start / BLKSZ);
+            let d0 = if lc == head + 1 && z.big_pcluster && !e.plain {
+                fmt::Z_EROFS_LI_D0_CBLKCNT | e.blocks as u16
+            } else {
+                (lc - head).min(2047) as u16
+            };
+            let d1 = (next_head - lc).min(2047) as u16;
+            fmt::LclusterIndex {
+                di_advise: fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD.into(),
+                di_clusterofs: 0.into(),
+                di_u: (d0 as u32 | (d1 as u32) << 16).into(),
+            }
+        };
+        item.extend_from_slice(index.as_bytes());
+    }
+    item.extend_from_slice(&z.idata);
+}
+
 /// Encodes a directory's data: whole blocks, the last one cut to the directory size.
 fn encode_dir(id: InodeId, tree: &Tree, plan: &Plan) -> Vec<u8> {
     let blocks = dir_blocks(id, &tree.inodes[id]);
@@ -142,7 +204,7 @@ fn encode_dir(id: InodeId, tree: &Tree, plan: &Plan) -> Vec<u8> {
 }
 
 /// Writes the metadata area and the data of directories and symlinks; returns the metadata hash.
-fn write_metadata(
+pub(crate) fn write_metadata(
     file: &File,
     path: &Path,
     tree: &Tree,
@@ -150,13 +212,6 @@ fn write_metadata(
     shared: &SharedXattrs,
     opts: &BuildOptions,
 ) -> Result<u128> {
-    let mut stream = Stream {
-        file,
-        path,
-        buf: Vec::new(),
-        start: fmt::EROFS_SUPER_OFFSET + 128,
-        hash: Xxh3::new(),
-    };
     let shared_base_id = (plan.shared_offset / 4) as u32;
     let mut order: Vec<(u64, Option<InodeId>)> = plan
         .inodes
@@ -168,11 +223,12 @@ fn write_metadata(
         order.push((plan.shared_offset, None));
     }
     order.sort_unstable();
-    // Data blocks of directories and symlinks, written after the metadata in block order.
+    // Data blocks of directories and symlinks.
     let mut data_blocks: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut pieces: Vec<(u64, Vec<u8>)> = Vec::with_capacity(plan.inodes.len() + 1);
     for (offset, id) in order {
         let Some(id) = id else {
-            stream.put(offset, &shared.bytes)?;
+            pieces.push((plan.meta_base + offset, shared.bytes.clone()));
             continue;
         };
         let (inode, p) = (&tree.inodes[id], &plan.inodes[id]);
@@ -184,6 +240,12 @@ fn write_metadata(
             Kind::Symlink(target) => Some(target.clone()),
             _ => None,
         };
+        if let Some(z) = &p.zmap {
+            encode_zmap(&mut item, p, z);
+        }
+        if let Some(tail) = &p.inline_bytes {
+            item.extend_from_slice(tail);
+        }
         if let Some(chunks) = &p.chunks {
             item.resize(
                 crate::layout::ChunkPlan::map_offset(p.isize(), p.ibody_len) as usize,
@@ -203,11 +265,21 @@ fn write_metadata(
                 data_blocks.push((p.startblk as u64 * BLKSZ, data));
             }
         }
-        stream.put(offset, &item)?;
+        pieces.push((plan.meta_base + offset, item));
     }
-    data_blocks.sort_unstable_by_key(|(offset, _)| *offset);
-    for (offset, data) in data_blocks {
-        stream.put(offset, &data)?;
+    // Everything in offset order: directory blocks come after the metadata in uncompressed images and
+    // before it in compressed ones.
+    pieces.append(&mut data_blocks);
+    pieces.sort_unstable_by_key(|(offset, _)| *offset);
+    let mut stream = Stream {
+        file,
+        path,
+        buf: Vec::new(),
+        start: pieces.first().map_or(0, |p| p.0),
+        hash: Xxh3::new(),
+    };
+    for (offset, bytes) in pieces {
+        stream.put(offset, &bytes)?;
     }
     stream.flush()?;
     Ok(stream.hash.digest128())
@@ -328,7 +400,11 @@ impl Copier<'_> {
 
     /// Copies one regular file's data to its planned blocks and inline tail, checking it did not change.
     /// Returns the level-0 image hashes of its blocks and its own fs-verity digest.
-    fn copy_file(&self, inode: &Inode, p: &InodePlan) -> Result<(DataLeaves, Option<Digest>)> {
+    pub(crate) fn copy_file(
+        &self,
+        inode: &Inode,
+        p: &InodePlan,
+    ) -> Result<(DataLeaves, Option<Digest>)> {
         let Kind::File(f) = &inode.kind else {
             return Ok((Vec::new(), None));
         };
@@ -476,6 +552,28 @@ pub(crate) fn write_image(
         .collect::<Result<_>>()?;
     progress.end();
 
+    let uuid = finish(out, tree, plan, opts, meta_hash)?;
+    let mut leaves = DataLeaves::new();
+    let mut digests = FileDigests::new();
+    for (nid, l, digest) in copied {
+        leaves.extend(l);
+        if let Some(d) = digest {
+            digests.push((nid, d));
+        }
+    }
+    digests.sort_unstable_by_key(|(nid, _)| *nid);
+    Ok((uuid, leaves, digests))
+}
+
+/// Writes the superblock (and compression records) and its checksum, last; returns the UUID used.
+pub(crate) fn finish(
+    out: Target<'_>,
+    tree: &Tree,
+    plan: &Plan,
+    opts: &BuildOptions,
+    meta_hash: u128,
+) -> Result<[u8; 16]> {
+    let (file, path) = (out.file, out.path);
     let uuid = match &opts.uuid {
         UuidChoice::Fixed(u) => *u,
         UuidChoice::Random => {
@@ -494,6 +592,55 @@ pub(crate) fn write_image(
     if opts.xattr_filter && tree.inodes.iter().any(|i| !i.xattrs.is_empty()) {
         compat |= fmt::EROFS_FEATURE_COMPAT_XATTR_FILTER;
     }
+    let mut incompat = if plan.chunked {
+        fmt::EROFS_FEATURE_INCOMPAT_CHUNKED_FILE
+    } else {
+        0
+    };
+    let zmaps: Vec<&ZPlan> = plan.inodes.iter().filter_map(|p| p.zmap.as_ref()).collect();
+    let mut algs = 0u16;
+    let mut max_blocks = 1u32;
+    for z in &zmaps {
+        algs |= 1 << z.alg;
+        max_blocks = max_blocks.max(z.extents.iter().map(|e| e.blocks).max().unwrap_or(1));
+        if !z.idata.is_empty() {
+            incompat |= fmt::EROFS_FEATURE_INCOMPAT_ZTAILPACKING;
+        }
+    }
+    let mut u1 = 0u16;
+    if !zmaps.is_empty() {
+        // Compressed data is right-aligned; every algorithm used has a configuration record.
+        incompat |=
+            fmt::EROFS_FEATURE_INCOMPAT_ZERO_PADDING | fmt::EROFS_FEATURE_INCOMPAT_COMPR_CFGS;
+        u1 = algs;
+        let mut records = Vec::new();
+        for alg in 0..16u8 {
+            if algs & (1 << alg) == 0 {
+                continue;
+            }
+            records.resize(fmt::round_up(records.len() as u64, 4) as usize, 0);
+            let payload: Vec<u8> = match alg {
+                fmt::Z_EROFS_COMPRESSION_LZ4 => fmt::Lz4Cfgs {
+                    max_distance: u16::MAX.into(),
+                    max_pclusterblks: (max_blocks as u16).into(),
+                    reserved: [0; 10],
+                }
+                .as_bytes()
+                .to_vec(),
+                _ => fmt::ZstdCfgs {
+                    format: 0,
+                    windowlog: crate::compress::ZSTD_WINDOW_LOG - 10,
+                    reserved: [0; 4],
+                }
+                .as_bytes()
+                .to_vec(),
+            };
+            records.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+            records.extend_from_slice(&payload);
+        }
+        file.write_all_at(&records, fmt::EROFS_SUPER_OFFSET + 128)
+            .map_err(|e| BuildError::io(path, "write compression records", e))?;
+    }
     let sb = SuperBlock {
         magic: fmt::EROFS_SUPER_MAGIC_V1.into(),
         feature_compat: compat.into(),
@@ -505,12 +652,10 @@ pub(crate) fn write_image(
         blocks: (plan.total_blocks as u32).into(),
         uuid,
         volume_name,
-        feature_incompat: if plan.chunked {
-            fmt::EROFS_FEATURE_INCOMPAT_CHUNKED_FILE
-        } else {
-            0
-        }
-        .into(),
+        feature_incompat: incompat.into(),
+        u1: u1.into(),
+        meta_blkaddr: ((plan.meta_base / BLKSZ) as u32).into(),
+        xattr_blkaddr: ((plan.meta_base / BLKSZ) as u32).into(),
         ..Default::default()
     };
     let io_err = |op| move |e| BuildError::io(path, op, e);
@@ -523,16 +668,7 @@ pub(crate) fn write_image(
     let crc = fmt::superblock_checksum(&region);
     file.write_all_at(&crc.to_le_bytes(), fmt::EROFS_SUPER_OFFSET + 4)
         .map_err(io_err("write checksum"))?;
-    let mut leaves = DataLeaves::new();
-    let mut digests = FileDigests::new();
-    for (nid, l, digest) in copied {
-        leaves.extend(l);
-        if let Some(d) = digest {
-            digests.push((nid, d));
-        }
-    }
-    digests.sort_unstable_by_key(|(nid, _)| *nid);
-    Ok((uuid, leaves, digests))
+    Ok(uuid)
 }
 
 fn random_uuid() -> io::Result<[u8; 16]> {

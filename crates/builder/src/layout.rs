@@ -31,6 +31,90 @@ pub(crate) struct InodePlan {
     pub startblk: u32,
     /// Block map of a chunk-based inode.
     pub chunks: Option<ChunkPlan>,
+    /// Extents of a compressed inode (COMPRESSED_FULL), placed by the data phase.
+    pub zmap: Option<ZPlan>,
+    /// Inline tail bytes already read by the data phase (otherwise the copy phase writes them).
+    pub inline_bytes: Option<Vec<u8>>,
+}
+
+/// A compressed file's extents, as the data phase of a compressed build placed them.
+#[derive(Debug, Clone)]
+pub(crate) struct ZPlan {
+    /// EROFS algorithm id.
+    pub alg: u8,
+    /// Some pcluster has more than one block (CBLKCNT entries, BIG_PCLUSTER_1).
+    pub big_pcluster: bool,
+    /// The extents in file order.
+    pub extents: Vec<ZPlaced>,
+    /// The tail pcluster stored inline after the indexes (ztailpacking), empty if none.
+    pub idata: Vec<u8>,
+}
+
+/// One placed extent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ZPlaced {
+    pub start: u64,
+    pub len: u64,
+    pub plain: bool,
+    /// First block of the pcluster (0 for the inline tail).
+    pub blkaddr: u32,
+    pub blocks: u32,
+}
+
+impl ZPlan {
+    /// Bytes of map header, reserved word and FULL indexes for a file of `size` bytes.
+    pub fn index_bytes(size: u64) -> u64 {
+        16 + 8 * size.div_ceil(BLKSZ)
+    }
+
+    /// Blocks of data it holds outside the metadata area.
+    pub fn blocks(&self) -> u64 {
+        self.extents.iter().map(|e| e.blocks as u64).sum()
+    }
+}
+
+/// What the data phase of a compressed build decided and wrote for a regular file.
+#[derive(Debug)]
+pub(crate) enum Placed {
+    /// Compressed extents.
+    Compressed(ZPlan),
+    /// Stored as is: whole blocks from `startblk` (the last partial one among them when `tail` is
+    /// `None`), and the tail bytes to store inline.
+    Flat {
+        startblk: u32,
+        blocks: u64,
+        tail: Option<Vec<u8>>,
+    },
+    /// Chunk-based with holes, its map filled.
+    Chunks(ChunkPlan),
+}
+
+/// The result of a compressed build's data phase: placements by inode id, and the first free block.
+#[derive(Debug)]
+pub(crate) struct PreData {
+    pub files: Vec<Option<Placed>>,
+    pub data_end: u64,
+}
+
+/// Inode core size and xattr body size of an inode of `size` bytes, as the plan will choose them.
+pub(crate) fn inode_lens(
+    inode: &Inode,
+    size: u64,
+    epoch: (i64, u32),
+    shared: &SharedXattrs,
+) -> Result<(bool, u64, u64)> {
+    let ibody_len = xattrs::ibody_size(inode, shared)?;
+    let extended = size > u32::MAX as u64
+        || inode.uid > u16::MAX as u32
+        || inode.gid > u16::MAX as u32
+        || inode.nlink > u16::MAX as u32
+        || (inode.mtime, inode.mtime_nsec) != epoch;
+    Ok((extended, if extended { 64 } else { 32 }, ibody_len))
+}
+
+/// Offset of the map header relative to the inode.
+pub(crate) fn zmap_header_offset(isize: u64, ibody_len: u64) -> u64 {
+    round_up(isize + ibody_len, 8)
 }
 
 impl InodePlan {
@@ -80,6 +164,8 @@ impl ChunkPlan {
 #[derive(Debug)]
 pub(crate) struct Plan {
     pub inodes: Vec<InodePlan>,
+    /// Byte offset of the metadata area (`meta_blkaddr * 4096`); inode offsets are relative to it.
+    pub meta_base: u64,
     /// Byte offset of the shared xattr area (4-aligned; `xattr_blkaddr` is 0).
     pub shared_offset: u64,
     pub total_blocks: u64,
@@ -128,7 +214,7 @@ pub(crate) fn dir_blocks(id: InodeId, inode: &Inode) -> DirBlocks<'_> {
 }
 
 /// The most common (mtime, nsec) becomes the superblock epoch, so the most inodes can be compact.
-fn choose_epoch(tree: &Tree) -> (i64, u32) {
+pub(crate) fn choose_epoch(tree: &Tree) -> (i64, u32) {
     let mut count: HashMap<(i64, u32), u64> = HashMap::new();
     for inode in &tree.inodes {
         *count.entry((inode.mtime, inode.mtime_nsec)).or_default() += 1;
@@ -142,7 +228,7 @@ fn choose_epoch(tree: &Tree) -> (i64, u32) {
 
 /// Picks the chunk size that minimises block map plus stored data for a file with holes, or `None`
 /// when storing the file densely is no larger.
-fn plan_chunks(size: u64, ranges: &[(u64, u64)]) -> Option<(u8, Vec<bool>)> {
+pub(crate) fn plan_chunks(size: u64, ranges: &[(u64, u64)]) -> Option<(u8, Vec<bool>)> {
     let dense = round_up(size, BLKSZ);
     let mut best: Option<(u64, u8)> = None;
     for extra in 0..=31u8 {
@@ -226,8 +312,10 @@ impl MetaAllocator {
 /// go first, so the small ones fill the gaps the large ones leave (first-fit decreasing, kept local).
 const PLACEMENT_WINDOW: usize = 256;
 
-/// Plans the image for `tree`.
-pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs) -> Result<Plan> {
+/// Plans the image for `tree`. Without `pre`, the metadata area starts in block 0 and file data follows
+/// it; with `pre` (a compressed build, whose file data was written first), directories' blocks follow
+/// the file data and the metadata area comes last.
+pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>) -> Result<Plan> {
     let (epoch, fixed_nsec) = choose_epoch(tree);
     let mut chunked = false;
     let mut inodes = Vec::with_capacity(tree.inodes.len());
@@ -236,54 +324,93 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs) -> Result<Plan> {
     let mut item_lens = Vec::with_capacity(tree.inodes.len());
 
     for (id, inode) in tree.inodes.iter().enumerate() {
-        let ibody_len = xattrs::ibody_size(inode, shared)?;
+        let placed = pre
+            .as_mut()
+            .and_then(|p| p.files.get_mut(id).and_then(Option::take));
         let (size, chunk) = match &inode.kind {
             Kind::Dir { .. } => (dir_blocks(id, inode).size, None),
-            Kind::File(f) => {
+            Kind::File(f) if placed.is_none() => {
                 let chunk = f.data_ranges.as_ref().and_then(|r| plan_chunks(f.size, r));
                 (f.size, chunk)
             }
+            Kind::File(f) => (f.size, None),
             Kind::Symlink(t) => (t.len() as u64, None),
             Kind::Device(_) | Kind::Special => (0, None),
         };
-        let extended = size > u32::MAX as u64
-            || inode.uid > u16::MAX as u32
-            || inode.gid > u16::MAX as u32
-            || inode.nlink > u16::MAX as u32
-            || (inode.mtime, inode.mtime_nsec) != (epoch, fixed_nsec);
-        let isize = if extended { 64 } else { 32 };
-        let mut layout = DataLayout::FlatPlain;
-        let mut inline_len = 0;
-        let mut meta_len = isize + ibody_len;
-        let mut chunks = None;
-        if let Some((bits, mapped)) = &chunk {
-            layout = DataLayout::ChunkBased;
-            chunked = true;
-            meta_len = ChunkPlan::map_offset(isize, ibody_len)
-                + mapped.len() as u64 * fmt::EROFS_BLOCK_MAP_ENTRY_SIZE;
-            chunks = Some(ChunkPlan {
-                chunkbits: *bits,
-                map: Vec::new(),
-            });
-        } else if size % BLKSZ != 0 && meta_len + size % BLKSZ <= BLKSZ {
-            layout = DataLayout::FlatInline;
-            inline_len = size % BLKSZ;
-        }
-        item_lens.push(meta_len + inline_len);
-        chunk_masks.push(chunk.map(|(_, mapped)| mapped));
-        inodes.push(InodePlan {
+        let (extended, isize, ibody_len) = inode_lens(inode, size, (epoch, fixed_nsec), shared)?;
+        let mut p = InodePlan {
             offset: 0,
             extended,
-            layout,
+            layout: DataLayout::FlatPlain,
             size,
             ibody_len,
-            inline_len,
+            inline_len: 0,
             startblk: EROFS_NULL_ADDR,
-            chunks,
-        });
+            chunks: None,
+            zmap: None,
+            inline_bytes: None,
+        };
+        let mut meta_len = isize + ibody_len;
+        match placed {
+            Some(Placed::Compressed(z)) => {
+                p.layout = DataLayout::CompressedFull;
+                p.inline_len = z.idata.len() as u64;
+                meta_len = zmap_header_offset(isize, ibody_len) + ZPlan::index_bytes(size);
+                p.zmap = Some(z);
+            }
+            Some(Placed::Flat {
+                startblk,
+                blocks,
+                tail,
+            }) => {
+                p.startblk = if blocks > 0 {
+                    startblk
+                } else {
+                    EROFS_NULL_ADDR
+                };
+                if let Some(tail) = tail {
+                    p.layout = DataLayout::FlatInline;
+                    p.inline_len = tail.len() as u64;
+                    p.inline_bytes = Some(tail);
+                }
+            }
+            Some(Placed::Chunks(c)) => {
+                p.layout = DataLayout::ChunkBased;
+                chunked = true;
+                meta_len = ChunkPlan::map_offset(isize, ibody_len)
+                    + c.map.len() as u64 * fmt::EROFS_BLOCK_MAP_ENTRY_SIZE;
+                p.chunks = Some(c);
+            }
+            None => {
+                if let Some((bits, mapped)) = &chunk {
+                    p.layout = DataLayout::ChunkBased;
+                    chunked = true;
+                    meta_len = ChunkPlan::map_offset(isize, ibody_len)
+                        + mapped.len() as u64 * fmt::EROFS_BLOCK_MAP_ENTRY_SIZE;
+                    p.chunks = Some(ChunkPlan {
+                        chunkbits: *bits,
+                        map: Vec::new(),
+                    });
+                } else if size % BLKSZ != 0 && meta_len + size % BLKSZ <= BLKSZ {
+                    p.layout = DataLayout::FlatInline;
+                    p.inline_len = size % BLKSZ;
+                }
+            }
+        }
+        item_lens.push(meta_len + p.inline_len);
+        chunk_masks.push(chunk.map(|(_, mapped)| mapped));
+        inodes.push(p);
     }
 
-    let mut alloc = MetaAllocator::new(fmt::EROFS_SUPER_OFFSET + 128);
+    // The uncompressed layout starts the metadata right after the superblock; the compressed one gives
+    // the metadata area its own blocks after the data (nids count from its start).
+    // (nid 0 is skipped: the kernel reports the nid as the inode number, and userspace takes inode 0
+    // for an empty directory slot.)
+    let mut alloc = MetaAllocator::new(if pre.is_some() {
+        fmt::INODE_SLOT_SIZE
+    } else {
+        fmt::EROFS_SUPER_OFFSET + 128
+    });
     // The root first (its nid must fit 16 bits), then the shared xattr area, then everything else.
     inodes[0].offset = alloc.place(item_lens[0], inodes[0].inline_len > 0);
     if inodes[0].nid() > u16::MAX as u64 {
@@ -302,9 +429,18 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs) -> Result<Plan> {
         }
     }
 
-    let meta_end = round_up(alloc.cursor, BLKSZ);
-    let mut next_blk = meta_end / BLKSZ;
+    let meta_len = round_up(alloc.cursor, BLKSZ);
+    let mut next_blk = match &pre {
+        Some(pre) => pre.data_end,
+        None => meta_len / BLKSZ,
+    };
     for (p, mask) in inodes.iter_mut().zip(chunk_masks) {
+        if p.zmap.is_some()
+            || (pre.is_some() && p.startblk != EROFS_NULL_ADDR)
+            || (pre.is_some() && p.chunks.as_ref().is_some_and(|c| !c.map.is_empty()))
+        {
+            continue; // placed by the data phase
+        }
         if let (Some(chunks), Some(mask)) = (p.chunks.as_mut(), mask) {
             let cs = 1u64 << chunks.chunkbits;
             chunks.map = mask
@@ -324,9 +460,18 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs) -> Result<Plan> {
             next_blk += p.full_blocks();
         }
     }
+    let meta_base = match &pre {
+        Some(_) => {
+            let base = next_blk * BLKSZ;
+            next_blk += meta_len / BLKSZ;
+            base
+        }
+        None => 0,
+    };
     block_addr(next_blk)?;
     Ok(Plan {
         inodes,
+        meta_base,
         shared_offset,
         total_blocks: next_blk,
         epoch,

@@ -13,6 +13,7 @@
 //! grows with the number of files, never with their sizes. The image is written to a temporary file
 //! beside the output and renamed into place only when complete.
 
+mod compress;
 mod emit;
 mod error;
 mod layout;
@@ -20,7 +21,9 @@ mod options;
 mod seal;
 mod tree;
 mod xattrs;
+mod zdata;
 
+pub use compress::{Algorithm, CompressOptions};
 pub use error::{BuildError, Result};
 pub use options::{BuildOptions, UuidChoice};
 pub use seal::{seal_image, HashAlg, SealInfo, SealOptions, VerityParams};
@@ -115,11 +118,6 @@ fn build_in_pool(
     let tree = tree::scan(src, opts, &skip, &|n| progress.advance(n))?;
     progress.end();
     let shared = xattrs::SharedXattrs::plan(&tree);
-    let plan = layout::plan(&tree, &shared)?;
-    let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
-    tmp.as_file()
-        .set_len(image_bytes)
-        .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
     // With the seal's blocks equal to the image's, file data is hashed while it is copied, and so are
     // the per-file digests (sharing those hashes when their parameters are the seal's).
     let image_hasher = opts
@@ -136,15 +134,46 @@ fn build_in_pool(
         image: image_hasher.as_ref(),
         file: file_hasher.as_ref(),
     };
-    let (uuid, data_leaves, file_digests) = emit::write_image(
-        seal::Target::of(&tmp),
-        &tree,
-        &plan,
-        &shared,
-        opts,
-        hashers,
-        progress,
-    )?;
+    let (uuid, data_leaves, file_digests, image_bytes) = match &opts.compress {
+        None => {
+            let plan = layout::plan(&tree, &shared, None)?;
+            let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
+            tmp.as_file()
+                .set_len(image_bytes)
+                .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
+            let (uuid, leaves, digests) = emit::write_image(
+                seal::Target::of(&tmp),
+                &tree,
+                &plan,
+                &shared,
+                opts,
+                hashers,
+                progress,
+            )?;
+            (uuid, leaves, digests, image_bytes)
+        }
+        Some(c) => {
+            c.validate().map_err(BuildError::InvalidOption)?;
+            // Data first (sizes are known only once it is compressed), then the metadata after it.
+            let data =
+                zdata::write_data(seal::Target::of(&tmp), &tree, &shared, c, hashers, progress)?;
+            let plan = layout::plan(&tree, &shared, Some(data.pre))?;
+            let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
+            tmp.as_file()
+                .set_len(image_bytes)
+                .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
+            let meta_hash =
+                emit::write_metadata(tmp.as_file(), tmp.path(), &tree, &plan, &shared, opts)?;
+            let uuid = emit::finish(seal::Target::of(&tmp), &tree, &plan, opts, meta_hash)?;
+            let mut digests: Vec<_> = data
+                .digests
+                .into_iter()
+                .map(|(id, d)| (plan.inodes[id as usize].nid(), d))
+                .collect();
+            digests.sort_unstable_by_key(|(nid, _)| *nid);
+            (uuid, data.leaves, digests, image_bytes)
+        }
+    };
 
     let mut sidecar_tmp = None;
     let seal = match &opts.seal {

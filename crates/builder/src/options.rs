@@ -1,5 +1,6 @@
 //! Build options: validated configuration, independent of how the command line spelled it.
 
+use crate::compress::CompressOptions;
 use crate::seal::SealOptions;
 use regex::bytes::Regex;
 use std::path::PathBuf;
@@ -47,6 +48,8 @@ pub struct BuildOptions {
     pub threads: usize,
     /// Seal the image (Merkle tree and trailer); `None` writes a plain EROFS image.
     pub seal: Option<SealOptions>,
+    /// Compress file data; `None` stores it as is.
+    pub compress: Option<CompressOptions>,
 }
 
 impl Default for BuildOptions {
@@ -66,6 +69,7 @@ impl Default for BuildOptions {
             xattrs: true,
             threads: 0,
             seal: Some(SealOptions::default()),
+            compress: None,
         }
     }
 }

@@ -5,7 +5,7 @@ use crate::seal::SealArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use regex::bytes::Regex;
-use sealfs_builder::{BuildOptions, UuidChoice};
+use sealfs_builder::{Algorithm, BuildOptions, CompressOptions, UuidChoice};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -66,6 +66,17 @@ pub struct BuildArgs {
     /// Worker threads (default: one per CPU). The image does not depend on it.
     #[arg(short = 'j', long, value_name = "N", default_value_t = 0)]
     threads: usize,
+    /// Compress file data: lz4, lz4hc[,LEVEL] (1-12, default 9) or zstd[,LEVEL] (1-22, default 3).
+    #[arg(short = 'z', long = "compress", value_name = "ALG")]
+    compress: Option<String>,
+    /// Largest physical cluster in bytes with -z (4096 to 1048576, a multiple of 4096).
+    #[arg(
+        short = 'C',
+        long = "pcluster-bytes",
+        value_name = "BYTES",
+        default_value_t = 4096
+    )]
+    pcluster_bytes: u32,
     /// Write a plain EROFS image, without the Merkle tree and seal trailer.
     #[arg(long, conflicts_with_all = ["sidecar", "hash_alg", "salt", "verity_block_size"])]
     no_seal: bool,
@@ -156,6 +167,19 @@ impl BuildArgs {
                 None
             } else {
                 Some(self.seal.options()?)
+            },
+            compress: match &self.compress {
+                None => None,
+                Some(z) => {
+                    let c = CompressOptions {
+                        algorithm: Algorithm::parse(z)
+                            .map_err(|e| anyhow::anyhow!("--compress {z}: {e}"))?,
+                        pcluster_bytes: self.pcluster_bytes,
+                    };
+                    c.validate()
+                        .map_err(|e| anyhow::anyhow!("-C {}: {e}", self.pcluster_bytes))?;
+                    Some(c)
+                }
             },
         })
     }

@@ -1,0 +1,411 @@
+//! The data phase of a compressed build: file data is compressed and written first, from block 1 on,
+//! because only then are the sizes known that the metadata (written after it) records.
+//!
+//! Files are cut into segments ([`compress::SEGMENT`]) that are compressed in parallel, a batch of
+//! bounded size at a time; each batch is then written in file order, so the image does not depend on
+//! the thread count and memory stays bounded by the batch, whatever the file sizes. While data passes
+//! through memory it is hashed: level-0 Merkle hashes of the image blocks, and each file's own
+//! fs-verity leaves for its per-file digest.
+//!
+//! Per file, the cheaper of compressed and stored-as-is wins (for files that fit one batch; larger
+//! files keep compressed extents, whose incompressible parts are PLAIN blocks anyway). A compressed
+//! file's last extent goes inline after its indexes when it fits (ztailpacking); a stored file's tail
+//! goes inline as in uncompressed builds. Sparse files stay chunk-based (uncompressed) with their holes.
+
+use crate::compress::{self, CompressOptions, ZExtent};
+use crate::emit::{Copier, DataLeaves, FileDigests, Hashers};
+use crate::error::{BuildError, Result};
+use crate::layout::{self, ChunkPlan, InodePlan, Placed, PreData, ZPlaced, ZPlan};
+use crate::seal::Target;
+use crate::tree::{Inode, Kind, Tree};
+use crate::xattrs::SharedXattrs;
+use crate::Progress;
+use rayon::prelude::*;
+use sealfs_format::{self as fmt, DataLayout, BLKSZ};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+
+/// Input bytes compressed per batch.
+const BATCH: u64 = 64 << 20;
+
+/// One segment's result.
+struct Unit {
+    id: usize,
+    seg: u64,
+    raw: Vec<u8>,
+    extents: Vec<ZExtent>,
+    file_leaves: Vec<u8>,
+}
+
+/// What the data phase produced.
+pub(crate) struct DataPhase {
+    pub pre: PreData,
+    pub leaves: DataLeaves,
+    pub digests: FileDigests,
+}
+
+fn open_checked(inode: &Inode) -> Result<File> {
+    let path = inode.path.as_path();
+    let src = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| BuildError::io_listed(path, "open", e))?;
+    check(inode, &src, "before reading")?;
+    Ok(src)
+}
+
+fn check(inode: &Inode, src: &File, when: &str) -> Result<()> {
+    let Kind::File(f) = &inode.kind else {
+        return Ok(());
+    };
+    let md = src
+        .metadata()
+        .map_err(|e| BuildError::io(&inode.path, "stat", e))?;
+    match f.fingerprint.differs(&md) {
+        Some(what) => Err(BuildError::Changed {
+            path: inode.path.clone(),
+            what: format!("{what} {when}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Reads, hashes and compresses one segment.
+fn run_unit(
+    tree: &Tree,
+    copts: &CompressOptions,
+    hashers: Hashers<'_>,
+    id: usize,
+    seg: u64,
+) -> Result<Unit> {
+    let inode = &tree.inodes[id];
+    let Kind::File(f) = &inode.kind else {
+        unreachable!("units are regular files")
+    };
+    let start = seg * compress::SEGMENT;
+    let len = (f.size - start).min(compress::SEGMENT) as usize;
+    let src = open_checked(inode)?;
+    let mut raw = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match src.read_at(&mut raw[got..], start + got as u64) {
+            Ok(0) => {
+                return Err(BuildError::Changed {
+                    path: inode.path.clone(),
+                    what: "shorter than when scanned".into(),
+                })
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(BuildError::io(&inode.path, "read", e)),
+        }
+    }
+    if start + len as u64 == f.size {
+        let mut probe = [0u8; 1];
+        if src
+            .read_at(&mut probe, f.size)
+            .map_err(|e| BuildError::io(&inode.path, "read", e))?
+            != 0
+        {
+            return Err(BuildError::Changed {
+                path: inode.path.clone(),
+                what: "grew while reading".into(),
+            });
+        }
+    }
+    check(inode, &src, "after reading")?;
+    let mut file_leaves = Vec::new();
+    if let Some(h) = hashers.file {
+        file_leaves.resize(len.div_ceil(BLKSZ as usize) * h.params().digest_size(), 0);
+        h.hash_blocks_into(&raw, &mut file_leaves);
+    }
+    let extents = compress::compress_segment(copts, &raw, start, f.size);
+    Ok(Unit {
+        id,
+        seg,
+        raw,
+        extents,
+        file_leaves,
+    })
+}
+
+/// Output being assembled for one batch: blocks from `first_blk`.
+struct Out {
+    first_blk: u64,
+    buf: Vec<u8>,
+}
+
+impl Out {
+    fn next_blk(&self) -> u64 {
+        self.first_blk + self.buf.len() as u64 / BLKSZ
+    }
+
+    /// Appends a pcluster: compressed bytes right-aligned, raw bytes at its start; returns its block.
+    fn push(&mut self, data: &[u8], blocks: u64, right_align: bool) -> u64 {
+        let blk = self.next_blk();
+        let at = self.buf.len();
+        self.buf.resize(at + (blocks * BLKSZ) as usize, 0);
+        let off = if right_align {
+            (blocks * BLKSZ) as usize - data.len()
+        } else {
+            0
+        };
+        self.buf[at + off..at + off + data.len()].copy_from_slice(data);
+        blk
+    }
+}
+
+/// Per-file state carried across batches.
+#[derive(Default)]
+struct FileState {
+    extents: Vec<ZPlaced>,
+    leaves: Vec<u8>,
+}
+
+/// Compresses and writes every regular file's data from block 1 on.
+pub(crate) fn write_data(
+    out: Target<'_>,
+    tree: &Tree,
+    shared: &SharedXattrs,
+    copts: &CompressOptions,
+    hashers: Hashers<'_>,
+    progress: &dyn Progress,
+) -> Result<DataPhase> {
+    let epoch = layout::choose_epoch(tree);
+    let n = tree.inodes.len();
+    let mut files: Vec<Option<Placed>> = (0..n).map(|_| None).collect();
+    let mut leaves = DataLeaves::new();
+    let mut digests = FileDigests::new();
+    let mut next_blk = 1u64;
+    let alg = copts.algorithm.id();
+    let total: u64 = tree
+        .inodes
+        .iter()
+        .map(|i| {
+            if let Kind::File(f) = &i.kind {
+                f.size
+            } else {
+                0
+            }
+        })
+        .sum();
+    progress.begin("compressing file data", Some(total));
+
+    // Sparse files: chunk-based, copied as in uncompressed builds.
+    let copier = Copier {
+        out: out.file,
+        out_path: out.path,
+        image_hasher: hashers.image,
+        file_hasher: hashers.file,
+    };
+    let mut units: Vec<(usize, u64, u64)> = Vec::new(); // (id, segment, bytes)
+    for (id, inode) in tree.inodes.iter().enumerate() {
+        let Kind::File(f) = &inode.kind else { continue };
+        if let Some((bits, mask)) = f
+            .data_ranges
+            .as_ref()
+            .and_then(|r| layout::plan_chunks(f.size, r))
+        {
+            let cs = 1u64 << bits;
+            let map = mask
+                .iter()
+                .enumerate()
+                .map(|(c, &m)| {
+                    if !m {
+                        return fmt::EROFS_NULL_ADDR;
+                    }
+                    let blk = next_blk as u32;
+                    next_blk += (cs.min(f.size - c as u64 * cs)).div_ceil(BLKSZ);
+                    blk
+                })
+                .collect();
+            let chunks = ChunkPlan {
+                chunkbits: bits,
+                map,
+            };
+            let p = InodePlan {
+                offset: 0,
+                extended: false,
+                layout: DataLayout::ChunkBased,
+                size: f.size,
+                ibody_len: 0,
+                inline_len: 0,
+                startblk: fmt::EROFS_NULL_ADDR,
+                chunks: Some(chunks.clone()),
+                zmap: None,
+                inline_bytes: None,
+            };
+            let (l, digest) = copier.copy_file(inode, &p)?;
+            leaves.extend(l);
+            digests.extend(digest.map(|d| (id as u64, d)));
+            files[id] = Some(Placed::Chunks(chunks));
+            progress.advance(f.size);
+            continue;
+        }
+        if f.size == 0 {
+            open_checked(inode)?;
+            if let Some(h) = hashers.file {
+                let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), 0, &[])
+                    .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?;
+                digests.push((id as u64, t.digest()));
+            }
+            files[id] = Some(Placed::Flat {
+                startblk: fmt::EROFS_NULL_ADDR,
+                blocks: 0,
+                tail: None,
+            });
+            continue;
+        }
+        for seg in 0..f.size.div_ceil(compress::SEGMENT) {
+            units.push((
+                id,
+                seg,
+                (f.size - seg * compress::SEGMENT).min(compress::SEGMENT),
+            ));
+        }
+    }
+
+    let mut state: std::collections::HashMap<usize, FileState> = std::collections::HashMap::new();
+    let mut i = 0;
+    while i < units.len() {
+        let mut j = i;
+        let mut bytes = 0;
+        while j < units.len() && (j == i || bytes + units[j].2 <= BATCH) {
+            bytes += units[j].2;
+            j += 1;
+        }
+        let done: Vec<Unit> = units[i..j]
+            .par_iter()
+            .map(|&(id, seg, _)| run_unit(tree, copts, hashers, id, seg))
+            .collect::<Result<_>>()?;
+        let mut outb = Out {
+            first_blk: next_blk,
+            buf: Vec::new(),
+        };
+        let mut k = 0;
+        while k < done.len() {
+            // The units of one file in this batch.
+            let id = done[k].id;
+            let mut e = k;
+            while e < done.len() && done[e].id == id {
+                e += 1;
+            }
+            let inode = &tree.inodes[id];
+            let Kind::File(f) = &inode.kind else {
+                unreachable!()
+            };
+            let first_seg = done[k].seg == 0;
+            let last_seg = (done[e - 1].seg + 1) * compress::SEGMENT >= f.size;
+            let whole = first_seg && last_seg;
+            let (_, isize, ibody) = layout::inode_lens(inode, f.size, epoch, shared)?;
+            let st = state.entry(id).or_default();
+            for u in &done[k..e] {
+                st.leaves.extend_from_slice(&u.file_leaves);
+            }
+            let exts: Vec<&ZExtent> = done[k..e].iter().flat_map(|u| u.extents.iter()).collect();
+            // The tail extent inline after the indexes, if it is compressed into one block and fits.
+            let zmeta = layout::zmap_header_offset(isize, ibody) + ZPlan::index_bytes(f.size);
+            let tail = exts.last().filter(|t| {
+                last_seg && !t.plain && t.blocks() == 1 && zmeta + t.data.len() as u64 <= BLKSZ
+            });
+            let stored_blocks: u64 =
+                exts.iter().map(|x| x.blocks()).sum::<u64>() - tail.map_or(0, |_| 1);
+            let zcost = stored_blocks * BLKSZ + zmeta + tail.map_or(0, |t| t.data.len() as u64);
+            let tail_len = f.size % BLKSZ;
+            let inline_fits = tail_len != 0 && isize + ibody + tail_len <= BLKSZ;
+            let flat_cost = if inline_fits {
+                f.size - tail_len + isize + ibody + tail_len
+            } else {
+                f.size.div_ceil(BLKSZ) * BLKSZ + isize + ibody
+            };
+            if whole && zcost >= flat_cost {
+                // Stored as is.
+                let raw: Vec<u8> = done[k..e]
+                    .iter()
+                    .flat_map(|u| u.raw.iter().copied())
+                    .collect();
+                let body = if inline_fits {
+                    &raw[..(f.size - tail_len) as usize]
+                } else {
+                    &raw[..]
+                };
+                let blocks = (body.len() as u64).div_ceil(BLKSZ);
+                let startblk = if blocks > 0 {
+                    outb.push(body, blocks, false) as u32
+                } else {
+                    fmt::EROFS_NULL_ADDR
+                };
+                let tail = inline_fits.then(|| raw[(f.size - tail_len) as usize..].to_vec());
+                files[id] = Some(Placed::Flat {
+                    startblk,
+                    blocks,
+                    tail,
+                });
+            } else {
+                for (x_i, x) in exts.iter().enumerate() {
+                    let is_tail = tail.is_some() && x_i + 1 == exts.len();
+                    let blkaddr = if is_tail {
+                        0
+                    } else {
+                        outb.push(&x.data, x.blocks(), !x.plain) as u32
+                    };
+                    st.extents.push(ZPlaced {
+                        start: x.start,
+                        len: x.len,
+                        plain: x.plain,
+                        blkaddr,
+                        blocks: x.blocks() as u32,
+                    });
+                }
+                if last_seg {
+                    let extents = std::mem::take(&mut st.extents);
+                    let big_pcluster = extents.iter().any(|x| !x.plain && x.blocks > 1);
+                    let idata = tail.map(|t| t.data.clone()).unwrap_or_default();
+                    files[id] = Some(Placed::Compressed(ZPlan {
+                        alg,
+                        big_pcluster,
+                        extents,
+                        idata,
+                    }));
+                }
+            }
+            if last_seg {
+                let st = state.remove(&id).unwrap_or_default();
+                if let Some(h) = hashers.file {
+                    let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), f.size, &st.leaves)
+                        .map_err(|e| {
+                        BuildError::io(&inode.path, "hash", std::io::Error::other(e))
+                    })?;
+                    digests.push((id as u64, t.digest()));
+                }
+            }
+            for u in &done[k..e] {
+                progress.advance(u.raw.len() as u64);
+            }
+            k = e;
+        }
+        if !outb.buf.is_empty() {
+            out.file
+                .write_all_at(&outb.buf, outb.first_blk * BLKSZ)
+                .map_err(|e| BuildError::io(out.path, "write image", e))?;
+            if let Some(h) = hashers.image {
+                let mut l = vec![0u8; outb.buf.len() / BLKSZ as usize * h.params().digest_size()];
+                h.par_hash_blocks_into(&outb.buf, &mut l);
+                leaves.push((outb.first_blk, l));
+            }
+            next_blk = outb.next_blk();
+        }
+        i = j;
+    }
+    progress.end();
+    digests.sort_unstable_by_key(|(id, _)| *id);
+    Ok(DataPhase {
+        pre: PreData {
+            files,
+            data_end: next_blk,
+        },
+        leaves,
+        digests,
+    })
+}
