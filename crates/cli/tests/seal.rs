@@ -242,6 +242,30 @@ fn per_file_digests_equal_fsverity_digest_of_each_file() {
 }
 
 #[test]
+fn per_file_digests_of_the_full_fixture() {
+    if !oracle_guard(root_env().and_then(|_| {
+        if have_tool("fsverity") {
+            Ok(())
+        } else {
+            Err("fsverity not installed".into())
+        }
+    })) {
+        return;
+    }
+    let tmp = Tmpfs::new("files-full").expect("tmpfs");
+    let src = tmp.join("src");
+    common::fixture::make_full_fixture(&src);
+    let img_dir = tempfile::Builder::new()
+        .prefix("sealfs-files-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let img = img_dir.path().join("full.img");
+    build_ok(&src, &img, &[]);
+    assert_files_match(&img, &src, &[]);
+    println!("digest --files equals fsverity digest on every file of the full fixture");
+}
+
+#[test]
 fn seal_of_mkfs_erofs_image_attached_and_detached() {
     if !oracle_guard(if have_tool("fsverity") && have_tool("mkfs.erofs") {
         Ok(())
