@@ -84,7 +84,7 @@ impl CompressOptions {
     /// Checks the cluster size.
     pub fn validate(&self) -> Result<(), String> {
         let p = self.pcluster_bytes as u64;
-        if p < BLKSZ || p > fmt::Z_EROFS_PCLUSTER_MAX_SIZE || p % BLKSZ != 0 {
+        if !(BLKSZ..=fmt::Z_EROFS_PCLUSTER_MAX_SIZE).contains(&p) || !p.is_multiple_of(BLKSZ) {
             return Err(format!(
                 "pcluster size {p} must be a multiple of 4096 from 4096 to 1048576"
             ));
