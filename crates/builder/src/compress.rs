@@ -166,25 +166,35 @@ fn compress_dest(alg: Algorithm, input: &[u8], dst: &mut [u8]) -> Option<(usize,
                 ZSTD_WINDOW_LOG as u32,
             ))
             .ok()?;
-            // Search the longest prefix whose frame fits: start from all of it, then shrink by the
-            // measured ratio (slightly under) until it fits.
-            let mut len = src_len;
+            // Search for a long prefix whose frame fits: start at 4x the room, then grow or shrink by
+            // the measured ratio; each trial compresses at most a few times `dst` bytes.
+            let room = dst.len();
+            let mut len = src_len.min(room * 4);
+            let mut best: Option<(usize, usize)> = None;
             let mut scratch = Vec::new();
-            for _ in 0..8 {
+            for _ in 0..6 {
                 scratch.clear();
                 scratch.reserve(zstd::zstd_safe::compress_bound(len));
                 let n = ctx.compress_to_buffer(&input[..len], &mut scratch).ok()?;
-                if n <= dst.len() {
-                    dst[..n].copy_from_slice(&scratch[..n]);
-                    return Some((len, n));
+                let next = if n <= room {
+                    if best.is_none_or(|(l, _)| len > l) {
+                        dst[..n].copy_from_slice(&scratch[..n]);
+                        best = Some((len, n));
+                    }
+                    if len == src_len || n * 100 >= room * 95 {
+                        break;
+                    }
+                    (len as u128 * room as u128 * 95 / (n.max(1) as u128 * 100)) as usize
+                } else {
+                    (len as u128 * room as u128 * 97 / (n as u128 * 100)) as usize
+                };
+                let next = next.clamp(1, src_len);
+                if best.is_some_and(|(l, _)| next <= l) || next == len {
+                    break;
                 }
-                let next = (len as u128 * dst.len() as u128 * 97 / (n as u128 * 100)) as usize;
-                len = next.min(len - 1);
-                if len == 0 {
-                    return None;
-                }
+                len = next;
             }
-            None
+            best
         }),
     }
 }
