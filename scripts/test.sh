@@ -20,7 +20,7 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.85 or newer)" >&2; exit 2; }
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings

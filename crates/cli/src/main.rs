@@ -4,6 +4,7 @@ mod build;
 mod files;
 mod open;
 mod progress;
+mod read;
 mod seal;
 mod verify;
 
@@ -29,6 +30,18 @@ enum Command {
     /// Re-hash every block and check the Merkle tree, the trailer and optionally the digest.
     /// Exit 0 verified, 1 mismatch, 2 could not run.
     Verify(verify::VerifyArgs),
+    /// List a directory of the image, like `ls -n` (-l long, -R recursive, -a all).
+    Ls(read::ls::LsArgs),
+    /// Write files of the image to stdout.
+    Cat(read::cat::CatArgs),
+    /// Show what stat(2) shows for a path in the image, and how its inode is stored.
+    Stat(read::stat::StatArgs),
+    /// Show extended attributes of paths in the image, as `getfattr -d -m -` does.
+    Getfattr(read::getfattr::GetfattrArgs),
+    /// Extract the tree (or a subtree) into a directory, never writing outside it.
+    Extract(read::extract::ExtractArgs),
+    /// Describe an image: superblock, contents, seal, and what was established about it.
+    Inspect(read::inspect::InspectArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +51,12 @@ fn main() -> ExitCode {
         Command::Seal(args) => seal::run(args),
         Command::Digest(args) => verify::run_digest(args),
         Command::Verify(args) => verify::run_verify(args),
+        Command::Ls(args) => read::finish(read::ls::run(args)),
+        Command::Cat(args) => read::finish(read::cat::run(args)),
+        Command::Stat(args) => read::finish(read::stat::run(args)),
+        Command::Getfattr(args) => read::finish(read::getfattr::run(args)),
+        Command::Extract(args) => read::finish(read::extract::run(args)),
+        Command::Inspect(args) => read::finish(read::inspect::run(args)),
     };
     match result {
         Ok(code) => code,

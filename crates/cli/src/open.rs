@@ -26,6 +26,9 @@ pub struct ImageArgs {
     /// `none` trusts the image: no block is checked against the seal.
     #[arg(long, value_name = "MODE", default_value = "default", value_parser = ["default", "none"], global = true)]
     pub verify: String,
+    /// Bytes of decompressed clusters kept in memory (0 turns the cache off).
+    #[arg(long, value_name = "BYTES", default_value_t = sealfs_reader::DEFAULT_CLUSTER_CACHE_BYTES, global = true)]
+    pub cache_size: usize,
     /// Verified Merkle hash blocks kept in memory (each 4 KiB covers 512 KiB of data).
     #[arg(long, value_name = "BLOCKS", default_value_t = sealfs_reader::verified::DEFAULT_HASH_CACHE_BLOCKS, global = true)]
     pub hash_cache_blocks: usize,
@@ -70,7 +73,8 @@ impl ImageArgs {
         let (file, opened) = match verify::open(&self.image, self.sidecar.as_deref()) {
             Ok(x) => x,
             Err(OpenError::CannotRun(e)) => return Err(e),
-            Err(OpenError::Mismatch(what)) => bail!("{what}"),
+            // A damaged or truncated seal is the image's fault (exit 1), as for any other damage.
+            Err(OpenError::Mismatch(what)) => return Err(crate::read::fault(what)),
         };
         let (len, seal) = match opened {
             Opened::Plain(len) => (len, None),
@@ -80,10 +84,12 @@ impl ImageArgs {
             (Some(seal), _) if self.verify != "none" => {
                 let digest = sealfs_verity::file_digest(&seal.params, &seal.header.descriptor);
                 match expected {
-                    Some(e) if e != digest => bail!(
-                        "{}: the image is {digest}, not the expected {e}",
-                        self.image.display()
-                    ),
+                    Some(e) if e != digest => {
+                        return Err(crate::read::fault(format!(
+                            "{}: the image is {digest}, not the expected {e}",
+                            self.image.display()
+                        )))
+                    }
                     Some(_) => Trust::Authenticated(digest),
                     None => Trust::SelfConsistent(digest),
                 }
@@ -92,6 +98,10 @@ impl ImageArgs {
                 bail!("{}: not sealed, so --digest cannot be checked while reading; seal it or use `sealfs verify --digest`", self.image.display())
             }
             _ => Trust::Unverified,
+        };
+        let options = Options {
+            cluster_cache_bytes: self.cache_size,
+            ..Options::default()
         };
         // Checksum offload: an image file whose kernel fs-verity digest is the image digest (the detached
         // form on ext4/f2fs/btrfs with fs-verity enabled) is verified by the kernel on every read.
@@ -125,11 +135,11 @@ impl ImageArgs {
                     info,
                     self.hash_cache_blocks,
                 )?);
-                let image = Image::open_blocks(blocks.clone(), &Options::default())
+                let image = Image::open_blocks(blocks.clone(), &options)
                     .with_context(|| format!("{}: open", self.image.display()))?;
                 (image, Some(blocks))
             }
-            _ => (verify::reader_for(&file, len)?, None),
+            _ => (verify::reader_with(&file, len, &options)?, None),
         };
         Ok(OpenImage {
             image,

@@ -312,8 +312,17 @@ pub fn read_file_digests(seal: &Seal) -> std::result::Result<Option<Vec<(u64, Di
 
 /// Opens the EROFS part of an image with the reader.
 pub fn reader_for(image: &File, len: u64) -> Result<sealfs_reader::Image> {
+    reader_with(image, len, &sealfs_reader::Options::default())
+}
+
+/// Opens the EROFS part of an image with the reader and the given options, without verification.
+pub fn reader_with(
+    image: &File,
+    len: u64,
+    options: &sealfs_reader::Options,
+) -> Result<sealfs_reader::Image> {
     let source = sealfs_reader::SubRange::new(image.try_clone()?, 0, len);
-    Ok(sealfs_reader::Image::open(source)?)
+    Ok(sealfs_reader::Image::open_with(source, options)?)
 }
 
 fn path_text(p: &[u8]) -> String {

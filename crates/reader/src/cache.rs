@@ -11,6 +11,7 @@ use crate::error::{Error, Location, Result};
 use crate::source::BlockSource;
 use crate::stats::Stats;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
@@ -50,29 +51,63 @@ impl std::fmt::Debug for BlockRef {
 
 const NIL: usize = usize::MAX;
 
-struct Node {
-    key: u64,
-    val: Arc<[u8]>,
+/// What a cache entry weighs against the byte bound: its length in bytes.
+pub(crate) trait Weigh {
+    fn weight(&self) -> usize;
+}
+
+impl Weigh for Arc<[u8]> {
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Weigh for Arc<Vec<u8>> {
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
+struct Node<K, V> {
+    key: K,
+    /// `None` for a free slot.
+    val: Option<V>,
     prev: usize,
     next: usize,
 }
 
-/// A least-recently-used map from block index to block bytes, with O(1) operations: a hash map into
-/// a slab of nodes linked from most (`head`) to least (`tail`) recently used.
-pub(crate) struct Lru {
+/// A least-recently-used map from a key (a block index by default) to bytes, with O(1) operations:
+/// a hash map into a slab of nodes linked from most (`head`) to least (`tail`) recently used.
+///
+/// Bounded by a number of entries and by a total of bytes (the values' lengths); eviction removes
+/// the least recently used entries until both bounds hold. A value longer than the byte bound is
+/// never stored, so the bounds are never exceeded.
+pub(crate) struct Lru<K = u64, V = Arc<[u8]>> {
     cap: usize,
-    map: HashMap<u64, usize>,
-    nodes: Vec<Node>,
+    max_bytes: usize,
+    bytes: usize,
+    map: HashMap<K, usize>,
+    nodes: Vec<Node<K, V>>,
+    free: Vec<usize>,
     head: usize,
     tail: usize,
 }
 
-impl Lru {
-    pub(crate) fn new(cap: usize) -> Lru {
+impl<K: Copy + Eq + Hash, V: Clone + Weigh> Lru<K, V> {
+    /// At most `cap` entries, any size.
+    pub(crate) fn new(cap: usize) -> Lru<K, V> {
+        Lru::with_bounds(cap, usize::MAX)
+    }
+
+    /// At most `cap` entries holding at most `max_bytes` bytes in total.
+    pub(crate) fn with_bounds(cap: usize, max_bytes: usize) -> Lru<K, V> {
         Lru {
             cap,
-            map: HashMap::with_capacity(cap.min(1 << 16)),
-            nodes: Vec::with_capacity(cap.min(1 << 16)),
+            max_bytes,
+            bytes: 0,
+            map: HashMap::with_capacity(cap.min(1024)),
+            nodes: Vec::with_capacity(cap.min(1024)),
+            free: Vec::new(),
             head: NIL,
             tail: NIL,
         }
@@ -104,48 +139,94 @@ impl Lru {
         }
     }
 
-    pub(crate) fn get(&mut self, key: u64) -> Option<Arc<[u8]>> {
+    pub(crate) fn get(&mut self, key: K) -> Option<V> {
         let i = *self.map.get(&key)?;
         if self.head != i {
             self.unlink(i);
             self.push_front(i);
         }
-        Some(self.nodes[i].val.clone())
+        self.nodes[i].val.clone()
     }
 
-    pub(crate) fn insert(&mut self, key: u64, val: Arc<[u8]>) {
-        if self.cap == 0 {
-            return;
+    /// Removes the least recently used entry.
+    fn evict_tail(&mut self) {
+        if self.tail != NIL {
+            self.remove_slot(self.tail);
         }
+    }
+
+    /// Removes the entry in slot `i`; the slot goes to the free list.
+    fn remove_slot(&mut self, i: usize) {
+        self.unlink(i);
+        self.map.remove(&self.nodes[i].key);
+        if let Some(v) = self.nodes[i].val.take() {
+            self.bytes -= v.weight();
+        }
+        self.free.push(i);
+    }
+
+    /// Stores `val` under `key` as the most recently used entry, evicting as needed. Returns the
+    /// number of entries evicted. A value longer than the byte bound is not stored (and evicts
+    /// nothing; an older value under the same key is dropped).
+    pub(crate) fn insert(&mut self, key: K, val: V) -> usize {
+        let weight = val.weight();
+        if self.cap == 0 || weight > self.max_bytes {
+            if let Some(i) = self.map.get(&key).copied() {
+                self.remove_slot(i);
+            }
+            return 0;
+        }
+        let mut evicted = 0;
         if let Some(&i) = self.map.get(&key) {
-            self.nodes[i].val = val;
-            self.unlink(i);
-            self.push_front(i);
-            return;
+            let old = self.nodes[i].val.replace(val).map_or(0, |v| v.weight());
+            self.bytes = self.bytes - old + weight;
+            if self.head != i {
+                self.unlink(i);
+                self.push_front(i);
+            }
+            // `i` is the head and fits alone, so eviction stops before reaching it.
+            while self.bytes > self.max_bytes && self.tail != i {
+                self.evict_tail();
+                evicted += 1;
+            }
+            return evicted;
         }
-        let i = if self.nodes.len() < self.cap {
-            self.nodes.push(Node {
-                key,
-                val,
-                prev: NIL,
-                next: NIL,
-            });
-            self.nodes.len() - 1
-        } else {
-            let i = self.tail;
-            self.unlink(i);
-            self.map.remove(&self.nodes[i].key);
-            self.nodes[i].key = key;
-            self.nodes[i].val = val;
-            i
+        while self.tail != NIL
+            && (self.map.len() >= self.cap || self.bytes + weight > self.max_bytes)
+        {
+            self.evict_tail();
+            evicted += 1;
+        }
+        self.bytes += weight;
+        let node = Node {
+            key,
+            val: Some(val),
+            prev: NIL,
+            next: NIL,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.nodes[i] = node;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                self.nodes.len() - 1
+            }
         };
         self.map.insert(key, i);
         self.push_front(i);
+        evicted
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// Total bytes of the values held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -370,12 +451,60 @@ mod tests {
 
     #[test]
     fn lru_survives_many_operations() {
-        let mut lru = Lru::new(5);
+        let mut lru: Lru = Lru::new(5);
         for i in 0..1000u64 {
             lru.insert(i % 17, vec![i as u8].into());
             let _ = lru.get((i * 7) % 17);
             assert!(lru.len() <= 5);
         }
+    }
+
+    #[test]
+    fn lru_byte_bound_is_never_exceeded() {
+        let v = |n: usize| -> Arc<[u8]> { vec![7u8; n].into() };
+        let mut lru: Lru = Lru::with_bounds(usize::MAX, 1000);
+        assert_eq!(lru.insert(1, v(400)), 0);
+        assert_eq!(lru.insert(2, v(400)), 0);
+        assert_eq!(lru.bytes(), 800);
+        assert!(lru.get(1).is_some()); // 2 is now least recently used
+        assert_eq!(lru.insert(3, v(300)), 1); // evicts 2
+        assert!(lru.get(2).is_none());
+        assert_eq!((lru.len(), lru.bytes()), (2, 700));
+        // Too large for the bound: not stored, nothing evicted, an older value dropped.
+        assert_eq!(lru.insert(4, v(1001)), 0);
+        assert!(lru.get(4).is_none());
+        assert_eq!(lru.insert(1, v(1001)), 0);
+        assert!(lru.get(1).is_none());
+        assert_eq!((lru.len(), lru.bytes()), (1, 300));
+        // Replacing a value with a larger one evicts others, never itself.
+        lru.insert(5, v(500));
+        assert_eq!(lru.insert(3, v(900)), 1);
+        assert_eq!((lru.len(), lru.bytes()), (1, 900));
+        assert_eq!(lru.get(3).unwrap().len(), 900);
+        // Many random operations: both bounds hold, bytes add up.
+        let mut lru: Lru = Lru::with_bounds(7, 5000);
+        let mut x = 1u64;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let key = (x >> 33) % 23;
+            if x.is_multiple_of(3) {
+                let _ = lru.get(key);
+            } else {
+                lru.insert(key, v(((x >> 20) % 1500) as usize));
+            }
+            assert!(lru.len() <= 7 && lru.bytes() <= 5000);
+            let sum: usize = lru
+                .map
+                .values()
+                .map(|&i| lru.nodes[i].val.as_ref().unwrap().len())
+                .sum();
+            assert_eq!(sum, lru.bytes());
+        }
+        let mut off: Lru = Lru::with_bounds(0, 0);
+        assert_eq!(off.insert(1, v(0)), 0);
+        assert!(off.get(1).is_none());
     }
 
     fn blocks(len: usize, cache: usize) -> Blocks {

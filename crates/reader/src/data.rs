@@ -11,12 +11,17 @@
 //!   xattrs and must not cross a block boundary.
 //! - CHUNK_BASED: an array of 4-byte block-map entries or 8-byte chunk indexes at
 //!   `round_up(iloc + isize + xattr_isize, unit)`, one per `1 << chunkbits` bytes; all-ones is a hole.
-//! - Compressed layouts: [`Error::Unsupported`].
+//! - COMPRESSED_FULL and COMPRESSED_COMPACT: [`crate::zmap`] maps an offset to its extent and
+//!   pcluster ([`ExtentKind::Compressed`]) as the kernel's `z_erofs_map_blocks_fo` does; a read
+//!   decodes each extent it overlaps, whole, through the cluster cache ([`crate::decompress`]),
+//!   and copies the part it needs. Only the extents overlapping `[offset, offset + len)` are
+//!   mapped and decoded.
 
 use crate::cache::BlockRef;
 use crate::error::{Error, Location, Result};
 use crate::image::Image;
 use crate::inode::{FileType, Inode};
+use crate::zmap::Compression;
 use sealfs_format::{
     DataLayout, EROFS_BLOCK_MAP_ENTRY_SIZE, EROFS_CHUNK_FORMAT_48BIT, EROFS_CHUNK_FORMAT_INDEXES,
     EROFS_FEATURE_INCOMPAT_DEVICE_TABLE, EROFS_NULL_ADDR,
@@ -37,6 +42,24 @@ pub enum ExtentKind {
     },
     /// Not stored: reads as zeros.
     Hole,
+    /// Encoded in a pcluster (compressed layouts): the pcluster decodes to the whole extent
+    /// `[extent_start, extent_start + extent_len)`; this [`Extent`] is that extent, or a part of
+    /// it when [`Image::map_range`] clipped it.
+    Compressed {
+        /// Image byte offset of the pcluster (a block boundary, or inside a metadata block for
+        /// an inline tail pcluster).
+        physical: u64,
+        /// Length of the pcluster in bytes.
+        plen: u64,
+        /// How the pcluster is encoded.
+        algorithm: Compression,
+        /// The pcluster is stored inline after the inode's index (ztailpacking).
+        inline: bool,
+        /// First logical byte of the whole extent.
+        extent_start: u64,
+        /// Decoded length of the whole extent.
+        extent_len: u64,
+    },
 }
 
 /// A logical range of an inode's data and where it is stored.
@@ -71,7 +94,7 @@ impl Extent {
             ExtentKind::Inline { physical } => ExtentKind::Inline {
                 physical: physical + skip,
             },
-            ExtentKind::Hole => ExtentKind::Hole,
+            kind @ (ExtentKind::Hole | ExtentKind::Compressed { .. }) => kind,
         };
         Ok(Extent {
             logical: from,
@@ -83,7 +106,9 @@ impl Extent {
 
 impl Image {
     /// Maps logical byte `offset` (< size) of `inode`: the extent holding it, as the kernel's
-    /// `erofs_map_blocks` computes it.
+    /// `erofs_map_blocks` computes it. For compressed inodes: the whole compressed extent holding
+    /// `offset` (`z_erofs_map_blocks_fo` with the decoded length to the next extent), as an
+    /// [`ExtentKind::Compressed`]; nothing is decoded.
     pub fn map(&self, inode: &Inode, offset: u64) -> Result<Extent> {
         let at = Location::nid(inode.nid);
         if offset >= inode.size {
@@ -95,10 +120,21 @@ impl Image {
         match inode.layout {
             DataLayout::FlatPlain | DataLayout::FlatInline => self.map_flat(inode, offset, at),
             DataLayout::ChunkBased => self.map_chunk(inode, offset, at),
-            layout => Err(Error::unsupported(
-                format!("compressed data ({layout:?} layout)"),
-                at,
-            )),
+            DataLayout::CompressedFull | DataLayout::CompressedCompact => {
+                let z = self.zmap(inode, offset)?;
+                Ok(Extent {
+                    logical: z.logical,
+                    length: z.length,
+                    kind: ExtentKind::Compressed {
+                        physical: z.physical,
+                        plen: z.plen,
+                        algorithm: z.algorithm,
+                        inline: z.inline,
+                        extent_start: z.logical,
+                        extent_len: z.length,
+                    },
+                })
+            }
         }
     }
 
@@ -236,18 +272,54 @@ impl Image {
             )));
         }
         let end = inode.size.min(offset.saturating_add(buf.len() as u64));
+        let compressed = matches!(
+            inode.layout,
+            DataLayout::CompressedFull | DataLayout::CompressedCompact
+        );
         let mut pos = offset;
         while pos < end {
+            if compressed {
+                pos +=
+                    self.read_compressed(inode, pos, end, &mut buf[(pos - offset) as usize..])?;
+                continue;
+            }
             let e = self.map(inode, pos)?.clip(pos, end, at)?;
             let dst = &mut buf[(pos - offset) as usize..][..e.length as usize];
             match e.kind {
                 ExtentKind::Hole => dst.fill(0),
                 ExtentKind::Mapped { physical } => self.blocks.read_bulk(physical, dst, at)?,
                 ExtentKind::Inline { physical } => self.blocks.read(physical, dst, at)?,
+                ExtentKind::Compressed { .. } => {
+                    return Err(Error::corrupted("compressed extent in a flat inode", at))
+                }
             }
             pos += e.length;
         }
         Ok((end.saturating_sub(offset)) as usize)
+    }
+
+    /// Copies the bytes of the compressed extent holding `pos` (up to `end`) into `dst`, decoding
+    /// the extent (or taking it from the cluster cache); returns the number of bytes copied.
+    fn read_compressed(&self, inode: &Inode, pos: u64, end: u64, dst: &mut [u8]) -> Result<u64> {
+        let at = Location::nid(inode.nid);
+        let z = self.zmap(inode, pos)?;
+        let zend = z.logical + z.length;
+        let n = (zend.min(end) - pos) as usize;
+        let data = self.decoded_extent(inode, &z)?;
+        let from = (pos - z.logical) as usize;
+        let src = data.get(from..from + n).ok_or_else(|| {
+            Error::corrupted(
+                format!(
+                    "extent at lcluster {} decoded to {} bytes, not {}",
+                    z.head_lcn,
+                    data.len(),
+                    z.length
+                ),
+                at,
+            )
+        })?;
+        dst[..n].copy_from_slice(src);
+        Ok(n as u64)
     }
 
     /// Reads up to `max_len` bytes of `inode` from `offset` into a new vector (shorter at the end of
@@ -268,6 +340,17 @@ impl Image {
         let la = lblk
             .checked_mul(bsz)
             .ok_or_else(|| Error::corrupted("logical block overflows", at))?;
+        if matches!(
+            inode.layout,
+            DataLayout::CompressedFull | DataLayout::CompressedCompact
+        ) && la < inode.size
+        {
+            // Decoded data, zero-filled past the end of the file.
+            let mut v = vec![0u8; bsz as usize];
+            let n = (inode.size - la).min(bsz) as usize;
+            self.read(inode, la, &mut v[..n])?;
+            return Ok(BlockRef::owned(v));
+        }
         let e = self.map(inode, la)?;
         match e.kind {
             ExtentKind::Mapped { physical } => self.meta_block(physical + (la - e.logical), at),
@@ -279,6 +362,9 @@ impl Image {
                 Ok(BlockRef::owned(v))
             }
             ExtentKind::Hole => Ok(BlockRef::owned(vec![0u8; bsz as usize])),
+            ExtentKind::Compressed { .. } => {
+                Err(Error::corrupted("compressed extent in a flat inode", at))
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! [`Image`]: an opened EROFS image, the entry point of the reader (the kernel's `fill_super`).
 
 use crate::cache::{BlockRef, Blocks};
+use crate::decompress::{ClusterCache, DEFAULT_CLUSTER_CACHE_BYTES};
 use crate::error::{Error, Location, Result};
 use crate::inode::Inode;
 use crate::source::{BlockSource, PlainBlocks, ReadAt};
@@ -14,6 +15,9 @@ use std::sync::Arc;
 pub struct Options {
     /// Number of source blocks (4 KiB with [`Image::open`]) the block cache keeps. 0 disables it.
     pub cache_blocks: usize,
+    /// Bytes of decoded compressed extents the cluster cache keeps (see [`crate::decompress`]);
+    /// never exceeded. 0 disables it.
+    pub cluster_cache_bytes: usize,
 }
 
 /// Default size of the block cache: 256 blocks, 1 MiB with 4 KiB blocks.
@@ -23,6 +27,7 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             cache_blocks: DEFAULT_CACHE_BLOCKS,
+            cluster_cache_bytes: DEFAULT_CLUSTER_CACHE_BYTES,
         }
     }
 }
@@ -33,6 +38,7 @@ pub struct Image {
     pub(crate) blocks: Blocks,
     pub(crate) sb: SuperInfo,
     pub(crate) prefixes: LongPrefixes,
+    pub(crate) clusters: ClusterCache,
 }
 
 impl std::fmt::Debug for Image {
@@ -77,6 +83,7 @@ impl Image {
             blocks,
             sb,
             prefixes,
+            clusters: ClusterCache::new(options.cluster_cache_bytes),
         };
         let root = image.root()?;
         if !root.is_dir() {
@@ -118,7 +125,8 @@ impl Image {
         self.inode(self.sb.root_nid)
     }
 
-    /// Counters of blocks read, cache hits and misses, xattr lookups and filter skips.
+    /// Counters of blocks read, cache hits and misses, xattr lookups and filter skips, and of the
+    /// cluster cache of decoded compressed extents.
     pub fn stats(&self) -> StatsSnapshot {
         self.blocks.stats().snapshot()
     }

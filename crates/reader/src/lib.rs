@@ -13,18 +13,27 @@
 //!   what the source returned, so a block is verified once while cached; [`PlainBlocks`] is the
 //!   unverified source over any [`ReadAt`] (a file with `pread`, a byte buffer, a [`SubRange`]).
 //! - **Map, then read.** [`Image::map`] turns a logical offset of an inode into an [`Extent`] (blocks,
-//!   inline tail or hole) before any data I/O, like the kernel's `erofs_map_blocks`; reads follow the
-//!   map.
+//!   inline tail, hole, or a compressed extent's pcluster) before any data I/O, like the kernel's
+//!   `erofs_map_blocks` and `z_erofs_map_blocks_fo` ([`zmap`]); reads follow the map.
+//! - **Decoded pclusters are cached** (design idea 5, [`decompress`]): a read decodes each
+//!   compressed extent it overlaps, whole, once; the decoded bytes go to a byte-bounded LRU
+//!   ([`Options::cluster_cache_bytes`]), so repeated reads neither re-read nor re-decompress.
+//!   Compressed blocks come through the same [`BlockSource`], so a verifying source checks them as
+//!   read from the image.
 //! - **Kernel semantics.** Directory iteration has the checks of `dir.c`, lookup is `namei.c`'s binary
 //!   search (so a directory the kernel cannot search fails here the same way), xattrs follow
 //!   `xattr.c` including the name bloom filter fast path, inodes decode as `erofs_read_inode` does.
 //!
 //! One module per on-disk concept, as in the kernel: [`superblock`], [`inode`], [`dir`], [`namei`],
-//! [`xattr`], [`data`]; plus [`source`] (byte and block sources), [`stats`] and [`error`].
+//! [`xattr`], [`data`], [`zmap`], [`decompress`]; plus [`source`] (byte and block sources),
+//! [`stats`] and [`error`].
 //!
 //! Supported: FLAT_PLAIN, FLAT_INLINE and CHUNK_BASED data (block maps and chunk indexes, holes),
-//! compact and extended inodes, every file type, shared and inline xattrs with short and plain long
-//! prefixes. Not yet: compressed data (an [`Error::Unsupported`]), extra devices, metadata compression
+//! COMPRESSED_FULL and COMPRESSED_COMPACT data (LZ4 and ZSTD, big pclusters, ztailpacking, PLAIN
+//! and interlaced uncompressed pclusters, HEAD2, legacy images without ZERO_PADDING), compact and
+//! extended inodes, every file type, shared and inline xattrs with short and plain long prefixes.
+//! Not yet (an [`Error::Unsupported`]): LZMA and DEFLATE decoding, fragments in the packed inode
+//! (FRAGMENTS), encoded extents (48BIT compressed inodes), extra devices, metadata compression
 //! (METABOX), long prefixes stored in the packed inode.
 //!
 //! ```no_run
@@ -43,6 +52,7 @@
 
 pub mod cache;
 pub mod data;
+pub mod decompress;
 pub mod dir;
 pub mod error;
 mod image;
@@ -53,9 +63,11 @@ pub mod stats;
 pub mod superblock;
 pub mod verified;
 pub mod xattr;
+pub mod zmap;
 
 pub use cache::BlockRef;
 pub use data::{Extent, ExtentKind};
+pub use decompress::DEFAULT_CLUSTER_CACHE_BYTES;
 pub use dir::{DirEntry, ReadDir};
 pub use error::{Error, Location, Result};
 pub use image::{Image, Options, DEFAULT_CACHE_BLOCKS};
@@ -64,9 +76,10 @@ pub use namei::Follow;
 pub use sealfs_format::DataLayout;
 pub use source::{BlockSource, PlainBlocks, ReadAt, SubRange};
 pub use stats::StatsSnapshot;
-pub use superblock::SuperInfo;
+pub use superblock::{ComprInfo, SuperInfo};
 pub use verified::{kernel_verity_digest, SealInfo, VerifiedBlocks, VerifyStats};
 pub use xattr::{LongPrefix, XattrBody};
+pub use zmap::Compression;
 
 #[cfg(test)]
 mod tests {

@@ -2,16 +2,30 @@
 //!
 //! Checks, in the kernel's order: magic, `blkszbits` in 9..=12, `dirblkbits == 0`, the checksum when
 //! `SB_CHKSUM` is set, no unknown incompatible feature, the superblock size. Then the root nid (48-bit
-//! form when `48BIT` is set and `rootnid_8b != 0`), and the long xattr prefix table (see
-//! [`crate::xattr`]). Metadata compression (`METABOX`) is reported as unsupported.
+//! form when `48BIT` is set and `rootnid_8b != 0`), the compression configuration (below) and the
+//! long xattr prefix table (see [`crate::xattr`]). Metadata compression (`METABOX`) is reported as
+//! unsupported.
+//!
+//! **Compression configuration** (the kernel's `z_erofs_parse_cfgs`, run at mount). Without
+//! `COMPR_CFGS` the image may use LZ4 only, `u1` is `lz4_max_distance` and LZ4 pclusters are one
+//! block. With it, `u1` is `available_compr_algs` (unknown bits are unsupported) and one record
+//! per listed algorithm follows the superblock, in ascending id, each at a 4-byte boundary:
+//! `le16 len` (0 means 65536) then `len` payload bytes. Payloads are checked as the kernel checks
+//! them (an invalid one fails the open as [`Error::Corrupted`], the kernel's `-EINVAL` at mount):
+//! LZ4 `len >= 14`, `max_pclusterblks <= 1 MiB / blksz` (0 means 1); LZMA `len >= 14`, format 0,
+//! `4096 <= dict_size <= 8 MiB`; DEFLATE `len >= 6`, `windowbits <= 15`; ZSTD `len >= 6`, format
+//! 0, `windowlog <= 10`. LZMA and DEFLATE images open; reading their compressed extents is
+//! unsupported (see [`crate::decompress`]).
 
 use crate::cache::Blocks;
 use crate::error::{Error, Location, Result};
 use sealfs_format::{
-    superblock_checksum, superblock_checksum_len, FromBytes, SuperBlock,
+    superblock_checksum, superblock_checksum_len, FromBytes, Lz4Cfgs, SuperBlock, ZstdCfgs,
     EROFS_ALL_FEATURE_INCOMPAT, EROFS_FEATURE_COMPAT_SB_CHKSUM, EROFS_FEATURE_COMPAT_XATTR_FILTER,
-    EROFS_FEATURE_INCOMPAT_48BIT, EROFS_FEATURE_INCOMPAT_METABOX, EROFS_SUPER_MAGIC_V1,
-    EROFS_SUPER_OFFSET,
+    EROFS_FEATURE_INCOMPAT_48BIT, EROFS_FEATURE_INCOMPAT_COMPR_CFGS,
+    EROFS_FEATURE_INCOMPAT_METABOX, EROFS_SUPER_MAGIC_V1, EROFS_SUPER_OFFSET,
+    Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4, Z_EROFS_COMPRESSION_LZMA,
+    Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_PCLUSTER_MAX_SIZE,
 };
 
 /// `feature_compat`: the shared xattr area lives in the metabox (6.17+).
@@ -23,6 +37,35 @@ pub const EROFS_FEATURE_COMPAT_PLAIN_XATTR_PFX: u32 = 0x0000_0010;
 pub const MIN_BLKSZBITS: u8 = 9;
 /// Largest `blkszbits` the kernel accepts on a 4 KiB-page machine.
 pub const MAX_BLKSZBITS: u8 = 12;
+
+/// Every compression algorithm id Linux 6.18 knows (LZ4, LZMA, DEFLATE, ZSTD).
+pub const Z_EROFS_ALL_COMPR_ALGS: u16 = 0xF;
+/// Largest LZMA dictionary the kernel accepts (8 MiB).
+pub const Z_EROFS_LZMA_MAX_DICT_SIZE: u32 = 8 << 20;
+
+/// The compression configuration: which algorithms compressed inodes may use and their settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ComprInfo {
+    /// Bit `1 << id` for every algorithm the image may use (LZ4 only without `COMPR_CFGS`).
+    pub available_algs: u16,
+    /// LZ4 window (`max_distance`; 0 without a record and `lz4_max_distance` unset).
+    pub lz4_max_distance: u16,
+    /// Largest LZ4 pcluster in blocks (1 without an LZ4 record, or when the record says 0).
+    pub lz4_max_pclusterblks: u16,
+    /// LZMA dictionary size, when the image lists LZMA.
+    pub lzma_dict_size: Option<u32>,
+    /// DEFLATE window bits, when the image lists DEFLATE.
+    pub deflate_windowbits: Option<u8>,
+    /// ZSTD `windowlog` (window `1 << (windowlog + 10)`), when the image lists ZSTD.
+    pub zstd_windowlog: Option<u8>,
+}
+
+impl ComprInfo {
+    /// Whether algorithm `id` is listed.
+    pub fn has_alg(&self, id: u8) -> bool {
+        id < 16 && self.available_algs & (1 << id) != 0
+    }
+}
 
 /// Everything the superblock says, decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +110,8 @@ pub struct SuperInfo {
     pub packed_nid: u64,
     /// Must be 0 for the xattr name filters to be used.
     pub xattr_filter_reserved: u8,
+    /// Compression algorithms and their configuration records.
+    pub compr: ComprInfo,
 }
 
 impl SuperInfo {
@@ -174,6 +219,7 @@ pub(crate) fn read_superblock(blocks: &Blocks) -> Result<SuperInfo> {
             at,
         ));
     }
+    let compr = read_compr_cfgs(blocks, &dsb, feature_incompat, blkszbits, sb_size)?;
     let mut blocks_total = dsb.blocks.get() as u64;
     let root_nid =
         if feature_incompat & EROFS_FEATURE_INCOMPAT_48BIT != 0 && dsb.rootnid_8b.get() != 0 {
@@ -203,5 +249,115 @@ pub(crate) fn read_superblock(blocks: &Blocks) -> Result<SuperInfo> {
         xattr_prefix_start: dsb.xattr_prefix_start.get(),
         packed_nid: dsb.packed_nid.get(),
         xattr_filter_reserved: dsb.xattr_filter_reserved,
+        compr,
     })
+}
+
+/// The compression configuration (`z_erofs_parse_cfgs`): see the module documentation.
+fn read_compr_cfgs(
+    blocks: &Blocks,
+    dsb: &SuperBlock,
+    feature_incompat: u32,
+    blkszbits: u8,
+    sb_size: u64,
+) -> Result<ComprInfo> {
+    let u1 = dsb.u1.get();
+    if feature_incompat & EROFS_FEATURE_INCOMPAT_COMPR_CFGS == 0 {
+        return Ok(ComprInfo {
+            available_algs: 1 << Z_EROFS_COMPRESSION_LZ4,
+            lz4_max_distance: u1,
+            lz4_max_pclusterblks: 1,
+            ..ComprInfo::default()
+        });
+    }
+    let at = Location::offset(EROFS_SUPER_OFFSET + 84);
+    let unknown = u1 & !Z_EROFS_ALL_COMPR_ALGS;
+    if unknown != 0 {
+        return Err(Error::unsupported(
+            format!("unknown compression algorithms {unknown:#x} in available_compr_algs"),
+            at,
+        ));
+    }
+    let mut info = ComprInfo {
+        available_algs: u1,
+        lz4_max_pclusterblks: 1,
+        ..ComprInfo::default()
+    };
+    let mut offset = EROFS_SUPER_OFFSET + sb_size;
+    for alg in 0..4u8 {
+        if u1 & (1 << alg) == 0 {
+            continue;
+        }
+        // erofs_read_metadata: a 4-byte aligned le16 length (0 = 65536), then the payload. Only
+        // the first bytes of the payload are needed; all of it must be inside the image.
+        offset = offset.next_multiple_of(4);
+        let at = Location::offset(offset).with_block(offset >> blkszbits);
+        let mut len = [0u8; 2];
+        blocks.read(offset, &mut len, at)?;
+        let len = match u16::from_le_bytes(len) {
+            0 => 65536,
+            n => n as usize,
+        };
+        blocks.check(offset + 2, len as u64, at)?;
+        let mut payload = [0u8; 16];
+        let n = len.min(payload.len());
+        blocks.read(offset + 2, &mut payload[..n], at)?;
+        offset += 2 + len as u64;
+        let bad = |what: String| Err(Error::corrupted(what, at));
+        match alg {
+            Z_EROFS_COMPRESSION_LZ4 => {
+                if len < 14 {
+                    return bad(format!("LZ4 config record of {len} bytes (at least 14)"));
+                }
+                let cfg = Lz4Cfgs::read_from_bytes(&payload[..14]).expect("14 bytes");
+                let max = (Z_EROFS_PCLUSTER_MAX_SIZE >> blkszbits) as u16;
+                info.lz4_max_distance = cfg.max_distance.get();
+                info.lz4_max_pclusterblks = match cfg.max_pclusterblks.get() {
+                    0 => 1,
+                    n if n > max => {
+                        return bad(format!("LZ4 max_pclusterblks {n} (at most {max})"));
+                    }
+                    n => n,
+                };
+            }
+            Z_EROFS_COMPRESSION_LZMA => {
+                if len < 14 {
+                    return bad(format!("LZMA config record of {len} bytes (at least 14)"));
+                }
+                let dict = u32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                let format = u16::from_le_bytes([payload[4], payload[5]]);
+                if format != 0 {
+                    return bad(format!("LZMA format {format:#x}"));
+                }
+                if !(4096..=Z_EROFS_LZMA_MAX_DICT_SIZE).contains(&dict) {
+                    return bad(format!("LZMA dict_size {dict}"));
+                }
+                info.lzma_dict_size = Some(dict);
+            }
+            Z_EROFS_COMPRESSION_DEFLATE => {
+                if len < 6 {
+                    return bad(format!("DEFLATE config record of {len} bytes (at least 6)"));
+                }
+                if payload[0] > 15 {
+                    return bad(format!("DEFLATE windowbits {}", payload[0]));
+                }
+                info.deflate_windowbits = Some(payload[0]);
+            }
+            _ => {
+                debug_assert_eq!(alg, Z_EROFS_COMPRESSION_ZSTD);
+                if len < 6 {
+                    return bad(format!("ZSTD config record of {len} bytes (at least 6)"));
+                }
+                let cfg = ZstdCfgs::read_from_bytes(&payload[..6]).expect("6 bytes");
+                if cfg.format != 0 {
+                    return bad(format!("ZSTD format {}", cfg.format));
+                }
+                if cfg.windowlog > 10 {
+                    return bad(format!("ZSTD windowlog {} (at most 10)", cfg.windowlog));
+                }
+                info.zstd_windowlog = Some(cfg.windowlog);
+            }
+        }
+    }
+    Ok(info)
 }

@@ -140,13 +140,41 @@ fn inode_fields_decode_like_the_kernel() {
 }
 
 #[test]
-fn compressed_data_is_unsupported() {
+fn crafted_compressed_inode_reads_like_the_kernel() {
+    // The crafted COMPRESSED_FULL inode has an all-zero map header and index: one PLAIN lcluster
+    // whose pcluster is block 0. The kernel copies its first 100 bytes (zeros before the
+    // superblock); so does the reader.
     let (c, _) = layouts_image();
+    let img = open(&c);
+    let z = img.lookup_path("/compr").unwrap();
+    assert_eq!(img.read_vec(&z, 0, 1000).unwrap(), vec![0; 100]);
+    let e = img.map(&z, 50).unwrap();
+    assert_eq!((e.logical, e.length), (0, 100));
+    assert!(
+        matches!(
+            e.kind,
+            ExtentKind::Compressed {
+                physical: 0,
+                plen: 4096,
+                algorithm: sealfs_reader::Compression::Plain,
+                inline: false,
+                extent_start: 0,
+                extent_len: 100,
+            }
+        ),
+        "{e:?}"
+    );
+
+    // An unknown HEAD1 algorithm in the map header is unsupported, naming the inode.
+    let (mut c, _) = layouts_image();
+    let hdr = Craft::iloc(COMPR) + 32;
+    c.img[hdr + 6] = 4;
     let img = open(&c);
     let z = img.lookup_path("/compr").unwrap();
     let e = img.read_vec(&z, 0, 10).unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     assert!(e.to_string().contains(&format!("nid {COMPR}")), "{e}");
+    assert!(e.to_string().contains("algorithm 4"), "{e}");
     assert_eq!(e.errno(), libc::EOPNOTSUPP);
 }
 

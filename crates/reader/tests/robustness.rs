@@ -7,17 +7,64 @@
 //! recomputed after corrupting, so the damage reaches the parsers instead of stopping at the
 //! checksum. A panic reports the seed that caused it. `SEALFS_FUZZ_SCALE=N` runs N times as many
 //! corruption trials (for a longer local hunt).
+//!
+//! Compressed images are seeds too (mkfs.erofs LZ4 with compact and full indexes, big pclusters
+//! and ztailpacking, and the hand-built ZSTD image), so damage reaches lcluster indexes, map
+//! headers, compression configs and compressed bytes. A counting allocator checks that no damage
+//! makes the reader allocate more than a bounded amount at once (the largest legitimate buffer is
+//! a 12 MiB decoded extent).
 
 mod common;
 
 use common::{mkfs, need_tool, oracle_guard, sealfs_bin, sealfs_build, Rng};
 use sealfs_format::{superblock_checksum, superblock_checksum_len, EROFS_FEATURE_COMPAT_SB_CHKSUM};
-use sealfs_reader::{Follow, Image, Options};
+use sealfs_reader::{ExtentKind, Follow, Image, Options};
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The system allocator, remembering the largest single allocation.
+struct Counting;
+
+static LARGEST_ALLOC: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LARGEST_ALLOC.fetch_max(layout.size(), Ordering::Relaxed);
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LARGEST_ALLOC.fetch_max(layout.size(), Ordering::Relaxed);
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LARGEST_ALLOC.fetch_max(new_size, Ordering::Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// No single allocation may exceed this: a 12 MiB decoded extent plus slack.
+const ALLOC_LIMIT: usize = 16 << 20;
+
+fn check_allocations(what: &str) {
+    let largest = LARGEST_ALLOC.load(Ordering::Relaxed);
+    println!("{what}: largest single allocation {largest} bytes");
+    assert!(
+        largest <= ALLOC_LIMIT,
+        "{what}: an allocation of {largest} bytes"
+    );
+}
 
 /// A small tree, so that most random bytes land in metadata.
 fn small_tree(root: &Path) {
@@ -38,6 +85,15 @@ fn small_tree(root: &Path) {
         .unwrap();
     }
     fs::write(root.join("d/e/deep"), b"deep").unwrap();
+    // Compressible data (for the compressed seed images): text, zeros, text with a random tail.
+    let text = common::zcraft::text(&mut rng, 3000).repeat(7);
+    fs::write(root.join("text"), &text).unwrap();
+    fs::write(root.join("zeros"), vec![0u8; 70_000]).unwrap();
+    fs::write(
+        root.join("d/mixed"),
+        [&text[..9000], &rng.bytes(5000)].concat(),
+    )
+    .unwrap();
     symlink("../f1", root.join("d/up")).unwrap();
     symlink("/d/e", root.join("abs")).unwrap();
     symlink("loop", root.join("loop")).unwrap();
@@ -120,13 +176,31 @@ fn fix_checksum(img: &mut [u8]) {
     img[1028..1032].copy_from_slice(&sum.to_le_bytes());
 }
 
+thread_local! {
+    /// Compressed extents decoded (or attempted) by this test thread's walks: the compressed
+    /// seeds must reach the decoders.
+    static DECODED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn decoded() -> u64 {
+    DECODED.with(|d| d.get())
+}
+
 /// Opens and walks; returns whether the image opened.
 fn open_and_walk(bytes: Vec<u8>, what: &str) -> bool {
     let r = catch_unwind(AssertUnwindSafe(|| {
         // A tiny cache, so that eviction paths run too.
-        match Image::open_with(bytes, &Options { cache_blocks: 3 }) {
+        match Image::open_with(
+            bytes,
+            &Options {
+                cache_blocks: 3,
+                cluster_cache_bytes: 100_000,
+            },
+        ) {
             Ok(img) => {
                 walk_all(&img);
+                let s = img.stats();
+                DECODED.with(|d| d.set(d.get() + s.cluster_misses));
                 true
             }
             Err(_) => false,
@@ -138,6 +212,64 @@ fn open_and_walk(bytes: Vec<u8>, what: &str) -> bool {
     }
 }
 
+/// The pclusters of every compressed file of an image: (position, length).
+fn pclusters(img: &Image) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let Ok(tree) = common::walk::walk_image(img) else {
+        return out;
+    };
+    for node in tree.values().filter(|n| n.content.is_some()) {
+        let inode = img.inode(node.nid).unwrap();
+        for e in img.map_range(&inode, 0, u64::MAX).unwrap_or_default() {
+            if let ExtentKind::Compressed { physical, plen, .. } = e.kind {
+                out.push((physical, plen));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Damage inside the pclusters of compressed files only (the compressed streams, their zero
+/// padding, uncompressed PLAIN pclusters), then the image is walked: the decoders see
+/// damaged input of every kind. Errors are expected; panics are bugs.
+fn compressed_data_trials(name: &str, base: &[u8], trials: u64, seed: u64, pcl: &[(u64, u64)]) {
+    let scale = std::env::var("SEALFS_FUZZ_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(1)
+        .max(1);
+    assert!(!pcl.is_empty(), "{name}: no pcluster");
+    let before = decoded();
+    for t in 0..trials * scale {
+        let mut rng = Rng::new(seed.wrapping_mul(7_000_003) + t);
+        let mut bytes = base.to_vec();
+        let (pos, len) = pcl[rng.below(pcl.len() as u64) as usize];
+        for _ in 0..1 + rng.below(4) {
+            let at = (pos + rng.below(len)) as usize;
+            // Near the stream's end (right-aligned data), or anywhere.
+            let at = if rng.below(2) == 0 {
+                (pos + len - 1 - rng.below(len.min(64))) as usize
+            } else {
+                at
+            };
+            bytes[at] = match rng.below(3) {
+                0 => bytes[at] ^ (1 << rng.below(8)),
+                1 => 0,
+                _ => rng.next_u64() as u8,
+            };
+        }
+        open_and_walk(bytes, &format!("{name}, data trial {t} (seed {seed})"));
+    }
+    let decoded = decoded() - before;
+    assert!(decoded > trials, "{name}: only {decoded} decodes");
+    println!(
+        "{name}: {} data trials, {decoded} extent decodes",
+        trials * scale
+    );
+}
+
 fn corrupt_trials(name: &str, base: &[u8], trials: u64, seed: u64) {
     let scale = std::env::var("SEALFS_FUZZ_SCALE")
         .ok()
@@ -147,11 +279,12 @@ fn corrupt_trials(name: &str, base: &[u8], trials: u64, seed: u64) {
     let trials = trials * scale;
     // The valid image opens first (and walks cleanly, unless it has unsupported parts).
     let img = Image::open(base.to_vec()).unwrap();
-    if name != "crafted" {
+    if !name.starts_with("crafted") {
         common::walk::walk_image(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let meta_end = (base.len() as u64).min(3 * 4096);
     let mut opened = 0;
+    let before = decoded();
     for t in 0..trials {
         let mut rng = Rng::new(seed.wrapping_mul(1_000_003) + t);
         let mut bytes = base.to_vec();
@@ -177,7 +310,8 @@ fn corrupt_trials(name: &str, base: &[u8], trials: u64, seed: u64) {
         ) as u64;
     }
     // Most damage must get past the superblock, or the walk tests nothing.
-    println!("{name}: {opened} of {trials} corrupted images opened");
+    let decoded = decoded() - before;
+    println!("{name}: {opened} of {trials} corrupted images opened, {decoded} extent decodes");
     assert!(
         opened * 2 > trials,
         "{name}: only {opened} of {trials} opened"
@@ -210,6 +344,13 @@ fn base_images(dir: &Path) -> Vec<(String, Vec<u8>)> {
         ),
         ("mkfs-chunk", &["--chunksize=4096", "-Eforce-chunk-indexes"]),
         ("mkfs-blockmap", &["--chunksize=8192", "-Enoinline_data"]),
+        ("mkfs-lz4", &["-zlz4"]),
+        ("mkfs-lz4hc-64k", &["-zlz4hc", "-C65536"]),
+        ("mkfs-lz4-tail", &["-zlz4", "-Eztailpacking"]),
+        (
+            "mkfs-lz4hc-16k-full-tail",
+            &["-zlz4hc", "-C16384", "-Elegacy-compress", "-Eztailpacking"],
+        ),
     ] {
         let out = dir.join(name);
         mkfs(&src, &out, args).unwrap();
@@ -234,7 +375,12 @@ fn random_corruption_never_panics() {
     let dir = tempfile::tempdir().unwrap();
     for (i, (name, base)) in base_images(dir.path()).iter().enumerate() {
         corrupt_trials(name, base, 1500, i as u64 + 1);
+        if name.contains("lz4") {
+            let pcl = pclusters(&Image::open(base.clone()).unwrap());
+            compressed_data_trials(name, base, 400, i as u64 + 1, &pcl);
+        }
     }
+    check_allocations("random corruption");
 }
 
 #[test]
@@ -246,6 +392,7 @@ fn truncated_images_never_panic() {
     for (name, base) in base_images(dir.path()) {
         truncations(&name, &base);
     }
+    check_allocations("truncations");
 }
 
 #[test]
@@ -275,4 +422,26 @@ fn crafted_image_corruption_never_panics() {
     let (c, _) = common::layouts::layouts_image();
     corrupt_trials("crafted", &c.finish(), 3000, 77);
     truncations("crafted", &c.finish());
+}
+
+#[test]
+fn crafted_compressed_image_corruption_never_panics() {
+    // ZSTD, LZ4 as HEAD2, PLAIN and CBLKCNT extents, compression config records.
+    let (c, _) = common::zcraft::zstd_image();
+    corrupt_trials("crafted-zstd", &c.finish(), 3000, 78);
+    truncations("crafted-zstd", &c.finish());
+    let z = common::zcraft::Z;
+    let img = Image::open(c.finish()).unwrap();
+    let inode = img.inode(z).unwrap();
+    let pcl: Vec<(u64, u64)> = img
+        .map_range(&inode, 0, u64::MAX)
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e.kind {
+            ExtentKind::Compressed { physical, plen, .. } => Some((physical, plen)),
+            _ => None,
+        })
+        .collect();
+    compressed_data_trials("crafted-zstd", &c.finish(), 2000, 79, &pcl);
+    check_allocations("crafted compressed");
 }

@@ -130,7 +130,14 @@ fn open_tracked(bytes: Vec<u8>) -> (Image, Arc<Tracking>) {
         inner: PlainBlocks::new(bytes),
         reads: Mutex::new(Vec::new()),
     });
-    let img = Image::open_blocks(t.clone(), &Options { cache_blocks: 0 }).unwrap();
+    let img = Image::open_blocks(
+        t.clone(),
+        &Options {
+            cache_blocks: 0,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     (img, t)
 }
 

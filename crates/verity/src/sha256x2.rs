@@ -123,7 +123,7 @@ pub(crate) unsafe fn hash_pair(
     out_a: &mut [u8; 32],
     out_b: &mut [u8; 32],
 ) {
-    assert!(a.len() == b.len() && a.len() % 64 == 0 && prefix_len % 64 == 0);
+    assert!(a.len() == b.len() && a.len().is_multiple_of(64) && prefix_len.is_multiple_of(64));
 
     // Load the state (a, b, ..., h) into the ABEF/CDGH layout.
     let p = state.as_ptr().cast::<__m128i>();

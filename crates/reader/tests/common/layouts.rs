@@ -217,7 +217,7 @@ pub fn layouts_image() -> (Craft, Files) {
     );
     // (6 bytes of size but 5 of target: the sixth byte is the NUL that pads it.)
 
-    // Compressed: stat works, data is unsupported.
+    // Compressed (FULL, all-zero index): one PLAIN lcluster whose pcluster is block 0.
     c.compact(
         COMPR,
         &compact(REG, DataLayout::CompressedFull, 100, 1, 1),

@@ -7,6 +7,7 @@ pub mod craft;
 pub mod fixture;
 pub mod layouts;
 pub mod walk;
+pub mod zcraft;
 
 use std::ffi::CString;
 use std::io;

@@ -1,0 +1,119 @@
+//! `sealfs cat`: write files of the image to stdout, streaming in bounded memory.
+//!
+//! Symlinks are followed (inside the image). Like `cat`, an error with one path is reported and the
+//! next path is still written; the exit code is the worst seen.
+
+use super::{fault, resolve, show, Status};
+use crate::open::ImageArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+use sealfs_reader::{FileType, Follow, Image};
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Bytes read from the image per step.
+const CHUNK: usize = 1 << 20;
+
+/// Arguments of `sealfs cat`.
+#[derive(Args)]
+pub struct CatArgs {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Paths in the image, written one after the other.
+    #[arg(required = true)]
+    paths: Vec<OsString>,
+    /// After writing, print the reader's statistics to stderr (block and cluster caches, bytes read,
+    /// decompressed and verified, absent-xattr lookups answered by the bloom filter).
+    #[arg(long)]
+    stats: bool,
+}
+
+/// Writes regular file `path` of `img` to `out`, `CHUNK` bytes at a time.
+fn cat_one(img: &Image, path: &[u8], buf: &mut [u8], out: &mut impl Write) -> Result<()> {
+    let inode = resolve(img, path, Follow::All)?;
+    match inode.file_type() {
+        FileType::Regular => {}
+        FileType::Directory => return Err(fault(format!("{}: Is a directory", show(path)))),
+        ft => {
+            return Err(fault(format!(
+                "{}: not a regular file ({}): it has no data in the image",
+                show(path),
+                super::type_name(ft)
+            )))
+        }
+    }
+    let mut off = 0u64;
+    while off < inode.size() {
+        let n = img
+            .read(&inode, off, buf)
+            .with_context(|| format!("{}: read at byte {off}", show(path)))?;
+        if n == 0 {
+            return Err(fault(format!(
+                "{}: data ends at byte {off} of {}",
+                show(path),
+                inode.size()
+            )));
+        }
+        out.write_all(&buf[..n])?;
+        off += n as u64;
+    }
+    Ok(())
+}
+
+/// Runs `sealfs cat`.
+pub fn run(args: CatArgs) -> Result<ExitCode> {
+    let opened = args.image.open()?;
+    let mut out = std::io::stdout().lock();
+    let mut buf = vec![0u8; CHUNK];
+    let mut status = Status::default();
+    for p in &args.paths {
+        let path = super::arg_bytes(p);
+        if let Err(e) = cat_one(&opened.image, path, &mut buf, &mut out) {
+            if super::exit_code(&e).is_none() {
+                return Err(e);
+            }
+            out.flush()?;
+            status.error(&e);
+        }
+    }
+    out.flush()?;
+    if args.stats {
+        print_stats(&opened);
+    }
+    Ok(status.code())
+}
+
+/// The reader's (and, when reads are verified, the verifier's) statistics, one `name value` per line.
+pub fn print_stats(opened: &crate::open::OpenImage) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = opened.image.stats();
+    let mut lines = vec![
+        ("blocks_read", s.blocks_read),
+        ("block_cache_hits", s.cache_hits),
+        ("block_cache_misses", s.cache_misses),
+        ("cluster_cache_hits", s.cluster_hits),
+        ("cluster_cache_misses", s.cluster_misses),
+        ("cluster_cache_evictions", s.cluster_evictions),
+        ("cluster_cache_bytes", s.cluster_cache_bytes),
+        ("cluster_cache_peak_bytes", s.cluster_cache_peak_bytes),
+        ("compressed_bytes_read", s.compressed_bytes_read),
+        ("decompressed_bytes", s.decompressed_bytes),
+        ("xattr_lookups", s.xattr_lookups),
+        ("xattr_filter_skips", s.filter_skips),
+    ];
+    if let Some(v) = &opened.verified {
+        let v = v.stats();
+        lines.extend([
+            ("verified_blocks", v.blocks_verified.load(Relaxed)),
+            ("hash_blocks_read", v.hash_blocks_read.load(Relaxed)),
+            ("hash_cache_hits", v.hash_cache_hits.load(Relaxed)),
+            ("data_bytes_read", v.data_bytes.load(Relaxed)),
+            ("hash_bytes_read", v.hash_bytes.load(Relaxed)),
+            ("verification_failures", v.failures.load(Relaxed)),
+        ]);
+    }
+    for (k, v) in lines {
+        eprintln!("{k} {v}");
+    }
+}

@@ -1,0 +1,380 @@
+//! `sealfs inspect`: what an image is: superblock, contents, seal, and what the open established
+//! about it (authenticated, self-consistent or unverified), stated plainly.
+//!
+//! The counts come from a walk of the whole tree through the reader (so with a seal, every metadata
+//! block is read through the checks of the open); a walk that fails still prints the rest.
+
+use super::{fault, hex, show, Status};
+use crate::open::{ImageArgs, OpenImage, Trust};
+use crate::verify::read_file_digests;
+use anyhow::{Context, Result};
+use clap::Args;
+use sealfs_format::{self as fmt};
+use sealfs_reader::{FileType, Image};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Arguments of `sealfs inspect`.
+#[derive(Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Print a JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+const COMPAT: &[(u32, &str)] = &[
+    (fmt::EROFS_FEATURE_COMPAT_SB_CHKSUM, "sb_csum"),
+    (fmt::EROFS_FEATURE_COMPAT_MTIME, "mtime"),
+    (fmt::EROFS_FEATURE_COMPAT_XATTR_FILTER, "xattr_filter"),
+    (
+        sealfs_reader::superblock::EROFS_FEATURE_COMPAT_SHARED_EA_IN_METABOX,
+        "shared_ea_in_metabox",
+    ),
+    (
+        sealfs_reader::superblock::EROFS_FEATURE_COMPAT_PLAIN_XATTR_PFX,
+        "plain_xattr_pfx",
+    ),
+];
+
+const INCOMPAT: &[(u32, &str)] = &[
+    (fmt::EROFS_FEATURE_INCOMPAT_ZERO_PADDING, "0padding"),
+    (fmt::EROFS_FEATURE_INCOMPAT_COMPR_CFGS, "compr_cfgs"),
+    (fmt::EROFS_FEATURE_INCOMPAT_CHUNKED_FILE, "chunked_file"),
+    (fmt::EROFS_FEATURE_INCOMPAT_DEVICE_TABLE, "device_table"),
+    (fmt::EROFS_FEATURE_INCOMPAT_ZTAILPACKING, "ztailpacking"),
+    (fmt::EROFS_FEATURE_INCOMPAT_FRAGMENTS, "fragments"),
+    (fmt::EROFS_FEATURE_INCOMPAT_XATTR_PREFIXES, "xattr_prefixes"),
+    (fmt::EROFS_FEATURE_INCOMPAT_48BIT, "48bit"),
+    (fmt::EROFS_FEATURE_INCOMPAT_METABOX, "metabox"),
+];
+
+/// Names of the bits set in `bits` (unknown ones in hex).
+fn feature_names(bits: u32, table: &[(u32, &str)]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut known = 0;
+    for &(bit, name) in table {
+        known |= bit;
+        if bits & bit != 0 {
+            names.push(name.to_string());
+        }
+    }
+    for i in 0..32 {
+        let bit = 1u32 << i;
+        if bits & bit != 0 && known & bit == 0 {
+            names.push(format!("{bit:#x}"));
+        }
+    }
+    names
+}
+
+/// What a walk of the tree counted.
+#[derive(Default)]
+struct Counts {
+    inodes: u64,
+    dirs: u64,
+    files: u64,
+    symlinks: u64,
+    devices: u64,
+    fifos: u64,
+    sockets: u64,
+    hard_linked: u64,
+    file_bytes: u64,
+    entries: u64,
+}
+
+/// Walks the tree from the root: every inode counted once, directories entered once.
+fn count(img: &Image) -> Result<Counts> {
+    let mut c = Counts::default();
+    let root = img.root()?;
+    let mut seen_dirs = HashSet::from([root.nid()]);
+    let mut names: HashMap<u64, u32> = HashMap::new();
+    let mut stack = vec![(b"/".to_vec(), root)];
+    c.inodes = 1;
+    c.dirs = 1;
+    while let Some((path, dir)) = stack.pop() {
+        for e in img.read_dir(&dir).with_context(|| show(&path))? {
+            let e = e.with_context(|| show(&path))?;
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            c.entries += 1;
+            let p = super::join(&path, &e.name);
+            let inode = img.inode(e.nid).with_context(|| show(&p))?;
+            if inode.is_dir() {
+                if !seen_dirs.insert(e.nid) {
+                    return Err(fault(format!(
+                        "{}: directory nid {} reached twice: the image has a directory cycle",
+                        show(&p),
+                        e.nid
+                    )));
+                }
+                c.inodes += 1;
+                c.dirs += 1;
+                stack.push((p, inode));
+                continue;
+            }
+            let n = names.entry(e.nid).or_default();
+            *n += 1;
+            if *n == 2 {
+                c.hard_linked += 1;
+            }
+            if *n > 1 {
+                continue;
+            }
+            c.inodes += 1;
+            match inode.file_type() {
+                FileType::Regular => {
+                    c.files += 1;
+                    c.file_bytes += inode.size();
+                }
+                FileType::Symlink => c.symlinks += 1,
+                FileType::CharDevice | FileType::BlockDevice => c.devices += 1,
+                FileType::Fifo => c.fifos += 1,
+                FileType::Socket => c.sockets += 1,
+                FileType::Directory => unreachable!("handled above"),
+            }
+        }
+    }
+    Ok(c)
+}
+
+/// The trust level, in one sentence.
+fn trust_text(trust: &Trust) -> (&'static str, String) {
+    match trust {
+        Trust::Authenticated(d) => (
+            "authenticated",
+            format!("authenticated: the seal's digest equals --digest {d}, and every block read is checked against it"),
+        ),
+        Trust::SelfConsistent(d) => (
+            "self-consistent",
+            format!("self-consistent only: every block read is checked against the image's own seal ({d}), but nobody vouched for that seal; give --digest to authenticate"),
+        ),
+        Trust::Unverified => (
+            "unverified",
+            "unverified: no block is checked (plain image, or --verify=none); the contents are taken on trust".to_string(),
+        ),
+    }
+}
+
+fn uuid_text(u: &[u8; 16]) -> String {
+    let h = hex(u);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// Runs `sealfs inspect`.
+pub fn run(args: InspectArgs) -> Result<ExitCode> {
+    let opened: OpenImage = args.image.open()?;
+    let img = &opened.image;
+    let sb = img.superblock();
+    let file_size = std::fs::metadata(&args.image.image)
+        .with_context(|| format!("{}: stat", args.image.image.display()))?
+        .len();
+    let mut status = Status::default();
+    let counts = match count(img) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            status.error(&e.context("walking the tree"));
+            None
+        }
+    };
+    let (trust_key, mut trust_line) = trust_text(&opened.trust);
+    let verified_by = match (&opened.trust, opened.offloaded) {
+        (Trust::Unverified, _) => "none",
+        (_, true) => {
+            "kernel fs-verity (offloaded: the image file's kernel digest is the image digest)"
+        }
+        (_, false) => "sealfs (userspace, every block against the Merkle tree)",
+    };
+    if opened.offloaded {
+        trust_line.push_str("; verification is offloaded to the kernel's fs-verity");
+    }
+
+    let seal = opened.seal.as_ref().map(|s| {
+        let h = &s.header;
+        let digest = sealfs_verity::file_digest(&s.params, &h.descriptor);
+        let files = read_file_digests(s);
+        let d = s.params.digest_size();
+        (s, digest, files, hex(&h.root_hash[..d]))
+    });
+    if let Some((_, _, Err(e), _)) = &seal {
+        status.error(&fault(format!("{}: {e}", args.image.image.display())));
+    }
+
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let counts_json = counts.as_ref().map(|c| {
+            json!({
+                "inodes": c.inodes,
+                "entries": c.entries,
+                "dirs": c.dirs,
+                "files": c.files,
+                "symlinks": c.symlinks,
+                "devices": c.devices,
+                "fifos": c.fifos,
+                "sockets": c.sockets,
+                "hard_linked_inodes": c.hard_linked,
+                "file_bytes": c.file_bytes,
+            })
+        });
+        let seal_json = seal.as_ref().map(|(s, digest, files, root)| {
+            let h = &s.header;
+            json!({
+                "hash_alg": s.params.alg().name(),
+                "merkle_block_size": s.params.block_size(),
+                "salt": hex(s.params.salt()),
+                "erofs_length": h.erofs_length.get(),
+                "tree_offset": h.tree_offset.get(),
+                "tree_size": h.tree_length.get(),
+                "file_digests": files.as_ref().ok().map(|f| f.as_ref().map_or(0, Vec::len)),
+                "detached": h.flags & fmt::SEAL_FLAG_DETACHED != 0,
+                "signatures_size": h.sig_length.get(),
+                "root_hash": root,
+                "digest": digest.to_string(),
+            })
+        });
+        let v = json!({
+            "image": args.image.image.display().to_string(),
+            "image_size": file_size,
+            "erofs_length": opened.erofs_length,
+            "trust": trust_key,
+            "trust_text": trust_line,
+            "verified_by": verified_by,
+            "digest": seal.as_ref().map(|(_, d, _, _)| d.to_string()),
+            "superblock": {
+                "uuid": uuid_text(&sb.uuid),
+                "label": String::from_utf8_lossy(sb.label()),
+                "block_size": sb.block_size(),
+                "blocks": sb.blocks,
+                "inodes": sb.inos,
+                "root_nid": sb.root_nid,
+                "meta_blkaddr": sb.meta_blkaddr,
+                "xattr_blkaddr": sb.xattr_blkaddr,
+                "epoch": sb.epoch,
+                "fixed_nsec": sb.fixed_nsec,
+                "build_time": sb.build_time_abs(),
+                "checksum": format!("{:#010x}", sb.checksum),
+                "feature_compat": sb.feature_compat,
+                "feature_incompat": sb.feature_incompat,
+                "features_compat": feature_names(sb.feature_compat, COMPAT),
+                "features_incompat": feature_names(sb.feature_incompat, INCOMPAT),
+                "xattr_filter": sb.xattr_filter_enabled(),
+                "xattr_prefixes": sb.xattr_prefix_count,
+            },
+            "counts": counts_json,
+            "seal": seal_json,
+        });
+        writeln!(out, "{v}")?;
+        out.flush()?;
+        return Ok(status.code());
+    }
+
+    let mut t = String::new();
+    let mut line = |k: &str, v: String| t.push_str(&format!("  {k:<22} {v}\n"));
+    let image = args.image.image.display().to_string();
+    line("image", format!("{image} ({file_size} bytes)"));
+    line("trust", trust_line.clone());
+    line("verified by", verified_by.to_string());
+    if let Some((_, digest, _, _)) = &seal {
+        line("digest", digest.to_string());
+    }
+    line("uuid", uuid_text(&sb.uuid));
+    line("label", format!("{:?}", show(sb.label())));
+    line("block size", sb.block_size().to_string());
+    line(
+        "blocks",
+        format!("{} (EROFS length {} bytes)", sb.blocks, opened.erofs_length),
+    );
+    line("inodes (superblock)", sb.inos.to_string());
+    line("root nid", sb.root_nid.to_string());
+    line(
+        "epoch",
+        format!(
+            "{} (+{} ns), built at {}",
+            sb.epoch,
+            sb.fixed_nsec,
+            super::format_time(sb.build_time_abs(), 0, super::TimeStyle::Full)
+        ),
+    );
+    line(
+        "features (compat)",
+        feature_names(sb.feature_compat, COMPAT).join(" "),
+    );
+    line(
+        "features (incompat)",
+        match feature_names(sb.feature_incompat, INCOMPAT) {
+            v if v.is_empty() => "none".into(),
+            v => v.join(" "),
+        },
+    );
+    match &counts {
+        Some(c) => {
+            line(
+                "inodes",
+                format!(
+                    "{} ({} directories, {} regular files, {} symlinks, {} devices, {} fifos, {} sockets)",
+                    c.inodes, c.dirs, c.files, c.symlinks, c.devices, c.fifos, c.sockets
+                ),
+            );
+            line("directory entries", c.entries.to_string());
+            line("hard-linked inodes", c.hard_linked.to_string());
+            line("file bytes", c.file_bytes.to_string());
+        }
+        None => line("inodes", "unknown: the walk of the tree failed".into()),
+    }
+    match &seal {
+        None => line("seal", "none (plain EROFS image)".into()),
+        Some((s, _, files, root)) => {
+            let h = &s.header;
+            line(
+                "seal",
+                if h.flags & fmt::SEAL_FLAG_DETACHED != 0 {
+                    "detached (sidecar)".into()
+                } else {
+                    "attached (after the EROFS blocks)".into()
+                },
+            );
+            line("hash algorithm", s.params.alg().name().into());
+            line("Merkle block size", s.params.block_size().to_string());
+            line(
+                "salt",
+                if s.params.salt().is_empty() {
+                    "none".into()
+                } else {
+                    hex(s.params.salt())
+                },
+            );
+            line("sealed length", h.erofs_length.get().to_string());
+            line(
+                "Merkle tree",
+                format!(
+                    "{} bytes at byte {}",
+                    h.tree_length.get(),
+                    h.tree_offset.get()
+                ),
+            );
+            line("root hash", root.clone());
+            line(
+                "per-file digests",
+                match files {
+                    Ok(Some(f)) => f.len().to_string(),
+                    Ok(None) => "none".into(),
+                    Err(e) => format!("unreadable: {e}"),
+                },
+            );
+        }
+    }
+    out.write_all(t.as_bytes())?;
+    out.flush()?;
+    Ok(status.code())
+}

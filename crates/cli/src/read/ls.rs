@@ -1,0 +1,401 @@
+//! `sealfs ls`: list a directory of the image, like coreutils `ls -n` (numeric owners).
+//!
+//! Entries are sorted by name bytes (`LC_ALL=C ls`; EROFS directories are stored in that order, `-U`
+//! keeps the stored order). Names are written as raw bytes unless `-b` asks for the C-style escapes of
+//! `ls -b`. Times are local (`TZ`), in `--time-style=long-iso` form, or in full with `--full-time`.
+//! The long format is `LC_ALL=C ls -n --time-style=long-iso`'s, byte for byte: column widths, the
+//! `total` line, and the `+`/`.` mark for ACLs and security labels.
+
+use super::{format_time, join, mode_string, resolve, show, Status, TimeStyle};
+use crate::open::ImageArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+use sealfs_reader::{DirEntry, FileType, Follow, Image, Inode};
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::io::{BufWriter, Write};
+use std::process::ExitCode;
+
+/// Arguments of `sealfs ls`.
+#[derive(Args)]
+pub struct LsArgs {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Path in the image (default: the root).
+    path: Option<OsString>,
+    /// Long listing: mode, links, uid, gid, size (major, minor for devices), mtime, name, symlink target.
+    #[arg(short = 'l')]
+    long: bool,
+    /// List subdirectories recursively, each under a `PATH:` header.
+    #[arg(short = 'R', long)]
+    recursive: bool,
+    /// Show every entry, "." and ".." included.
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Show every entry but "." and "..".
+    #[arg(short = 'A', long)]
+    almost_all: bool,
+    /// List a directory itself, not its contents.
+    #[arg(short = 'd', long)]
+    directory: bool,
+    /// Show each entry's inode number (its nid).
+    #[arg(short = 'i', long)]
+    inode: bool,
+    /// Keep the stored directory order instead of sorting by name bytes.
+    #[arg(short = 'U')]
+    unsorted: bool,
+    /// Write names with C-style escapes (`\n`, `\ `, `\377`), as `LC_ALL=C ls -b` does.
+    #[arg(short = 'b', long)]
+    escape: bool,
+    /// Long listing with full times: seconds, nanoseconds and UTC offset.
+    #[arg(long)]
+    full_time: bool,
+}
+
+/// `ls -b` (coreutils' escape quoting style with spaces escaped) in the C locale.
+pub fn escape(name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len());
+    for &b in name {
+        match b {
+            0x07 => out.extend_from_slice(b"\\a"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x0b => out.extend_from_slice(b"\\v"),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b' ' => out.extend_from_slice(b"\\ "),
+            0x21..=0x7e => out.push(b),
+            _ => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
+        }
+    }
+    out
+}
+
+/// One line of a listing.
+struct Row {
+    nid: u64,
+    name: Vec<u8>,
+    inode: Option<Inode>,
+    target: Option<Vec<u8>>,
+    /// `ls -l`'s mark after the mode: `+` for a POSIX ACL, `.` for a security context only.
+    mark: Option<u8>,
+}
+
+/// The mark `ls -l` (coreutils with SELinux and ACL support) puts after the mode: `+` when a
+/// non-symlink has an access ACL (or a directory a default ACL), else `.` when it has a
+/// `security.selinux` label other than "unlabeled".
+fn mark(img: &Image, inode: &Inode) -> sealfs_reader::Result<Option<u8>> {
+    let has = |name: &[u8]| -> sealfs_reader::Result<bool> {
+        Ok(img.get_xattr(inode, name)?.is_some_and(|v| !v.is_empty()))
+    };
+    if !inode.is_symlink()
+        && (has(b"system.posix_acl_access")?
+            || (inode.is_dir() && has(b"system.posix_acl_default")?))
+    {
+        return Ok(Some(b'+'));
+    }
+    let label = img.get_xattr(inode, b"security.selinux")?;
+    Ok(label
+        .filter(|v| v.strip_suffix(b"\0").unwrap_or(v) != b"unlabeled")
+        .map(|_| b'.'))
+}
+
+struct Lister<'a> {
+    args: &'a LsArgs,
+    img: &'a Image,
+    out: BufWriter<std::io::StdoutLock<'static>>,
+    status: Status,
+    long: bool,
+    style: TimeStyle,
+}
+
+impl Lister<'_> {
+    fn name(&self, name: &[u8]) -> Vec<u8> {
+        if self.args.escape {
+            escape(name)
+        } else {
+            name.to_vec()
+        }
+    }
+
+    /// A row for `name` (nid `nid`); reads the inode (and symlink target) for long listings.
+    fn row(&mut self, dir_path: &[u8], name: &[u8], nid: u64) -> Option<Row> {
+        let mut row = Row {
+            nid,
+            name: name.to_vec(),
+            inode: None,
+            target: None,
+            mark: None,
+        };
+        if self.long {
+            let path = join(dir_path, name);
+            let got = self
+                .img
+                .inode(nid)
+                .and_then(|i| {
+                    let t = if i.is_symlink() {
+                        Some(self.img.readlink(&i)?)
+                    } else {
+                        None
+                    };
+                    let m = mark(self.img, &i)?;
+                    Ok((i, t, m))
+                })
+                .with_context(|| show(&path));
+            match got {
+                Ok((i, t, m)) => {
+                    row.inode = Some(i);
+                    row.target = t;
+                    row.mark = m;
+                }
+                Err(e) => {
+                    self.status.error(&e);
+                    return None;
+                }
+            }
+        }
+        Some(row)
+    }
+
+    /// Writes rows, columns aligned as `ls -l` aligns them.
+    fn print(&mut self, rows: &[Row], total: bool) -> std::io::Result<()> {
+        let w = |f: &dyn Fn(&Row) -> usize| rows.iter().map(f).max().unwrap_or(0);
+        let ino_w = w(&|r| r.nid.to_string().len());
+        if !self.long {
+            for r in rows {
+                if self.args.inode {
+                    write!(self.out, "{:>ino_w$} ", r.nid)?;
+                }
+                let name = self.name(&r.name);
+                self.out.write_all(&name)?;
+                self.out.write_all(b"\n")?;
+            }
+            return Ok(());
+        }
+        let st = |r: &Row| r.inode.as_ref().expect("long rows have inodes").stat();
+        let is_dev = |r: &Row| {
+            matches!(
+                r.inode.as_ref().map(Inode::file_type),
+                Some(FileType::CharDevice | FileType::BlockDevice)
+            )
+        };
+        let nlink_w = w(&|r| st(r).nlink.to_string().len());
+        let uid_w = w(&|r| st(r).uid.to_string().len());
+        let gid_w = w(&|r| st(r).gid.to_string().len());
+        let major_w = w(&|r| {
+            if is_dev(r) {
+                st(r).rdev_major.to_string().len()
+            } else {
+                0
+            }
+        });
+        let minor_w = w(&|r| {
+            if is_dev(r) {
+                st(r).rdev_minor.to_string().len()
+            } else {
+                0
+            }
+        });
+        let dev_w = if rows.iter().any(is_dev) {
+            major_w + 2 + minor_w
+        } else {
+            0
+        };
+        let size_w = w(&|r| {
+            if is_dev(r) {
+                0
+            } else {
+                st(r).size.to_string().len()
+            }
+        })
+        .max(dev_w);
+        let marks = rows.iter().any(|r| r.mark.is_some());
+        if total {
+            let blocks: u64 = rows.iter().map(|r| st(r).blocks).sum();
+            writeln!(self.out, "total {}", blocks.div_ceil(2))?;
+        }
+        for r in rows {
+            let s = st(r);
+            if self.args.inode {
+                write!(self.out, "{:>ino_w$} ", r.nid)?;
+            }
+            let size = if is_dev(r) {
+                let dev = format!(
+                    "{:>major_w$}, {:>minor_w$}",
+                    s.rdev_major,
+                    s.rdev_minor,
+                    major_w = major_w,
+                    minor_w = minor_w
+                );
+                format!("{dev:>size_w$}")
+            } else {
+                format!("{:>size_w$}", s.size)
+            };
+            self.out.write_all(mode_string(s.mode).as_bytes())?;
+            if marks {
+                self.out.write_all(&[r.mark.unwrap_or(b' ')])?;
+            }
+            write!(
+                self.out,
+                " {:>nlink_w$} {:>uid_w$} {:>gid_w$} {size} {} ",
+                s.nlink,
+                s.uid,
+                s.gid,
+                format_time(s.mtime, s.mtime_nsec, self.style),
+            )?;
+            let name = self.name(&r.name);
+            self.out.write_all(&name)?;
+            if let Some(t) = &r.target {
+                self.out.write_all(b" -> ")?;
+                let t = self.name(t);
+                self.out.write_all(&t)?;
+            }
+            self.out.write_all(b"\n")?;
+        }
+        Ok(())
+    }
+
+    fn wanted(&self, e: &DirEntry) -> bool {
+        let dots = e.name == b"." || e.name == b"..";
+        if self.args.all {
+            true
+        } else if self.args.almost_all {
+            !dots
+        } else {
+            !e.name.starts_with(b".")
+        }
+    }
+
+    /// Lists directory `dir` at `path`; returns its subdirectories to recurse into.
+    fn list_dir(
+        &mut self,
+        path: &[u8],
+        dir: &Inode,
+        header: bool,
+        first: bool,
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
+        let entries: Vec<DirEntry> = self
+            .img
+            .read_dir(dir)
+            .and_then(|rd| rd.collect())
+            .with_context(|| show(path))?;
+        if header {
+            if !first {
+                self.out.write_all(b"\n")?;
+            }
+            let p = self.name(path);
+            self.out.write_all(&p)?;
+            self.out.write_all(b":\n")?;
+        }
+        let mut entries: Vec<DirEntry> = entries.into_iter().filter(|e| self.wanted(e)).collect();
+        if !self.args.unsorted {
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        let mut rows = Vec::with_capacity(entries.len());
+        let mut subdirs = Vec::new();
+        for e in &entries {
+            if self.args.recursive
+                && e.name != b"."
+                && e.name != b".."
+                && e.file_type() == Some(FileType::Directory)
+            {
+                subdirs.push((join(path, &e.name), e.nid));
+            }
+            if let Some(row) = self.row(path, &e.name, e.nid) {
+                rows.push(row);
+            }
+        }
+        self.print(&rows, true)?;
+        Ok(subdirs)
+    }
+}
+
+/// Runs `sealfs ls`.
+pub fn run(args: LsArgs) -> Result<ExitCode> {
+    let opened = args.image.open()?;
+    let img = &opened.image;
+    let path: Vec<u8> = args
+        .path
+        .as_deref()
+        .map(|p| super::arg_bytes(p).to_vec())
+        .unwrap_or_else(|| b"/".to_vec());
+    let long = args.long || args.full_time;
+    // Like ls: a symlink given on the command line is followed unless it is listed itself.
+    let follow = if long || args.directory {
+        Follow::Parents
+    } else {
+        Follow::All
+    };
+    let top = resolve(img, &path, follow)?;
+    let mut l = Lister {
+        args: &args,
+        img,
+        out: BufWriter::with_capacity(1 << 16, std::io::stdout().lock()),
+        status: Status::default(),
+        long,
+        style: if args.full_time {
+            TimeStyle::Full
+        } else {
+            TimeStyle::LongIso
+        },
+    };
+    if !top.is_dir() || args.directory {
+        if let Some(row) = l.row(b"", &path, top.nid()) {
+            l.print(&[row], false)?;
+        }
+        l.out.flush()?;
+        return Ok(l.status.code());
+    }
+    // Depth first, subdirectories in listing order, as `ls -R` prints them.
+    let mut seen = HashSet::from([top.nid()]);
+    let mut stack: Vec<(Vec<u8>, u64)> = vec![(path, top.nid())];
+    let mut first = true;
+    while let Some((p, nid)) = stack.pop() {
+        let dir = match img.inode(nid).with_context(|| show(&p)) {
+            Ok(d) => d,
+            Err(e) => {
+                l.out.flush()?;
+                l.status.error(&e);
+                continue;
+            }
+        };
+        match l.list_dir(&p, &dir, args.recursive, first) {
+            Ok(subdirs) => {
+                for (sp, snid) in subdirs.into_iter().rev() {
+                    if seen.insert(snid) {
+                        stack.push((sp, snid));
+                    } else {
+                        l.out.flush()?;
+                        l.status.error(&super::fault(format!(
+                            "{}: not listing already-listed directory (nid {snid}): the image has a directory cycle or a directory with two names",
+                            show(&sp)
+                        )));
+                    }
+                }
+            }
+            Err(e) => {
+                if super::exit_code(&e).is_none() {
+                    return Err(e);
+                }
+                l.out.flush()?;
+                l.status.error(&e);
+            }
+        }
+        first = false;
+    }
+    l.out.flush()?;
+    Ok(l.status.code())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn escapes_like_ls_b() {
+        assert_eq!(super::escape(b"a b"), b"a\\ b");
+        assert_eq!(super::escape(b"new\nline"), b"new\\nline");
+        assert_eq!(super::escape(b"\xff\x01"), b"\\377\\001");
+        assert_eq!(super::escape(b"back\\slash\"q"), b"back\\\\slash\"q");
+    }
+}

@@ -1,0 +1,663 @@
+//! Decoding compressed extents, and the bounded cache of decoded pclusters (design idea 5).
+//!
+//! # Decoding
+//!
+//! `Image::decoded_extent` turns one mapped extent (from [`crate::zmap`]) into its decoded bytes:
+//! it reads the pcluster through the block layer (whole blocks of the [`crate::BlockSource`], so a
+//! verifying source checks them as read from the image; blocks of ordinary pclusters bypass the
+//! metadata block cache, inline tail pclusters come through it) and hands it to the decoder of its
+//! algorithm. Decoders are a table indexed by the on-disk algorithm id, like the kernel's
+//! `z_erofs_decomp[]`:
+//!
+//! | id | algorithm | decoder |
+//! |---|---|---|
+//! | 0 | LZ4 (lz4, lz4hc) | raw LZ4 block, `lz4_flex` safe decoder |
+//! | 1 | LZMA (MicroLZMA) | none: [`Error::Unsupported`] |
+//! | 2 | DEFLATE | none: [`Error::Unsupported`] |
+//! | 3 | ZSTD | one Zstandard frame, `zstd` streaming decoder, window at most the image's `1 << (windowlog + 10)` |
+//!
+//! and the two uncompressed forms of PLAIN lclusters: *shifted* (the extent's bytes start at
+//! pcluster byte 0; `m_llen <= m_plen` was checked by the map) and *interlaced* (the kernel's
+//! `z_erofs_transform_plain`: the first `blksz - blkoff(m_la)` bytes are the pcluster's last ones,
+//! the rest start at its byte 0).
+//!
+//! **Zero padding** (`z_erofs_fixup_insize`). LZ4 (with `ZERO_PADDING`) and ZSTD data is
+//! right-aligned: leading zero bytes are skipped, looking **only at the pcluster's first block**
+//! (for an inline pcluster, the rest of its block). A first block of zeros is corrupted.
+//!
+//! **Decoded length.** Each extent is decoded whole: `m_llen` bytes from its start to the next
+//! extent's start, or to `i_size` for the last one. Like the kernel's full decode
+//! (`LZ4_decompress_safe` into exactly `m_llen` bytes) and `fsck.erofs`, a right-aligned LZ4 stream
+//! must decode to exactly that length (decoded with `lz4_flex`). Two cases need the kernel's
+//! *partial* decode (`LZ4_decompress_safe_partial`: stop once `m_llen` bytes are out, whatever
+//! follows), which `lz4_flex` does not offer, so a small bounds-checked decoder here does it:
+//! images without `ZERO_PADDING` (pre-5.3 layout, still written by mkfs.erofs 1.5 with
+//! `-E legacy-compress`: the stream is left-aligned and followed by zeros) and heads with
+//! `PARTIAL_REF` (dedupe: the pcluster holds more than this extent). ZSTD follows the kernel's
+//! streaming decoder: the frame must yield `m_llen` bytes before it ends; what would follow is not
+//! decoded. LZ4 pclusters longer than the LZ4 record's `max_pclusterblks` are corrupted (the
+//! kernel sizes its buffers from it).
+//!
+//! Every length is bounded before anything is allocated: pclusters by 1 MiB and extents by 12 MiB
+//! (checked by the map), so a crafted image cannot make the reader allocate more than that per
+//! decode. Errors name the inode, the pcluster's block and its head lcluster.
+//!
+//! # The cluster cache
+//!
+//! Decoded extents are kept in a least-recently-used cache bounded by bytes
+//! ([`crate::Options::cluster_cache_bytes`], default [`DEFAULT_CLUSTER_CACHE_BYTES`]; 0 turns it
+//! off). The key is what determines the decoded bytes: the pcluster's image position and length,
+//! the algorithm, the decoded length (and, for interlaced pclusters, where the extent starts in
+//! its block); so extents of different inodes sharing a pcluster share an entry. The bound counts
+//! decoded bytes and is never exceeded: an entry larger than the bound is not cached, and
+//! eviction makes room before an insertion. Repeated reads of the same region are served from the
+//! cache without reading or decoding again. Every decoded extent a read needs is one lookup,
+//! counted as a hit or a miss in [`crate::StatsSnapshot`], with evictions, the compressed bytes
+//! read and the decompressed bytes produced on misses, and the bytes held (now and at most).
+
+use crate::cache::Lru;
+use crate::error::{Error, Location, Result};
+use crate::image::Image;
+use crate::inode::Inode;
+use crate::stats::Stats;
+use crate::zmap::{Compression, ZExtent};
+use sealfs_format::{
+    EROFS_FEATURE_INCOMPAT_ZERO_PADDING, Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4,
+    Z_EROFS_COMPRESSION_LZMA, Z_EROFS_COMPRESSION_ZSTD,
+};
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+
+/// Default bound of the cluster cache: 64 MiB of decoded data.
+pub const DEFAULT_CLUSTER_CACHE_BYTES: usize = 64 << 20;
+
+/// What determines an extent's decoded bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ClusterKey {
+    physical: u64,
+    plen: u64,
+    length: u64,
+    algorithm: Compression,
+    /// `blkoff(m_la)` for interlaced pclusters, else 0.
+    shift: u64,
+    partial_ref: bool,
+}
+
+/// The bounded cache of decoded extents.
+pub(crate) struct ClusterCache {
+    lru: Mutex<Lru<ClusterKey, Arc<Vec<u8>>>>,
+}
+
+impl ClusterCache {
+    /// A cache holding at most `max_bytes` decoded bytes (0: nothing is cached).
+    pub(crate) fn new(max_bytes: usize) -> ClusterCache {
+        let cap = if max_bytes == 0 { 0 } else { usize::MAX };
+        ClusterCache {
+            lru: Mutex::new(Lru::with_bounds(cap, max_bytes)),
+        }
+    }
+
+    fn get(&self, key: ClusterKey) -> Option<Arc<Vec<u8>>> {
+        self.lru.lock().unwrap_or_else(|p| p.into_inner()).get(key)
+    }
+
+    fn insert(&self, key: ClusterKey, val: Arc<Vec<u8>>, stats: &Stats) {
+        let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        let evicted = lru.insert(key, val);
+        stats.set_cluster_cache(evicted as u64, lru.bytes() as u64);
+    }
+
+    /// Entries and bytes held.
+    pub(crate) fn usage(&self) -> (usize, usize) {
+        let lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        (lru.len(), lru.bytes())
+    }
+}
+
+/// One decode: a pcluster's bytes and what they must become.
+struct DecodeReq<'a> {
+    /// The whole pcluster.
+    input: &'a [u8],
+    /// Bytes of `input` in its first block: where zero padding is looked for.
+    first_block: usize,
+    /// Decoded bytes wanted: the extent's length.
+    length: usize,
+    /// The stream may decode to more than `length` (`PARTIAL_REF`).
+    partial: bool,
+    /// `ZERO_PADDING` is set.
+    zero_padding: bool,
+    /// Largest zstd window, log2.
+    zstd_window_log: u32,
+    /// For errors: the inode and the pcluster's block.
+    at: Location,
+    /// For errors: the extent's head lcluster.
+    head_lcn: u64,
+}
+
+impl DecodeReq<'_> {
+    fn corrupted(&self, what: String) -> Error {
+        Error::corrupted(
+            format!("{what} (pcluster of lcluster {})", self.head_lcn),
+            self.at,
+        )
+    }
+}
+
+type DecodeFn = fn(&DecodeReq<'_>) -> Result<Vec<u8>>;
+
+/// A decoder of one algorithm id.
+struct Decompressor {
+    name: &'static str,
+    decode: Option<DecodeFn>,
+}
+
+/// Decoders by on-disk algorithm id (`Z_EROFS_COMPRESSION_*`).
+static DECOMPRESSORS: [Decompressor; 4] = [
+    Decompressor {
+        name: "LZ4",
+        decode: Some(decode_lz4),
+    },
+    Decompressor {
+        name: "LZMA",
+        decode: None,
+    },
+    Decompressor {
+        name: "DEFLATE",
+        decode: None,
+    },
+    Decompressor {
+        name: "ZSTD",
+        decode: Some(decode_zstd),
+    },
+];
+
+// The table's order is the ids'.
+const _: () = assert!(
+    Z_EROFS_COMPRESSION_LZ4 == 0
+        && Z_EROFS_COMPRESSION_LZMA == 1
+        && Z_EROFS_COMPRESSION_DEFLATE == 2
+        && Z_EROFS_COMPRESSION_ZSTD == 3
+);
+
+/// `z_erofs_fixup_insize`: the stream after the zero padding of the first block.
+fn skip_padding<'a>(req: &DecodeReq<'a>) -> Result<&'a [u8]> {
+    let window = &req.input[..req.first_block.min(req.input.len())];
+    match window.iter().position(|&b| b != 0) {
+        Some(n) => Ok(&req.input[n..]),
+        None => Err(req.corrupted(format!(
+            "no compressed data: the first {} bytes of the pcluster are zero padding",
+            window.len()
+        ))),
+    }
+}
+
+/// LZ4 block decoding that stops once `out` is full (the kernel's `LZ4_decompress_safe_partial`
+/// with `targetOutputSize == dstCapacity`): returns the bytes written, fewer than `out.len()` only
+/// if the stream ends first. Bytes after the point where `out` is full are not looked at, so a
+/// stream followed by padding or by more data decodes. Every read and write is bounds-checked.
+fn lz4_decode_partial(src: &[u8], out: &mut [u8]) -> std::result::Result<usize, &'static str> {
+    /// An LZ4 length continuation: bytes of 255 and a final byte below 255.
+    fn more(src: &[u8], ip: &mut usize, mut n: usize) -> std::result::Result<usize, &'static str> {
+        loop {
+            let b = *src
+                .get(*ip)
+                .ok_or("length runs past the end of the input")?;
+            *ip += 1;
+            n = n.saturating_add(b as usize);
+            if b != 255 {
+                return Ok(n);
+            }
+        }
+    }
+    let (mut ip, mut op) = (0usize, 0usize);
+    while op < out.len() {
+        let token = *src.get(ip).ok_or("no sequence where one was expected")?;
+        ip += 1;
+        let mut lit = (token >> 4) as usize;
+        if lit == 15 {
+            lit = more(src, &mut ip, lit)?;
+        }
+        let n = lit.min(out.len() - op);
+        let literal = src
+            .get(ip..ip.saturating_add(n))
+            .ok_or("literals run past the end of the input")?;
+        out[op..op + n].copy_from_slice(literal);
+        op += n;
+        if op == out.len() {
+            break;
+        }
+        ip += lit;
+        if ip >= src.len() {
+            // The last sequence has no match: the stream ends here.
+            if ip > src.len() {
+                return Err("literals run past the end of the input");
+            }
+            break;
+        }
+        let offset = src
+            .get(ip..ip + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+            .ok_or("match offset runs past the end of the input")?;
+        ip += 2;
+        if offset == 0 || offset > op {
+            return Err("match offset points before the start of the output");
+        }
+        let mut mlen = (token & 15) as usize + 4;
+        if mlen == 19 {
+            mlen = more(src, &mut ip, mlen)?;
+        }
+        let n = mlen.min(out.len() - op);
+        for i in op..op + n {
+            out[i] = out[i - offset];
+        }
+        op += n;
+    }
+    Ok(op)
+}
+
+fn decode_lz4(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; req.length];
+    if !req.zero_padding || req.partial {
+        // Legacy images (no ZERO_PADDING): the stream is left-aligned, whatever follows it in
+        // the pcluster is not LZ4, and it may hold more than the extent. A partial reference
+        // (dedupe) also decodes to more. Both are the kernel's partial decode.
+        let src = if req.zero_padding {
+            skip_padding(req)?
+        } else {
+            req.input
+        };
+        return match lz4_decode_partial(src, &mut out) {
+            Ok(n) if n == req.length => Ok(out),
+            Ok(n) => Err(req.corrupted(format!(
+                "LZ4 data of {} bytes ends after {n} of the extent's {} bytes",
+                src.len(),
+                req.length
+            ))),
+            Err(e) => Err(req.corrupted(format!(
+                "LZ4 data of {} bytes does not decode: {e}",
+                src.len()
+            ))),
+        };
+    }
+    // The usual case: the whole right-aligned stream is exactly the extent.
+    let src = skip_padding(req)?;
+    match lz4_flex::block::decompress_into(src, &mut out) {
+        Ok(n) if n == req.length => Ok(out),
+        Ok(n) => Err(req.corrupted(format!(
+            "LZ4 data of {} bytes decodes to {n} bytes, the extent has {}",
+            src.len(),
+            req.length
+        ))),
+        Err(e) => Err(req.corrupted(format!(
+            "LZ4 data of {} bytes does not decode to the extent's {} bytes: {e}",
+            src.len(),
+            req.length
+        ))),
+    }
+}
+
+thread_local! {
+    /// A zstd decoding context per thread, reused (its session is reset for every frame).
+    static ZSTD_DCTX: RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
+}
+
+fn decode_zstd(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
+    use zstd::stream::raw::{DParameter, Decoder, InBuffer, Operation, OutBuffer};
+    let src = skip_padding(req)?;
+    let zerr = |e: std::io::Error| req.corrupted(format!("ZSTD data does not decode: {e}"));
+    let mut out = vec![0u8; req.length];
+    ZSTD_DCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let dctx = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
+        let mut dec = Decoder::with_context(dctx);
+        dec.set_parameter(DParameter::WindowLogMax(req.zstd_window_log))
+            .map_err(zerr)?;
+        let mut input = InBuffer::around(src);
+        let mut output = OutBuffer::around(&mut out[..]);
+        while output.pos() < req.length {
+            let before = (input.pos(), output.pos());
+            let hint = dec.run(&mut input, &mut output).map_err(zerr)?;
+            if output.pos() == req.length {
+                break;
+            }
+            if hint == 0 {
+                return Err(req.corrupted(format!(
+                    "ZSTD frame ends after {} of the extent's {} bytes",
+                    output.pos(),
+                    req.length
+                )));
+            }
+            if (input.pos(), output.pos()) == before {
+                return Err(req.corrupted(format!(
+                    "ZSTD data of {} bytes is truncated after {} of the extent's {} bytes",
+                    src.len(),
+                    output.pos(),
+                    req.length
+                )));
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The uncompressed forms: shifted and interlaced (`z_erofs_transform_plain`).
+fn transform_plain(req: &DecodeReq<'_>, interlaced: Option<usize>) -> Result<Vec<u8>> {
+    let input = req.input;
+    if req.length > input.len() {
+        return Err(req.corrupted(format!(
+            "uncompressed extent of {} bytes in a pcluster of {}",
+            req.length,
+            input.len()
+        )));
+    }
+    let Some(cut) = interlaced else {
+        return Ok(input[..req.length].to_vec());
+    };
+    // The first `cut` bytes of the extent are the pcluster's last `cut` bytes; the rest start at
+    // its byte 0.
+    let Some(start) = input.len().checked_sub(cut) else {
+        return Err(req.corrupted(format!(
+            "interlaced pcluster of {} bytes shorter than the {cut} bytes of its first part",
+            input.len()
+        )));
+    };
+    let head = cut.min(req.length);
+    let mut out = Vec::with_capacity(req.length);
+    out.extend_from_slice(&input[start..start + head]);
+    out.extend_from_slice(&input[..req.length - head]);
+    Ok(out)
+}
+
+impl Image {
+    /// The decoded bytes of extent `z` of `inode` (`z.length` bytes), from the cluster cache or
+    /// read and decoded (and then cached).
+    pub(crate) fn decoded_extent(&self, inode: &Inode, z: &ZExtent) -> Result<Arc<Vec<u8>>> {
+        let bits = self.sb.blkszbits;
+        let bsz = self.block_size();
+        let interlaced = z.algorithm == Compression::Interlaced;
+        let key = ClusterKey {
+            physical: z.physical,
+            plen: z.plen,
+            length: z.length,
+            algorithm: z.algorithm,
+            shift: if interlaced { z.logical % bsz } else { 0 },
+            partial_ref: z.partial_ref,
+        };
+        let stats = self.blocks.stats();
+        if let Some(v) = self.clusters.get(key) {
+            stats.add_cluster_hit();
+            return Ok(v);
+        }
+        stats.add_cluster_miss();
+        let at = Location::nid(inode.nid)
+            .with_offset(z.physical)
+            .with_block(z.physical >> bits);
+        // Lengths were bounded by the map: 1 MiB encoded, 12 MiB decoded.
+        let (plen, length) = (z.plen as usize, z.length as usize);
+        let mut input = vec![0u8; plen];
+        if z.inline {
+            self.blocks.read(z.physical, &mut input, at)?;
+        } else {
+            self.blocks.read_bulk(z.physical, &mut input, at)?;
+        }
+        stats.add_compressed_read(z.plen);
+        let req = DecodeReq {
+            input: &input,
+            first_block: (bsz - z.physical % bsz) as usize,
+            length,
+            partial: z.partial_ref,
+            zero_padding: self.sb.has_incompat(EROFS_FEATURE_INCOMPAT_ZERO_PADDING),
+            zstd_window_log: self.sb.compr.zstd_windowlog.unwrap_or(10) as u32 + 10,
+            at,
+            head_lcn: z.head_lcn,
+        };
+        let out = match z.algorithm {
+            Compression::Plain => transform_plain(&req, None)?,
+            Compression::Interlaced => {
+                transform_plain(&req, Some((bsz - z.logical % bsz) as usize))?
+            }
+            alg => {
+                let id = alg.id().unwrap_or(u8::MAX) as usize;
+                let Some(dec) = DECOMPRESSORS.get(id) else {
+                    return Err(Error::unsupported(format!("algorithm {alg:?}"), at));
+                };
+                let Some(decode) = dec.decode else {
+                    return Err(Error::unsupported(
+                        format!(
+                            "{} decompression (pcluster of lcluster {})",
+                            dec.name, z.head_lcn
+                        ),
+                        at,
+                    ));
+                };
+                if alg == Compression::Lz4 && !z.inline {
+                    let blocks = z.plen >> bits;
+                    let max = self.sb.compr.lz4_max_pclusterblks as u64;
+                    if blocks > max {
+                        return Err(req.corrupted(format!(
+                            "LZ4 pcluster of {blocks} blocks, more than max_pclusterblks {max}"
+                        )));
+                    }
+                }
+                decode(&req)?
+            }
+        };
+        debug_assert_eq!(out.len(), length);
+        stats.add_decompressed(out.len() as u64);
+        let out = Arc::new(out);
+        self.clusters.insert(key, out.clone(), stats);
+        Ok(out)
+    }
+
+    /// Entries and bytes the cluster cache holds now.
+    pub fn cluster_cache_usage(&self) -> (usize, usize) {
+        self.clusters.usage()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(input: &[u8], length: usize) -> DecodeReq<'_> {
+        DecodeReq {
+            input,
+            first_block: 4096.min(input.len()),
+            length,
+            partial: false,
+            zero_padding: true,
+            zstd_window_log: 20,
+            at: Location::nid(1).with_block(5),
+            head_lcn: 3,
+        }
+    }
+
+    fn padded(stream: &[u8], plen: usize) -> Vec<u8> {
+        let mut v = vec![0u8; plen - stream.len()];
+        v.extend_from_slice(stream);
+        v
+    }
+
+    fn text(n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|i| b"the quick brown fox jumps over the lazy dog "[i % 44] ^ (i / 997) as u8)
+            .collect()
+    }
+
+    #[test]
+    fn lz4_right_aligned_decodes_exactly() {
+        let data = text(10000);
+        let stream = lz4_flex::block::compress(&data);
+        let input = padded(&stream, stream.len().next_multiple_of(4096));
+        assert_eq!(decode_lz4(&req(&input, data.len())).unwrap(), data);
+        // Longer or shorter than the extent: corrupted.
+        let e = decode_lz4(&req(&input, data.len() - 1)).unwrap_err();
+        assert!(
+            e.is_corrupted() && e.to_string().contains("lcluster 3"),
+            "{e}"
+        );
+        assert!(decode_lz4(&req(&input, data.len() + 1)).is_err());
+        // A partial reference keeps the prefix.
+        let mut r = req(&input, 5000);
+        r.partial = true;
+        assert_eq!(decode_lz4(&r).unwrap(), &data[..5000]);
+        // No ZERO_PADDING (legacy): left-aligned, followed by zeros, possibly more data.
+        let mut left = stream.clone();
+        left.resize(stream.len().next_multiple_of(4096), 0);
+        let mut r = req(&left, data.len());
+        r.zero_padding = false;
+        assert_eq!(decode_lz4(&r).unwrap(), data);
+        let mut r = req(&left, 7000);
+        r.zero_padding = false;
+        assert_eq!(decode_lz4(&r).unwrap(), &data[..7000]);
+        let mut r = req(&left, data.len() + 1);
+        r.zero_padding = false;
+        assert!(decode_lz4(&r).unwrap_err().is_corrupted());
+    }
+
+    #[test]
+    fn partial_lz4_decoder_agrees_with_lz4_flex() {
+        let mut x = 99u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..300 {
+            let n = (next() % 20000) as usize;
+            let data: Vec<u8> = match round % 3 {
+                0 => text(n),
+                1 => (0..n).map(|_| (next() % 4) as u8).collect(),
+                _ => (0..n).map(|_| next() as u8).collect(),
+            };
+            let stream = lz4_flex::block::compress(&data);
+            let mut out = vec![0u8; n];
+            assert_eq!(lz4_decode_partial(&stream, &mut out), Ok(n));
+            assert_eq!(out, data);
+            let k = (next() % (n as u64 + 1)) as usize;
+            let mut out = vec![0u8; k];
+            assert_eq!(lz4_decode_partial(&stream, &mut out), Ok(k));
+            assert_eq!(out, &data[..k]);
+            let mut out = vec![0u8; n + 10];
+            assert_eq!(lz4_decode_partial(&stream, &mut out), Ok(n));
+            // Damaged streams: errors or wrong bytes, never a panic.
+            let mut bad = stream.clone();
+            if !bad.is_empty() {
+                let i = (next() % bad.len() as u64) as usize;
+                bad[i] ^= 1 << (next() % 8);
+                let mut out = vec![0u8; n];
+                let _ = lz4_decode_partial(&bad, &mut out);
+                let _ = lz4_decode_partial(&bad[..i], &mut out);
+            }
+        }
+    }
+
+    #[test]
+    fn zero_padding_is_looked_for_in_the_first_block_only() {
+        let data = text(300);
+        let stream = lz4_flex::block::compress(&data);
+        // Stream in the second block after a first block of zeros: corrupted, as in the kernel.
+        let input = padded(&stream, 8192);
+        let e = decode_lz4(&req(&input, data.len())).unwrap_err();
+        assert!(e.to_string().contains("zero padding"), "{e}");
+        let e = decode_zstd(&req(&input, data.len())).unwrap_err();
+        assert!(e.is_corrupted(), "{e}");
+        // An inline pcluster scans only its part of the block.
+        let input = padded(&stream, stream.len() + 10);
+        let mut r = req(&input, data.len());
+        r.first_block = 5;
+        assert!(decode_lz4(&r).is_err());
+        r.first_block = 11;
+        assert_eq!(decode_lz4(&r).unwrap(), data);
+    }
+
+    #[test]
+    fn zstd_frames_decode_and_stop_at_the_extent() {
+        let data = text(70000);
+        let frame = zstd::bulk::compress(&data, 3).unwrap();
+        let input = padded(&frame, frame.len().next_multiple_of(4096));
+        assert_eq!(decode_zstd(&req(&input, data.len())).unwrap(), data);
+        // A prefix is what the kernel's streaming decoder gives for a shorter extent.
+        assert_eq!(decode_zstd(&req(&input, 1234)).unwrap(), &data[..1234]);
+        // More than the frame holds: corrupted.
+        let e = decode_zstd(&req(&input, data.len() + 1)).unwrap_err();
+        assert!(e.to_string().contains("ends after 70000"), "{e}");
+        // Truncated and damaged frames: errors.
+        let cut = padded(&frame[..frame.len() / 2], 4096 * 4);
+        assert!(decode_zstd(&req(&cut, data.len())).is_err());
+        let mut bad = input.clone();
+        let n = bad.len();
+        bad[n - frame.len() + 1] ^= 0xff; // the magic
+        assert!(decode_zstd(&req(&bad, data.len())).is_err());
+        // A window larger than the image allows: corrupted.
+        let big: Vec<u8> = (0..3 << 20)
+            .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        let mut enc = zstd::bulk::Compressor::new(1).unwrap();
+        enc.set_parameter(zstd::stream::raw::CParameter::WindowLog(22))
+            .unwrap();
+        enc.set_parameter(zstd::stream::raw::CParameter::ContentSizeFlag(false))
+            .unwrap();
+        let frame = enc.compress(&big).unwrap();
+        let mut r = req(&frame, big.len());
+        r.first_block = 4096;
+        r.zstd_window_log = 20;
+        assert!(decode_zstd(&r).is_err());
+        r.zstd_window_log = 22;
+        assert_eq!(decode_zstd(&r).unwrap(), big);
+    }
+
+    #[test]
+    fn plain_pclusters_shifted_and_interlaced() {
+        let input: Vec<u8> = (0..4096u32).map(|i| i as u8 ^ (i >> 8) as u8).collect();
+        assert_eq!(
+            transform_plain(&req(&input, 100), None).unwrap(),
+            &input[..100]
+        );
+        // Interlaced, extent starting at block offset 1000: its first 3096 bytes are the
+        // pcluster's last ones.
+        let out = transform_plain(&req(&input, 4096), Some(4096 - 1000)).unwrap();
+        assert_eq!(&out[..3096], &input[1000..]);
+        assert_eq!(&out[3096..], &input[..1000]);
+        let out = transform_plain(&req(&input, 50), Some(4096 - 1000)).unwrap();
+        assert_eq!(out, &input[1000..1050]);
+        assert!(transform_plain(&req(&input, 4097), None).is_err());
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for n in 0..2000usize {
+            let len = 1 + n % 600;
+            let input: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let out = 1 + (x % 70000) as usize;
+            let _ = decode_lz4(&req(&input, out));
+            let _ = decode_zstd(&req(&input, out));
+            let mut r = req(&input, out);
+            r.partial = true;
+            let _ = decode_lz4(&r);
+        }
+    }
+
+    #[test]
+    fn table_is_indexed_by_id() {
+        for (id, d) in DECOMPRESSORS.iter().enumerate() {
+            let alg = Compression::from_id(id as u8).unwrap();
+            assert_eq!(alg.id(), Some(id as u8));
+            assert_eq!(d.name.to_lowercase(), alg.name());
+            assert_eq!(
+                d.decode.is_some(),
+                matches!(alg, Compression::Lz4 | Compression::Zstd)
+            );
+        }
+    }
+}
