@@ -84,6 +84,41 @@ struct Counts {
     hard_linked: u64,
     file_bytes: u64,
     entries: u64,
+    /// Per storage kind ("stored", "lz4", "zstd", ...): (files, decoded bytes, stored bytes).
+    storage: std::collections::BTreeMap<&'static str, (u64, u64, u64)>,
+}
+
+/// Adds a regular file's extents to the per-algorithm totals: decoded bytes and the bytes the image
+/// spends on them (whole pclusters; inline tails count their own size).
+fn account_storage(img: &Image, inode: &sealfs_reader::Inode, c: &mut Counts) -> Result<()> {
+    use sealfs_reader::ExtentKind;
+    let mut seen = HashSet::new();
+    let mut kinds = HashSet::new();
+    for e in img.map_range(inode, 0, inode.size())? {
+        let (kind, stored) = match e.kind {
+            ExtentKind::Compressed {
+                physical,
+                plen,
+                algorithm,
+                ..
+            } => {
+                // An extent may come back in pieces; count its pcluster once.
+                (
+                    algorithm.name(),
+                    if seen.insert(physical) { plen } else { 0 },
+                )
+            }
+            ExtentKind::Mapped { .. } | ExtentKind::Inline { .. } => ("stored", e.length),
+            ExtentKind::Hole => ("hole", 0),
+        };
+        let t = c.storage.entry(kind).or_default();
+        if kinds.insert(kind) {
+            t.0 += 1;
+        }
+        t.1 += e.length;
+        t.2 += stored;
+    }
+    Ok(())
 }
 
 /// Walks the tree from the root: every inode counted once, directories entered once.
@@ -130,6 +165,7 @@ fn count(img: &Image) -> Result<Counts> {
                 FileType::Regular => {
                     c.files += 1;
                     c.file_bytes += inode.size();
+                    account_storage(img, &inode, &mut c).with_context(|| show(&path))?;
                 }
                 FileType::Symlink => c.symlinks += 1,
                 FileType::CharDevice | FileType::BlockDevice => c.devices += 1,
@@ -225,6 +261,12 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
                 "sockets": c.sockets,
                 "hard_linked_inodes": c.hard_linked,
                 "file_bytes": c.file_bytes,
+                "storage": c.storage.iter().map(|(k, (files, decoded, stored))| (k.to_string(), json!({
+                    "files": files,
+                    "bytes": decoded,
+                    "stored_bytes": stored,
+                    "ratio": if *stored > 0 { *decoded as f64 / *stored as f64 } else { 0.0 },
+                }))).collect::<serde_json::Map<_, _>>(),
             })
         });
         let seal_json = seal.as_ref().map(|(s, digest, files, root)| {
@@ -329,6 +371,30 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
             line("directory entries", c.entries.to_string());
             line("hard-linked inodes", c.hard_linked.to_string());
             line("file bytes", c.file_bytes.to_string());
+            for (k, (files, decoded, stored)) in &c.storage {
+                let ratio = if *stored > 0 {
+                    format!(", ratio {:.2}", *decoded as f64 / *stored as f64)
+                } else {
+                    String::new()
+                };
+                line(
+                    &format!("data: {k}"),
+                    format!("{files} files, {decoded} bytes in {stored} bytes{ratio}"),
+                );
+            }
+            let (decoded, stored) = c
+                .storage
+                .values()
+                .fold((0, 0), |a, v| (a.0 + v.1, a.1 + v.2));
+            if stored > 0 {
+                line(
+                    "data: total",
+                    format!(
+                        "{decoded} bytes in {stored} bytes, ratio {:.2}",
+                        decoded as f64 / stored as f64
+                    ),
+                );
+            }
         }
         None => line("inodes", "unknown: the walk of the tree failed".into()),
     }
