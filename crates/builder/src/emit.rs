@@ -111,26 +111,25 @@ fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_le
     }
 }
 
-/// Appends a compressed inode's map header, FULL lcluster indexes and inline tail pcluster.
-fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
-    item.resize(zmap_header_offset(p.isize(), p.ibody_len) as usize, 0);
-    let mut advise = 0u16;
-    if z.big_pcluster {
-        advise |= fmt::Z_EROFS_ADVISE_BIG_PCLUSTER_1;
-    }
-    if !z.idata.is_empty() {
-        advise |= fmt::Z_EROFS_ADVISE_INLINE_PCLUSTER;
-    }
-    let header = fmt::MapHeader {
-        h_fragmentoff_or_idata: ((z.idata.len() as u32) << 16).into(),
-        h_advise: advise.into(),
-        h_algorithmtype: z.alg,
-        h_clusterbits: 0,
-    };
-    item.extend_from_slice(header.as_bytes());
-    item.extend_from_slice(&[0; fmt::Z_EROFS_FULL_INDEX_START as usize]);
-    let nlc = p.size.div_ceil(BLKSZ);
+/// One logical cluster's index, before encoding.
+#[derive(Clone, Copy, Default)]
+struct Lcluster {
+    kind: u16,
+    clusterofs: u16,
+    blkaddr: u32,
+    /// NONHEAD: distance back to the head, or `CBLKCNT | blocks` in the first NONHEAD of a big pcluster.
+    d0: u16,
+    /// NONHEAD: distance forward to the next head.
+    d1: u16,
+    /// The head of the inline tail pcluster (its block address means nothing).
+    inline_tail: bool,
+}
+
+/// The logical cluster indexes of a compressed inode.
+fn lclusters(size: u64, z: &ZPlan) -> Vec<Lcluster> {
+    let nlc = size.div_ceil(BLKSZ);
     let ext = &z.extents;
+    let mut out = Vec::with_capacity(nlc as usize);
     let mut k = 0;
     for lc in 0..nlc {
         while k + 1 < ext.len() && ext[k + 1].start / BLKSZ <= lc {
@@ -142,32 +141,145 @@ fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
             "extents are contiguous"
         );
         let head = e.start / BLKSZ;
-        let index = if head == lc {
-            let kind = if e.plain {
-                fmt::Z_EROFS_LCLUSTER_TYPE_PLAIN
-            } else {
-                fmt::Z_EROFS_LCLUSTER_TYPE_HEAD1
-            };
-            fmt::LclusterIndex {
-                di_advise: kind.into(),
-                di_clusterofs: ((e.start % BLKSZ) as u16).into(),
-                di_u: e.blkaddr.into(),
+        out.push(if head == lc {
+            Lcluster {
+                kind: if e.plain {
+                    fmt::Z_EROFS_LCLUSTER_TYPE_PLAIN
+                } else {
+                    fmt::Z_EROFS_LCLUSTER_TYPE_HEAD1
+                },
+                clusterofs: (e.start % BLKSZ) as u16,
+                blkaddr: e.blkaddr,
+                inline_tail: !z.idata.is_empty() && k + 1 == ext.len(),
+                ..Default::default()
             }
         } else {
             let next_head = ext.get(k + 1).map_or(nlc, |n| n.start / BLKSZ);
-            let d0 = if lc == head + 1 && z.big_pcluster && !e.plain {
+            let d0 = if lc == head + 1 && z.big_pcluster {
                 fmt::Z_EROFS_LI_D0_CBLKCNT | e.blocks as u16
             } else {
                 (lc - head).min(2047) as u16
             };
-            let d1 = (next_head - lc).min(2047) as u16;
-            fmt::LclusterIndex {
-                di_advise: fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD.into(),
-                di_clusterofs: 0.into(),
-                di_u: (d0 as u32 | (d1 as u32) << 16).into(),
+            Lcluster {
+                kind: fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD,
+                d0,
+                d1: (next_head - lc).min(2047) as u16,
+                ..Default::default()
             }
-        };
-        item.extend_from_slice(index.as_bytes());
+        });
+    }
+    out
+}
+
+/// `pblk - base` the kernel derives for the head at `i` of a COMPACT pack from the entries before it
+/// (`z_erofs_load_compact_lcluster`).
+fn compact_nblk(pack: &[(u16, u16)], i: usize, big: bool) -> Option<u32> {
+    let mut i = i as i64;
+    let mut nblk: u32;
+    if !big {
+        nblk = 1;
+        while i > 0 {
+            i -= 1;
+            let (kind, lo) = pack[i as usize];
+            if kind == fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD {
+                i -= lo as i64;
+            }
+            if i >= 0 {
+                nblk += 1;
+            }
+        }
+    } else {
+        nblk = 0;
+        while i > 0 {
+            i -= 1;
+            let (kind, lo) = pack[i as usize];
+            if kind == fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD {
+                if lo & fmt::Z_EROFS_LI_D0_CBLKCNT != 0 {
+                    i -= 1;
+                    nblk += (lo & !fmt::Z_EROFS_LI_D0_CBLKCNT) as u32;
+                    continue;
+                }
+                if lo <= 1 {
+                    return None;
+                }
+                i -= lo as i64 - 2;
+                continue;
+            }
+            nblk += 1;
+        }
+    }
+    Some(nblk)
+}
+
+/// Appends a compressed inode's map header, COMPACT lcluster indexes and inline tail pcluster.
+fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
+    item.resize(zmap_header_offset(p.isize(), p.ibody_len) as usize, 0);
+    let mut advise = fmt::Z_EROFS_ADVISE_COMPACTED_2B;
+    if z.big_pcluster {
+        // COMPACT indexes need both bits equal.
+        advise |= fmt::Z_EROFS_ADVISE_BIG_PCLUSTER_1 | fmt::Z_EROFS_ADVISE_BIG_PCLUSTER_2;
+    }
+    if !z.idata.is_empty() {
+        advise |= fmt::Z_EROFS_ADVISE_INLINE_PCLUSTER;
+    }
+    let header = fmt::MapHeader {
+        h_fragmentoff_or_idata: ((z.idata.len() as u32) << 16).into(),
+        h_advise: advise.into(),
+        h_algorithmtype: z.alg,
+        h_clusterbits: 0,
+    };
+    item.extend_from_slice(header.as_bytes());
+    let lcs = lclusters(p.size, z);
+    let ebase = item.len() as u64;
+    let (n4, n2, _) = crate::layout::compact_split(ebase, lcs.len() as u64);
+    let regions = [
+        (0, n4, 2usize),
+        (n4, n2, 16),
+        (n4 + n2, lcs.len() as u64 - n4 - n2, 2),
+    ];
+    for (start, count, vcnt) in regions {
+        let (pack_size, bits) = if vcnt == 2 { (8usize, 16) } else { (32, 14) };
+        for first in (start..start + count).step_by(vcnt) {
+            // (kind, lo) per slot, as the kernel decodes them; slots past the region are zero dummies.
+            let pack: Vec<(u16, u16)> = (0..vcnt)
+                .map(|j| {
+                    let idx = first + j as u64;
+                    if idx >= start + count {
+                        return (0, 0);
+                    }
+                    let lc = lcs[idx as usize];
+                    let lo = if lc.kind != fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD {
+                        lc.clusterofs
+                    } else if lc.d0 & fmt::Z_EROFS_LI_D0_CBLKCNT != 0 {
+                        lc.d0
+                    } else if j + 1 == vcnt {
+                        lc.d1 // the last slot of a pack looks ahead; its distance back is derived
+                    } else {
+                        lc.d0
+                    };
+                    (lc.kind, lo)
+                })
+                .collect();
+            let mut bytes = vec![0u8; pack_size];
+            for (j, (kind, lo)) in pack.iter().enumerate() {
+                let v = ((*kind as u32) << 12) | *lo as u32;
+                let bit = j * bits;
+                let word = u32::from_le_bytes(bytes[bit / 8..bit / 8 + 4].try_into().unwrap())
+                    | (v << (bit % 8));
+                bytes[bit / 8..bit / 8 + 4].copy_from_slice(&word.to_le_bytes());
+            }
+            // The base makes the kernel's `base + nblk` land on the first real head's block.
+            let base = (0..vcnt)
+                .filter(|&j| first + (j as u64) < start + count)
+                .map(|j| (j, lcs[(first + j as u64) as usize]))
+                .find(|(_, lc)| lc.kind != fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD && !lc.inline_tail)
+                .and_then(|(j, lc)| {
+                    compact_nblk(&pack, j, z.big_pcluster).map(|n| lc.blkaddr.wrapping_sub(n))
+                })
+                .unwrap_or(0);
+            bytes[pack_size - 4..].copy_from_slice(&base.to_le_bytes());
+            item.extend_from_slice(&bytes);
+        }
     }
     item.extend_from_slice(&z.idata);
 }

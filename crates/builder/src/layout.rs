@@ -62,9 +62,10 @@ pub(crate) struct ZPlaced {
 }
 
 impl ZPlan {
-    /// Bytes of map header, reserved word and FULL indexes for a file of `size` bytes.
-    pub fn index_bytes(size: u64) -> u64 {
-        16 + 8 * size.div_ceil(BLKSZ)
+    /// Bytes from the inode start to the end of its COMPACT indexes (inline tail excluded).
+    pub fn meta_len(isize: u64, ibody_len: u64, size: u64) -> u64 {
+        let ebase = zmap_header_offset(isize, ibody_len) + 8;
+        ebase + compact_bytes(ebase, size.div_ceil(BLKSZ))
     }
 
     /// Blocks of data it holds outside the metadata area.
@@ -110,6 +111,24 @@ pub(crate) fn inode_lens(
         || inode.nlink > u16::MAX as u32
         || (inode.mtime, inode.mtime_nsec) != epoch;
     Ok((extended, if extended { 64 } else { 32 }, ibody_len))
+}
+
+/// How COMPACT indexes starting at `ebase` (relative to a 32-byte aligned inode) split `total` entries:
+/// leading 4-byte-per-entry packs up to a 32-byte boundary, then 2-byte packs of 16, then 4-byte packs.
+pub(crate) fn compact_split(ebase: u64, total: u64) -> (u64, u64, u64) {
+    let n4 = (((32 - ebase % 32) / 4) & 7).min(total);
+    let n2 = if n4 < total {
+        (total - n4) / 16 * 16
+    } else {
+        0
+    };
+    (n4, n2, total - n4 - n2)
+}
+
+/// Bytes of COMPACT indexes (odd 4-byte regions are completed by a dummy entry).
+pub(crate) fn compact_bytes(ebase: u64, total: u64) -> u64 {
+    let (a, b, c) = compact_split(ebase, total);
+    round_up(a, 2) * 4 + b * 2 + round_up(c, 2) * 4
 }
 
 /// Offset of the map header relative to the inode.
@@ -353,9 +372,9 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>)
         let mut meta_len = isize + ibody_len;
         match placed {
             Some(Placed::Compressed(z)) => {
-                p.layout = DataLayout::CompressedFull;
+                p.layout = DataLayout::CompressedCompact;
                 p.inline_len = z.idata.len() as u64;
-                meta_len = zmap_header_offset(isize, ibody_len) + ZPlan::index_bytes(size);
+                meta_len = ZPlan::meta_len(isize, ibody_len, size);
                 p.zmap = Some(z);
             }
             Some(Placed::Flat {

@@ -305,7 +305,7 @@ pub(crate) fn write_data(
             }
             let exts: Vec<&ZExtent> = done[k..e].iter().flat_map(|u| u.extents.iter()).collect();
             // The tail extent inline after the indexes, if it is compressed into one block and fits.
-            let zmeta = layout::zmap_header_offset(isize, ibody) + ZPlan::index_bytes(f.size);
+            let zmeta = ZPlan::meta_len(isize, ibody, f.size);
             let tail = exts.last().filter(|t| {
                 last_seg && !t.plain && t.blocks() == 1 && zmeta + t.data.len() as u64 <= BLKSZ
             });
