@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Regenerates the seed corpus of the fuzz targets from small source trees:
+#   fuzz/corpus/open_walk/          plain EROFS images (sealfs build --no-seal, mkfs.erofs)
+#   fuzz/corpus/verified_open_walk/ the same images in the verified target's input format
+#                                   (see fuzz/src/lib.rs, `verified_input`)
+#
+# Usage: fuzz/make_corpus.sh   (from anywhere; needs target/release/sealfs, mkfs.erofs, setfattr)
+# The images are reproducible (fixed timestamps, UUIDs and uids), so re-running gives the same bytes
+# as long as the builders do not change. Seeds are named <builder>-<tree>-<options>.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+sealfs=${SEALFS_BIN:-$root/target/release/sealfs}
+[ -x "$sealfs" ] || (cd "$root" && cargo build --release -q -p sealfs-cli)
+command -v mkfs.erofs >/dev/null || { echo "mkfs.erofs is needed" >&2; exit 1; }
+command -v setfattr >/dev/null || { echo "setfattr is needed" >&2; exit 1; }
+
+# A scratch directory on a file system with user xattrs (tmpfs may lack them).
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/sealfs-corpus.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# --- Trees -------------------------------------------------------------------------------------
+# basic: a few files of boundary sizes, a subdirectory, symlinks of every kind, a hard link,
+# a small sparse file, special files.
+t=$work/basic
+mkdir -p "$t/d/e"
+: >"$t/empty"
+printf x >"$t/one"
+head -c 100 /dev/zero | tr '\0' a >"$t/hundred"
+head -c 4096 /dev/zero | tr '\0' b >"$t/block"
+head -c 5000 /dev/zero | tr '\0' c >"$t/block-and-tail"
+printf deep >"$t/d/e/deep"
+ln -s ../one "$t/d/up"
+ln -s /d/e "$t/abs"
+ln -s nowhere "$t/dangling"
+ln -s loop "$t/loop"
+ln -s "$(head -c 300 /dev/zero | tr '\0' L)" "$t/longlink"
+ln "$t/hundred" "$t/d/hardlink"
+# Sparse: data at 0 and at 8 KiB, a hole in between, 12 KiB long.
+printf head | dd of="$t/sparse" bs=1 seek=0 conv=notrunc status=none
+printf tail | dd of="$t/sparse" bs=1 seek=8192 conv=notrunc status=none
+truncate -s 12288 "$t/sparse"
+mkfifo "$t/fifo"
+if [ "$(id -u)" = 0 ]; then mknod "$t/chr" c 1 3; mknod "$t/blk" b 7 0; fi
+setfattr -n user.note -v hello "$t/one"
+setfattr -n user.note -v hello "$t/hundred"
+setfattr -n user.dir -v 1 "$t/d"
+
+# many: directories spanning several blocks (names of many lengths), nested empty dirs.
+t=$work/many
+mkdir -p "$t/big" "$t/a/b/c/d"
+for i in $(seq 0 299); do
+    n=$(printf 'entry-%03d-%s' "$i" "$(head -c $((i % 50)) /dev/zero | tr '\0' n)")
+    printf '%d' "$i" >"$t/big/$n"
+done
+ln -s ../big "$t/a/b/up"
+
+# xattrs: shared (same pair on several inodes) and inline xattrs, every short prefix, long
+# values, many names on one inode (for the bloom filter and multi-block xattr bodies).
+t=$work/xattrs
+mkdir -p "$t/dir"
+for f in f1 f2 f3 dir/g; do printf '%s' "$f" >"$t/$f"; done
+for f in f1 f2 f3 dir dir/g; do
+    setfattr -n user.common -v "shared value" "$t/$f"
+    setfattr -n user.mime -v text/plain "$t/$f"
+done
+setfattr -n user.long -v "$(head -c 1500 /dev/zero | tr '\0' v)" "$t/f1"
+for i in $(seq 0 40); do setfattr -n "user.k$i" -v "v$i" "$t/f2"; done
+setfattr -n user.empty "$t/f3"
+if [ "$(id -u)" = 0 ]; then
+    setfattr -n trusted.overlay.opaque -v y "$t/dir"
+    setfattr -n security.selinux -v "system_u:object_r:etc_t:s0" "$t/f1"
+fi
+ln -s f1 "$t/link"
+
+# comp: compressible files (for the compressed layouts): text of several sizes, a file whose tail
+# is packed inline (ztailpacking), one incompressible file, a tiny one.
+t=$work/comp
+mkdir -p "$t"
+for i in $(seq 1 600); do echo "line $i of a compressible text file: the quick brown fox"; done >"$t/text"
+head -c 9000 "$t/text" >"$t/medium"
+head -c 70000 /dev/zero | tr '\0' z >"$t/zeros-ish"
+python3 -c "import random,sys; random.seed(1); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(6000)))" >"$t/random"
+printf abc >"$t/tiny"
+setfattr -n user.c -v 1 "$t/text"
+
+# --- Images ------------------------------------------------------------------------------------
+out=$here/corpus/open_walk
+vout=$here/corpus/verified_open_walk
+rm -rf "$out" "$vout"
+mkdir -p "$out" "$vout"
+
+sealfs_img() { # name tree [args...]
+    local name=$1 tree=$2
+    shift 2
+    "$sealfs" build --no-seal -q -T 1000 -U clear --all-root "$@" "$work/$tree" "$out/$name" >/dev/null
+}
+mkfs_img() { # name tree [args...]
+    local name=$1 tree=$2
+    shift 2
+    mkfs.erofs --quiet -T0 -U 00000000-0000-0000-0000-000000000000 --all-root "$@" \
+        "$out/$name" "$work/$tree" >/dev/null
+}
+
+for tree in basic many xattrs; do
+    sealfs_img "sealfs-$tree" "$tree"
+    mkfs_img "mkfs-$tree-x1" "$tree" -x1
+done
+sealfs_img sealfs-xattrs-nofilter xattrs --no-xattr-filter
+sealfs_img sealfs-comp-zstd comp -z zstd
+sealfs_img sealfs-comp-lz4hc-c16k comp -z lz4hc -C 16384
+mkfs_img mkfs-basic-chunk4k basic --chunksize=4096
+mkfs_img mkfs-basic-chunkidx basic --chunksize=8192 -Eforce-chunk-indexes
+mkfs_img mkfs-basic-noinline basic -Enoinline_data
+# (-Eforce-inode-compact gives the same bytes as -x1 here: compact inodes are the default.)
+mkfs_img mkfs-basic-extended basic -Eforce-inode-extended
+mkfs_img mkfs-basic-lz4 basic -zlz4
+mkfs_img mkfs-xattrs-x0 xattrs -x0
+mkfs_img mkfs-comp-lz4 comp -zlz4
+mkfs_img mkfs-comp-lz4hc-ztail comp -zlz4hc -Eztailpacking
+mkfs_img mkfs-comp-lz4-legacy comp -zlz4 -Elegacy-compress
+mkfs_img mkfs-comp-lz4hc-c16k-blockmap comp -zlz4hc -C16384 -Eforce-inode-blockmap
+
+# The verified target's seeds: each image in the honest-tree mode with a few parameter sets
+# (byte layout: see `verified_input` in fuzz/src/lib.rs).
+python3 - "$out" "$vout" <<'EOF'
+import os, sys
+src, dst = sys.argv[1], sys.argv[2]
+# (mode, params byte, salt length, corruption count): params byte = alg bit 0 | log block size index << 1
+variants = [
+    ("s256-4k", 0x00, 0x00, 0, 0),
+    ("s512-1k-salt", 0x00, 0x01 | (1 << 1), 8, 0),
+    ("s256-64k-sidecar", 0x02, 0x00 | (5 << 1), 0, 0),
+    ("s256-4k-bad", 0x00, 0x00, 0, 1),
+]
+# Every variant of one image, the plain variant of a few others (the corpus stays small).
+plain_only = ["sealfs-xattrs", "mkfs-xattrs-x1", "mkfs-comp-lz4hc-ztail", "sealfs-comp-zstd"]
+for name in ["sealfs-basic"] + plain_only:
+    img = open(os.path.join(src, name), "rb").read()
+    for tag, mode, params, salt, bad in variants:
+        if tag != "s256-4k" and name in plain_only:
+            continue
+        hdr = bytes([mode, params, salt, bad])
+        # One corruption: xor 0x40 into the byte at 5000 (the second 4 KiB block).
+        body = (5000).to_bytes(4, "little") + bytes([0x40]) if bad else b""
+        open(os.path.join(dst, f"{name}-{tag}"), "wb").write(hdr + body + img)
+EOF
+
+ls -l "$out" "$vout"
+du -sh "$out" "$vout"
