@@ -25,3 +25,6 @@ command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --release -- --test-threads=1
+# A short coverage-guided fuzz run of the image reader (the long runs are in fuzz/README.md); it prints
+# "SKIP: ..." where no nightly toolchain exists, and the corpus replay above runs everywhere.
+./fuzz/run.sh 15

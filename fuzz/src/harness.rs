@@ -415,10 +415,13 @@ impl Walk<'_> {
         }
     }
 
-    /// A bounded `read_vec`: at most `max` bytes, and nothing once the data budget is spent.
+    /// A bounded `read_vec`: at most `max` bytes, and nothing once the data budget is spent. The
+    /// budget is charged what the read can return (the file's bytes from `offset`), not `max`, so
+    /// small files never exhaust it.
     fn read(&mut self, inode: &Inode, offset: u64, max: usize) {
-        let n = (max as u64).min(self.bytes_left);
-        if n == 0 {
+        let want = inode.size().saturating_sub(offset).min(max as u64);
+        let n = want.min(self.bytes_left);
+        if n == 0 && want > 0 {
             return;
         }
         self.bytes_left -= n;
