@@ -2,7 +2,7 @@
 # Regenerates the seed corpus of the fuzz targets from small source trees:
 #   fuzz/corpus/open_walk/          plain EROFS images (sealfs build --no-seal, mkfs.erofs)
 #   fuzz/corpus/verified_open_walk/ the same images in the verified target's input format
-#                                   (see fuzz/src/lib.rs, `verified_input`)
+#                                   (see `verified_open_walk` in fuzz/src/harness.rs)
 #
 # Usage: fuzz/make_corpus.sh   (from anywhere; needs target/release/sealfs, mkfs.erofs, setfattr)
 # The images are reproducible (fixed timestamps, UUIDs and uids), so re-running gives the same bytes
@@ -123,7 +123,7 @@ mkfs_img mkfs-comp-lz4-legacy comp -zlz4 -Elegacy-compress
 mkfs_img mkfs-comp-lz4hc-c16k-blockmap comp -zlz4hc -C16384 -Eforce-inode-blockmap
 
 # The verified target's seeds: each image in the honest-tree mode with a few parameter sets
-# (byte layout: see `verified_input` in fuzz/src/lib.rs).
+# (byte layout: see `verified_open_walk` in fuzz/src/harness.rs).
 python3 - "$out" "$vout" <<'EOF'
 import os, sys
 src, dst = sys.argv[1], sys.argv[2]

@@ -46,9 +46,9 @@ fi
 status=0
 for target in $targets; do
     seeds=("$here/corpus/$target")
-    if [ "$target" = open_walk ] && [ -d "$here/../crates/reader/tests/fuzz_regressions" ]; then
-        seeds+=("$here/../crates/reader/tests/fuzz_regressions")
-    fi
+    regressions=$here/../crates/reader/tests/fuzz_regressions
+    [ "$target" = verified_open_walk ] && regressions=$regressions/verified
+    [ -d "$regressions" ] && seeds+=("$regressions")
     mkdir -p "$scratch/$target"
     log=$scratch/$target.log
     echo "fuzzing $target for ${secs}s"

@@ -11,7 +11,10 @@
 //! image size does not justify) is a bug. The walk's own work is bounded (entries, inodes, bytes
 //! of file data), so a slow or huge result can only come from the reader.
 
-#![allow(dead_code)] // The test uses only part of it.
+// The test uses only part of it.
+#![allow(dead_code)]
+// `..Options::default()` although every field is set today: fields added later keep their defaults.
+#![allow(clippy::needless_update)]
 
 use sealfs_format::{superblock_checksum, superblock_checksum_len, EROFS_FEATURE_COMPAT_SB_CHKSUM};
 use sealfs_reader::{
@@ -53,25 +56,29 @@ pub fn open_walk(data: &[u8]) {
     }
 }
 
-/// Opens `bytes` as an unverified image and walks it. The source block size and the cache size
+/// Opens `bytes` as an unverified image and walks it. The source block size and the cache sizes
 /// depend on the length (so truncations and insertions also vary them): 4 KiB blocks with the
-/// default cache; 512-byte blocks without a cache; 4 KiB blocks with a 3-block cache and 1 KiB
-/// blocks with a 5-block one (both evict all the time).
+/// default caches; 512-byte blocks without any cache; 4 KiB blocks with a 3-block cache and an
+/// 8 KiB cluster cache, 1 KiB blocks with a 5-block one and a 64 KiB cluster cache (both evict
+/// all the time).
 pub fn open_and_walk(bytes: Vec<u8>) {
-    let (bits, cache_blocks) = match bytes.len() % 4 {
-        0 => (12, sealfs_reader::DEFAULT_CACHE_BLOCKS),
-        1 => (9, 0),
-        2 => (12, 3),
-        _ => (10, 5),
+    let (bits, cache_blocks, cluster_cache_bytes) = match bytes.len() % 4 {
+        0 => (
+            12,
+            sealfs_reader::DEFAULT_CACHE_BLOCKS,
+            sealfs_reader::DEFAULT_CLUSTER_CACHE_BYTES,
+        ),
+        1 => (9, 0, 0),
+        2 => (12, 3, 8 << 10),
+        _ => (10, 5, 64 << 10),
     };
     let source: Arc<dyn BlockSource> = Arc::new(PlainBlocks::with_block_bits(bytes, bits));
-    if let Ok(img) = Image::open_blocks(
-        source,
-        &Options {
-            cache_blocks,
-            ..Options::default()
-        },
-    ) {
+    let options = Options {
+        cache_blocks,
+        cluster_cache_bytes,
+        ..Options::default()
+    };
+    if let Ok(img) = Image::open_blocks(source, &options) {
         walk(&img);
     }
 }
@@ -102,12 +109,20 @@ const LOG_BLOCK_SIZES: [u8; 8] = [12, 10, 11, 12, 13, 16, 14, 15];
 const CACHE_BLOCKS: [usize; 4] = [4, 0, 1, 256];
 /// Verified hash block cache sizes (raised to the tree height by the reader), by a 2-bit index.
 const HASH_CACHE_BLOCKS: [usize; 4] = [0, 2, 1024, 1];
+/// Decoded cluster cache sizes (bytes), by a 2-bit index.
+const CLUSTER_CACHE_BYTES: [usize; 4] = [
+    sealfs_reader::DEFAULT_CLUSTER_CACHE_BYTES,
+    0,
+    8 << 10,
+    64 << 10,
+];
 
 /// The `verified_open_walk` target. Input layout:
 ///
 /// ```text
 /// byte 0  mode:   bit 0 raw (1) or honest (0); bit 1 sidecar tree (1) or attached (0);
-///                 bits 2-3 reader cache size; bits 4-5 hash cache size (tables above)
+///                 bits 2-3 reader cache size; bits 4-5 hash cache size; bits 6-7 cluster cache
+///                 size (tables above)
 /// byte 1  params: bit 0 SHA-512 (1) or SHA-256 (0); bits 1-3 verity block size (LOG_BLOCK_SIZES)
 /// byte 2  salt length (mod 33; the salt bytes are a fixed pattern)
 /// byte 3  honest: number of corruptions (mod 8); raw: unused
@@ -139,6 +154,7 @@ pub fn verified_open_walk(data: &[u8]) {
     let sidecar = mode & 2 != 0;
     let options = Options {
         cache_blocks: CACHE_BLOCKS[((mode >> 2) & 3) as usize],
+        cluster_cache_bytes: CLUSTER_CACHE_BYTES[((mode >> 6) & 3) as usize],
         ..Options::default()
     };
     let hash_cache = HASH_CACHE_BLOCKS[((mode >> 4) & 3) as usize];

@@ -3,9 +3,10 @@
 //!
 //! Inputs: every file of `fuzz/corpus/open_walk` (small valid images, see `fuzz/make_corpus.sh`)
 //! and of `crates/reader/tests/fuzz_regressions` (crashes the fuzzers found, saved after
-//! minimizing), each walked as it is, then a few thousand deterministic mutations of each (bit
-//! flips, interesting values, truncations, insertions, deletions; fixed seeds), and a few verified
-//! opens (`fuzz/corpus/verified_open_walk` and the images under honest Merkle trees with damage).
+//! minimizing), each walked as it is, then 2,000 deterministic mutations of each seed (bit flips,
+//! interesting values, truncations, insertions, deletions, copies; fixed seeds); and verified opens:
+//! `fuzz/corpus/verified_open_walk`, `fuzz_regressions/verified`, and each seed under honest
+//! Merkle trees (random parameters, attached or sidecar, cache sizes) with damage, and as raw seals.
 //!
 //! The walk is NOT a copy: `harness.rs` below is the very file the cargo-fuzz targets use
 //! (`fuzz/src/harness.rs`), so the fuzzers and this test cannot drift apart.
@@ -224,7 +225,8 @@ fn corpus_and_regressions_never_panic() {
     let mut f = failures();
     let seeds = seeds();
     let regressions = inputs(&repo_path("tests/fuzz_regressions"));
-    let verified = inputs(&repo_path("../../fuzz/corpus/verified_open_walk"));
+    let mut verified = inputs(&repo_path("../../fuzz/corpus/verified_open_walk"));
+    verified.extend(inputs(&repo_path("tests/fuzz_regressions/verified")));
     for (name, bytes) in seeds.iter().chain(&regressions) {
         if !f.run(&format!("open_walk {name}"), bytes, harness::open_walk) {
             break;
