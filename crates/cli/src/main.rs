@@ -2,6 +2,7 @@
 
 mod build;
 mod files;
+mod mount;
 mod open;
 mod progress;
 mod read;
@@ -42,6 +43,12 @@ enum Command {
     Extract(read::extract::ExtractArgs),
     /// Describe an image: superblock, contents, seal, and what was established about it.
     Inspect(read::inspect::InspectArgs),
+    /// Serve the image read-only over FUSE, every block verified (a daemon unless --foreground).
+    Mount(mount::MountArgs),
+    /// Unmount a sealfs FUSE mount (also a stale one whose daemon died).
+    Umount(mount::UmountArgs),
+    /// Show the counters of a running mount: cache hits, bytes read and verified, failures.
+    Stats(mount::StatsArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +64,9 @@ fn main() -> ExitCode {
         Command::Getfattr(args) => read::finish(read::getfattr::run(args)),
         Command::Extract(args) => read::finish(read::extract::run(args)),
         Command::Inspect(args) => read::finish(read::inspect::run(args)),
+        Command::Mount(args) => read::finish(mount::run_mount(args)),
+        Command::Umount(args) => mount::run_umount(args),
+        Command::Stats(args) => mount::run_stats(args),
     };
     match result {
         Ok(code) => code,

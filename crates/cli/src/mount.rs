@@ -1,0 +1,466 @@
+//! `sealfs mount`, `sealfs umount` and `sealfs stats`: serve an image over FUSE
+//! ([`sealfs_fuse::SealFs`]), take it down, and read its counters while it runs.
+//!
+//! `mount` opens and checks the image first (a wrong `--digest`, a damaged seal or a missing file
+//! fail here, before anything is mounted), then mounts; by default it then detaches: the parent
+//! waits until the mount is up (or has failed, printing why) and exits, the daemon serves until the
+//! file system is unmounted or it gets SIGINT, SIGTERM or SIGHUP, which unmount it (lazily, as
+//! libfuse does: processes still holding files keep them).
+
+use crate::open::{ImageArgs, Trust};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use sealfs_fuse::{SealFs, STATS_IOCTL, STATS_IOCTL_SIZE};
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Arguments of `sealfs mount`.
+#[derive(Args)]
+pub struct MountArgs {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Directory to mount the image on.
+    mountpoint: PathBuf,
+    /// Stay attached to the terminal (log to stderr) instead of running as a daemon.
+    #[arg(short, long)]
+    foreground: bool,
+    /// Mount options, comma-separated: allow_other, allow_root, nodev, nosuid, noexec, dev, suid,
+    /// exec, noatime, atime, ro (always), default_permissions (always), fsname=NAME.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    /// Threads serving requests (default: one per CPU, at least 2).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Append log lines (failed reads, once each) to this file instead of syslog or stderr.
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+}
+
+/// Arguments of `sealfs umount`.
+#[derive(Args)]
+pub struct UmountArgs {
+    /// Where a sealfs image is mounted.
+    mountpoint: PathBuf,
+    /// Detach now, finish when the last file is closed (`umount -l`).
+    #[arg(short = 'l', long)]
+    lazy: bool,
+}
+
+/// Arguments of `sealfs stats`.
+#[derive(Args)]
+pub struct StatsArgs {
+    /// Where a sealfs image is mounted (any path inside it works too).
+    path: PathBuf,
+    /// Print the JSON object as the daemon returns it.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The FUSE options a mount passes, from `-o` and the fixed ones.
+fn fuse_config(args: &MountArgs, fsname: String) -> Result<fuser::Config> {
+    use fuser::MountOption as M;
+    let mut config = fuser::Config::default();
+    let mut fsname = Some(fsname);
+    let mut options = vec![
+        M::RO,
+        M::DefaultPermissions,
+        M::CUSTOM("subtype=sealfs".into()),
+    ];
+    for opt in args.options.iter().flat_map(|o| o.split(',')) {
+        match opt {
+            "" | "ro" | "default_permissions" => {}
+            "allow_other" => config.acl = fuser::SessionACL::All,
+            "allow_root" => config.acl = fuser::SessionACL::RootAndOwner,
+            "nodev" => options.push(M::NoDev),
+            "dev" => options.push(M::Dev),
+            "nosuid" => options.push(M::NoSuid),
+            "suid" => options.push(M::Suid),
+            "noexec" => options.push(M::NoExec),
+            "exec" => options.push(M::Exec),
+            "noatime" => options.push(M::NoAtime),
+            "atime" => options.push(M::Atime),
+            "rw" => bail!("-o rw: sealfs images are read-only"),
+            o if o.starts_with("fsname=") => fsname = Some(o["fsname=".len()..].to_string()),
+            o => bail!("-o {o}: unknown mount option"),
+        }
+    }
+    options.extend(fsname.map(M::FSName));
+    config.mount_options = options;
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = args.threads.unwrap_or(cpus.max(2));
+    if threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    config.n_threads = Some(threads);
+    config.clone_fd = true;
+    Ok(config)
+}
+
+/// The name a mount shows as its source in /proc/mounts: the image path, unless it has characters
+/// the mount option string cannot carry.
+fn source_name(image: &Path) -> String {
+    let full = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
+    match full.to_str() {
+        Some(s) if !s.contains([',', ' ', '\t', '\n', '\\']) => s.to_string(),
+        _ => "sealfs".to_string(),
+    }
+}
+
+/// Refuses mount points that are missing, not directories, or a dead FUSE mount.
+fn check_mountpoint(mp: &Path) -> Result<()> {
+    match std::fs::metadata(mp) {
+        Ok(md) if md.is_dir() => Ok(()),
+        Ok(_) => bail!("{}: not a directory", mp.display()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+            "{}: a FUSE mount whose daemon is gone (stale); run `sealfs umount {}` first",
+            mp.display(),
+            mp.display()
+        ),
+        Err(e) => Err(anyhow!("{}: {e}", mp.display())),
+    }
+}
+
+fn logger(args: &MountArgs, foreground: bool) -> Result<sealfs_fuse::Logger> {
+    if let Some(path) = &args.log {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("--log {}", path.display()))?;
+        let file = std::sync::Mutex::new(file);
+        return Ok(Box::new(move |line: &str| {
+            let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = writeln!(f, "sealfs: {line}");
+        }));
+    }
+    if foreground {
+        return Ok(Box::new(|line: &str| eprintln!("sealfs: {line}")));
+    }
+    // SAFETY: the identifier is a static C string, as openlog requires (it keeps the pointer).
+    unsafe { libc::openlog(c"sealfs".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
+    Ok(Box::new(|line: &str| {
+        if let Ok(msg) = CString::new(line.replace('\0', "?")) {
+            // SAFETY: a constant "%s" format with one NUL-terminated string argument.
+            unsafe { libc::syslog(libc::LOG_ERR, c"%s".as_ptr(), msg.as_ptr()) };
+        }
+    }))
+}
+
+/// Blocks the termination signals in this thread (and the threads it starts later), so that only
+/// the signal thread receives them.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Unmounts `mp`: directly as root, through `fusermount3` otherwise. `lazy` detaches at once.
+fn unmount(mp: &Path, lazy: bool) -> Result<()> {
+    let c = CString::new(mp.as_os_str().as_bytes())?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EPERM) {
+        bail!("unmounting {}: {err}", mp.display());
+    }
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = cmd
+        .arg(mp)
+        .output()
+        .context("running fusermount3 (unmounting as a non-root user needs it)")?;
+    if !out.status.success() {
+        bail!(
+            "fusermount3 -u {}: {}",
+            mp.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `sealfs mount`.
+pub fn run_mount(args: MountArgs) -> Result<ExitCode> {
+    let opened = args.image.open()?;
+    check_mountpoint(&args.mountpoint)?;
+    let mountpoint = std::fs::canonicalize(&args.mountpoint)
+        .with_context(|| args.mountpoint.display().to_string())?;
+    let config = fuse_config(&args, source_name(&args.image.image))?;
+    let trust = match &opened.trust {
+        Trust::Authenticated(d) => format!("{d} (authenticated)"),
+        Trust::SelfConsistent(d) => format!("{d} (self-consistent)"),
+        Trust::Unverified => "none".to_string(),
+    };
+    let trust = if opened.offloaded {
+        format!("{trust}, verified by kernel fs-verity")
+    } else {
+        trust
+    };
+    let image = Arc::new(opened.image);
+    let verified = opened.verified;
+
+    if args.foreground {
+        let log = logger(&args, true)?;
+        let fs = SealFs::new(image, verified, trust, log);
+        return serve(fs, &mountpoint, &config, None);
+    }
+
+    // Background: the child mounts and reports through a pipe; the parent exits when it knows.
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 returned two new descriptors we own.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the process is single-threaded here (nothing has started a thread yet), so the child
+    // may go on running Rust code.
+    match unsafe { libc::fork() } {
+        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            drop(rd);
+            // SAFETY: plain syscalls in the new child.
+            unsafe {
+                libc::setsid();
+            }
+            let _ = std::env::set_current_dir("/");
+            let log = match logger(&args, false) {
+                Ok(l) => l,
+                Err(e) => {
+                    report_to_parent(&wr, &format!("{e:#}"));
+                    std::process::exit(2);
+                }
+            };
+            let fs = SealFs::new(image, verified, trust, log);
+            match serve(fs, &mountpoint, &config, Some(wr)) {
+                Ok(_) => std::process::exit(0),
+                Err(_) => std::process::exit(2),
+            }
+        }
+        _child => {
+            drop(wr);
+            let mut msg = Vec::new();
+            let mut file = std::fs::File::from(rd);
+            let _ = file.read_to_end(&mut msg);
+            match msg.split_first() {
+                Some((b'0', _)) => Ok(ExitCode::SUCCESS),
+                Some((_, text)) => bail!("{}", String::from_utf8_lossy(text)),
+                None => bail!("the mount daemon exited before mounting"),
+            }
+        }
+    }
+}
+
+/// Writes a failure for the waiting parent ("1" + message).
+fn report_to_parent(wr: &OwnedFd, msg: &str) {
+    let mut f = std::fs::File::from(wr.try_clone().expect("dup of the status pipe"));
+    let _ = f.write_all(format!("1{msg}").as_bytes());
+}
+
+/// Mounts and serves until unmounted. With `status` (daemon mode), reports the mount's success or
+/// failure through it and then detaches stdio.
+fn serve(
+    fs: SealFs,
+    mountpoint: &Path,
+    config: &fuser::Config,
+    status: Option<OwnedFd>,
+) -> Result<ExitCode> {
+    let sigset = block_signals();
+    let session = match fuser::Session::new(fs, mountpoint, config) {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = format!("mounting on {}: {e}", mountpoint.display());
+            if let Some(wr) = &status {
+                report_to_parent(wr, &msg);
+            }
+            bail!(msg);
+        }
+    };
+    if let Some(wr) = status {
+        let mut f = std::fs::File::from(wr);
+        let _ = f.write_all(b"0");
+        drop(f);
+        detach_stdio();
+    }
+    let mp = mountpoint.to_path_buf();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || loop {
+            let mut sig = 0;
+            // SAFETY: sigset was filled by block_signals; sig is a valid out pointer.
+            if unsafe { libc::sigwait(&sigset, &mut sig) } == 0 {
+                // The loops end when the kernel drops the connection.
+                let _ = unmount(&mp, true);
+            }
+        })
+        .context("starting the signal thread")?;
+    session
+        .run()
+        .with_context(|| format!("serving {}", mountpoint.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Points stdin, stdout and stderr at /dev/null (a daemon has no terminal).
+fn detach_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto the standard descriptors.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+/// The mount point, absolute, even when it is a dead FUSE mount (which cannot be canonicalized).
+fn absolute_mountpoint(mp: &Path) -> Result<PathBuf> {
+    if let Ok(p) = std::fs::canonicalize(mp) {
+        return Ok(p);
+    }
+    let name = mp
+        .file_name()
+        .ok_or_else(|| anyhow!("{}: not a mount point", mp.display()))?;
+    let parent = match mp.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Ok(std::fs::canonicalize(parent)
+        .with_context(|| mp.display().to_string())?
+        .join(name))
+}
+
+/// The filesystem type mounted at `mp` (from /proc/self/mountinfo), if anything is.
+fn mounted_type(mp: &Path) -> Result<Option<String>> {
+    let info = std::fs::read("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    let mut found = None;
+    for line in info.split(|&b| b == b'\n') {
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == b"-") else {
+            continue;
+        };
+        if fields.len() < 5 || fields.len() <= sep + 1 {
+            continue;
+        }
+        if unescape_mountinfo(fields[4]) == mp.as_os_str().as_bytes() {
+            // The last mount on a path is the visible one.
+            found = Some(String::from_utf8_lossy(fields[sep + 1]).into_owned());
+        }
+    }
+    Ok(found)
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space and so on).
+fn unescape_mountinfo(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'\\' && i + 3 < s.len() && s[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (s[i + 1] - b'0') as u32 * 64
+                + (s[i + 2] - b'0') as u32 * 8
+                + (s[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Runs `sealfs umount`.
+pub fn run_umount(args: UmountArgs) -> Result<ExitCode> {
+    let mp = absolute_mountpoint(&args.mountpoint)?;
+    match mounted_type(&mp)? {
+        Some(t) if t == "fuse.sealfs" => {}
+        Some(t) => bail!("{}: a {t} mount, not sealfs", mp.display()),
+        None => bail!("{}: not mounted", mp.display()),
+    }
+    unmount(&mp, args.lazy)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks the daemon serving `path` for its statistics.
+pub fn query_stats(path: &Path) -> Result<serde_json::Value> {
+    let file = std::fs::File::open(path).with_context(|| path.display().to_string())?;
+    let mut buf = vec![0u8; STATS_IOCTL_SIZE];
+    // SAFETY: the buffer holds the STATS_IOCTL_SIZE bytes the ioctl number encodes.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), STATS_IOCTL as _, buf.as_mut_ptr()) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        bail!(
+            "{}: not on a sealfs mount (statistics ioctl: {e})",
+            path.display()
+        );
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    serde_json::from_slice(&buf[..len]).context("decoding the daemon's statistics")
+}
+
+/// Runs `sealfs stats`.
+pub fn run_stats(args: StatsArgs) -> Result<ExitCode> {
+    let v = query_stats(&args.path)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_flat(&mut out, "", &v)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_flat(out: &mut dyn Write, prefix: &str, v: &serde_json::Value) -> std::io::Result<()> {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                print_flat(out, &key, v)?;
+            }
+            Ok(())
+        }
+        serde_json::Value::String(s) => writeln!(out, "{prefix}: {s}"),
+        other => writeln!(out, "{prefix}: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_mountinfo(br"/a\040b\134c"), b"/a b\\c".to_vec());
+        assert_eq!(unescape_mountinfo(br"/x\04"), br"/x\04".to_vec());
+    }
+
+    #[test]
+    fn os_str_names_pass_through() {
+        let p = Path::new(OsStr::from_bytes(b"/tmp/\xff"));
+        assert_eq!(source_name(p), "sealfs");
+    }
+}

@@ -1,0 +1,751 @@
+//! `sealfs mount` against the kernel: the FUSE mount of an image must show what a kernel EROFS mount
+//! of the same image shows (every stat field, inode numbers included, directory entries in order with
+//! d_ino and d_type, symlink targets, xattr lists and values, content, statfs), and what the source
+//! holds (the comparison of the first issue), for plain, sealed and compressed images of the full
+//! fixture and a random tree. Also: tampering (EIO for the damaged file only, logged once with path
+//! and block), concurrent readers, statistics, and the lifecycle (umount, signals, a stale mount
+//! point, a missing image, a wrong digest).
+//!
+//! Needs root, loop devices, FUSE and erofs-utils: prints `SKIP:` otherwise (a failure under CI=true).
+
+mod common;
+
+use common::compare::{check_xattr_filter, compare_trees, Expect};
+use common::fixture::make_full_fixture;
+use common::randtree::{materialize, tree_strategy};
+use common::sys::{lgetxattr, llistxattr, raw_readdir};
+use common::*;
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::TestRunner;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Files larger than this are compared between the two mounts by metadata and sampled ranges.
+const FULL_CONTENT_LIMIT: u64 = 64 << 20;
+
+fn fuse_env() -> Result<(), String> {
+    mount_env()?;
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse missing (no FUSE)".into());
+    }
+    Ok(())
+}
+
+/// A FUSE mount made with `sealfs mount`; unmounted with `sealfs umount` on drop.
+struct FuseMount {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl FuseMount {
+    fn new(image: &Path, args: &[&str]) -> FuseMount {
+        let dir = tempfile::Builder::new()
+            .prefix("sealfs-fuse-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("mnt");
+        fs::create_dir(&path).unwrap();
+        let out = run(Command::new(sealfs_bin())
+            .arg("mount")
+            .args(args)
+            .arg(image)
+            .arg(&path)
+            .stdin(Stdio::null()));
+        assert!(
+            out.status.success(),
+            "sealfs mount {args:?} {} failed: {}",
+            image.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        FuseMount { path, _dir: dir }
+    }
+}
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        let ok = Command::new(sealfs_bin())
+            .arg("umount")
+            .arg(&self.path)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        }
+    }
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let canon = fs::canonicalize(path.parent().unwrap())
+        .unwrap()
+        .join(path.file_name().unwrap());
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .any(|l| l.split(' ').nth(4).is_some_and(|mp| Path::new(mp) == canon))
+}
+
+fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < limit, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Pids of `sealfs mount` daemons serving `mp` (found by their command line).
+fn daemon_pids(mp: &Path) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        if args.len() > 1
+            && args.iter().any(|a| *a == b"mount")
+            && args
+                .iter()
+                .any(|a| Path::new(std::str::from_utf8(a).unwrap_or("")) == mp)
+            && args[0].ends_with(b"sealfs")
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel mount vs FUSE mount
+// ---------------------------------------------------------------------------------------------
+
+fn statfs(path: &Path) -> libc::statfs {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: zeroed statfs is valid plain data; c is NUL-terminated.
+    unsafe {
+        let mut s: libc::statfs = std::mem::zeroed();
+        assert_eq!(
+            libc::statfs(c.as_ptr(), &mut s),
+            0,
+            "statfs {}",
+            path.display()
+        );
+        s
+    }
+}
+
+fn read_range(path: &Path, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+    let mut f = fs::File::open(path).map_err(|e| format!("open: {e}"))?;
+    f.seek(SeekFrom::Start(offset)).map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    f.take(len as u64)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("read at {offset}: {e}"))?;
+    Ok(buf)
+}
+
+/// Everything `lstat`, `readdir`, `readlink`, `listxattr`/`getxattr` and `read` show, compared
+/// between the kernel mount `k` and the FUSE mount `f`. Returns the differences and the number of
+/// paths compared.
+fn compare_mounts(k: &Path, f: &Path) -> (Vec<String>, usize) {
+    let mut diffs = Vec::new();
+    let (sk, sf) = (statfs(k), statfs(f));
+    for (what, a, b) in [
+        ("f_blocks", sk.f_blocks, sf.f_blocks),
+        ("f_bfree", sk.f_bfree, sf.f_bfree),
+        ("f_bavail", sk.f_bavail, sf.f_bavail),
+        ("f_files", sk.f_files, sf.f_files),
+        ("f_ffree", sk.f_ffree, sf.f_ffree),
+        ("f_bsize", sk.f_bsize as u64, sf.f_bsize as u64),
+        ("f_namelen", sk.f_namelen as u64, sf.f_namelen as u64),
+    ] {
+        if a != b {
+            diffs.push(format!("statfs {what}: kernel {a}, fuse {b}"));
+        }
+    }
+    let mut stack = vec![PathBuf::new()];
+    let mut count = 0;
+    while let Some(rel) = stack.pop() {
+        count += 1;
+        let (kp, fp) = (k.join(&rel), f.join(&rel));
+        let at = format!("/{}", rel.display());
+        let (km, fm) = match (fs::symlink_metadata(&kp), fs::symlink_metadata(&fp)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (a, b) => {
+                diffs.push(format!(
+                    "{at}: lstat kernel {:?}, fuse {:?}",
+                    a.err(),
+                    b.err()
+                ));
+                continue;
+            }
+        };
+        let fields = |m: &fs::Metadata| {
+            [
+                ("ino", m.ino() as i64),
+                ("mode", m.mode() as i64),
+                ("nlink", m.nlink() as i64),
+                ("uid", m.uid() as i64),
+                ("gid", m.gid() as i64),
+                ("size", m.size() as i64),
+                ("blocks", m.blocks() as i64),
+                ("blksize", m.blksize() as i64),
+                ("rdev", m.rdev() as i64),
+                ("mtime", m.mtime()),
+                ("mtime_nsec", m.mtime_nsec()),
+                ("atime", m.atime()),
+                ("atime_nsec", m.atime_nsec()),
+                ("ctime", m.ctime()),
+                ("ctime_nsec", m.ctime_nsec()),
+            ]
+        };
+        for ((name, a), (_, b)) in fields(&km).into_iter().zip(fields(&fm)) {
+            if a != b {
+                diffs.push(format!("{at}: {name} kernel {a}, fuse {b}"));
+            }
+        }
+        match (llistxattr(&kp), llistxattr(&fp)) {
+            (Ok(a), Ok(b)) => {
+                if a != b {
+                    diffs.push(format!("{at}: xattr names kernel {a:?}, fuse {b:?}"));
+                }
+                for n in &a {
+                    let (va, vb) = (lgetxattr(&kp, n).ok(), lgetxattr(&fp, n).ok());
+                    if va != vb {
+                        diffs.push(format!("{at}: xattr {} differs", show(n)));
+                    }
+                }
+            }
+            (a, b) => diffs.push(format!(
+                "{at}: listxattr kernel {:?}, fuse {:?}",
+                a.err(),
+                b.err()
+            )),
+        }
+        let ft = km.file_type();
+        if ft.is_symlink() {
+            let (a, b) = (fs::read_link(&kp).ok(), fs::read_link(&fp).ok());
+            if a != b {
+                diffs.push(format!("{at}: link target kernel {a:?}, fuse {b:?}"));
+            }
+        } else if ft.is_file() {
+            let size = km.size();
+            let ranges: Vec<(u64, usize)> = if size <= FULL_CONTENT_LIMIT {
+                vec![(0, size as usize + 1)]
+            } else {
+                vec![
+                    (0, 1 << 20),
+                    (size / 2 - (1 << 19), 1 << 20),
+                    (size - (1 << 20), 2 << 20),
+                ]
+            };
+            for (off, len) in ranges {
+                match (read_range(&kp, off, len), read_range(&fp, off, len)) {
+                    (Ok(a), Ok(b)) if a == b => {}
+                    (Ok(_), Ok(_)) => diffs.push(format!("{at}: content differs at {off}+{len}")),
+                    (a, b) => diffs.push(format!(
+                        "{at}: read kernel {:?}, fuse {:?}",
+                        a.err(),
+                        b.err()
+                    )),
+                }
+            }
+        } else if ft.is_dir() {
+            match (raw_readdir(&kp), raw_readdir(&fp)) {
+                (Ok(a), Ok(b)) => {
+                    let show_ents = |v: &[common::sys::RawDirent]| {
+                        v.iter()
+                            .map(|e| (e.name.clone(), e.ino, e.d_type))
+                            .collect::<Vec<_>>()
+                    };
+                    let (ea, eb) = (show_ents(&a), show_ents(&b));
+                    if ea != eb {
+                        let first = ea
+                            .iter()
+                            .zip(&eb)
+                            .position(|(x, y)| x != y)
+                            .unwrap_or(ea.len().min(eb.len()));
+                        diffs.push(format!(
+                            "{at}: readdir differs ({} vs {} entries), first at {first}: kernel {:?}, fuse {:?}",
+                            ea.len(),
+                            eb.len(),
+                            ea.get(first).map(|e| (show(&e.0), e.1, e.2)),
+                            eb.get(first).map(|e| (show(&e.0), e.1, e.2)),
+                        ));
+                    }
+                    for e in a.iter().rev() {
+                        if e.name != b"." && e.name != b".." {
+                            let name = std::ffi::OsStr::from_bytes(&e.name);
+                            stack.push(rel.join(name));
+                        }
+                    }
+                }
+                (a, b) => diffs.push(format!(
+                    "{at}: readdir kernel {:?}, fuse {:?}",
+                    a.err(),
+                    b.err()
+                )),
+            }
+        }
+    }
+    (diffs, count)
+}
+
+/// Builds `src` with `build_args`, mounts it with the kernel and with `sealfs mount`, and runs every
+/// comparison: kernel vs FUSE, source vs FUSE, the xattr filter through FUSE.
+fn check_image(src: &Path, image_dir: &Path, build_args: &[&str], mount_args: &[&str], tag: &str) {
+    let image = image_dir.join(format!("{tag}.erofs"));
+    build_ok(src, &image, build_args);
+    let kernel = mount_erofs(&image).unwrap();
+    let fuse = FuseMount::new(&image, mount_args);
+    let t = Instant::now();
+    let (mut problems, paths) = compare_mounts(kernel.path(), &fuse.path);
+    println!(
+        "{tag}: kernel vs FUSE: {paths} paths, {} differences, {:.2?}",
+        problems.len(),
+        t.elapsed()
+    );
+    let diffs = compare_trees(src, &fuse.path, &Expect::default());
+    println!("{tag}: source vs FUSE: {} differences", diffs.len());
+    problems.extend(diffs);
+    let before = stats(&fuse.path);
+    let (filter_problems, lookups) = check_xattr_filter(&fuse.path);
+    problems.extend(filter_problems);
+    let after = stats(&fuse.path);
+    let skips = after["reader"]["xattr_filter_skips"].as_u64().unwrap()
+        - before["reader"]["xattr_filter_skips"].as_u64().unwrap();
+    println!("{tag}: {lookups} xattr lookups through FUSE, {skips} answered by the filter");
+    if !build_args.contains(&"--no-xattr-filter") && skips == 0 {
+        problems.push("no absent-xattr lookup was answered by the bloom filter".into());
+    }
+    if problems.len() > 40 {
+        problems.truncate(40);
+    }
+    assert!(problems.is_empty(), "{tag}:\n{}", problems.join("\n"));
+}
+
+fn stats(mp: &Path) -> serde_json::Value {
+    let out = run(Command::new(sealfs_bin()).args(["stats", "--json"]).arg(mp));
+    assert!(
+        out.status.success(),
+        "sealfs stats: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stats JSON")
+}
+
+#[test]
+fn full_fixture_plain_sealed_and_compressed() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let tmp = Tmpfs::new("fuse-fixture").expect("tmpfs");
+    let src = tmp.join("src");
+    make_full_fixture(&src);
+    let images = tempfile::Builder::new()
+        .prefix("sealfs-fuse-img-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    check_image(&src, images.path(), &["--no-seal"], &[], "plain");
+    check_image(&src, images.path(), &[], &[], "sealed");
+    check_image(
+        &src,
+        images.path(),
+        &[],
+        &["--verify=none"],
+        "sealed-noverify",
+    );
+    check_image(
+        &src,
+        images.path(),
+        &["-z", "lz4hc", "-C", "65536"],
+        &[],
+        "lz4hc-64k",
+    );
+    check_image(
+        &src,
+        images.path(),
+        &["-z", "zstd", "-C", "4096", "--no-xattr-filter"],
+        &[],
+        "zstd-4k",
+    );
+}
+
+#[test]
+fn random_tree_plain_and_compressed() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let tmp = Tmpfs::new("fuse-random").expect("tmpfs");
+    let mut runner = TestRunner::deterministic();
+    for n in 0..3 {
+        let desc = tree_strategy().new_tree(&mut runner).unwrap().current();
+        let src = tmp.join(format!("src{n}"));
+        fs::create_dir(&src).unwrap();
+        materialize(&desc, &src).unwrap();
+        check_image(&src, tmp.path(), &[], &[], &format!("random{n}"));
+        check_image(
+            &src,
+            tmp.path(),
+            &["-z", "lz4", "-C", "4096"],
+            &[],
+            &format!("random{n}-lz4"),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tampering, concurrency, statistics
+// ---------------------------------------------------------------------------------------------
+
+/// A tree of a few files with distinct content, and the image of it.
+fn small_tree(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = dir.join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    for i in 0..8u32 {
+        let data = common::fixture::Rng::new(100 + i as u64).bytes(300_000 + i as usize * 7777);
+        fs::write(src.join(format!("f{i}")), &data).unwrap();
+    }
+    fs::write(src.join("sub/small"), b"small file\n").unwrap();
+    let image = dir.join("img.erofs");
+    build_ok(&src, &image, &[]);
+    (src, image)
+}
+
+/// Offset in the image of the first occurrence of `needle`.
+fn find(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len())
+        .position(|w| w == needle)
+        .expect("file data not found in the image")
+}
+
+#[test]
+fn tampered_block_gives_eio_only_for_its_file() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (src, image) = small_tree(dir.path());
+    let victim = fs::read(src.join("f3")).unwrap();
+    let mut bytes = fs::read(&image).unwrap();
+    // A byte in the second block of f3's data.
+    let off = find(&bytes, &victim[4096..4096 + 64]) + 100;
+    bytes[off] ^= 0x40;
+    fs::write(&image, &bytes).unwrap();
+    let log = dir.path().join("mount.log");
+    let fuse = FuseMount::new(&image, &["--log", log.to_str().unwrap()]);
+    // The damaged file fails with EIO where the damage is, twice (logged once); its other blocks
+    // and every other file read correctly.
+    for _ in 0..2 {
+        let e = fs::read(fuse.path.join("f3"))
+            .map(|v| v.len())
+            .expect_err("damaged file read without error");
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    }
+    assert_eq!(
+        read_range(&fuse.path.join("f3"), 0, 4096).unwrap(),
+        victim[..4096]
+    );
+    for i in (0..8).filter(|&i| i != 3) {
+        let name = format!("f{i}");
+        assert_eq!(
+            fs::read(fuse.path.join(&name)).unwrap(),
+            fs::read(src.join(&name)).unwrap(),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        fs::read(fuse.path.join("sub/small")).unwrap(),
+        b"small file\n"
+    );
+    let s = stats(&fuse.path);
+    assert!(
+        s["fuse"]["verification_errors"].as_u64().unwrap() >= 1,
+        "{s}"
+    );
+    assert!(s["verify"]["failures"].as_u64().unwrap() >= 1, "{s}");
+    let text = fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    println!("log: {lines:?}");
+    let block = off / 4096;
+    assert_eq!(lines.len(), 1, "one failure, logged once: {lines:?}");
+    assert!(
+        lines[0].contains("/f3") && lines[0].contains(&format!("block {block}")),
+        "the log line names the path and block {block}: {}",
+        lines[0]
+    );
+}
+
+#[test]
+fn concurrent_readers_get_correct_data() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (src, image) = small_tree(dir.path());
+    for args in [&[][..], &["--threads", "4"][..]] {
+        let fuse = FuseMount::new(&image, args);
+        // 4 processes per file on the same 8 files at once (cat through the page cache), plus
+        // threads reading at random offsets.
+        let mut children = Vec::new();
+        for round in 0..4 {
+            for i in 0..8 {
+                let p = fuse.path.join(format!("f{}", (i + round) % 8));
+                children.push((
+                    p.clone(),
+                    Command::new("sha256sum")
+                        .arg(&p)
+                        .stdout(Stdio::piped())
+                        .spawn()
+                        .unwrap(),
+                ));
+            }
+        }
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (src, mnt) = (src.clone(), fuse.path.clone());
+                std::thread::spawn(move || {
+                    let mut rng = common::fixture::Rng::new(t);
+                    for _ in 0..200 {
+                        let name = format!("f{}", rng.below(8));
+                        let want = fs::read(src.join(&name)).unwrap();
+                        let off = rng.below(want.len() as u64);
+                        let len = 1 + rng.below(200_000) as usize;
+                        let got = read_range(&mnt.join(&name), off, len).unwrap();
+                        let end = (off as usize + len).min(want.len());
+                        assert_eq!(got, want[off as usize..end], "{name} at {off}+{len}");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("reader thread");
+        }
+        for (p, child) in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success());
+            let name = p.file_name().unwrap();
+            let want = run(Command::new("sha256sum").arg(src.join(name)));
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).split(' ').next(),
+                String::from_utf8_lossy(&want.stdout).split(' ').next(),
+                "{}",
+                p.display()
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn lifecycle_umount_signals_stale_and_errors() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (src, image) = small_tree(dir.path());
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let mount = |extra: &[&str]| {
+        run(Command::new(sealfs_bin())
+            .arg("mount")
+            .args(extra)
+            .arg(&image)
+            .arg(&mp)
+            .stdin(Stdio::null()))
+    };
+    let umount = || run(Command::new(sealfs_bin()).arg("umount").arg(&mp));
+
+    // Unmount while idle: the daemon exits.
+    assert!(mount(&[]).status.success());
+    assert!(is_mounted(&mp));
+    let pids = daemon_pids(&mp);
+    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
+    assert_eq!(
+        fs::read(mp.join("f1")).unwrap(),
+        fs::read(src.join("f1")).unwrap()
+    );
+    let out = umount();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(&mp));
+    wait_until(
+        "the daemon exits after umount",
+        Duration::from_secs(10),
+        || daemon_pids(&mp).is_empty(),
+    );
+    // umount of something that is not a sealfs mount is refused.
+    let out = umount();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not mounted"));
+
+    // SIGTERM and SIGINT unmount and end the daemon.
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        assert!(mount(&[]).status.success());
+        let pid = daemon_pids(&mp)[0];
+        // SAFETY: sending a signal to a process this test started.
+        unsafe { libc::kill(pid, sig) };
+        wait_until("the signal unmounts", Duration::from_secs(10), || {
+            !is_mounted(&mp)
+        });
+        wait_until("the daemon exits", Duration::from_secs(10), || {
+            daemon_pids(&mp).is_empty()
+        });
+    }
+
+    // Foreground: stays attached; SIGINT (Ctrl-C) unmounts and it returns 0.
+    let mut child = Command::new(sealfs_bin())
+        .args(["mount", "--foreground"])
+        .arg(&image)
+        .arg(&mp)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(
+        "the foreground mount is up",
+        Duration::from_secs(10),
+        || is_mounted(&mp),
+    );
+    assert_eq!(fs::read(mp.join("sub/small")).unwrap(), b"small file\n");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "foreground mount exited with {status}");
+    assert!(!is_mounted(&mp));
+
+    // A stale mount point (daemon killed): reads fail with ENOTCONN, a new mount is refused with a
+    // message saying what to do, `sealfs umount` clears it, and mounting works again.
+    assert!(mount(&[]).status.success());
+    let pid = daemon_pids(&mp)[0];
+    // SAFETY: killing the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait_until("the daemon is gone", Duration::from_secs(10), || {
+        daemon_pids(&mp).is_empty()
+    });
+    let e = fs::metadata(&mp).expect_err("stale mount point");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "{e}");
+    let out = mount(&[]);
+    assert!(!out.status.success());
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        msg.contains("stale") && msg.contains("sealfs umount"),
+        "{msg}"
+    );
+    let out = umount();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(&mp));
+    assert!(mount(&[]).status.success());
+    assert!(umount().status.success());
+    wait_until("the daemon exits", Duration::from_secs(10), || {
+        daemon_pids(&mp).is_empty()
+    });
+
+    // A missing image, a file as mount point, a wrong digest: refused, nothing mounted.
+    let out = run(Command::new(sealfs_bin())
+        .arg("mount")
+        .arg(dir.path().join("nope.erofs"))
+        .arg(&mp));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope.erofs"));
+    let out = run(Command::new(sealfs_bin())
+        .arg("mount")
+        .arg(&image)
+        .arg(src.join("f1")));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
+    let wrong = format!("sha256:{}", "ab".repeat(32));
+    let out = mount(&["--digest", &wrong]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not the expected"));
+    assert!(!is_mounted(&mp));
+    let out = mount(&["-o", "bogus"]);
+    assert!(!out.status.success());
+    assert!(!is_mounted(&mp));
+
+    // The right digest mounts and says so in the statistics.
+    let digest =
+        String::from_utf8(run(Command::new(sealfs_bin()).arg("digest").arg(&image)).stdout)
+            .unwrap()
+            .trim()
+            .to_string();
+    assert!(mount(&["--digest", &digest]).status.success());
+    let s = stats(&mp);
+    assert_eq!(s["trust"], format!("{digest} (authenticated)"));
+    assert!(umount().status.success());
+}
+
+#[test]
+fn statistics_add_up() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (src, image) = small_tree(dir.path());
+    let fuse = FuseMount::new(&image, &[]);
+    let s0 = stats(&fuse.path);
+    let mut total = 0;
+    for i in 0..8 {
+        total += fs::read(fuse.path.join(format!("f{i}"))).unwrap().len() as u64;
+    }
+    let s1 = stats(&fuse.path);
+    let d = |a: &serde_json::Value, b: &serde_json::Value, k1: &str, k2: &str| {
+        b[k1][k2].as_u64().unwrap() - a[k1][k2].as_u64().unwrap()
+    };
+    println!("before: {s0}\nafter: {s1}");
+    assert_eq!(d(&s0, &s1, "fuse", "bytes_served"), total);
+    // Every byte served was read and verified: at least the data's whole blocks (each file's tail
+    // sits inline in its inode's metadata block, which may have been verified already).
+    let whole_blocks = total / 4096 - 8;
+    assert!(d(&s0, &s1, "verify", "blocks_verified") >= whole_blocks);
+    assert!(d(&s0, &s1, "verify", "data_bytes_read") >= whole_blocks * 4096);
+    // The page cache keeps it: reading again costs the daemon nothing.
+    for i in 0..8 {
+        assert_eq!(
+            fs::read(fuse.path.join(format!("f{i}"))).unwrap(),
+            fs::read(src.join(format!("f{i}"))).unwrap()
+        );
+    }
+    let s2 = stats(&fuse.path);
+    assert_eq!(
+        d(&s1, &s2, "fuse", "bytes_served"),
+        0,
+        "page cache kept across opens"
+    );
+    // Absent xattrs answered by the filter are counted.
+    let f = fuse.path.join("f0");
+    for n in 0..50 {
+        let _ = lgetxattr(&f, format!("user.absent{n}").as_bytes());
+    }
+    let s3 = stats(&fuse.path);
+    println!("{}", serde_json::to_string_pretty(&s3).unwrap());
+    assert!(d(&s2, &s3, "fuse", "getxattrs") >= 50);
+    // The human form lists the same counters.
+    let out = run(Command::new(sealfs_bin()).arg("stats").arg(&fuse.path));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fuse.bytes_served: ") && text.contains("verify.blocks_verified: "));
+}

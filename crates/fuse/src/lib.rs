@@ -1,0 +1,722 @@
+//! A read-only FUSE filesystem over the sealfs reader ([`sealfs_reader::Image`]).
+//!
+//! # What a process sees
+//!
+//! The same as on a kernel EROFS mount of the image: inode numbers are nids (hard links share one),
+//! `st_blocks`, `st_blksize`, nanosecond times (atime = ctime = mtime), device numbers, directory
+//! entries in on-disk order with their types and `d_ino`, symlink targets, xattrs (`trusted.*` listed
+//! only to root, as the kernel lists it only to `CAP_SYS_ADMIN`), POSIX ACLs enforced by the kernel
+//! (`FUSE_POSIX_ACL` with `default_permissions`), and `statfs` figures as `erofs_statfs` gives them.
+//! FUSE reserves node id 1 for the root; see [`NodeMap`] for how nids map to node ids.
+//!
+//! # Speed
+//!
+//! An image never changes while mounted, so everything the kernel may cache it keeps for a long
+//! time: entries (negative ones too), attributes, symlink targets (`FUSE_CACHE_SYMLINKS`), page
+//! cache across opens (`FOPEN_KEEP_CACHE`) and directory contents (`FOPEN_CACHE_DIR`). Reads are
+//! as large as the kernel allows; `readdirplus` answers `ls -l` without a lookup per entry. The
+//! reader below verifies every block against the seal (hash blocks fetched in the same batch as the
+//! data, verified ones cached), so no byte reaches a process unverified.
+//!
+//! # Failures
+//!
+//! A reader error becomes the errno the kernel would return ([`sealfs_reader::Error::errno`]): EIO
+//! for a block that fails verification, EUCLEAN for corrupted metadata. Each distinct failure is
+//! logged once, with the path (as far as lookups have seen it) and the block; other files keep
+//! working.
+//!
+//! # Statistics
+//!
+//! [`STATS_IOCTL`] on any directory or file of the mount returns the counters as JSON (`sealfs
+//! stats MOUNTPOINT`).
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType as FuseType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyXattr, Request,
+};
+use sealfs_reader::{DirEntry, FileType, Image, Inode, VerifiedBlocks};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long the kernel may keep entries and attributes: the image is immutable.
+pub const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// `_IOR('S', 1, char[16383])`: the ioctl that returns the mount's statistics as JSON (NUL-padded).
+pub const STATS_IOCTL: u32 = (2 << 30) | ((STATS_IOCTL_SIZE as u32) << 16) | (b'S' as u32) << 8 | 1;
+/// Bytes the statistics ioctl copies out (the largest size an ioctl number can encode).
+pub const STATS_IOCTL_SIZE: usize = (1 << 14) - 1;
+
+/// Distinct failures logged before the rest are only counted.
+const MAX_LOGGED: usize = 1000;
+
+/// Where log lines go (stderr in the foreground, syslog for a daemon).
+pub type Logger = Box<dyn Fn(&str) + Send + Sync>;
+
+/// The FUSE node ids of an image's inodes.
+///
+/// The kernel shows a node's `st_ino` from the attributes the filesystem returns, and for every node
+/// but the root (whose node id is always 1) the node id *is* that number in fuser. So node id = nid,
+/// except: the root is 1 (its attributes still say its nid), and nids 0 and 1 (when not the root),
+/// which FUSE cannot use, are moved above every possible nid (nids are below 2^59, since `nid * 32`
+/// is a byte offset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeMap {
+    root_nid: u64,
+}
+
+const ALIAS: u64 = 1 << 62;
+
+impl NodeMap {
+    /// The map for an image whose root directory is `root_nid`.
+    pub fn new(root_nid: u64) -> NodeMap {
+        NodeMap { root_nid }
+    }
+
+    /// The node id of `nid`.
+    pub fn node(&self, nid: u64) -> u64 {
+        if nid == self.root_nid {
+            1
+        } else if nid <= 1 {
+            nid | ALIAS
+        } else {
+            nid
+        }
+    }
+
+    /// The nid of node id `node` (the inverse of [`NodeMap::node`]).
+    pub fn nid(&self, node: u64) -> u64 {
+        if node == 1 {
+            self.root_nid
+        } else if node & ALIAS != 0 {
+            node & !ALIAS
+        } else {
+            node
+        }
+    }
+}
+
+/// Counters of the FUSE layer (the reader and the verifier keep their own).
+#[derive(Debug, Default)]
+struct Counters {
+    lookups: AtomicU64,
+    negative_lookups: AtomicU64,
+    getattrs: AtomicU64,
+    reads: AtomicU64,
+    bytes_served: AtomicU64,
+    readdirs: AtomicU64,
+    getxattrs: AtomicU64,
+    errors: AtomicU64,
+    verification_errors: AtomicU64,
+}
+
+/// Where a nid was seen: its parent directory's nid and its name there.
+type SeenAs = (u64, Box<[u8]>);
+
+/// The mounted image.
+pub struct SealFs {
+    image: Arc<Image>,
+    verified: Option<Arc<VerifiedBlocks>>,
+    nodes: NodeMap,
+    /// How reads are checked, for the statistics ("sha256:… (self-consistent)", "none", …).
+    trust: String,
+    /// Where each nid was last seen: parent nid and name (for log lines).
+    names: RwLock<HashMap<u64, SeenAs>>,
+    files: RwLock<HashMap<u64, Arc<Inode>>>,
+    dirs: RwLock<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    next_handle: AtomicU64,
+    logged: Mutex<HashSet<String>>,
+    log: Logger,
+    counters: Counters,
+    started: std::time::Instant,
+}
+
+thread_local! {
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl SealFs {
+    /// A filesystem serving `image`. `verified` is the verifying block source under it, if reads are
+    /// verified here (for its statistics); `trust` says what reads are checked against.
+    pub fn new(
+        image: Arc<Image>,
+        verified: Option<Arc<VerifiedBlocks>>,
+        trust: String,
+        log: Logger,
+    ) -> SealFs {
+        let nodes = NodeMap::new(image.root_nid());
+        SealFs {
+            image,
+            verified,
+            nodes,
+            trust,
+            names: RwLock::new(HashMap::new()),
+            files: RwLock::new(HashMap::new()),
+            dirs: RwLock::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+            logged: Mutex::new(HashSet::new()),
+            log,
+            counters: Counters::default(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The path of `nid` as far as lookups have seen it (`?` for unknown parts).
+    fn path_of(&self, nid: u64) -> String {
+        let names = self.names.read().unwrap_or_else(|e| e.into_inner());
+        let mut parts: Vec<String> = Vec::new();
+        let mut cur = nid;
+        while cur != self.nodes.root_nid && parts.len() < 256 {
+            match names.get(&cur) {
+                Some((parent, name)) => {
+                    parts.push(String::from_utf8_lossy(name).into_owned());
+                    cur = *parent;
+                }
+                None => {
+                    parts.push(format!("<nid {cur}>"));
+                    break;
+                }
+            }
+        }
+        parts.reverse();
+        format!("/{}", parts.join("/"))
+    }
+
+    /// Turns a reader error about `nid` into an errno, logging it once.
+    fn fail(&self, nid: u64, e: sealfs_reader::Error) -> Errno {
+        let code = e.errno();
+        self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        if matches!(e, sealfs_reader::Error::Verification { .. }) {
+            self.counters
+                .verification_errors
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        // Absent names and the like are answers, not failures worth a log line.
+        if !matches!(
+            e,
+            sealfs_reader::Error::NotFound(_)
+                | sealfs_reader::Error::NotADirectory(_)
+                | sealfs_reader::Error::NameTooLong(_)
+        ) {
+            let line = format!("{}: {e}", self.path_of(nid));
+            let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
+            if logged.len() < MAX_LOGGED && logged.insert(line.clone()) {
+                (self.log)(&line);
+            }
+        }
+        Errno::from_i32(code)
+    }
+
+    fn inode(&self, nid: u64) -> Result<Inode, Errno> {
+        self.image.inode(nid).map_err(|e| self.fail(nid, e))
+    }
+
+    /// What `stat` shows for `inode`, under node id `node`.
+    fn attr(&self, inode: &Inode, ino: u64) -> FileAttr {
+        let st = inode.stat();
+        let time = system_time(st.mtime, st.mtime_nsec);
+        FileAttr {
+            ino: INodeNo(ino),
+            size: st.size,
+            blocks: st.blocks,
+            atime: time,
+            mtime: time,
+            ctime: time,
+            crtime: time,
+            kind: fuse_type(inode.file_type()),
+            perm: (st.mode & 0o7777) as u16,
+            nlink: st.nlink,
+            uid: st.uid,
+            gid: st.gid,
+            rdev: new_encode_dev(st.rdev_major, st.rdev_minor),
+            blksize: st.blksize,
+            flags: 0,
+        }
+    }
+
+    fn remember(&self, parent: u64, name: &[u8], nid: u64) {
+        let mut names = self.names.write().unwrap_or_else(|e| e.into_inner());
+        names
+            .entry(nid)
+            .or_insert_with(|| (parent, name.to_vec().into_boxed_slice()));
+    }
+
+    fn handle(&self) -> u64 {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The statistics as a JSON object.
+    pub fn stats_json(&self) -> serde_json::Value {
+        let c = &self.counters;
+        let s = self.image.stats();
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut v = serde_json::json!({
+            "trust": self.trust,
+            "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "fuse": {
+                "lookups": load(&c.lookups),
+                "negative_lookups": load(&c.negative_lookups),
+                "getattrs": load(&c.getattrs),
+                "reads": load(&c.reads),
+                "bytes_served": load(&c.bytes_served),
+                "readdirs": load(&c.readdirs),
+                "getxattrs": load(&c.getxattrs),
+                "errors": load(&c.errors),
+                "verification_errors": load(&c.verification_errors),
+            },
+            "reader": {
+                "blocks_read": s.blocks_read,
+                "block_cache_hits": s.cache_hits,
+                "block_cache_misses": s.cache_misses,
+                "xattr_lookups": s.xattr_lookups,
+                "xattr_filter_skips": s.filter_skips,
+                "cluster_cache_hits": s.cluster_hits,
+                "cluster_cache_misses": s.cluster_misses,
+                "cluster_cache_evictions": s.cluster_evictions,
+                "cluster_cache_bytes": s.cluster_cache_bytes,
+                "cluster_cache_peak_bytes": s.cluster_cache_peak_bytes,
+                "compressed_bytes_read": s.compressed_bytes_read,
+                "decompressed_bytes": s.decompressed_bytes,
+            },
+        });
+        if let Some(vb) = &self.verified {
+            let vs = vb.stats();
+            v["verify"] = serde_json::json!({
+                "blocks_verified": load(&vs.blocks_verified),
+                "hash_blocks_read": load(&vs.hash_blocks_read),
+                "hash_cache_hits": load(&vs.hash_cache_hits),
+                "batches": load(&vs.batches),
+                "data_bytes_read": load(&vs.data_bytes),
+                "hash_bytes_read": load(&vs.hash_bytes),
+                "failures": load(&vs.failures),
+            });
+        }
+        v
+    }
+}
+
+/// Attributes of nothing: for negative entries and entries without attributes (node id 0).
+fn bare_attr(ino: u64, kind: FuseType) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
+/// The kernel's `new_encode_dev`, the form FUSE carries device numbers in.
+pub fn new_encode_dev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+}
+
+fn system_time(sec: i64, nsec: u32) -> SystemTime {
+    let nsec = nsec.min(999_999_999);
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec)
+    } else {
+        // sec + nsec/1e9 with sec negative: go back |sec| seconds, then forward nsec.
+        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+fn fuse_type(t: FileType) -> FuseType {
+    match t {
+        FileType::Regular => FuseType::RegularFile,
+        FileType::Directory => FuseType::Directory,
+        FileType::Symlink => FuseType::Symlink,
+        FileType::CharDevice => FuseType::CharDevice,
+        FileType::BlockDevice => FuseType::BlockDevice,
+        FileType::Fifo => FuseType::NamedPipe,
+        FileType::Socket => FuseType::Socket,
+    }
+}
+
+/// The type a directory entry says, falling back to what the inode would say for unknown values
+/// (the kernel passes `DT_UNKNOWN`; FUSE has no such type, so regular file).
+fn dirent_type(e: &DirEntry) -> FuseType {
+    e.file_type()
+        .map(fuse_type)
+        .unwrap_or(FuseType::RegularFile)
+}
+
+/// Replies to an xattr request as the kernel does: the size for a size-0 probe, ERANGE when the
+/// caller's buffer is too small.
+fn reply_xattr(reply: ReplyXattr, size: u32, data: &[u8]) {
+    if size == 0 {
+        reply.size(data.len() as u32);
+    } else if data.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(data);
+    }
+}
+
+impl Filesystem for SealFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_MAX_PAGES;
+        let offered = config.capabilities();
+        let _ = config.add_capabilities(wanted & offered);
+        // As much readahead as the kernel offers; reads then come in large requests.
+        let _ = config
+            .set_max_readahead(u32::MAX)
+            .or_else(|max| config.set_max_readahead(max));
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.counters.lookups.fetch_add(1, Ordering::Relaxed);
+        let pnid = self.nodes.nid(parent.0);
+        let result = (|| {
+            let dir = self.inode(pnid)?;
+            let entry = self
+                .image
+                .lookup(&dir, name.as_bytes())
+                .map_err(|e| self.fail(pnid, e))?;
+            let Some(entry) = entry else { return Ok(None) };
+            let inode = self.inode(entry.nid)?;
+            self.remember(pnid, name.as_bytes(), entry.nid);
+            Ok(Some(inode))
+        })();
+        match result {
+            Ok(Some(inode)) => {
+                let attr = self.attr(&inode, self.nodes.node(inode.nid()));
+                reply.entry(&TTL, &attr, Generation(0));
+            }
+            Ok(None) => {
+                // A negative entry (node id 0) the kernel caches as long as any other.
+                self.counters
+                    .negative_lookups
+                    .fetch_add(1, Ordering::Relaxed);
+                reply.entry(&TTL, &bare_attr(0, FuseType::RegularFile), Generation(0));
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.counters.getattrs.fetch_add(1, Ordering::Relaxed);
+        let nid = self.nodes.nid(ino.0);
+        match self.inode(nid) {
+            // The root's attributes carry its nid (its node id is 1): that is its st_ino.
+            Ok(inode) => {
+                let shown = if ino.0 == 1 { nid } else { ino.0 };
+                reply.attr(&TTL, &self.attr(&inode, shown));
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let nid = self.nodes.nid(ino.0);
+        match self
+            .inode(nid)
+            .and_then(|i| self.image.readlink(&i).map_err(|e| self.fail(nid, e)))
+        {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let nid = self.nodes.nid(ino.0);
+        match self.inode(nid) {
+            Ok(inode) => {
+                let fh = self.handle();
+                self.files
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(fh, Arc::new(inode));
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        let nid = self.nodes.nid(ino.0);
+        let cached = self
+            .files
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh.0)
+            .cloned();
+        let inode = match cached {
+            Some(i) => i,
+            None => match self.inode(nid) {
+                Ok(i) => Arc::new(i),
+                Err(e) => return reply.error(e),
+            },
+        };
+        let len = inode.size().saturating_sub(offset).min(size as u64) as usize;
+        READ_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            match self.image.read(&inode, offset, &mut buf[..len]) {
+                Ok(n) => {
+                    self.counters
+                        .bytes_served
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    reply.data(&buf[..n]);
+                }
+                Err(e) => reply.error(self.fail(nid, e)),
+            }
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.files
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh.0);
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let nid = self.nodes.nid(ino.0);
+        let entries = self
+            .inode(nid)
+            .and_then(|dir| self.image.read_dir_all(&dir).map_err(|e| self.fail(nid, e)));
+        match entries {
+            Ok(entries) => {
+                let fh = self.handle();
+                self.dirs
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(fh, Arc::new(entries));
+                reply.opened(
+                    FileHandle(fh),
+                    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+                );
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        self.counters.readdirs.fetch_add(1, Ordering::Relaxed);
+        let Some(entries) = self.dir_entries(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+            // d_ino is the nid, as on a kernel mount.
+            if reply.add(
+                INodeNo(e.nid),
+                i as u64 + 1,
+                dirent_type(e),
+                OsStr::from_bytes(&e.name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.counters.readdirs.fetch_add(1, Ordering::Relaxed);
+        let pnid = self.nodes.nid(ino.0);
+        let Some(entries) = self.dir_entries(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+            let name = OsStr::from_bytes(&e.name);
+            let dots = e.name == b"." || e.name == b"..";
+            let inode = match self.inode(e.nid) {
+                Ok(i) => i,
+                // The entry is still listed (as `ls` lists names it cannot stat); the kernel asks
+                // for it again with a lookup, which gets the error.
+                Err(_) => {
+                    let attr = bare_attr(0, dirent_type(e));
+                    if reply.add(
+                        INodeNo(0),
+                        i as u64 + 1,
+                        name,
+                        &Duration::ZERO,
+                        &attr,
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            // "." and ".." are not linked by the kernel: their number is only d_ino.
+            let node = if dots { e.nid } else { self.nodes.node(e.nid) };
+            if !dots {
+                self.remember(pnid, &e.name, e.nid);
+            }
+            let attr = self.attr(&inode, node);
+            if reply.add(
+                INodeNo(node),
+                i as u64 + 1,
+                name,
+                &TTL,
+                &attr,
+                Generation(0),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        // erofs_statfs: no free blocks, ULLONG_MAX files of which all but the image's are "free".
+        let sb = self.image.superblock();
+        let bsize = self.image.block_size() as u32;
+        reply.statfs(
+            sb.blocks,
+            0,
+            0,
+            u64::MAX,
+            u64::MAX - sb.inos,
+            bsize,
+            255,
+            bsize,
+        );
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.counters.getxattrs.fetch_add(1, Ordering::Relaxed);
+        let nid = self.nodes.nid(ino.0);
+        let name = name.as_bytes();
+        if name.starts_with(b"trusted.") && req.uid() != 0 {
+            return reply.error(Errno::ENODATA);
+        }
+        let value = self.inode(nid).and_then(|i| {
+            self.image
+                .get_xattr(&i, name)
+                .map_err(|e| self.fail(nid, e))
+        });
+        match value {
+            Ok(Some(v)) => reply_xattr(reply, size, &v),
+            Ok(None) => reply.error(Errno::ENODATA),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let nid = self.nodes.nid(ino.0);
+        let names = self
+            .inode(nid)
+            .and_then(|i| self.image.list_xattrs(&i).map_err(|e| self.fail(nid, e)));
+        match names {
+            Ok(names) => {
+                let mut out = Vec::new();
+                for n in names {
+                    // The kernel lists trusted.* only to CAP_SYS_ADMIN.
+                    if n.starts_with(b"trusted.") && req.uid() != 0 {
+                        continue;
+                    }
+                    out.extend_from_slice(&n);
+                    out.push(0);
+                }
+                reply_xattr(reply, size, &out);
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        if cmd != STATS_IOCTL {
+            return reply.error(Errno::ENOTTY);
+        }
+        let mut json = self.stats_json().to_string().into_bytes();
+        json.truncate((out_size as usize).min(STATS_IOCTL_SIZE));
+        reply.ioctl(0, &json);
+    }
+}
+
+impl SealFs {
+    fn dir_entries(&self, fh: FileHandle) -> Option<Arc<Vec<DirEntry>>> {
+        self.dirs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh.0)
+            .cloned()
+    }
+}
