@@ -32,6 +32,10 @@ pub struct ImageArgs {
     /// Verified Merkle hash blocks kept in memory (each 4 KiB covers 512 KiB of data).
     #[arg(long, value_name = "BLOCKS", default_value_t = sealfs_reader::verified::DEFAULT_HASH_CACHE_BLOCKS, global = true)]
     pub hash_cache_blocks: usize,
+    /// Verified image blocks (metadata and small reads) kept in memory [default: 256, 1 MiB; for
+    /// `mount`, a long-lived daemon, 4096: 16 MiB].
+    #[arg(long, value_name = "BLOCKS", global = true)]
+    pub block_cache: Option<usize>,
 }
 
 /// What was established about an opened image.
@@ -101,7 +105,9 @@ impl ImageArgs {
         };
         let options = Options {
             cluster_cache_bytes: self.cache_size,
-            ..Options::default()
+            cache_blocks: self
+                .block_cache
+                .unwrap_or(sealfs_reader::DEFAULT_CACHE_BLOCKS),
         };
         // Checksum offload: an image file whose kernel fs-verity digest is the image digest (the detached
         // form on ext4/f2fs/btrfs with fs-verity enabled) is verified by the kernel on every read.

@@ -482,6 +482,49 @@ fn tampered_block_gives_eio_only_for_its_file() {
 }
 
 #[test]
+fn tampered_directory_fails_only_its_lookups() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = small_tree(dir.path());
+    // A directory of its own block(s), away from the superblock and root.
+    fs::create_dir(src.join("big")).unwrap();
+    for k in 0..300 {
+        fs::write(src.join(format!("big/entry{k:03}")), format!("{k}\n")).unwrap();
+    }
+    let image = dir.path().join("img2.erofs");
+    build_ok(&src, &image, &[]);
+    let mut bytes = fs::read(&image).unwrap();
+    // The names of directory `big`: ".", ".." and "entry000", stored back to back in its first block.
+    let off = find(&bytes, b"...entry000") + 4;
+    assert!(off >= 4096, "the directory block is block 0");
+    bytes[off] ^= 0x01;
+    fs::write(&image, &bytes).unwrap();
+    let fuse = FuseMount::new(&image, &[]);
+    let e = fs::read_dir(fuse.path.join("big"))
+        .and_then(|d| d.collect::<Result<Vec<_>, _>>())
+        .map(|v| v.len())
+        .expect_err("listing the damaged directory succeeded");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let e =
+        fs::metadata(fuse.path.join("big/entry000")).expect_err("lookup in the damaged directory");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert_eq!(
+        fs::read(fuse.path.join("sub/small")).unwrap(),
+        b"small file\n"
+    );
+    for i in 0..8 {
+        let name = format!("f{i}");
+        assert_eq!(
+            fs::read(fuse.path.join(&name)).unwrap(),
+            fs::read(src.join(&name)).unwrap(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
 fn concurrent_readers_get_correct_data() {
     if !oracle_guard(fuse_env()) {
         return;

@@ -22,8 +22,8 @@
 //!
 //! A reader error becomes the errno the kernel would return ([`sealfs_reader::Error::errno`]): EIO
 //! for a block that fails verification, EUCLEAN for corrupted metadata. Each distinct failure is
-//! logged once, with the path (as far as lookups have seen it) and the block; other files keep
-//! working.
+//! logged once, with a path of the inode (found by walking the tree when the failure is logged; nothing
+//! is kept per inode) and the block; other files keep working.
 //!
 //! # Statistics
 //!
@@ -116,9 +116,6 @@ struct Counters {
     verification_errors: AtomicU64,
 }
 
-/// Where a nid was seen: its parent directory's nid and its name there.
-type SeenAs = (u64, Box<[u8]>);
-
 /// The mounted image.
 pub struct SealFs {
     image: Arc<Image>,
@@ -126,15 +123,69 @@ pub struct SealFs {
     nodes: NodeMap,
     /// How reads are checked, for the statistics ("sha256:… (self-consistent)", "none", …).
     trust: String,
-    /// Where each nid was last seen: parent nid and name (for log lines).
-    names: RwLock<HashMap<u64, SeenAs>>,
     files: RwLock<HashMap<u64, Arc<Inode>>>,
-    dirs: RwLock<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    /// Open directories: their nid, and their entries once a `readdir` has needed them (the kernel
+    /// answers repeated listings from its own cache, so `opendir` reads nothing).
+    dirs: RwLock<HashMap<u64, OpenDir>>,
+    /// Decoded inodes (an inode's metadata block may hold many inline tails, so the block cache
+    /// alone does not keep a large tree's inodes).
+    inodes: InodeCache,
     next_handle: AtomicU64,
     logged: Mutex<HashSet<String>>,
     log: Logger,
     counters: Counters,
     started: std::time::Instant,
+}
+
+/// Decoded inodes kept (about 150 bytes each with their map entry: at most ~40 MiB).
+pub const INODE_CACHE_ENTRIES: usize = 1 << 18;
+
+/// A bounded map of decoded inodes with two generations: entries are found in the current or the
+/// previous one (and promoted); when the current one is full, it becomes the previous one and the
+/// old previous one is dropped. At most `2 * half` entries, O(1) per operation.
+type InodeMap = HashMap<u64, Arc<Inode>>;
+
+struct InodeCache {
+    half: usize,
+    maps: Mutex<(InodeMap, InodeMap)>,
+}
+
+impl InodeCache {
+    fn new(entries: usize) -> InodeCache {
+        InodeCache {
+            half: (entries / 2).max(1),
+            maps: Mutex::new((HashMap::new(), HashMap::new())),
+        }
+    }
+
+    fn get(&self, nid: u64) -> Option<Arc<Inode>> {
+        let mut m = self.maps.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = m.0.get(&nid) {
+            return Some(i.clone());
+        }
+        let i = m.1.remove(&nid)?;
+        Self::put(&mut m, self.half, nid, i.clone());
+        Some(i)
+    }
+
+    fn insert(&self, nid: u64, inode: Arc<Inode>) {
+        let mut m = self.maps.lock().unwrap_or_else(|e| e.into_inner());
+        Self::put(&mut m, self.half, nid, inode);
+    }
+
+    fn put(m: &mut (InodeMap, InodeMap), half: usize, nid: u64, inode: Arc<Inode>) {
+        if m.0.len() >= half {
+            m.1 = std::mem::take(&mut m.0);
+        }
+        m.0.insert(nid, inode);
+    }
+}
+
+/// An open directory handle.
+#[derive(Clone)]
+struct OpenDir {
+    nid: u64,
+    entries: Option<Arc<Vec<DirEntry>>>,
 }
 
 thread_local! {
@@ -156,9 +207,9 @@ impl SealFs {
             verified,
             nodes,
             trust,
-            names: RwLock::new(HashMap::new()),
             files: RwLock::new(HashMap::new()),
             dirs: RwLock::new(HashMap::new()),
+            inodes: InodeCache::new(INODE_CACHE_ENTRIES),
             next_handle: AtomicU64::new(1),
             logged: Mutex::new(HashSet::new()),
             log,
@@ -167,25 +218,44 @@ impl SealFs {
         }
     }
 
-    /// The path of `nid` as far as lookups have seen it (`?` for unknown parts).
+    /// A path of `nid` in the image, found by walking the tree breadth-first from the root (only
+    /// when a failure is logged, so nothing is kept per inode while serving). Gives `<nid N>` if the
+    /// walk does not find it within a bound (damaged directories are skipped).
     fn path_of(&self, nid: u64) -> String {
-        let names = self.names.read().unwrap_or_else(|e| e.into_inner());
-        let mut parts: Vec<String> = Vec::new();
-        let mut cur = nid;
-        while cur != self.nodes.root_nid && parts.len() < 256 {
-            match names.get(&cur) {
-                Some((parent, name)) => {
-                    parts.push(String::from_utf8_lossy(name).into_owned());
-                    cur = *parent;
+        const MAX_VISITED: usize = 1 << 21;
+        if nid == self.nodes.root_nid {
+            return "/".into();
+        }
+        let mut queue = std::collections::VecDeque::from([(self.nodes.root_nid, Vec::<u8>::new())]);
+        let mut seen = HashSet::from([self.nodes.root_nid]);
+        let mut visited = 0usize;
+        while let Some((dir_nid, path)) = queue.pop_front() {
+            let Ok(dir) = self.image.inode(dir_nid) else {
+                continue;
+            };
+            let Ok(entries) = self.image.read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                visited += 1;
+                if visited > MAX_VISITED {
+                    return format!("<nid {nid}>");
                 }
-                None => {
-                    parts.push(format!("<nid {cur}>"));
-                    break;
+                if e.name == b"." || e.name == b".." {
+                    continue;
+                }
+                let mut p = path.clone();
+                p.push(b'/');
+                p.extend_from_slice(&e.name);
+                if e.nid == nid {
+                    return String::from_utf8_lossy(&p).into_owned();
+                }
+                if e.file_type() == Some(FileType::Directory) && seen.insert(e.nid) {
+                    queue.push_back((e.nid, p));
                 }
             }
         }
-        parts.reverse();
-        format!("/{}", parts.join("/"))
+        format!("<nid {nid}>")
     }
 
     /// Turns a reader error about `nid` into an errno, logging it once.
@@ -204,17 +274,25 @@ impl SealFs {
                 | sealfs_reader::Error::NotADirectory(_)
                 | sealfs_reader::Error::NameTooLong(_)
         ) {
-            let line = format!("{}: {e}", self.path_of(nid));
-            let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
-            if logged.len() < MAX_LOGGED && logged.insert(line.clone()) {
-                (self.log)(&line);
+            let key = format!("nid {nid}: {e}");
+            let new = {
+                let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
+                logged.len() < MAX_LOGGED && logged.insert(key)
+            };
+            if new {
+                (self.log)(&format!("{}: {e}", self.path_of(nid)));
             }
         }
         Errno::from_i32(code)
     }
 
-    fn inode(&self, nid: u64) -> Result<Inode, Errno> {
-        self.image.inode(nid).map_err(|e| self.fail(nid, e))
+    fn inode(&self, nid: u64) -> Result<Arc<Inode>, Errno> {
+        if let Some(i) = self.inodes.get(nid) {
+            return Ok(i);
+        }
+        let inode = Arc::new(self.image.inode(nid).map_err(|e| self.fail(nid, e))?);
+        self.inodes.insert(nid, inode.clone());
+        Ok(inode)
     }
 
     /// What `stat` shows for `inode`, under node id `node`.
@@ -238,13 +316,6 @@ impl SealFs {
             blksize: st.blksize,
             flags: 0,
         }
-    }
-
-    fn remember(&self, parent: u64, name: &[u8], nid: u64) {
-        let mut names = self.names.write().unwrap_or_else(|e| e.into_inner());
-        names
-            .entry(nid)
-            .or_insert_with(|| (parent, name.to_vec().into_boxed_slice()));
     }
 
     fn handle(&self) -> u64 {
@@ -398,7 +469,6 @@ impl Filesystem for SealFs {
                 .map_err(|e| self.fail(pnid, e))?;
             let Some(entry) = entry else { return Ok(None) };
             let inode = self.inode(entry.nid)?;
-            self.remember(pnid, name.as_bytes(), entry.nid);
             Ok(Some(inode))
         })();
         match result {
@@ -449,7 +519,7 @@ impl Filesystem for SealFs {
                 self.files
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
-                    .insert(fh, Arc::new(inode));
+                    .insert(fh, inode);
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
             }
             Err(e) => reply.error(e),
@@ -478,7 +548,7 @@ impl Filesystem for SealFs {
         let inode = match cached {
             Some(i) => i,
             None => match self.inode(nid) {
-                Ok(i) => Arc::new(i),
+                Ok(i) => i,
                 Err(e) => return reply.error(e),
             },
         };
@@ -518,24 +588,18 @@ impl Filesystem for SealFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let nid = self.nodes.nid(ino.0);
-        let entries = self
-            .inode(nid)
-            .and_then(|dir| self.image.read_dir_all(&dir).map_err(|e| self.fail(nid, e)));
-        match entries {
-            Ok(entries) => {
-                let fh = self.handle();
-                self.dirs
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(fh, Arc::new(entries));
-                reply.opened(
-                    FileHandle(fh),
-                    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-                );
-            }
-            Err(e) => reply.error(e),
-        }
+        let fh = self.handle();
+        self.dirs.write().unwrap_or_else(|e| e.into_inner()).insert(
+            fh,
+            OpenDir {
+                nid: self.nodes.nid(ino.0),
+                entries: None,
+            },
+        );
+        reply.opened(
+            FileHandle(fh),
+            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+        );
     }
 
     fn readdir(
@@ -547,8 +611,9 @@ impl Filesystem for SealFs {
         mut reply: ReplyDirectory,
     ) {
         self.counters.readdirs.fetch_add(1, Ordering::Relaxed);
-        let Some(entries) = self.dir_entries(fh) else {
-            return reply.error(Errno::EBADF);
+        let entries = match self.dir_entries(fh) {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
         };
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
             // d_ino is the nid, as on a kernel mount.
@@ -567,15 +632,16 @@ impl Filesystem for SealFs {
     fn readdirplus(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         self.counters.readdirs.fetch_add(1, Ordering::Relaxed);
-        let pnid = self.nodes.nid(ino.0);
-        let Some(entries) = self.dir_entries(fh) else {
-            return reply.error(Errno::EBADF);
+
+        let entries = match self.dir_entries(fh) {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
         };
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
             let name = OsStr::from_bytes(&e.name);
@@ -601,9 +667,6 @@ impl Filesystem for SealFs {
             };
             // "." and ".." are not linked by the kernel: their number is only d_ino.
             let node = if dots { e.nid } else { self.nodes.node(e.nid) };
-            if !dots {
-                self.remember(pnid, &e.name, e.nid);
-            }
             let attr = self.attr(&inode, node);
             if reply.add(
                 INodeNo(node),
@@ -712,11 +775,34 @@ impl Filesystem for SealFs {
 }
 
 impl SealFs {
-    fn dir_entries(&self, fh: FileHandle) -> Option<Arc<Vec<DirEntry>>> {
-        self.dirs
+    /// The entries of open directory `fh`, read on first use.
+    fn dir_entries(&self, fh: FileHandle) -> Result<Arc<Vec<DirEntry>>, Errno> {
+        let open = self
+            .dirs
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&fh.0)
             .cloned()
+            .ok_or(Errno::EBADF)?;
+        if let Some(entries) = open.entries {
+            return Ok(entries);
+        }
+        let entries = self
+            .inode(open.nid)
+            .and_then(|dir| {
+                self.image
+                    .read_dir_all(&dir)
+                    .map_err(|e| self.fail(open.nid, e))
+            })
+            .map(Arc::new)?;
+        if let Some(d) = self
+            .dirs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&fh.0)
+        {
+            d.entries = Some(entries.clone());
+        }
+        Ok(entries)
     }
 }
