@@ -14,6 +14,16 @@ check=$(mktemp -d)
 ./target/release/sealfs extract -q "$img" "$check/x" --digest "$digest"
 diff -r --no-dereference "$src" "$check/x" && echo "OK: sealfs extracts $img ($digest) and it matches $src"
 rm -rf "$check"
+# Mount it with sealfs over FUSE (root, or fusermount3 from the fuse3 package), every block verified:
+if [ -e /dev/fuse ] && { [ "$(id -u)" -eq 0 ] || command -v fusermount3 >/dev/null; }; then
+  fmnt=$(mktemp -d)
+  if ./target/release/sealfs mount "$img" "$fmnt" --digest "$digest"; then
+    diff -r --no-dereference "$src" "$fmnt" && echo "OK: sealfs mount serves $img and it matches $src"
+    ./target/release/sealfs stats "$fmnt" | grep -E "bytes_served|blocks_verified|failures"
+    ./target/release/sealfs umount "$fmnt"
+  fi
+  rmdir "$fmnt"
+fi
 if [ "$(id -u)" -eq 0 ]; then
   mnt=$(mktemp -d)
   trap 'umount "$mnt" 2>/dev/null; rmdir "$mnt"' EXIT

@@ -792,3 +792,105 @@ fn statistics_add_up() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("fuse.bytes_served: ") && text.contains("verify.blocks_verified: "));
 }
+
+/// Runs `cmd` as nobody (uid/gid 65534, no groups); true if it succeeded.
+fn as_nobody(args: &[&str]) -> bool {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("setpriv")
+        .success()
+}
+
+#[test]
+fn permissions_like_the_kernel_and_allow_other() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    // Everything here must be reachable by nobody: a 0755 directory.
+    let dir = tempfile::Builder::new()
+        .prefix("sealfs-perm-")
+        .tempdir()
+        .unwrap();
+    fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("private")).unwrap();
+    fs::write(src.join("public"), b"public\n").unwrap();
+    fs::write(src.join("secret"), b"secret\n").unwrap();
+    fs::write(src.join("private/inside"), b"inside\n").unwrap();
+    let mode = |p: &str, m: u32| {
+        fs::set_permissions(src.join(p), std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
+    mode("public", 0o644);
+    mode("secret", 0o600);
+    mode("private", 0o700);
+    mode(".", 0o755);
+    let image = dir.path().join("img.erofs");
+    build_ok(&src, &image, &[]);
+    let kernel = mount_erofs(&image).unwrap();
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    fs::set_permissions(&mp, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = |base: &Path, rel: &str| base.join(rel).to_str().unwrap().to_string();
+    let checks = |base: &Path| {
+        [
+            as_nobody(&["cat", &path(base, "public")]),
+            as_nobody(&["cat", &path(base, "secret")]),
+            as_nobody(&["ls", &path(base, "private")]),
+            as_nobody(&["cat", &path(base, "private/inside")]),
+            as_nobody(&["stat", &path(base, "public")]),
+        ]
+    };
+    let want = checks(kernel.path());
+    assert_eq!(
+        want,
+        [true, false, false, false, true],
+        "kernel mount as nobody"
+    );
+
+    // Without allow_other, FUSE keeps other users out entirely.
+    let out = run(Command::new(sealfs_bin()).arg("mount").arg(&image).arg(&mp));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        checks(&mp),
+        [false; 5],
+        "FUSE mount without allow_other, as nobody"
+    );
+    assert!(run(Command::new(sealfs_bin()).arg("umount").arg(&mp))
+        .status
+        .success());
+
+    // With allow_other, the kernel checks modes as on the kernel mount (default_permissions).
+    let out = run(Command::new(sealfs_bin())
+        .args(["mount", "-o", "allow_other"])
+        .arg(&image)
+        .arg(&mp));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(checks(&mp), want, "FUSE mount with allow_other, as nobody");
+    // Writes are refused as on a read-only kernel mount.
+    let e = fs::OpenOptions::new()
+        .write(true)
+        .open(mp.join("public"))
+        .expect_err("opened for writing");
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let e = fs::write(mp.join("new"), b"x").expect_err("created a file");
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    assert!(run(Command::new(sealfs_bin()).arg("umount").arg(&mp))
+        .status
+        .success());
+}
