@@ -342,3 +342,62 @@ pub fn kernel_verity_digest(file: &std::fs::File) -> Option<Digest> {
     let alg = sealfs_verity::HashAlg::from_id(d.digest_algorithm as u8).ok()?;
     Digest::new(alg, d.digest.get(..d.digest_size as usize)?).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sealfs_verity::{build_tree, HashAlg};
+
+    /// Data of `len` bytes, its tree (SHA-256, 4 KiB blocks, salted or not) and a source over both.
+    fn sealed(len: usize, salt: &[u8]) -> (Vec<u8>, Vec<u8>, SealInfo) {
+        let data: Vec<u8> = (0..len as u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+            .collect();
+        let params = Params::new(HashAlg::Sha256, 4096, salt).unwrap();
+        let tree = build_tree(&params, &data).unwrap();
+        let info = SealInfo {
+            params,
+            data_length: len as u64,
+            tree_offset: 0,
+            root: tree.root.clone(),
+        };
+        (data, tree.bytes, info)
+    }
+
+    fn source(data: Vec<u8>, tree: Vec<u8>, info: &SealInfo) -> VerifiedBlocks {
+        VerifiedBlocks::new(Arc::new(data), Arc::new(tree), info.clone(), 64).unwrap()
+    }
+
+    /// Reads of many blocks at once (hashed two at a time, the last partial block zero-padded) equal
+    /// the data; a damaged block at an even or odd position of a pair, or the partial last block,
+    /// fails exactly the reads that include it and is named.
+    #[test]
+    fn multi_block_reads_check_every_block_and_name_the_damaged_one() {
+        for salt in [&b""[..], b"salt!"] {
+            let len = 300 * 4096 + 1234;
+            let (data, tree, info) = sealed(len, salt);
+            let vb = source(data.clone(), tree.clone(), &info);
+            let mut buf = vec![0u8; 301 * 4096];
+            vb.read_blocks(0, &mut buf).unwrap();
+            assert_eq!(&buf[..len], &data[..]);
+            assert!(buf[len..].iter().all(|&b| b == 0));
+            for bad in [100u64, 101, 300] {
+                let mut damaged = data.clone();
+                damaged[bad as usize * 4096 + 7] ^= 1;
+                let vb = source(damaged, tree.clone(), &info);
+                for (first, n) in [(0u64, 301usize), (bad - 1, 2), (bad, 1), (bad & !1, 2)] {
+                    let n = n.min((301 - first) as usize);
+                    let mut buf = vec![0u8; n * 4096];
+                    let err = vb.read_blocks(first, &mut buf).unwrap_err();
+                    assert!(
+                        err.to_string().contains(&format!("data block {bad} ")),
+                        "read of {n} blocks at {first}: {err}"
+                    );
+                }
+                let mut buf = vec![0u8; 64 * 4096];
+                vb.read_blocks(bad.saturating_sub(70), &mut buf).unwrap();
+                assert_eq!(vb.stats().failures.load(Relaxed), 4);
+            }
+        }
+    }
+}
