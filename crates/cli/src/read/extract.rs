@@ -1061,13 +1061,20 @@ fn write_file(
         // A file the image stores sparse keeps its zero blocks as holes too (its data chunks may
         // hold zeros around the data); a dense file is written as stored.
         let sparse = extents.iter().any(|e| e.kind == ExtentKind::Hole);
-        for e in extents {
-            if e.kind == ExtentKind::Hole {
-                progress.advance(e.length);
-                continue;
-            }
-            let end = e.logical + e.length;
-            let mut off = e.logical;
+        // A dense file is read as one range (its block extent and inline tail in one read and one
+        // write per chunk); a sparse one extent by extent, skipping the holes.
+        let ranges: Vec<(u64, u64)> = if sparse {
+            extents
+                .iter()
+                .filter(|e| e.kind != ExtentKind::Hole)
+                .map(|e| (e.logical, e.logical + e.length))
+                .collect()
+        } else {
+            vec![(0, size)]
+        };
+        let holes = size.saturating_sub(ranges.iter().map(|(a, b)| b - a).sum::<u64>());
+        progress.advance(holes);
+        for (mut off, end) in ranges {
             while off < end {
                 let len = (end - off).min(CHUNK as u64) as usize;
                 if buf.len() < len {
