@@ -359,7 +359,7 @@ mod tests {
             params,
             data_length: len as u64,
             tree_offset: 0,
-            root: tree.root.clone(),
+            root: tree.root,
         };
         (data, tree.bytes, info)
     }

@@ -41,8 +41,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rayon::prelude::*;
 use sealfs_builder::Progress;
-use sealfs_reader::{ExtentKind, FileType, Follow, Image, Inode};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use sealfs_reader::{DirEntry, ExtentKind, FileType, Follow, Image, Inode};
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString, OsString};
 use std::fs::File;
 use std::io;
@@ -56,6 +56,8 @@ use std::time::Instant;
 
 /// Bytes read from the image and written per step.
 const CHUNK: usize = 1 << 20;
+/// Inodes whose metadata blocks are read together (see [`Image::prefetch_inodes`]).
+const INODE_BATCH: usize = 32;
 /// Deepest directory nesting extracted (each level holds a descriptor while its subtree is created).
 const MAX_DEPTH: u32 = 1024;
 /// Warnings printed before the rest are only counted.
@@ -373,6 +375,90 @@ fn unsafe_name(name: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// What [`read_tree`] found: each directory's entries, and the inodes they name (`None`: it could
+/// not be read; reading it again gives the error).
+struct Contents {
+    dirs: HashMap<u64, sealfs_reader::Result<Vec<DirEntry>>>,
+    inodes: HashMap<u64, Option<Inode>>,
+}
+
+impl Contents {
+    /// The entries of directory `dir` (read now if [`read_tree`] did not); each directory is asked
+    /// for once.
+    fn entries(&mut self, img: &Image, dir: &Inode) -> sealfs_reader::Result<Vec<DirEntry>> {
+        self.dirs
+            .remove(&dir.nid())
+            .unwrap_or_else(|| img.read_dir_all(dir))
+    }
+
+    /// The inode `nid` names.
+    fn inode(&self, img: &Image, nid: u64) -> sealfs_reader::Result<Inode> {
+        match self.inodes.get(&nid) {
+            Some(Some(inode)) => Ok(inode.clone()),
+            _ => img.inode(nid),
+        }
+    }
+}
+
+fn is_dot(e: &DirEntry) -> bool {
+    e.name == b"." || e.name == b".."
+}
+
+/// Reads the directories below `top` (to `max_depth`) and the inodes their entries name, breadth
+/// first: the order the builder stores inodes in, so that the inodes of one level are read in order
+/// of their position, [`INODE_BATCH`] at a time with their metadata blocks prefetched (read and
+/// verified together), in parallel. Each directory is read once, however often it is named. Nothing
+/// is checked here; [`plan`] does that.
+fn read_tree(img: &Image, top: &Inode, max_depth: u32) -> Contents {
+    let mut c = Contents {
+        dirs: HashMap::new(),
+        inodes: HashMap::new(),
+    };
+    let mut level = vec![top.clone()];
+    let mut seen = HashSet::from([top.nid()]);
+    for depth in 0..=max_depth {
+        if level.is_empty() {
+            break;
+        }
+        let listed: Vec<(u64, sealfs_reader::Result<Vec<DirEntry>>)> = level
+            .par_iter()
+            .map(|d| (d.nid(), img.read_dir_all(d)))
+            .collect();
+        level.clear();
+        if depth < max_depth {
+            let mut nids: Vec<u64> = listed
+                .iter()
+                .filter_map(|(_, r)| r.as_ref().ok())
+                .flatten()
+                .filter(|e| !is_dot(e) && !c.inodes.contains_key(&e.nid))
+                .map(|e| e.nid)
+                .collect();
+            nids.sort_unstable();
+            nids.dedup();
+            let decoded: Vec<(u64, Option<Inode>)> = nids
+                .par_chunks(INODE_BATCH)
+                .flat_map_iter(|chunk| {
+                    img.prefetch_inodes(chunk);
+                    chunk
+                        .iter()
+                        .map(|&nid| (nid, img.inode(nid).ok()))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            for (nid, inode) in decoded {
+                if let Some(i) = inode.as_ref().filter(|i| i.is_dir()) {
+                    if seen.insert(nid) {
+                        level.push(i.clone());
+                    }
+                }
+                c.inodes.insert(nid, inode);
+            }
+        }
+        c.dirs.extend(listed);
+    }
+    c
+}
+
 /// Walks the image below `top` (depth first, directory order) and checks every name: unsafe names,
 /// a name twice in one directory, "." or ".." naming another inode, a directory reached twice, too
 /// deep a nesting. Problems skip the entry (and its subtree) and are pushed to `errors`.
@@ -403,10 +489,11 @@ fn plan(
         });
         return Ok(nodes);
     }
+    let mut contents = read_tree(img, &top, max_depth);
     let mut seen_dirs: HashMap<u64, usize> = HashMap::from([(top.nid(), 0)]);
     let mut first_link: HashMap<u64, usize> = HashMap::new();
-    let entries = img
-        .read_dir_all(&top)
+    let entries = contents
+        .entries(img, &top)
         .with_context(|| show(top_path))?
         .into_iter();
     nodes.push(Node {
@@ -470,7 +557,7 @@ fn plan(
             )));
             continue;
         }
-        let inode = match img.inode(e.nid).with_context(|| show(&path)) {
+        let inode = match contents.inode(img, e.nid).with_context(|| show(&path)) {
             Ok(i) => i,
             Err(err) => {
                 errors.push(err);
@@ -489,7 +576,7 @@ fn plan(
                 continue;
             }
             seen_dirs.insert(e.nid, idx);
-            let entries = match img.read_dir_all(&inode).with_context(|| show(&path)) {
+            let entries = match contents.entries(img, &inode).with_context(|| show(&path)) {
                 Ok(v) => v,
                 Err(err) => {
                     errors.push(err.context("its contents are not extracted"));
@@ -1129,36 +1216,40 @@ fn write_file(
     Outcome::Written
 }
 
-/// Phase 2: every regular file (first names), in parallel. Records in `tree.created` which exist;
-/// returns those removed because their data could not be read.
+/// Phase 2: every regular file (first names), in parallel, in the order of their inodes in the
+/// image (so that the metadata blocks holding their inline tails are read [`INODE_BATCH`] files at a
+/// time, together). Records in `tree.created` which exist; returns those removed because their data
+/// could not be read.
 fn write_data(ctx: &Ctx, tree: &mut Tree, progress: &dyn Progress) -> HashSet<usize> {
-    let mut by_dir: BTreeMap<Option<usize>, Vec<usize>> = BTreeMap::new();
-    for (i, n) in ctx.nodes.iter().enumerate() {
-        if n.link_of.is_none() && n.inode.is_file() && n.parent.is_none_or(|p| tree.created[p]) {
-            by_dir.entry(n.parent).or_default().push(i);
-        }
-    }
+    let mut files: Vec<usize> = (0..ctx.nodes.len())
+        .filter(|&i| {
+            let n = &ctx.nodes[i];
+            n.link_of.is_none() && n.inode.is_file() && n.parent.is_none_or(|p| tree.created[p])
+        })
+        .collect();
+    files.sort_by_key(|&i| ctx.nodes[i].inode.nid());
     let t: &Tree = tree;
-    let outcomes: Vec<(usize, Outcome)> = by_dir
-        .par_iter()
-        .flat_map(|(dir, files)| {
-            let fd = match t.dir(ctx, *dir, libc::O_PATH) {
-                Ok(fd) => fd,
-                Err(e) => {
-                    for &i in files {
-                        ctx.local(
-                            i,
-                            "open its directory",
-                            io::Error::from_raw_os_error(errno(&e)),
-                        );
-                    }
-                    return Vec::new();
-                }
-            };
-            let own = t.own_group(ctx, *dir);
-            files
-                .par_iter()
-                .map(|&i| (i, write_file(ctx, i, fd.as_fd(), own, progress)))
+    let outcomes: Vec<(usize, Outcome)> = files
+        .par_chunks(INODE_BATCH)
+        .flat_map_iter(|chunk| {
+            let nids: Vec<u64> = chunk.iter().map(|&i| ctx.nodes[i].inode.nid()).collect();
+            ctx.img.prefetch_inodes(&nids);
+            chunk
+                .iter()
+                .map(|&i| {
+                    let parent = ctx.nodes[i].parent;
+                    let outcome = match t.dir(ctx, parent, libc::O_PATH) {
+                        Ok(fd) => {
+                            let own = t.own_group(ctx, parent);
+                            write_file(ctx, i, fd.as_fd(), own, progress)
+                        }
+                        Err(e) => {
+                            ctx.local(i, "open its directory", e);
+                            Outcome::NotCreated
+                        }
+                    };
+                    (i, outcome)
+                })
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -1281,6 +1372,19 @@ fn open_dest(dest: &std::path::Path, overwrite: bool) -> Result<OwnedFd> {
 
 /// Runs `sealfs extract`.
 pub fn run(args: ExtractArgs) -> Result<ExitCode> {
+    if args.threads > 0 {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(args.threads)
+            .build()
+            .context("starting worker threads")?
+            .install(|| extract(args))
+    } else {
+        extract(args)
+    }
+}
+
+/// [`run`], on the thread pool it chose.
+fn extract(args: ExtractArgs) -> Result<ExitCode> {
     let start = Instant::now();
     let opened = args.image.open()?;
     let img = &opened.image;
@@ -1317,11 +1421,7 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
     };
 
     let progress = TermProgress::new(args.quiet);
-    let threads = if args.threads > 0 {
-        args.threads
-    } else {
-        rayon::current_num_threads()
-    };
+    let threads = rayon::current_num_threads();
     // Directory descriptors kept open from phase 1 on: what the limit leaves after the deepest
     // stack of open directories and a few descriptors per worker.
     let keep = nofile.saturating_sub(512 + max_depth as u64 + 4 * threads as u64) as usize;
@@ -1334,15 +1434,7 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
         .map(|n| n.inode.size())
         .sum();
     progress.begin("extracting", Some(total));
-    let removed = if args.threads > 0 {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(args.threads)
-            .build()
-            .context("starting worker threads")?
-            .install(|| write_data(&ctx, &mut tree, &progress))
-    } else {
-        write_data(&ctx, &mut tree, &progress)
-    };
+    let removed = write_data(&ctx, &mut tree, &progress);
     progress.end();
     make_links(&ctx, &mut tree, &removed);
     finish_dirs(&ctx, &tree);
