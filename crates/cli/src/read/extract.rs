@@ -1216,39 +1216,51 @@ fn write_file(
     Outcome::Written
 }
 
-/// Phase 2: every regular file (first names), in parallel, in the order of their inodes in the
-/// image (so that the metadata blocks holding their inline tails are read [`INODE_BATCH`] files at a
-/// time, together). Records in `tree.created` which exist; returns those removed because their data
-/// could not be read.
+/// Phase 2: every regular file (first names), in parallel: directory by directory (so that
+/// workers rarely create files in the same directory at once, which the kernel serializes), and in
+/// a directory in the order of the files' inodes in the image, so that the metadata blocks holding
+/// their inline tails are read [`INODE_BATCH`] files at a time, together. Records in
+/// `tree.created` which exist; returns those removed because their data could not be read.
 fn write_data(ctx: &Ctx, tree: &mut Tree, progress: &dyn Progress) -> HashSet<usize> {
-    let mut files: Vec<usize> = (0..ctx.nodes.len())
-        .filter(|&i| {
-            let n = &ctx.nodes[i];
-            n.link_of.is_none() && n.inode.is_file() && n.parent.is_none_or(|p| tree.created[p])
-        })
-        .collect();
-    files.sort_by_key(|&i| ctx.nodes[i].inode.nid());
+    let mut by_dir: HashMap<Option<usize>, Vec<usize>> = HashMap::new();
+    for (i, n) in ctx.nodes.iter().enumerate() {
+        if n.link_of.is_none() && n.inode.is_file() && n.parent.is_none_or(|p| tree.created[p]) {
+            by_dir.entry(n.parent).or_default().push(i);
+        }
+    }
+    let nid = |i: &usize| ctx.nodes[*i].inode.nid();
+    let mut by_dir: Vec<(Option<usize>, Vec<usize>)> = by_dir.into_iter().collect();
+    for (_, files) in by_dir.iter_mut() {
+        files.sort_by_key(nid);
+    }
+    by_dir.sort_by_key(|(_, files)| nid(&files[0]));
     let t: &Tree = tree;
-    let outcomes: Vec<(usize, Outcome)> = files
-        .par_chunks(INODE_BATCH)
-        .flat_map_iter(|chunk| {
-            let nids: Vec<u64> = chunk.iter().map(|&i| ctx.nodes[i].inode.nid()).collect();
-            ctx.img.prefetch_inodes(&nids);
-            chunk
-                .iter()
-                .map(|&i| {
-                    let parent = ctx.nodes[i].parent;
-                    let outcome = match t.dir(ctx, parent, libc::O_PATH) {
-                        Ok(fd) => {
-                            let own = t.own_group(ctx, parent);
-                            write_file(ctx, i, fd.as_fd(), own, progress)
-                        }
-                        Err(e) => {
-                            ctx.local(i, "open its directory", e);
-                            Outcome::NotCreated
-                        }
-                    };
-                    (i, outcome)
+    let outcomes: Vec<(usize, Outcome)> = by_dir
+        .par_iter()
+        .flat_map(|(dir, files)| {
+            let fd = match t.dir(ctx, *dir, libc::O_PATH) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    for &i in files {
+                        ctx.local(
+                            i,
+                            "open its directory",
+                            io::Error::from_raw_os_error(errno(&e)),
+                        );
+                    }
+                    return Vec::new();
+                }
+            };
+            let own = t.own_group(ctx, *dir);
+            files
+                .par_chunks(INODE_BATCH)
+                .flat_map_iter(|chunk| {
+                    let nids: Vec<u64> = chunk.iter().map(nid).collect();
+                    ctx.img.prefetch_inodes(&nids);
+                    chunk
+                        .iter()
+                        .map(|&i| (i, write_file(ctx, i, fd.as_fd(), own, progress)))
+                        .collect::<Vec<_>>()
                 })
                 .collect::<Vec<_>>()
         })
