@@ -103,7 +103,7 @@ def main():
            f"- Machine: nproc {os.cpu_count()}, {cpu}, kernel {os.uname().release}; images on ext4, destination {'a tmpfs' if mounted else dest_root} (so the disk's writeback is not what is measured)",
            "- Images of the same tree, uncompressed: sealed `sealfs build -T 0`, `mkfs.erofs -T0`, `mksquashfs -noI -noId -noD -noF -noX`",
            f"- Method: images read once (warm), one untimed round, then {RUNS} rounds, tools interleaved; destination removed (untimed) before each run; the first sealfs extraction was checked equal to the source with `diff -r`.",
-           f"- Versions: {sh([SEALFS, '--version']).strip()}, erofs-utils {ver['erofs-utils']}, squashfs-tools {ver['squashfs-tools']}", "",
+           f"- Versions: {sh([SEALFS, '--version']).strip()}, erofs-utils {ver['erofs-utils']}, squashfs-tools {ver['squashfs-tools']}",
            f"- Load average (1, 5, 15 min) at the end: {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; CPU is user + system time of the command (all its threads)", "",
            "| command | median (s) | min (s) | max (s) | CPU, median (s) |", "|---|---:|---:|---:|---:|"]
     for n in tools:
