@@ -13,6 +13,7 @@ DEST is on the same disk as the images and removed (untimed) after every run.
 Writes bench/results/extract-<stamp>.csv, a section of docs/benchmarks.md and docs/bench-extract.png.
 """
 import csv
+import resource
 import os
 import re
 import shutil
@@ -65,11 +66,14 @@ def main():
         for name, cmd in tools.items():
             shutil.rmtree(dest, ignore_errors=True)
             subprocess.run(["sync"])
+            ru = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             subprocess.run(cmd(dest), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             el = time.perf_counter() - t
+            ru2 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (ru2.ru_utime - ru.ru_utime) + (ru2.ru_stime - ru.ru_stime)
             if rnd > 0:
-                rows.append((rnd, name, el))
+                rows.append((rnd, name, el, cpu))
             if rnd == 0 and name == "sealfs extract":
                 r = subprocess.run(["diff", "-r", "--no-dereference", src, dest], stdout=subprocess.PIPE, text=True)
                 assert r.returncode == 0, f"extracted tree differs from the source:\n{r.stdout[:2000]}"
@@ -83,9 +87,11 @@ def main():
     csv_path = os.path.join(HERE, "results", f"extract-{stamp}.csv")
     with open(csv_path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["round", "tool", "seconds"])
+        w.writerow(["round", "tool", "seconds", "cpu_seconds"])
         w.writerows(rows)
-    st = {n: (statistics.median([t for _, m, t in rows if m == n]), min(t for _, m, t in rows if m == n), max(t for _, m, t in rows if m == n)) for n in tools}
+    st = {n: (statistics.median([t for _, m, t, _ in rows if m == n]), min(t for _, m, t, _ in rows if m == n), max(t for _, m, t, _ in rows if m == n)) for n in tools}
+    cpu_med = {n: statistics.median([c for _, m, _, c in rows if m == n]) for n in tools}
+    load = os.getloadavg()
     cpu = sh(["grep", "-m1", "model name", "/proc/cpuinfo"]).split(":", 1)[1].strip()
     ver = {p: sh(["dpkg-query", "-W", "-f", "${Version}", p]) for p in ("erofs-utils", "squashfs-tools")}
     ours = st["sealfs extract"][0]
@@ -97,10 +103,11 @@ def main():
            f"- Machine: nproc {os.cpu_count()}, {cpu}, kernel {os.uname().release}; images on ext4, destination {'a tmpfs' if mounted else dest_root} (so the disk's writeback is not what is measured)",
            "- Images of the same tree, uncompressed: sealed `sealfs build -T 0`, `mkfs.erofs -T0`, `mksquashfs -noI -noId -noD -noF -noX`",
            f"- Method: images read once (warm), one untimed round, then {RUNS} rounds, tools interleaved; destination removed (untimed) before each run; the first sealfs extraction was checked equal to the source with `diff -r`.",
-           f"- Versions: {sh([SEALFS, '--version']).strip()}, erofs-utils {ver['erofs-utils']}, squashfs-tools {ver['squashfs-tools']}", "",
-           "| command | median (s) | min (s) | max (s) |", "|---|---:|---:|---:|"]
+           f"- Versions: {sh([SEALFS, '--version']).strip()}, erofs-utils {ver['erofs-utils']}, squashfs-tools {ver['squashfs-tools']}",
+           f"- Load average (1, 5, 15 min) at the end: {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; CPU is user + system time of the command (all its threads)", "",
+           "| command | median (s) | min (s) | max (s) | CPU, median (s) |", "|---|---:|---:|---:|---:|"]
     for n in tools:
-        out.append(f"| `{n}` | {st[n][0]:.2f} | {st[n][1]:.2f} | {st[n][2]:.2f} |")
+        out.append(f"| `{n}` | {st[n][0]:.2f} | {st[n][1]:.2f} | {st[n][2]:.2f} | {cpu_med[n]:.2f} |")
     out += ["", "| target | figure | met? |", "|---|---:|---|",
             f"| `sealfs extract` (verified, authenticated by `--digest`) ≥ 1.5× faster than `fsck.erofs --extract` | {r_fsck:.2f}× | {'met' if r_fsck >= 1.5 else '**not met**'} |",
             f"| `sealfs extract` ≥ 1.5× faster than `unsquashfs` | {r_sq:.2f}× | {'met' if r_sq >= 1.5 else '**not met**'} |",

@@ -301,6 +301,80 @@ fn small_tree(src: &Path) {
     }
 }
 
+/// Regular files are created with their permission bits and the chown or chmod is left out when
+/// already right: owners and modes still come out exact under a umask of 077, in a setgid DEST of
+/// another group (whose group new files and directories inherit), and below a default ACL on DEST
+/// (which replaces the umask).
+#[test]
+fn owners_and_modes_exact_whatever_the_umask_and_dest_group() {
+    if !oracle_guard(root_env()) {
+        return;
+    }
+    let tmp = Tmpfs::new("read-modes").expect("tmpfs");
+    let src = tmp.join("src");
+    fs::create_dir_all(src.join("d/e")).unwrap();
+    let files = [
+        ("m644", 0o644, (0, 0)),
+        ("m600", 0o600, (0, 0)),
+        ("m755", 0o755, (0, 0)),
+        ("m777", 0o777, (0, 0)),
+        ("m000", 0o000, (0, 0)),
+        ("m2755", 0o2755, (0, 0)),
+        ("m4750", 0o4750, (0, 4242)),
+        ("m1644", 0o1644, (1000, 0)),
+        ("d/e/m640", 0o640, (0, 0)),
+        ("d/e/other", 0o664, (7, 8)),
+    ];
+    for (name, mode, (uid, gid)) in files {
+        let p = src.join(name);
+        fs::write(&p, name).unwrap();
+        sys::lchown(&p, uid, gid).unwrap();
+        sys::chmod(&p, mode).unwrap();
+    }
+    sys::chmod(&src.join("d"), 0o2775).unwrap();
+    for p in ["", "d", "d/e"] {
+        sys::set_mtime(&src.join(p), 1_600_000_000, 5).unwrap();
+    }
+    let image = tmp.join("img.sealfs");
+    build_ok(&src, &image, &["-q"]);
+    let extract_umask_077 = |dest: &Path, path: &str| {
+        ok(Command::new("sh")
+            .arg("-c")
+            .arg("umask 077; exec \"$0\" extract -q \"$1\" \"$2\" \"$3\"")
+            .arg(sealfs_bin())
+            .arg(&image)
+            .arg(dest)
+            .arg(path))
+    };
+
+    let out = tmp.join("out");
+    fs::create_dir(&out).unwrap();
+    sys::lchown(&out, 0, 4242).unwrap();
+    sys::chmod(&out, 0o2777).unwrap();
+    extract_umask_077(&out, "/");
+    assert_no_diffs(
+        "extract (umask 077, setgid DEST of group 4242) vs source",
+        &compare_extracted(&src, &out, &Expect::default()),
+    );
+
+    // A default ACL on DEST (u::rw-, g::---, o::---) would leave new files at most 0600.
+    let acl = tmp.join("acl");
+    fs::create_dir(&acl).unwrap();
+    let mut value = 2u32.to_le_bytes().to_vec();
+    for (tag, perm) in [(0x01u16, 6u16), (0x04, 0), (0x20, 0)] {
+        value.extend_from_slice(&tag.to_le_bytes());
+        value.extend_from_slice(&perm.to_le_bytes());
+        value.extend_from_slice(&u32::MAX.to_le_bytes());
+    }
+    if let Err(e) = sys::lsetxattr(&acl, b"system.posix_acl_default", &value) {
+        println!("SKIP the default ACL case: {e}");
+        return;
+    }
+    extract_umask_077(&acl, "/m755");
+    let md = fs::symlink_metadata(acl.join("m755")).unwrap();
+    assert_eq!(md.mode() & 0o7777, 0o755, "mode below a default ACL");
+}
+
 /// A subtree extracts equal to the same subtree of the source (hard links across its edge become
 /// single names); a single file or symlink becomes DEST/NAME; DEST must be empty unless
 /// `--overwrite`.

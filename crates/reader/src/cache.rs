@@ -139,6 +139,16 @@ impl<K: Copy + Eq + Hash, V: Clone + Weigh> Lru<K, V> {
         }
     }
 
+    /// Whether `key` is held (without making it the most recently used).
+    pub(crate) fn contains(&self, key: K) -> bool {
+        self.map.contains_key(&key)
+    }
+
+    /// Maximum number of entries.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+
     pub(crate) fn get(&mut self, key: K) -> Option<V> {
         let i = *self.map.get(&key)?;
         if self.head != i {
@@ -262,6 +272,11 @@ impl Blocks {
         self.erofs_bits = bits;
     }
 
+    /// log2 of the source's block size.
+    pub(crate) fn block_bits(&self) -> u8 {
+        self.bits
+    }
+
     /// Image length in bytes.
     pub(crate) fn len(&self) -> u64 {
         self.len
@@ -339,6 +354,57 @@ impl Blocks {
             .unwrap_or_else(|p| p.into_inner())
             .insert(idx, block.clone());
         Ok(block)
+    }
+
+    /// Brings the blocks `blocks` (sorted, distinct indexes) into the cache ahead of use: runs of
+    /// nearby uncached blocks are read in one request each (a verifying source then checks them
+    /// together), at most a quarter of the cache in all. Only a hint: blocks outside the image are
+    /// skipped, and a run that fails to read or verify is dropped, so that the failure is reported by
+    /// the read that needs the failing block, and by no other.
+    pub(crate) fn prefetch(&self, blocks: &[u64]) {
+        /// Uncached blocks between two wanted ones that are read along rather than splitting a run.
+        const MAX_GAP: u64 = 2;
+        /// Longest run read in one request.
+        const MAX_RUN: u64 = 64;
+        let bs = 1usize << self.bits;
+        let runs = {
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            let mut budget = (cache.cap() / 4) as u64;
+            let mut runs: Vec<(u64, u64)> = Vec::new();
+            for &b in blocks {
+                if b >= self.nblocks || cache.contains(b) {
+                    continue;
+                }
+                match runs.last_mut() {
+                    Some((first, n))
+                        if b >= *first + *n
+                            && b - (*first + *n) <= MAX_GAP
+                            && b + 1 - *first <= MAX_RUN
+                            && b + 1 - (*first + *n) <= budget =>
+                    {
+                        budget -= b + 1 - (*first + *n);
+                        *n = b + 1 - *first;
+                    }
+                    _ if budget > 0 => {
+                        budget -= 1;
+                        runs.push((b, 1));
+                    }
+                    _ => break,
+                }
+            }
+            runs
+        };
+        for (first, n) in runs {
+            let mut buf = vec![0u8; n as usize * bs];
+            if self.src.read_blocks(first, &mut buf).is_err() {
+                continue;
+            }
+            self.stats.add_blocks_read(n);
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            for (k, block) in buf.chunks_exact(bs).enumerate() {
+                cache.insert(first + k as u64, Arc::from(block));
+            }
+        }
     }
 
     /// Fills `buf` with the image bytes at `offset`, through the cache.

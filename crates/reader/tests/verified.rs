@@ -292,3 +292,84 @@ fn a_damaged_block_fails_only_the_reads_that_touch_it() {
     check_others(&img);
     println!("damaged data, directory and tree blocks each failed only their own reads");
 }
+
+/// `prefetch_inodes` reads the metadata blocks of many inodes in few batches (runs of nearby
+/// blocks, each verified together); the inodes and inline tails then read without another batch.
+/// A damaged block inside a prefetched run fails only the inodes in that block: the run is dropped
+/// and the others read their blocks on their own.
+#[test]
+fn prefetched_inodes_read_in_few_batches_and_a_damaged_block_fails_only_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fixture(&src);
+    let Some(bytes) = build(&src, &tmp.path().join("img")) else {
+        return;
+    };
+    let s = parse_seal(&bytes);
+    let plain = Image::open(bytes[..s.erofs_len as usize].to_vec()).unwrap();
+    let a = plain.resolve("/a", Follow::Never).unwrap();
+    let entries: Vec<_> = plain
+        .read_dir_all(&a)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name.starts_with(b"f"))
+        .collect();
+    let nids: Vec<u64> = entries.iter().map(|e| e.nid).collect();
+    let first32 = &nids[..32];
+    let blocks: std::collections::BTreeSet<u64> = first32
+        .iter()
+        .map(|&nid| plain.inode(nid).unwrap().iloc() / 4096)
+        .collect();
+
+    let (img, counting, _) = open_verified(&s, bytes.clone());
+    let a = img.resolve("/a", Follow::Never).unwrap();
+    img.read_dir_all(&a).unwrap();
+    let before = counting.batches.lock().unwrap().len();
+    img.prefetch_inodes(first32);
+    let prefetch_batches = counting.batches.lock().unwrap().len() - before;
+    assert!(
+        prefetch_batches <= blocks.len().div_ceil(2),
+        "{prefetch_batches} batches for {} blocks",
+        blocks.len()
+    );
+    for (e, nid) in entries.iter().zip(first32) {
+        let inode = img.inode(*nid).unwrap();
+        let i: usize = std::str::from_utf8(&e.name[1..]).unwrap().parse().unwrap();
+        assert_eq!(
+            img.read_vec(&inode, 0, 1 << 20).unwrap(),
+            vec![i as u8; i * 53 + 1]
+        );
+    }
+    let after = counting.batches.lock().unwrap().len() - before - prefetch_batches;
+    let data_blocks = entries[..32]
+        .iter()
+        .filter(|e| e.name.as_slice() >= b"f078".as_slice())
+        .count();
+    assert!(
+        after <= data_blocks,
+        "{after} batches after the prefetch: the inodes' blocks were not kept"
+    );
+
+    // Damage the middle block of the run: only the inodes in it fail.
+    let mid = *blocks.iter().nth(blocks.len() / 2).unwrap();
+    let mut bad = bytes.clone();
+    bad[(mid * 4096 + 4095) as usize] ^= 0x20;
+    let (img, _, vb) = open_verified(&s, bad);
+    let a = img.resolve("/a", Follow::Never).unwrap();
+    img.read_dir_all(&a).unwrap();
+    img.prefetch_inodes(first32);
+    let mut failed = 0;
+    for &nid in first32 {
+        let in_mid = plain.inode(nid).unwrap().iloc() / 4096 == mid;
+        match img.inode(nid) {
+            Ok(_) => assert!(!in_mid, "nid {nid} in the damaged block {mid} read"),
+            Err(e) => {
+                assert!(in_mid && is_verification(&e), "nid {nid}: {e}");
+                assert!(e.to_string().contains(&format!("data block {mid} ")), "{e}");
+                failed += 1;
+            }
+        }
+    }
+    assert!(failed > 0);
+    assert!(vb.stats().failures.load(Relaxed) >= 1);
+}

@@ -17,17 +17,22 @@
 //!
 //! 0. Plan: walk the image (nothing is written yet), check every name, find hard links.
 //! 1. Tree (serial, depth first with a stack of open directories): directories (mode 0700 for now),
-//!    empty regular files of their final size, symlinks, special files and hard links; the metadata of
-//!    symlinks and special files.
-//! 2. Data (parallel, rayon): each regular file's mapped extents are read and written at their
-//!    offsets, holes are skipped (the file was sized in phase 1, so they stay holes; in a file the
-//!    image stores with holes, whole zero blocks stay holes too); then owner, mode, xattrs (after
-//!    chown, which clears file capabilities) and times.
+//!    symlinks and special files, with their metadata. Directory descriptors stay open for the
+//!    later phases, as many as the descriptor limit allows (the rest are reopened from DEST).
+//! 2. Data (parallel, rayon): each regular file is created (`O_EXCL`, with its permission bits),
+//!    its mapped extents are read and written at their offsets, holes are skipped (the file is sized
+//!    afterwards, so they stay holes; in a file the image stores with holes, whole zero blocks stay
+//!    holes too); then owner, mode, xattrs (after chown, which clears file capabilities) and times.
+//!    The chown is left out when the new file already has the owner the image wants (created by
+//!    this process in a directory of its group), the chmod when it has the mode (no setuid, setgid
+//!    or sticky bit, nothing taken by the umask, no default ACL on DEST, no `--overwrite`).
+//!    Hard links follow, in order, once their first names exist.
 //! 3. Directories, bottom-up: owner, mode, xattrs (a default ACL set last cannot leak into children)
 //!    and times, after their contents.
 //!
 //! The result does not depend on the thread count. A file whose data cannot be read (corruption,
-//! verification failure) is removed, with all its names, and reported: no wrong bytes are left.
+//! verification failure) is removed, and its other names are not made; both are reported: no wrong
+//! bytes are left.
 
 use super::{fault, is_root, join, resolve, show, EXIT_IMAGE};
 use crate::open::ImageArgs;
@@ -36,8 +41,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rayon::prelude::*;
 use sealfs_builder::Progress;
-use sealfs_reader::{ExtentKind, FileType, Follow, Image, Inode};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use sealfs_reader::{DirEntry, ExtentKind, FileType, Follow, Image, Inode};
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString, OsString};
 use std::fs::File;
 use std::io;
@@ -51,6 +56,8 @@ use std::time::Instant;
 
 /// Bytes read from the image and written per step.
 const CHUNK: usize = 1 << 20;
+/// Inodes whose metadata blocks are read together (see [`Image::prefetch_inodes`]).
+const INODE_BATCH: usize = 32;
 /// Deepest directory nesting extracted (each level holds a descriptor while its subtree is created).
 const MAX_DEPTH: u32 = 1024;
 /// Warnings printed before the rest are only counted.
@@ -270,6 +277,35 @@ mod sys {
         })
     }
 
+    /// Whether `fd` has the xattr `name` (an error other than "no such attribute" or "not
+    /// supported" counts as yes: the caller then takes the careful path).
+    pub fn has_xattr(fd: BorrowedFd, name: &CStr) -> bool {
+        // SAFETY: valid descriptor and NUL-terminated name; a zero-size query writes nothing.
+        let rc = unsafe { libc::fgetxattr(fd.as_raw_fd(), name.as_ptr(), std::ptr::null_mut(), 0) };
+        rc >= 0
+            || !matches!(
+                io::Error::last_os_error().raw_os_error(),
+                Some(libc::ENODATA | libc::EOPNOTSUPP)
+            )
+    }
+
+    /// The effective user and group of this process.
+    pub fn effective_owner() -> (u32, u32) {
+        // SAFETY: geteuid and getegid cannot fail.
+        unsafe { (libc::geteuid(), libc::getegid()) }
+    }
+
+    /// The process's umask. Reading it means setting it, so this is called before any other thread
+    /// creates files.
+    pub fn umask() -> u32 {
+        // SAFETY: umask cannot fail; the old mask is put back at once.
+        unsafe {
+            let old = libc::umask(0o077);
+            libc::umask(old);
+            old as u32
+        }
+    }
+
     /// Raises the soft limit of open descriptors to the hard limit; returns the soft limit.
     pub fn raise_nofile() -> u64 {
         // SAFETY: rlimit is plain data filled by getrlimit.
@@ -339,6 +375,90 @@ fn unsafe_name(name: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// What [`read_tree`] found: each directory's entries, and the inodes they name (`None`: it could
+/// not be read; reading it again gives the error).
+struct Contents {
+    dirs: HashMap<u64, sealfs_reader::Result<Vec<DirEntry>>>,
+    inodes: HashMap<u64, Option<Inode>>,
+}
+
+impl Contents {
+    /// The entries of directory `dir` (read now if [`read_tree`] did not); each directory is asked
+    /// for once.
+    fn entries(&mut self, img: &Image, dir: &Inode) -> sealfs_reader::Result<Vec<DirEntry>> {
+        self.dirs
+            .remove(&dir.nid())
+            .unwrap_or_else(|| img.read_dir_all(dir))
+    }
+
+    /// The inode `nid` names.
+    fn inode(&self, img: &Image, nid: u64) -> sealfs_reader::Result<Inode> {
+        match self.inodes.get(&nid) {
+            Some(Some(inode)) => Ok(inode.clone()),
+            _ => img.inode(nid),
+        }
+    }
+}
+
+fn is_dot(e: &DirEntry) -> bool {
+    e.name == b"." || e.name == b".."
+}
+
+/// Reads the directories below `top` (to `max_depth`) and the inodes their entries name, breadth
+/// first: the order the builder stores inodes in, so that the inodes of one level are read in order
+/// of their position, [`INODE_BATCH`] at a time with their metadata blocks prefetched (read and
+/// verified together), in parallel. Each directory is read once, however often it is named. Nothing
+/// is checked here; [`plan`] does that.
+fn read_tree(img: &Image, top: &Inode, max_depth: u32) -> Contents {
+    let mut c = Contents {
+        dirs: HashMap::new(),
+        inodes: HashMap::new(),
+    };
+    let mut level = vec![top.clone()];
+    let mut seen = HashSet::from([top.nid()]);
+    for depth in 0..=max_depth {
+        if level.is_empty() {
+            break;
+        }
+        let listed: Vec<(u64, sealfs_reader::Result<Vec<DirEntry>>)> = level
+            .par_iter()
+            .map(|d| (d.nid(), img.read_dir_all(d)))
+            .collect();
+        level.clear();
+        if depth < max_depth {
+            let mut nids: Vec<u64> = listed
+                .iter()
+                .filter_map(|(_, r)| r.as_ref().ok())
+                .flatten()
+                .filter(|e| !is_dot(e) && !c.inodes.contains_key(&e.nid))
+                .map(|e| e.nid)
+                .collect();
+            nids.sort_unstable();
+            nids.dedup();
+            let decoded: Vec<(u64, Option<Inode>)> = nids
+                .par_chunks(INODE_BATCH)
+                .flat_map_iter(|chunk| {
+                    img.prefetch_inodes(chunk);
+                    chunk
+                        .iter()
+                        .map(|&nid| (nid, img.inode(nid).ok()))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            for (nid, inode) in decoded {
+                if let Some(i) = inode.as_ref().filter(|i| i.is_dir()) {
+                    if seen.insert(nid) {
+                        level.push(i.clone());
+                    }
+                }
+                c.inodes.insert(nid, inode);
+            }
+        }
+        c.dirs.extend(listed);
+    }
+    c
+}
+
 /// Walks the image below `top` (depth first, directory order) and checks every name: unsafe names,
 /// a name twice in one directory, "." or ".." naming another inode, a directory reached twice, too
 /// deep a nesting. Problems skip the entry (and its subtree) and are pushed to `errors`.
@@ -369,10 +489,11 @@ fn plan(
         });
         return Ok(nodes);
     }
+    let mut contents = read_tree(img, &top, max_depth);
     let mut seen_dirs: HashMap<u64, usize> = HashMap::from([(top.nid(), 0)]);
     let mut first_link: HashMap<u64, usize> = HashMap::new();
-    let entries = img
-        .read_dir_all(&top)
+    let entries = contents
+        .entries(img, &top)
         .with_context(|| show(top_path))?
         .into_iter();
     nodes.push(Node {
@@ -436,7 +557,7 @@ fn plan(
             )));
             continue;
         }
-        let inode = match img.inode(e.nid).with_context(|| show(&path)) {
+        let inode = match contents.inode(img, e.nid).with_context(|| show(&path)) {
             Ok(i) => i,
             Err(err) => {
                 errors.push(err);
@@ -455,7 +576,7 @@ fn plan(
                 continue;
             }
             seen_dirs.insert(e.nid, idx);
-            let entries = match img.read_dir_all(&inode).with_context(|| show(&path)) {
+            let entries = match contents.entries(img, &inode).with_context(|| show(&path)) {
                 Ok(v) => v,
                 Err(err) => {
                     errors.push(err.context("its contents are not extracted"));
@@ -506,6 +627,15 @@ struct Ctx<'a> {
     overwrite: bool,
     xattrs: bool,
     root: bool,
+    /// This process's effective user and group: the owner of every file it creates in a directory
+    /// of its own group.
+    owner: (u32, u32),
+    /// The process's umask, which the permission bits given at creation pass through.
+    umask: u32,
+    /// Files need a chmod even when created with their final permission bits: DEST has a default ACL
+    /// (which replaces the umask for what is created below it), or `--overwrite` merges into
+    /// directories that might.
+    chmod_always: bool,
     errors: Mutex<Vec<anyhow::Error>>,
     warnings: Mutex<Vec<String>>,
     skipped_xattrs: AtomicU64,
@@ -628,6 +758,29 @@ impl Ctx<'_> {
         }
     }
 
+    /// Owner, mode, xattrs and times of the regular file node `i`, which phase 2 created with its
+    /// permission bits (`mode & 0o777`, less the umask) in a directory of this process's group if
+    /// `own_group`: the chown is skipped when the file has the owner the image wants, and the chmod
+    /// when it has the mode.
+    fn finish_file(&self, i: usize, fd: BorrowedFd, own_group: bool) {
+        let st = self.nodes[i].inode.stat();
+        if self.root && !(own_group && (st.uid, st.gid) == self.owner) {
+            if let Err(e) = sys::fchown(fd, st.uid, st.gid) {
+                self.local(i, "chown", e);
+            }
+        }
+        let mode = st.mode & 0o7777;
+        if self.chmod_always || mode & 0o7000 != 0 || mode & self.umask != 0 {
+            if let Err(e) = sys::fchmod(fd, mode) {
+                self.local(i, "chmod", e);
+            }
+        }
+        self.set_xattrs(i, &|n, v| sys::fsetxattr(fd, n, v));
+        if let Err(e) = sys::futimens(fd, st.mtime, st.mtime_nsec) {
+            self.local(i, "set times", e);
+        }
+    }
+
     /// The same for a symlink or special file, by name in its directory.
     fn finish_at(&self, i: usize, dir: BorrowedFd, name: &CStr) {
         let n = &self.nodes[i];
@@ -655,12 +808,12 @@ impl Ctx<'_> {
 
 /// Runs `create`; if the name exists and `--overwrite` was given, removes it (never a directory)
 /// and runs it again.
-fn create_replacing(
+fn create_replacing<T>(
     ctx: &Ctx,
     dir: BorrowedFd,
     name: &CStr,
-    create: &dyn Fn() -> io::Result<()>,
-) -> io::Result<()> {
+    create: &dyn Fn() -> io::Result<T>,
+) -> io::Result<T> {
     match create() {
         Err(e) if errno(&e) == libc::EEXIST && ctx.overwrite => {
             match sys::unlinkat(dir, name) {
@@ -732,21 +885,7 @@ fn create_node(ctx: &Ctx, i: usize, dir: BorrowedFd) -> Result<Option<OwnedFd>, 
             Ok(fd) => Ok(Some(fd)),
             Err(e) => fail("mkdir", e),
         },
-        FileType::Regular => {
-            let open = || {
-                sys::openat(
-                    dir,
-                    &name,
-                    libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-                    0o600,
-                )
-                .and_then(|fd| File::from(fd).set_len(st.size))
-            };
-            match create_replacing(ctx, dir, &name, &open) {
-                Ok(()) => Ok(None),
-                Err(e) => fail("create", e),
-            }
-        }
+        FileType::Regular => unreachable!("regular files are created in phase 2"),
         FileType::Symlink => {
             let target = match ctx.img.readlink(&n.inode).with_context(|| show(&n.path)) {
                 Ok(t) => t,
@@ -801,61 +940,125 @@ fn create_node(ctx: &Ctx, i: usize, dir: BorrowedFd) -> Result<Option<OwnedFd>, 
     }
 }
 
-/// Phase 1. Returns which nodes exist now.
-fn make_tree(ctx: &Ctx) -> Vec<bool> {
-    let mut created = vec![false; ctx.nodes.len()];
-    let mut stack: Vec<(usize, OwnedFd)> = Vec::new();
-    for i in 0..ctx.nodes.len() {
+/// What phase 1 made: the directories, symlinks and special files that exist (regular files are
+/// created in phase 2, further names of an inode after it), and descriptors of the directories.
+struct Tree {
+    /// Which nodes exist.
+    created: Vec<bool>,
+    /// Open directories by node, as many as the descriptor limit allows (the others are reopened
+    /// from DEST when needed). DEST itself is [`Ctx::dest`].
+    fds: Vec<Option<OwnedFd>>,
+    /// Directories whose group is this process's effective group: a file created in one belongs to
+    /// this process's user and group (whether the directory is setgid or not).
+    own_group: Vec<bool>,
+}
+
+/// A directory descriptor: one phase 1 kept, or one opened for the occasion.
+enum DirFd<'a> {
+    Kept(BorrowedFd<'a>),
+    Opened(OwnedFd),
+}
+
+impl DirFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            DirFd::Kept(fd) => *fd,
+            DirFd::Opened(fd) => fd.as_fd(),
+        }
+    }
+}
+
+impl Tree {
+    /// The directory node `dir` (DEST for `None`): kept, or opened from DEST one component at a time.
+    fn dir<'a>(&'a self, ctx: &'a Ctx, dir: Option<usize>, flags: i32) -> io::Result<DirFd<'a>> {
+        match dir {
+            None => Ok(DirFd::Kept(ctx.dest.as_fd())),
+            Some(d) if ctx.nodes[d].is_dest() => Ok(DirFd::Kept(ctx.dest.as_fd())),
+            Some(d) => match &self.fds[d] {
+                Some(fd) => Ok(DirFd::Kept(fd.as_fd())),
+                None => ctx.open_beneath(dir, flags).map(DirFd::Opened),
+            },
+        }
+    }
+
+    fn own_group(&self, ctx: &Ctx, dir: Option<usize>) -> bool {
+        match dir {
+            Some(d) => self.own_group[d],
+            None => own_group(ctx, ctx.dest.as_fd()),
+        }
+    }
+}
+
+/// Whether the directory `fd` belongs to this process's effective group (files created in it then
+/// do too, whatever its setgid bit or the `grpid` mount option say).
+fn own_group(ctx: &Ctx, fd: BorrowedFd) -> bool {
+    File::from(match fd.try_clone_to_owned() {
+        Ok(fd) => fd,
+        Err(_) => return false,
+    })
+    .metadata()
+    .is_ok_and(|m| std::os::unix::fs::MetadataExt::gid(&m) == ctx.owner.1)
+}
+
+/// Phase 1: directories, symlinks and special files, depth first. Up to `keep` directory
+/// descriptors are kept open for the later phases.
+fn make_tree(ctx: &Ctx, keep: usize) -> Tree {
+    let count = ctx.nodes.len();
+    let mut t = Tree {
+        created: vec![false; count],
+        fds: (0..count).map(|_| None).collect(),
+        own_group: vec![false; count],
+    };
+    let mut kept = 0;
+    // The directories above the current node: (node, its descriptor unless kept in `t.fds`).
+    let mut stack: Vec<(usize, Option<OwnedFd>)> = Vec::new();
+    for i in 0..count {
         let n = &ctx.nodes[i];
         if n.is_dest() {
-            created[i] = true;
-            match ctx.dest.try_clone() {
-                Ok(fd) => stack.push((i, fd)),
-                Err(e) => {
-                    ctx.local(i, "dup", e);
-                    return created;
-                }
-            }
+            t.created[i] = true;
+            t.own_group[i] = own_group(ctx, ctx.dest.as_fd());
+            stack.push((i, None));
             continue;
         }
         if let Some(p) = n.parent {
-            if !created[p] {
+            if !t.created[p] {
                 continue; // its directory could not be made (reported)
             }
             while stack.last().is_some_and(|(d, _)| *d != p) {
                 stack.pop();
             }
         }
-        if let Some(first) = n.link_of {
-            if !created[first] {
-                ctx.warn(format!(
-                    "{}: not linked: its first name {} was not created",
-                    ctx.dest_name(i),
-                    ctx.dest_name(first)
-                ));
-                continue;
-            }
+        if n.link_of.is_some() || n.inode.is_file() {
+            continue; // phase 2 and after
         }
         let dir = match stack.last() {
-            Some((_, fd)) => fd.as_fd(),
+            Some((_, Some(fd))) => fd.as_fd(),
+            Some((d, None)) => t.fds[*d].as_ref().map_or(ctx.dest.as_fd(), |fd| fd.as_fd()),
             None => ctx.dest.as_fd(),
         };
         if let Ok(fd) = create_node(ctx, i, dir) {
-            created[i] = true;
+            t.created[i] = true;
             if let Some(fd) = fd {
-                stack.push((i, fd));
+                t.own_group[i] = own_group(ctx, fd.as_fd());
+                if kept < keep {
+                    kept += 1;
+                    t.fds[i] = Some(fd);
+                    stack.push((i, None));
+                } else {
+                    stack.push((i, Some(fd)));
+                }
             }
         }
     }
-    created
+    t
 }
 
 // ---------------------------------------------------------------------------------------------
-// Phase 2: file data
+// Phase 2: regular files with their data
 // ---------------------------------------------------------------------------------------------
 
 /// Writes `data` at `off`; with `skip_zeros`, whole 4 KiB blocks of zeros (at 4 KiB file offsets) are
-/// left unwritten: holes of the file, which was sized beforehand.
+/// left unwritten: holes of the file, which is sized afterwards.
 fn write_data_at(file: &File, data: &[u8], off: u64, skip_zeros: bool) -> io::Result<()> {
     const B: u64 = 4096;
     if !skip_zeros {
@@ -886,21 +1089,58 @@ fn write_data_at(file: &File, data: &[u8], off: u64, skip_zeros: bool) -> io::Re
     Ok(())
 }
 
-/// Writes node `i`'s data (holes skipped) and its metadata. `Err` when the image's data could not
-/// be read (the file must then go).
-fn write_file(ctx: &Ctx, i: usize, dir: BorrowedFd, progress: &dyn Progress) -> Result<(), ()> {
+/// What phase 2 did with a regular file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Created and written (a local error on the way, if any, is reported).
+    Written,
+    /// Not created (reported).
+    NotCreated,
+    /// Its data could not be read from the image: removed again (reported).
+    Removed,
+}
+
+thread_local! {
+    /// Each worker's data buffer, reused from file to file.
+    static BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Creates regular file node `i` in `dir` with its permission bits, writes its data (holes
+/// skipped), sizes it, and sets its metadata. On an image fault the file is removed again.
+fn write_file(
+    ctx: &Ctx,
+    i: usize,
+    dir: BorrowedFd,
+    own_group: bool,
+    progress: &dyn Progress,
+) -> Outcome {
     let n = &ctx.nodes[i];
-    let name = cstr(&n.name).map_err(|_| ())?;
-    let fd = match sys::openat(dir, &name, libc::O_WRONLY | libc::O_NOFOLLOW, 0) {
-        Ok(fd) => fd,
+    let name = match cstr(&n.name) {
+        Ok(c) => c,
         Err(e) => {
-            ctx.local(i, "open for writing", e);
-            return Ok(());
+            ctx.local(i, "name", e);
+            return Outcome::NotCreated;
         }
     };
-    let file = File::from(fd);
+    let perm = u32::from(n.inode.mode()) & 0o777;
+    let open = || {
+        sys::openat(
+            dir,
+            &name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            perm,
+        )
+    };
+    let file = match create_replacing(ctx, dir, &name, &open) {
+        Ok(fd) => File::from(fd),
+        Err(e) => {
+            ctx.local(i, "create", e);
+            return Outcome::NotCreated;
+        }
+    };
     let size = n.inode.size();
-    let copy = || -> Result<()> {
+    let mut buf = BUF.take();
+    let copy = |buf: &mut Vec<u8>| -> Result<()> {
         let extents = ctx
             .img
             .map_range(&n.inode, 0, size)
@@ -908,14 +1148,20 @@ fn write_file(ctx: &Ctx, i: usize, dir: BorrowedFd, progress: &dyn Progress) -> 
         // A file the image stores sparse keeps its zero blocks as holes too (its data chunks may
         // hold zeros around the data); a dense file is written as stored.
         let sparse = extents.iter().any(|e| e.kind == ExtentKind::Hole);
-        let mut buf = Vec::new();
-        for e in extents {
-            if e.kind == ExtentKind::Hole {
-                progress.advance(e.length);
-                continue;
-            }
-            let end = e.logical + e.length;
-            let mut off = e.logical;
+        // A dense file is read as one range (its block extent and inline tail in one read and one
+        // write per chunk); a sparse one extent by extent, skipping the holes.
+        let ranges: Vec<(u64, u64)> = if sparse {
+            extents
+                .iter()
+                .filter(|e| e.kind != ExtentKind::Hole)
+                .map(|e| (e.logical, e.logical + e.length))
+                .collect()
+        } else {
+            vec![(0, size)]
+        };
+        let holes = size.saturating_sub(ranges.iter().map(|(a, b)| b - a).sum::<u64>());
+        progress.advance(holes);
+        for (mut off, end) in ranges {
             while off < end {
                 let len = (end - off).min(CHUNK as u64) as usize;
                 if buf.len() < len {
@@ -940,70 +1186,138 @@ fn write_file(ctx: &Ctx, i: usize, dir: BorrowedFd, progress: &dyn Progress) -> 
                 off += len as u64;
             }
         }
+        // Holes at the end (and zero blocks left out of a sparse file) are not written: the size
+        // makes them.
+        if sparse {
+            file.set_len(size)
+                .map_err(anyhow::Error::new)
+                .with_context(|| format!("{}: set the size", ctx.dest_name(i)))?;
+        }
         Ok(())
     };
-    if let Err(e) = copy() {
+    let copied = copy(&mut buf);
+    BUF.set(buf);
+    if let Err(e) = copied {
         let image_fault = super::exit_code(&e) == Some(EXIT_IMAGE);
         ctx.error(e);
         if image_fault {
-            return Err(());
+            drop(file);
+            match sys::unlinkat(dir, &name) {
+                Ok(()) => ctx.warn(format!(
+                    "{}: removed: its data could not be read from the image",
+                    ctx.dest_name(i)
+                )),
+                Err(e) => ctx.local(i, "remove the incomplete file", e),
+            }
+            return Outcome::Removed;
         }
     }
-    ctx.finish_fd(i, file.as_fd());
-    Ok(())
+    ctx.finish_file(i, file.as_fd(), own_group);
+    Outcome::Written
 }
 
-/// Phase 2. Returns the first names of files whose data could not be read.
-fn write_data(ctx: &Ctx, created: &[bool], progress: &dyn Progress) -> Vec<usize> {
-    let mut by_dir: BTreeMap<Option<usize>, Vec<usize>> = BTreeMap::new();
+/// Phase 2: every regular file (first names), in parallel: directory by directory (so that
+/// workers rarely create files in the same directory at once, which the kernel serializes), and in
+/// a directory in the order of the files' inodes in the image, so that the metadata blocks holding
+/// their inline tails are read [`INODE_BATCH`] files at a time, together. Records in
+/// `tree.created` which exist; returns those removed because their data could not be read.
+fn write_data(ctx: &Ctx, tree: &mut Tree, progress: &dyn Progress) -> HashSet<usize> {
+    let mut by_dir: HashMap<Option<usize>, Vec<usize>> = HashMap::new();
     for (i, n) in ctx.nodes.iter().enumerate() {
-        if created[i] && n.link_of.is_none() && n.inode.is_file() {
+        if n.link_of.is_none() && n.inode.is_file() && n.parent.is_none_or(|p| tree.created[p]) {
             by_dir.entry(n.parent).or_default().push(i);
         }
     }
-    let failed = Mutex::new(Vec::new());
-    by_dir.par_iter().for_each(|(dir, files)| {
-        let fd = match ctx.open_beneath(*dir, libc::O_PATH) {
-            Ok(fd) => fd,
-            Err(e) => {
-                for &i in files {
-                    ctx.local(
-                        i,
-                        "open its directory",
-                        io::Error::from_raw_os_error(errno(&e)),
-                    );
+    let nid = |i: &usize| ctx.nodes[*i].inode.nid();
+    let mut by_dir: Vec<(Option<usize>, Vec<usize>)> = by_dir.into_iter().collect();
+    for (_, files) in by_dir.iter_mut() {
+        files.sort_by_key(nid);
+    }
+    by_dir.sort_by_key(|(_, files)| nid(&files[0]));
+    let t: &Tree = tree;
+    let outcomes: Vec<(usize, Outcome)> = by_dir
+        .par_iter()
+        .flat_map(|(dir, files)| {
+            let fd = match t.dir(ctx, *dir, libc::O_PATH) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    for &i in files {
+                        ctx.local(
+                            i,
+                            "open its directory",
+                            io::Error::from_raw_os_error(errno(&e)),
+                        );
+                    }
+                    return Vec::new();
                 }
-                return;
+            };
+            let own = t.own_group(ctx, *dir);
+            files
+                .par_chunks(INODE_BATCH)
+                .flat_map_iter(|chunk| {
+                    let nids: Vec<u64> = chunk.iter().map(nid).collect();
+                    ctx.img.prefetch_inodes(&nids);
+                    chunk
+                        .iter()
+                        .map(|&i| (i, write_file(ctx, i, fd.as_fd(), own, progress)))
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut removed = HashSet::new();
+    for (i, outcome) in outcomes {
+        match outcome {
+            Outcome::Written => tree.created[i] = true,
+            Outcome::Removed => {
+                removed.insert(i);
             }
-        };
-        files.par_iter().for_each(|&i| {
-            if write_file(ctx, i, fd.as_fd(), progress).is_err() {
-                failed.lock().unwrap().push(i);
-            }
-        });
-    });
-    let mut failed = failed.into_inner().unwrap();
-    failed.sort_unstable();
-    failed
+            Outcome::NotCreated => {}
+        }
+    }
+    removed
 }
 
-/// Removes every name of the files in `failed`, so that no file with wrong content is left.
-fn remove_failed(ctx: &Ctx, failed: &[usize], created: &[bool]) {
-    let failed: HashSet<usize> = failed.iter().copied().collect();
-    for (i, n) in ctx.nodes.iter().enumerate() {
-        let first = n.link_of.unwrap_or(i);
-        if !created[i] || !failed.contains(&first) {
+/// After phase 2: the further names of inodes (hard links), in order. A name whose first name was
+/// removed for bad data is not made.
+fn make_links(ctx: &Ctx, tree: &mut Tree, removed: &HashSet<usize>) {
+    for i in 0..ctx.nodes.len() {
+        let n = &ctx.nodes[i];
+        let Some(first) = n.link_of else {
+            continue;
+        };
+        if n.parent.is_some_and(|p| !tree.created[p]) {
+            continue; // its directory could not be made (reported)
+        }
+        if !tree.created[first] {
+            ctx.warn(if removed.contains(&first) {
+                format!(
+                    "{}: removed: its data could not be read from the image",
+                    ctx.dest_name(i)
+                )
+            } else {
+                format!(
+                    "{}: not linked: its first name {} was not created",
+                    ctx.dest_name(i),
+                    ctx.dest_name(first)
+                )
+            });
             continue;
         }
-        let r = ctx
-            .open_beneath(n.parent, libc::O_PATH)
-            .and_then(|d| sys::unlinkat(d.as_fd(), &cstr(&n.name)?));
-        match r {
-            Ok(()) => ctx.warn(format!(
-                "{}: removed: its data could not be read from the image",
-                ctx.dest_name(i)
-            )),
-            Err(e) => ctx.local(i, "remove the incomplete file", e),
+        let made = (|| {
+            let name = cstr(&n.name)?;
+            let f = &ctx.nodes[first];
+            let old_name = cstr(&f.name)?;
+            let dir = tree.dir(ctx, n.parent, libc::O_PATH)?;
+            let old_dir = tree.dir(ctx, f.parent, libc::O_PATH)?;
+            // A symlink is linked itself, not followed.
+            create_replacing(ctx, dir.as_fd(), &name, &|| {
+                sys::linkat(old_dir.as_fd(), &old_name, dir.as_fd(), &name)
+            })
+        })();
+        match made {
+            Ok(()) => tree.created[i] = true,
+            Err(e) => ctx.local(i, "hard link", e),
         }
     }
 }
@@ -1012,41 +1326,18 @@ fn remove_failed(ctx: &Ctx, failed: &[usize], created: &[bool]) {
 // Phase 3: directories, bottom-up
 // ---------------------------------------------------------------------------------------------
 
-fn finish_dirs(ctx: &Ctx, created: &[bool]) {
-    // Replay the depth-first order with a stack of open directories: a directory is finished when
-    // it leaves the stack, that is after everything below it.
-    let mut stack: Vec<(usize, OwnedFd)> = Vec::new();
-    let pop = |stack: &mut Vec<(usize, OwnedFd)>| {
-        if let Some((d, fd)) = stack.pop() {
-            ctx.finish_fd(d, fd.as_fd());
-        }
-    };
-    for (i, n) in ctx.nodes.iter().enumerate() {
-        if !n.inode.is_dir() || !created[i] {
+/// Owner, mode, xattrs and times of every directory, in reverse depth-first order: each after
+/// everything below it.
+fn finish_dirs(ctx: &Ctx, tree: &Tree) {
+    for i in (0..ctx.nodes.len()).rev() {
+        let n = &ctx.nodes[i];
+        if !n.inode.is_dir() || !tree.created[i] {
             continue;
         }
-        if n.is_dest() {
-            match ctx.dest.try_clone() {
-                Ok(fd) => stack.push((i, fd)),
-                Err(e) => ctx.local(i, "dup", e),
-            }
-            continue;
-        }
-        let p = n.parent;
-        while stack.last().is_some_and(|(d, _)| Some(*d) != p) {
-            pop(&mut stack);
-        }
-        let dir = match stack.last() {
-            Some((_, fd)) => fd.as_fd(),
-            None => ctx.dest.as_fd(),
-        };
-        match cstr(&n.name).and_then(|c| sys::open_dir(dir, &c)) {
-            Ok(fd) => stack.push((i, fd)),
+        match tree.dir(ctx, Some(i), libc::O_RDONLY) {
+            Ok(fd) => ctx.finish_fd(i, fd.as_fd()),
             Err(e) => ctx.local(i, "open to set its attributes", e),
         }
-    }
-    while !stack.is_empty() {
-        pop(&mut stack);
     }
 }
 
@@ -1093,6 +1384,19 @@ fn open_dest(dest: &std::path::Path, overwrite: bool) -> Result<OwnedFd> {
 
 /// Runs `sealfs extract`.
 pub fn run(args: ExtractArgs) -> Result<ExitCode> {
+    if args.threads > 0 {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(args.threads)
+            .build()
+            .context("starting worker threads")?
+            .install(|| extract(args))
+    } else {
+        extract(args)
+    }
+}
+
+/// [`run`], on the thread pool it chose.
+fn extract(args: ExtractArgs) -> Result<ExitCode> {
     let start = Instant::now();
     let opened = args.image.open()?;
     let img = &opened.image;
@@ -1109,6 +1413,8 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
     let nodes = plan(img, top, &path, max_depth, &mut errors)?;
 
     let dest = open_dest(&args.dest, args.overwrite)?;
+    // A default ACL on DEST would give what is created below it other permission bits than asked.
+    let dest_acl = sys::has_xattr(dest.as_fd(), c"system.posix_acl_default");
     let ctx = Ctx {
         img,
         nodes,
@@ -1117,6 +1423,9 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
         overwrite: args.overwrite,
         xattrs: !args.no_xattrs,
         root: is_root(),
+        owner: sys::effective_owner(),
+        umask: sys::umask(),
+        chmod_always: args.overwrite || dest_acl,
         errors: Mutex::new(errors),
         warnings: Mutex::new(Vec::new()),
         skipped_xattrs: AtomicU64::new(0),
@@ -1124,27 +1433,24 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
     };
 
     let progress = TermProgress::new(args.quiet);
-    let created = make_tree(&ctx);
+    let threads = rayon::current_num_threads();
+    // Directory descriptors kept open from phase 1 on: what the limit leaves after the deepest
+    // stack of open directories and a few descriptors per worker.
+    let keep = nofile.saturating_sub(512 + max_depth as u64 + 4 * threads as u64) as usize;
+    let mut tree = make_tree(&ctx, keep);
     let total: u64 = ctx
         .nodes
         .iter()
-        .enumerate()
-        .filter(|(i, n)| created[*i] && n.link_of.is_none() && n.inode.is_file())
-        .map(|(_, n)| n.inode.size())
+        .filter(|n| n.link_of.is_none() && n.inode.is_file())
+        .filter(|n| n.parent.is_none_or(|p| tree.created[p]))
+        .map(|n| n.inode.size())
         .sum();
     progress.begin("extracting", Some(total));
-    let failed = if args.threads > 0 {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(args.threads)
-            .build()
-            .context("starting worker threads")?
-            .install(|| write_data(&ctx, &created, &progress))
-    } else {
-        write_data(&ctx, &created, &progress)
-    };
+    let removed = write_data(&ctx, &mut tree, &progress);
     progress.end();
-    remove_failed(&ctx, &failed, &created);
-    finish_dirs(&ctx, &created);
+    make_links(&ctx, &mut tree, &removed);
+    finish_dirs(&ctx, &tree);
+    let created = tree.created;
 
     // Report.
     let mut counts = [0u64; 5]; // dirs, files, symlinks, special, extra hard links
