@@ -1,9 +1,10 @@
 //! The data phase of a compressed build: file data is compressed and written first, from block 1 on,
 //! because only then are the sizes known that the metadata (written after it) records.
 //!
-//! Files are cut into segments ([`compress::SEGMENT`]) that are compressed in parallel, a batch of
-//! bounded size at a time; each batch is then written in file order, so the image does not depend on
-//! the thread count and memory stays bounded by the batch, whatever the file sizes. While data passes
+//! Files are cut into segments ([`compress::SEGMENT`]) that are compressed in parallel, one segment
+//! per job, a batch of bounded size at a time; each batch is then written in file order while the next
+//! one is compressed, so the image does not depend on the thread count and memory stays bounded by two
+//! batches, whatever the file sizes. While data passes
 //! through memory it is hashed: level-0 Merkle hashes of the image blocks, and each file's own
 //! fs-verity leaves for its per-file digest.
 //!
@@ -163,6 +164,148 @@ struct FileState {
     leaves: Vec<u8>,
 }
 
+/// The serial part of the data phase: places each batch's extents in file order and writes them.
+struct Placer<'a> {
+    out: Target<'a>,
+    tree: &'a Tree,
+    shared: &'a SharedXattrs,
+    hashers: Hashers<'a>,
+    progress: &'a dyn Progress,
+    epoch: (i64, u32),
+    alg: u8,
+    next_blk: u64,
+    files: Vec<Option<Placed>>,
+    state: std::collections::HashMap<usize, FileState>,
+    leaves: DataLeaves,
+    digests: FileDigests,
+}
+
+impl Placer<'_> {
+    /// Places one batch of compressed segments (in file order) and writes its blocks.
+    fn place(&mut self, done: Vec<Unit>) -> Result<()> {
+        let (tree, shared, epoch, alg) = (self.tree, self.shared, self.epoch, self.alg);
+        let mut outb = Out {
+            first_blk: self.next_blk,
+            buf: Vec::new(),
+        };
+        let mut k = 0;
+        while k < done.len() {
+            // The units of one file in this batch.
+            let id = done[k].id;
+            let mut e = k;
+            while e < done.len() && done[e].id == id {
+                e += 1;
+            }
+            let inode = &tree.inodes[id];
+            let Kind::File(f) = &inode.kind else {
+                unreachable!()
+            };
+            let first_seg = done[k].seg == 0;
+            let last_seg = (done[e - 1].seg + 1) * compress::SEGMENT >= f.size;
+            let whole = first_seg && last_seg;
+            let (_, isize, ibody) = layout::inode_lens(inode, f.size, epoch, shared)?;
+            let st = self.state.entry(id).or_default();
+            for u in &done[k..e] {
+                st.leaves.extend_from_slice(&u.file_leaves);
+            }
+            let exts: Vec<&ZExtent> = done[k..e].iter().flat_map(|u| u.extents.iter()).collect();
+            // The tail extent inline after the indexes, if it is compressed into one block and fits.
+            let zmeta = ZPlan::meta_len(isize, ibody, f.size);
+            let tail = exts.last().filter(|t| {
+                last_seg && !t.plain && t.blocks() == 1 && zmeta + t.data.len() as u64 <= BLKSZ
+            });
+            let stored_blocks: u64 =
+                exts.iter().map(|x| x.blocks()).sum::<u64>() - tail.map_or(0, |_| 1);
+            let zcost = stored_blocks * BLKSZ + zmeta + tail.map_or(0, |t| t.data.len() as u64);
+            let tail_len = f.size % BLKSZ;
+            let inline_fits = tail_len != 0 && isize + ibody + tail_len <= BLKSZ;
+            let flat_cost = if inline_fits {
+                f.size - tail_len + isize + ibody + tail_len
+            } else {
+                f.size.div_ceil(BLKSZ) * BLKSZ + isize + ibody
+            };
+            if whole && zcost >= flat_cost {
+                // Stored as is.
+                let raw: Vec<u8> = done[k..e]
+                    .iter()
+                    .flat_map(|u| u.raw.iter().copied())
+                    .collect();
+                let body = if inline_fits {
+                    &raw[..(f.size - tail_len) as usize]
+                } else {
+                    &raw[..]
+                };
+                let blocks = (body.len() as u64).div_ceil(BLKSZ);
+                let startblk = if blocks > 0 {
+                    outb.push(body, blocks, false) as u32
+                } else {
+                    fmt::EROFS_NULL_ADDR
+                };
+                let tail = inline_fits.then(|| raw[(f.size - tail_len) as usize..].to_vec());
+                self.files[id] = Some(Placed::Flat {
+                    startblk,
+                    blocks,
+                    tail,
+                });
+            } else {
+                for (x_i, x) in exts.iter().enumerate() {
+                    let is_tail = tail.is_some() && x_i + 1 == exts.len();
+                    let blkaddr = if is_tail {
+                        0
+                    } else {
+                        outb.push(&x.data, x.blocks(), !x.plain) as u32
+                    };
+                    st.extents.push(ZPlaced {
+                        start: x.start,
+                        len: x.len,
+                        plain: x.plain,
+                        blkaddr,
+                        blocks: x.blocks() as u32,
+                    });
+                }
+                if last_seg {
+                    let extents = std::mem::take(&mut st.extents);
+                    let big_pcluster = extents.iter().any(|x| !x.plain && x.blocks > 1);
+                    let idata = tail.map(|t| t.data.clone()).unwrap_or_default();
+                    self.files[id] = Some(Placed::Compressed(ZPlan {
+                        alg,
+                        big_pcluster,
+                        extents,
+                        idata,
+                    }));
+                }
+            }
+            if last_seg {
+                let st = self.state.remove(&id).unwrap_or_default();
+                if let Some(h) = self.hashers.file {
+                    let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), f.size, &st.leaves)
+                        .map_err(|e| {
+                        BuildError::io(&inode.path, "hash", std::io::Error::other(e))
+                    })?;
+                    self.digests.push((id as u64, t.digest()));
+                }
+            }
+            for u in &done[k..e] {
+                self.progress.advance(u.raw.len() as u64);
+            }
+            k = e;
+        }
+        if !outb.buf.is_empty() {
+            self.out
+                .file
+                .write_all_at(&outb.buf, outb.first_blk * BLKSZ)
+                .map_err(|e| BuildError::io(self.out.path, "write image", e))?;
+            if let Some(h) = self.hashers.image {
+                let mut l = vec![0u8; outb.buf.len() / BLKSZ as usize * h.params().digest_size()];
+                h.par_hash_blocks_into(&outb.buf, &mut l);
+                self.leaves.push((outb.first_blk, l));
+            }
+            self.next_blk = outb.next_blk();
+        }
+        Ok(())
+    }
+}
+
 /// Compresses and writes every regular file's data from block 1 on.
 pub(crate) fn write_data(
     out: Target<'_>,
@@ -266,7 +409,7 @@ pub(crate) fn write_data(
         }
     }
 
-    let mut state: std::collections::HashMap<usize, FileState> = std::collections::HashMap::new();
+    let mut batches = Vec::new();
     let mut i = 0;
     while i < units.len() {
         let mut j = i;
@@ -275,129 +418,49 @@ pub(crate) fn write_data(
             bytes += units[j].2;
             j += 1;
         }
-        let done: Vec<Unit> = units[i..j]
-            .par_iter()
-            .map(|&(id, seg, _)| run_unit(tree, copts, hashers, id, seg))
-            .collect::<Result<_>>()?;
-        let mut outb = Out {
-            first_blk: next_blk,
-            buf: Vec::new(),
-        };
-        let mut k = 0;
-        while k < done.len() {
-            // The units of one file in this batch.
-            let id = done[k].id;
-            let mut e = k;
-            while e < done.len() && done[e].id == id {
-                e += 1;
-            }
-            let inode = &tree.inodes[id];
-            let Kind::File(f) = &inode.kind else {
-                unreachable!()
-            };
-            let first_seg = done[k].seg == 0;
-            let last_seg = (done[e - 1].seg + 1) * compress::SEGMENT >= f.size;
-            let whole = first_seg && last_seg;
-            let (_, isize, ibody) = layout::inode_lens(inode, f.size, epoch, shared)?;
-            let st = state.entry(id).or_default();
-            for u in &done[k..e] {
-                st.leaves.extend_from_slice(&u.file_leaves);
-            }
-            let exts: Vec<&ZExtent> = done[k..e].iter().flat_map(|u| u.extents.iter()).collect();
-            // The tail extent inline after the indexes, if it is compressed into one block and fits.
-            let zmeta = ZPlan::meta_len(isize, ibody, f.size);
-            let tail = exts.last().filter(|t| {
-                last_seg && !t.plain && t.blocks() == 1 && zmeta + t.data.len() as u64 <= BLKSZ
-            });
-            let stored_blocks: u64 =
-                exts.iter().map(|x| x.blocks()).sum::<u64>() - tail.map_or(0, |_| 1);
-            let zcost = stored_blocks * BLKSZ + zmeta + tail.map_or(0, |t| t.data.len() as u64);
-            let tail_len = f.size % BLKSZ;
-            let inline_fits = tail_len != 0 && isize + ibody + tail_len <= BLKSZ;
-            let flat_cost = if inline_fits {
-                f.size - tail_len + isize + ibody + tail_len
-            } else {
-                f.size.div_ceil(BLKSZ) * BLKSZ + isize + ibody
-            };
-            if whole && zcost >= flat_cost {
-                // Stored as is.
-                let raw: Vec<u8> = done[k..e]
-                    .iter()
-                    .flat_map(|u| u.raw.iter().copied())
-                    .collect();
-                let body = if inline_fits {
-                    &raw[..(f.size - tail_len) as usize]
-                } else {
-                    &raw[..]
-                };
-                let blocks = (body.len() as u64).div_ceil(BLKSZ);
-                let startblk = if blocks > 0 {
-                    outb.push(body, blocks, false) as u32
-                } else {
-                    fmt::EROFS_NULL_ADDR
-                };
-                let tail = inline_fits.then(|| raw[(f.size - tail_len) as usize..].to_vec());
-                files[id] = Some(Placed::Flat {
-                    startblk,
-                    blocks,
-                    tail,
-                });
-            } else {
-                for (x_i, x) in exts.iter().enumerate() {
-                    let is_tail = tail.is_some() && x_i + 1 == exts.len();
-                    let blkaddr = if is_tail {
-                        0
-                    } else {
-                        outb.push(&x.data, x.blocks(), !x.plain) as u32
-                    };
-                    st.extents.push(ZPlaced {
-                        start: x.start,
-                        len: x.len,
-                        plain: x.plain,
-                        blkaddr,
-                        blocks: x.blocks() as u32,
-                    });
-                }
-                if last_seg {
-                    let extents = std::mem::take(&mut st.extents);
-                    let big_pcluster = extents.iter().any(|x| !x.plain && x.blocks > 1);
-                    let idata = tail.map(|t| t.data.clone()).unwrap_or_default();
-                    files[id] = Some(Placed::Compressed(ZPlan {
-                        alg,
-                        big_pcluster,
-                        extents,
-                        idata,
-                    }));
-                }
-            }
-            if last_seg {
-                let st = state.remove(&id).unwrap_or_default();
-                if let Some(h) = hashers.file {
-                    let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), f.size, &st.leaves)
-                        .map_err(|e| {
-                        BuildError::io(&inode.path, "hash", std::io::Error::other(e))
-                    })?;
-                    digests.push((id as u64, t.digest()));
-                }
-            }
-            for u in &done[k..e] {
-                progress.advance(u.raw.len() as u64);
-            }
-            k = e;
-        }
-        if !outb.buf.is_empty() {
-            out.file
-                .write_all_at(&outb.buf, outb.first_blk * BLKSZ)
-                .map_err(|e| BuildError::io(out.path, "write image", e))?;
-            if let Some(h) = hashers.image {
-                let mut l = vec![0u8; outb.buf.len() / BLKSZ as usize * h.params().digest_size()];
-                h.par_hash_blocks_into(&outb.buf, &mut l);
-                leaves.push((outb.first_blk, l));
-            }
-            next_blk = outb.next_blk();
-        }
+        batches.push(i..j);
         i = j;
     }
+    // One unit per job: unit costs vary a hundredfold (a 4 MiB segment against a small header), and
+    // rayon's default splitting hands out runs of units that cannot be stolen once started.
+    let compress_batch = |r: std::ops::Range<usize>| -> Result<Vec<Unit>> {
+        units[r]
+            .par_iter()
+            .with_max_len(1)
+            .map(|&(id, seg, _)| run_unit(tree, copts, hashers, id, seg))
+            .collect()
+    };
+    let mut placer = Placer {
+        out,
+        tree,
+        shared,
+        hashers,
+        progress,
+        epoch,
+        alg,
+        next_blk,
+        files,
+        state: std::collections::HashMap::new(),
+        leaves,
+        digests,
+    };
+    // Batch k is placed and written (in file order, on one thread) while batch k + 1 is compressed.
+    let mut pending: Option<Vec<Unit>> = None;
+    for b in 0..=batches.len() {
+        let (placed, next) = rayon::join(
+            || pending.take().map_or(Ok(()), |done| placer.place(done)),
+            || batches.get(b).cloned().map(compress_batch).transpose(),
+        );
+        placed?;
+        pending = next?;
+    }
+    let Placer {
+        next_blk,
+        files,
+        leaves,
+        mut digests,
+        ..
+    } = placer;
     progress.end();
     digests.sort_unstable_by_key(|(id, _)| *id);
     Ok(DataPhase {

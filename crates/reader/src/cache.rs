@@ -158,45 +158,62 @@ impl<K: Copy + Eq + Hash, V: Clone + Weigh> Lru<K, V> {
         self.nodes[i].val.clone()
     }
 
-    /// Removes the least recently used entry.
-    fn evict_tail(&mut self) {
+    /// Removes the least recently used entry; returns its value.
+    fn evict_tail(&mut self) -> Option<V> {
         if self.tail != NIL {
-            self.remove_slot(self.tail);
+            self.remove_slot(self.tail)
+        } else {
+            None
         }
     }
 
-    /// Removes the entry in slot `i`; the slot goes to the free list.
-    fn remove_slot(&mut self, i: usize) {
+    /// Removes the entry in slot `i`; the slot goes to the free list. Returns its value.
+    fn remove_slot(&mut self, i: usize) -> Option<V> {
         self.unlink(i);
         self.map.remove(&self.nodes[i].key);
-        if let Some(v) = self.nodes[i].val.take() {
+        let v = self.nodes[i].val.take();
+        if let Some(v) = &v {
             self.bytes -= v.weight();
         }
         self.free.push(i);
+        v
     }
 
     /// Stores `val` under `key` as the most recently used entry, evicting as needed. Returns the
     /// number of entries evicted. A value longer than the byte bound is not stored (and evicts
     /// nothing; an older value under the same key is dropped).
     pub(crate) fn insert(&mut self, key: K, val: V) -> usize {
+        self.insert_with(key, val, drop)
+    }
+
+    /// [`Lru::insert`], handing every value it drops (evicted, or replaced under `key`) to
+    /// `dropped`.
+    pub(crate) fn insert_with(&mut self, key: K, val: V, mut dropped: impl FnMut(V)) -> usize {
         let weight = val.weight();
         if self.cap == 0 || weight > self.max_bytes {
             if let Some(i) = self.map.get(&key).copied() {
-                self.remove_slot(i);
+                if let Some(v) = self.remove_slot(i) {
+                    dropped(v);
+                }
             }
             return 0;
         }
         let mut evicted = 0;
         if let Some(&i) = self.map.get(&key) {
-            let old = self.nodes[i].val.replace(val).map_or(0, |v| v.weight());
-            self.bytes = self.bytes - old + weight;
+            let old = self.nodes[i].val.replace(val);
+            self.bytes = self.bytes - old.as_ref().map_or(0, |v| v.weight()) + weight;
+            if let Some(v) = old {
+                dropped(v);
+            }
             if self.head != i {
                 self.unlink(i);
                 self.push_front(i);
             }
             // `i` is the head and fits alone, so eviction stops before reaching it.
             while self.bytes > self.max_bytes && self.tail != i {
-                self.evict_tail();
+                if let Some(v) = self.evict_tail() {
+                    dropped(v);
+                }
                 evicted += 1;
             }
             return evicted;
@@ -204,7 +221,9 @@ impl<K: Copy + Eq + Hash, V: Clone + Weigh> Lru<K, V> {
         while self.tail != NIL
             && (self.map.len() >= self.cap || self.bytes + weight > self.max_bytes)
         {
-            self.evict_tail();
+            if let Some(v) = self.evict_tail() {
+                dropped(v);
+            }
             evicted += 1;
         }
         self.bytes += weight;

@@ -305,8 +305,8 @@ impl Image {
         let z = self.zmap(inode, pos)?;
         let zend = z.logical + z.length;
         let n = (zend.min(end) - pos) as usize;
-        let data = self.decoded_extent(inode, &z)?;
         let from = (pos - z.logical) as usize;
+        let data = self.decoded_extent(inode, &z, from as u64, (from + n) as u64)?;
         let src = data.get(from..from + n).ok_or_else(|| {
             Error::corrupted(
                 format!(
@@ -319,6 +319,7 @@ impl Image {
             )
         })?;
         dst[..n].copy_from_slice(src);
+        self.clusters.recycle(data);
         Ok(n as u64)
     }
 

@@ -25,8 +25,13 @@
 //! right-aligned: leading zero bytes are skipped, looking **only at the pcluster's first block**
 //! (for an inline pcluster, the rest of its block). A first block of zeros is corrupted.
 //!
-//! **Decoded length.** Each extent is decoded whole: `m_llen` bytes from its start to the next
-//! extent's start, or to `i_size` for the last one. Like the kernel's full decode
+//! **Decoded length.** An extent holds `m_llen` bytes, from its start to the next extent's start
+//! (or to `i_size` for the last one). A read that ends inside it needs only a prefix, and
+//! `Image::decoded_extent` decodes only that prefix when it will not keep the rest (see the cluster
+//! cache below): LZ4 with the partial decoder below (as the kernel decodes only up to the output it
+//! needs), ZSTD by stopping the streaming decoder, PLAIN by copying less. The bytes after the
+//! prefix are then not looked at, so damage there shows only on a read that reaches it. A whole
+//! extent is decoded like the kernel's full decode
 //! (`LZ4_decompress_safe` into exactly `m_llen` bytes) and `fsck.erofs`, a right-aligned LZ4 stream
 //! must decode to exactly that length (decoded with `lz4_flex`). Two cases need the kernel's
 //! *partial* decode (`LZ4_decompress_safe_partial`: stop once `m_llen` bytes are out, whatever
@@ -44,14 +49,23 @@
 //!
 //! # The cluster cache
 //!
-//! Decoded extents are kept in a least-recently-used cache bounded by bytes
+//! Decoded extents (or decoded prefixes of them) are kept in a least-recently-used cache bounded by
+//! bytes
 //! ([`crate::Options::cluster_cache_bytes`], default [`DEFAULT_CLUSTER_CACHE_BYTES`]; 0 turns it
 //! off). The key is what determines the decoded bytes: the pcluster's image position and length,
 //! the algorithm, the decoded length (and, for interlaced pclusters, where the extent starts in
 //! its block); so extents of different inodes sharing a pcluster share an entry. The bound counts
 //! decoded bytes and is never exceeded: an entry larger than the bound is not cached, and
 //! eviction makes room before an insertion. Repeated reads of the same region are served from the
-//! cache without reading or decoding again. Every decoded extent a read needs is one lookup,
+//! cache without reading or decoding again. An entry serves every read that ends within it; a
+//! read past a cached prefix is a miss that decodes the whole extent and replaces the entry. A
+//! miss decodes the whole extent only when the rest is likely to be read: the read starts at the
+//! extent's start (streaming), or the extent was missed before; a random read landing inside an
+//! extent decodes and caches only the prefix it needs. So when the working set is larger than the
+//! cache, a miss costs what a read with the cache off costs, and the cache holds more, shorter
+//! entries. Buffers of evicted and uncached extents are reused by later decodes (a few, of at most
+//! 1 MiB each, outside the bound), so a miss does not pay for a fresh zeroed allocation either.
+//! Every decoded extent (or prefix) a read needs is one lookup,
 //! counted as a hit or a miss in [`crate::StatsSnapshot`], with evictions, the compressed bytes
 //! read and the decompressed bytes produced on misses, and the bytes held (now and at most).
 
@@ -86,7 +100,18 @@ pub(crate) struct ClusterKey {
 /// The bounded cache of decoded extents.
 pub(crate) struct ClusterCache {
     lru: Mutex<Lru<ClusterKey, Arc<Vec<u8>>>>,
+    max_bytes: usize,
+    /// Buffers of evicted or uncached extents, reused by the next decodes: a decode then writes
+    /// into memory already mapped, instead of a fresh allocation that is zeroed and faulted in
+    /// (what made a miss with the cache on cost more than one with it off). At most
+    /// [`SPARE_BUFFERS`] buffers of at most [`SPARE_MAX_BYTES`] each, outside the cache's bound.
+    spare: Mutex<Vec<Vec<u8>>>,
 }
+
+/// Buffers kept for reuse.
+const SPARE_BUFFERS: usize = 8;
+/// Largest buffer kept for reuse.
+const SPARE_MAX_BYTES: usize = 1 << 20;
 
 impl ClusterCache {
     /// A cache holding at most `max_bytes` decoded bytes (0: nothing is cached).
@@ -94,6 +119,8 @@ impl ClusterCache {
         let cap = if max_bytes == 0 { 0 } else { usize::MAX };
         ClusterCache {
             lru: Mutex::new(Lru::with_bounds(cap, max_bytes)),
+            max_bytes,
+            spare: Mutex::new(Vec::new()),
         }
     }
 
@@ -102,9 +129,51 @@ impl ClusterCache {
     }
 
     fn insert(&self, key: ClusterKey, val: Arc<Vec<u8>>, stats: &Stats) {
-        let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
-        let evicted = lru.insert(key, val);
-        stats.set_cluster_cache(evicted as u64, lru.bytes() as u64);
+        let mut dropped = Vec::new();
+        {
+            let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+            let evicted = lru.insert_with(key, val, |v| dropped.push(v));
+            stats.set_cluster_cache(evicted as u64, lru.bytes() as u64);
+        }
+        for v in dropped {
+            self.recycle(v);
+        }
+    }
+
+    /// A buffer for `n` decoded bytes: a spare one of a capacity from `n` to `2n` (so an entry
+    /// does not hold much more memory than it weighs), or a new one.
+    fn take_buffer(&self, n: usize) -> Vec<u8> {
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        match spare
+            .iter()
+            .position(|b| (n..=n.saturating_mul(2)).contains(&b.capacity()))
+        {
+            Some(i) => spare.swap_remove(i),
+            None => Vec::with_capacity(n),
+        }
+    }
+
+    /// Keeps the buffer of a decoded extent nobody else holds, for [`Self::take_buffer`].
+    pub(crate) fn recycle(&self, v: Arc<Vec<u8>>) {
+        let Ok(v) = Arc::try_unwrap(v) else { return };
+        if v.capacity() > SPARE_MAX_BYTES || v.capacity() == 0 {
+            return;
+        }
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() == SPARE_BUFFERS {
+            // Keep the larger buffers: they save the most.
+            let (i, min) = spare
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, b)| (i, b.capacity()))
+                .unwrap_or((0, 0));
+            if min >= v.capacity() {
+                return;
+            }
+            spare.swap_remove(i);
+        }
+        spare.push(v);
     }
 
     /// Entries and bytes held.
@@ -120,8 +189,11 @@ struct DecodeReq<'a> {
     input: &'a [u8],
     /// Bytes of `input` in its first block: where zero padding is looked for.
     first_block: usize,
-    /// Decoded bytes wanted: the extent's length.
+    /// The extent's decoded length.
     length: usize,
+    /// Decoded bytes to produce: the extent's first `want <= length` bytes (a prefix is enough
+    /// for a read that ends before the extent does).
+    want: usize,
     /// The stream may decode to more than `length` (`PARTIAL_REF`).
     partial: bool,
     /// `ZERO_PADDING` is set.
@@ -143,7 +215,8 @@ impl DecodeReq<'_> {
     }
 }
 
-type DecodeFn = fn(&DecodeReq<'_>) -> Result<Vec<u8>>;
+/// Decodes `req.want` bytes into the given buffer (a recycled one, any length and contents).
+type DecodeFn = fn(&DecodeReq<'_>, Vec<u8>) -> Result<Vec<u8>>;
 
 /// A decoder of one algorithm id.
 struct Decompressor {
@@ -155,7 +228,7 @@ struct Decompressor {
 static DECOMPRESSORS: [Decompressor; 4] = [
     Decompressor {
         name: "LZ4",
-        decode: Some(decode_lz4),
+        decode: Some(decode_lz4_into),
     },
     Decompressor {
         name: "LZMA",
@@ -167,7 +240,7 @@ static DECOMPRESSORS: [Decompressor; 4] = [
     },
     Decompressor {
         name: "ZSTD",
-        decode: Some(decode_zstd),
+        decode: Some(decode_zstd_into),
     },
 ];
 
@@ -217,12 +290,19 @@ fn lz4_decode_partial(src: &[u8], out: &mut [u8]) -> std::result::Result<usize, 
         if lit == 15 {
             lit = more(src, &mut ip, lit)?;
         }
-        let n = lit.min(out.len() - op);
-        let literal = src
-            .get(ip..ip.saturating_add(n))
-            .ok_or("literals run past the end of the input")?;
-        out[op..op + n].copy_from_slice(literal);
-        op += n;
+        if lit <= 16 && src.len() - ip >= 16 && out.len() - op >= 16 {
+            // Fast path, far from both ends: 16 bytes at once; those after the literals are
+            // overwritten by what follows (or lie past the bytes returned).
+            out[op..op + 16].copy_from_slice(&src[ip..ip + 16]);
+            op += lit;
+        } else {
+            let n = lit.min(out.len() - op);
+            let literal = src
+                .get(ip..ip.saturating_add(n))
+                .ok_or("literals run past the end of the input")?;
+            out[op..op + n].copy_from_slice(literal);
+            op += n;
+        }
         if op == out.len() {
             break;
         }
@@ -246,17 +326,66 @@ fn lz4_decode_partial(src: &[u8], out: &mut [u8]) -> std::result::Result<usize, 
         if mlen == 19 {
             mlen = more(src, &mut ip, mlen)?;
         }
+        let from = op - offset;
+        if offset >= 16 && (out.len() - op).saturating_sub(16) >= mlen {
+            // Fast path: 16-byte chunks, each from bytes already written; the last one may write
+            // up to 15 bytes past the match, overwritten by what follows.
+            let mut k = 0;
+            while k < mlen {
+                out.copy_within(from + k..from + k + 16, op + k);
+                k += 16;
+            }
+            op += mlen;
+            continue;
+        }
         let n = mlen.min(out.len() - op);
-        for i in op..op + n {
-            out[i] = out[i - offset];
+        // An overlapping match repeats the `offset` bytes before it: copy them in chunks that
+        // double, each one from bytes already written (a whole number of periods at every step).
+        let mut done = 0;
+        while done < n {
+            let c = (offset + done).min(n - done);
+            out.copy_within(from..from + c, op + done);
+            done += c;
         }
         op += n;
     }
     Ok(op)
 }
 
+/// `buf` with exactly `n` initialised bytes: no zeroing of the bytes it already has (a decoder
+/// overwrites all `n` before it succeeds).
+fn sized(mut buf: Vec<u8>, n: usize) -> Vec<u8> {
+    if buf.len() >= n {
+        buf.truncate(n);
+    } else {
+        buf.resize(n, 0);
+    }
+    buf
+}
+
+#[cfg(test)]
 fn decode_lz4(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; req.length];
+    decode_lz4_into(req, Vec::new())
+}
+
+fn decode_lz4_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
+    let mut out = sized(buf, req.want);
+    if req.want < req.length && req.zero_padding && !req.partial {
+        // A prefix: the kernel's partial decode, stopping once `want` bytes are out.
+        let src = skip_padding(req)?;
+        return match lz4_decode_partial(src, &mut out) {
+            Ok(n) if n == req.want => Ok(out),
+            Ok(n) => Err(req.corrupted(format!(
+                "LZ4 data of {} bytes ends after {n} of the extent's {} bytes",
+                src.len(),
+                req.length
+            ))),
+            Err(e) => Err(req.corrupted(format!(
+                "LZ4 data of {} bytes does not decode: {e}",
+                src.len()
+            ))),
+        };
+    }
     if !req.zero_padding || req.partial {
         // Legacy images (no ZERO_PADDING): the stream is left-aligned, whatever follows it in
         // the pcluster is not LZ4, and it may hold more than the extent. A partial reference
@@ -267,7 +396,7 @@ fn decode_lz4(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
             req.input
         };
         return match lz4_decode_partial(src, &mut out) {
-            Ok(n) if n == req.length => Ok(out),
+            Ok(n) if n == req.want => Ok(out),
             Ok(n) => Err(req.corrupted(format!(
                 "LZ4 data of {} bytes ends after {n} of the extent's {} bytes",
                 src.len(),
@@ -301,11 +430,16 @@ thread_local! {
     static ZSTD_DCTX: RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
 }
 
+#[cfg(test)]
 fn decode_zstd(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
+    decode_zstd_into(req, Vec::new())
+}
+
+fn decode_zstd_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
     use zstd::stream::raw::{DParameter, Decoder, InBuffer, Operation, OutBuffer};
     let src = skip_padding(req)?;
     let zerr = |e: std::io::Error| req.corrupted(format!("ZSTD data does not decode: {e}"));
-    let mut out = vec![0u8; req.length];
+    let mut out = sized(buf, req.want);
     ZSTD_DCTX.with(|cell| {
         let mut slot = cell.borrow_mut();
         let dctx = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
@@ -314,10 +448,10 @@ fn decode_zstd(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
             .map_err(zerr)?;
         let mut input = InBuffer::around(src);
         let mut output = OutBuffer::around(&mut out[..]);
-        while output.pos() < req.length {
+        while output.pos() < req.want {
             let before = (input.pos(), output.pos());
             let hint = dec.run(&mut input, &mut output).map_err(zerr)?;
-            if output.pos() == req.length {
+            if output.pos() == req.want {
                 break;
             }
             if hint == 0 {
@@ -352,7 +486,7 @@ fn transform_plain(req: &DecodeReq<'_>, interlaced: Option<usize>) -> Result<Vec
         )));
     }
     let Some(cut) = interlaced else {
-        return Ok(input[..req.length].to_vec());
+        return Ok(input[..req.want].to_vec());
     };
     // The first `cut` bytes of the extent are the pcluster's last `cut` bytes; the rest start at
     // its byte 0.
@@ -362,17 +496,30 @@ fn transform_plain(req: &DecodeReq<'_>, interlaced: Option<usize>) -> Result<Vec
             input.len()
         )));
     };
-    let head = cut.min(req.length);
-    let mut out = Vec::with_capacity(req.length);
+    let head = cut.min(req.want);
+    let mut out = Vec::with_capacity(req.want);
     out.extend_from_slice(&input[start..start + head]);
-    out.extend_from_slice(&input[..req.length - head]);
+    out.extend_from_slice(&input[..req.want - head]);
     Ok(out)
 }
 
 impl Image {
-    /// The decoded bytes of extent `z` of `inode` (`z.length` bytes), from the cluster cache or
-    /// read and decoded (and then cached).
-    pub(crate) fn decoded_extent(&self, inode: &Inode, z: &ZExtent) -> Result<Arc<Vec<u8>>> {
+    /// Decoded bytes of extent `z` of `inode`, at least its first `need` bytes (all `z.length` of
+    /// them, or a prefix), for a read of the extent's bytes `from..need`: from the cluster cache,
+    /// or read and decoded (and then cached).
+    ///
+    /// What a miss decodes: the whole extent when the cache is on and either the read starts at
+    /// the extent's start (streaming reads go on to the rest of it) or the cache already holds a
+    /// shorter prefix of it (the second miss on it); otherwise only the prefix the read needs, as
+    /// the kernel's partial decode does. So random reads that land inside large extents neither
+    /// decode nor cache the bytes after them, with the cache on or off.
+    pub(crate) fn decoded_extent(
+        &self,
+        inode: &Inode,
+        z: &ZExtent,
+        from: u64,
+        need: u64,
+    ) -> Result<Arc<Vec<u8>>> {
         let bits = self.sb.blkszbits;
         let bsz = self.block_size();
         let interlaced = z.algorithm == Compression::Interlaced;
@@ -385,11 +532,20 @@ impl Image {
             partial_ref: z.partial_ref,
         };
         let stats = self.blocks.stats();
-        if let Some(v) = self.clusters.get(key) {
-            stats.add_cluster_hit();
-            return Ok(v);
+        let need = need.min(z.length);
+        let cached = self.clusters.get(key);
+        if let Some(v) = &cached {
+            if v.len() as u64 >= need {
+                stats.add_cluster_hit();
+                return Ok(v.clone());
+            }
         }
         stats.add_cluster_miss();
+        let want = if self.clusters.max_bytes > 0 && (from == 0 || cached.is_some()) {
+            z.length
+        } else {
+            need
+        };
         let at = Location::nid(inode.nid)
             .with_offset(z.physical)
             .with_block(z.physical >> bits);
@@ -406,6 +562,7 @@ impl Image {
             input: &input,
             first_block: (bsz - z.physical % bsz) as usize,
             length,
+            want: want as usize,
             partial: z.partial_ref,
             zero_padding: self.sb.has_incompat(EROFS_FEATURE_INCOMPAT_ZERO_PADDING),
             zstd_window_log: self.sb.compr.zstd_windowlog.unwrap_or(10) as u32 + 10,
@@ -440,10 +597,10 @@ impl Image {
                         )));
                     }
                 }
-                decode(&req)?
+                decode(&req, self.clusters.take_buffer(req.want))?
             }
         };
-        debug_assert_eq!(out.len(), length);
+        debug_assert_eq!(out.len() as u64, want);
         stats.add_decompressed(out.len() as u64);
         let out = Arc::new(out);
         self.clusters.insert(key, out.clone(), stats);
@@ -465,6 +622,7 @@ mod tests {
             input,
             first_block: 4096.min(input.len()),
             length,
+            want: length,
             partial: false,
             zero_padding: true,
             zstd_window_log: 20,
@@ -552,6 +710,35 @@ mod tests {
                 let _ = lz4_decode_partial(&bad[..i], &mut out);
             }
         }
+    }
+
+    #[test]
+    fn prefixes_decode_into_dirty_buffers() {
+        // Every prefix length, into a reused buffer full of other bytes (a recycled one is not
+        // zeroed): the decoders must write every byte they return.
+        let data = text(20000);
+        let stream = lz4_flex::block::compress(&data);
+        let lz4 = padded(&stream, stream.len().next_multiple_of(4096));
+        let frame = zstd::bulk::compress(&data, 3).unwrap();
+        let zst = padded(&frame, frame.len().next_multiple_of(4096));
+        for want in (1..=data.len()).step_by(7).chain([data.len()]) {
+            for (input, zstd) in [(&lz4, false), (&zst, true)] {
+                let mut r = req(input, data.len());
+                r.want = want;
+                let dirty = vec![0x5Au8; want + (want % 3) * 100];
+                let out = if zstd {
+                    decode_zstd_into(&r, dirty)
+                } else {
+                    decode_lz4_into(&r, dirty)
+                }
+                .unwrap();
+                assert_eq!(out, &data[..want], "zstd {zstd} want {want}");
+            }
+        }
+        // A prefix of a stream that ends early is corrupted, not short.
+        let mut r = req(&lz4, data.len() + 10);
+        r.want = data.len() + 5;
+        assert!(decode_lz4(&r).unwrap_err().is_corrupted());
     }
 
     #[test]

@@ -457,10 +457,12 @@ fn cluster_cache_hits_bounds_and_counts() {
     assert_eq!((s2.compressed_bytes_read, s2.decompressed_bytes), (0, 0));
     assert_eq!(s2.blocks_read, 0, "{s2:?}");
 
-    // A read decodes only the extents it overlaps: one byte in the middle is one extent.
+    // A read decodes only the extents it overlaps: one byte in the middle is one extent, of which
+    // only the prefix up to that byte is decoded (and cached); a second read past the prefix
+    // decodes the whole extent.
     let fresh = open_with(&img_path, 64 << 20);
-    let mid = text.size() / 2;
-    let e = fresh.map(&text, mid).unwrap();
+    let e = fresh.map(&text, text.size() / 2).unwrap();
+    let mid = e.logical + e.length / 2;
     let ExtentKind::Compressed { plen, .. } = e.kind else {
         panic!("{e:?}")
     };
@@ -469,7 +471,17 @@ fn cluster_cache_hits_bounds_and_counts() {
     assert_eq!(byte[0], want[mid as usize]);
     let s = fresh.stats();
     assert_eq!((s.cluster_misses, s.compressed_bytes_read), (1, plen));
-    assert_eq!(s.decompressed_bytes, e.length);
+    assert_eq!(s.decompressed_bytes, mid - e.logical + 1);
+    assert_eq!(s.cluster_cache_bytes, mid - e.logical + 1);
+    fresh.read(&text, mid - 100, &mut byte).unwrap();
+    assert_eq!(byte[0], want[mid as usize - 100]);
+    assert_eq!(fresh.stats().since(&s).cluster_hits, 1);
+    fresh.read(&text, mid + 1, &mut byte).unwrap();
+    assert_eq!(byte[0], want[mid as usize + 1]);
+    let s2 = fresh.stats().since(&s);
+    assert_eq!((s2.cluster_hits, s2.cluster_misses), (1, 1), "{s2:?}");
+    assert_eq!(s2.decompressed_bytes, e.length);
+    assert_eq!(s2.cluster_cache_bytes, e.length);
 
     // A small bound is never exceeded, entries are evicted, and hits + misses == lookups.
     let bound = 150_000;
@@ -989,5 +1001,95 @@ fn sealfs_compressed_images_read_back_equal_to_the_source() {
                 }
             }
         }
+    }
+}
+
+// ----- prefix decoding ---------------------------------------------------------------------------
+
+/// A read that ends inside an extent decodes only the extent's prefix up to its end (the cache
+/// off, or a first miss inside the extent); every such read equals the source at every offset of
+/// every extent, for LZ4 and ZSTD, and the statistics count exactly the prefix decoded. With the
+/// cache on and a small bound, prefixes, their extension to whole extents and hits interleave
+/// without exceeding the bound, and hits + misses still equal the lookups.
+#[test]
+fn prefix_decodes_equal_full_decodes_at_every_offset() {
+    let bin = common::sealfs_bin();
+    if !oracle_guard(bin.as_ref().map(drop).map_err(Clone::clone)) {
+        return;
+    }
+    let bin = bin.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let src_path = dir.path().join("src");
+    fs::create_dir(&src_path).unwrap();
+    build_tree(&src_path);
+    let src = scan_source(&src_path);
+    for (name, args) in [
+        ("lz4hc-64k", &["-z", "lz4hc", "-C", "65536"][..]),
+        ("zstd-64k", &["-z", "zstd", "-C", "65536"]),
+        ("lz4-4k", &["-z", "lz4"]),
+    ] {
+        let img_path = dir.path().join(format!("{name}.img"));
+        common::sealfs_build(&bin, &src_path, &img_path, args).unwrap();
+        let off = open_with(&img_path, 0);
+        let tree = walk_image(&off).unwrap();
+        let files = files(&off, &tree);
+        let mut prefix_reads = 0;
+        for (path, inode) in files.iter().filter(|(_, i)| is_compressed(i)) {
+            let content = src[path].content.as_ref().unwrap();
+            for e in off.map_range(inode, 0, u64::MAX).unwrap() {
+                let ExtentKind::Compressed { algorithm, .. } = e.kind else {
+                    panic!("{e:?}")
+                };
+                let step = (e.length / 64).max(1);
+                let mut offsets: Vec<u64> = (0..e.length).step_by(step as usize).collect();
+                offsets.extend([e.length - 1, e.length.saturating_sub(4096)]);
+                for rel in offsets {
+                    let pos = e.logical + rel;
+                    let len = (e.length - rel).min(4096);
+                    let s0 = off.stats();
+                    let got = off.read_vec(inode, pos, len as usize).unwrap();
+                    assert_eq!(
+                        got,
+                        &content[pos as usize..(pos + len) as usize],
+                        "{name}: /{} at {pos}",
+                        common::show(path)
+                    );
+                    let s = off.stats().since(&s0);
+                    assert_eq!((s.cluster_hits, s.cluster_misses), (0, 1), "{s:?}");
+                    if matches!(algorithm, Compression::Lz4 | Compression::Zstd) {
+                        // Exactly the prefix the read needs.
+                        assert_eq!(s.decompressed_bytes, rel + len, "{name} {e:?} {rel}");
+                        prefix_reads += (rel + len < e.length) as u64;
+                    }
+                }
+            }
+        }
+        assert!(prefix_reads > 100, "{name}: {prefix_reads} prefix reads");
+
+        // Cache on, small bound: random reads inside and across extents.
+        let bound = 200_000;
+        let img = open_with(&img_path, bound);
+        let mut rng = Rng::new(77);
+        let all: Vec<_> = files.iter().filter(|(_, i)| is_compressed(i)).collect();
+        let mut expected_lookups = 0;
+        for round in 0..4000 {
+            let (path, inode) = all[rng.below(all.len() as u64) as usize];
+            let content = src[path].content.as_ref().unwrap();
+            let pos = rng.below(content.len() as u64);
+            let len = 1 + rng.below(if round % 8 == 0 { 150_000 } else { 4096 });
+            let got = img.read_vec(inode, pos, len as usize).unwrap();
+            let end = (pos + len).min(content.len() as u64) as usize;
+            assert_eq!(got, &content[pos as usize..end], "{name} round {round}");
+            expected_lookups += lookups(&img, inode, pos, len);
+            assert!(img.cluster_cache_usage().1 <= bound);
+        }
+        let s = img.stats();
+        assert_eq!(s.cluster_hits + s.cluster_misses, expected_lookups, "{s:?}");
+        assert!(s.cluster_cache_peak_bytes <= bound as u64, "{s:?}");
+        assert!(
+            s.cluster_hits > 0 && s.cluster_evictions > 0,
+            "{name}: {s:?}"
+        );
+        assert_eq!(s.cluster_cache_bytes as usize, img.cluster_cache_usage().1);
     }
 }
