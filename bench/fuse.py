@@ -322,7 +322,7 @@ def report(tables, hwm, vstats):
     ver = {p: sh(["dpkg-query", "-W", "-f", "${Version}", p]) for p in ("squashfuse", "squashfs-tools", "fio", "fuse3")}
     out = [HEADING, "",
            f"Measured {time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())} with `bench/fuse.py`; raw runs in `bench/results/{os.path.basename(csv_path)}`.", "",
-           f"- Machine: nproc {os.cpu_count()}, {cpu}, kernel {os.uname().release}; images on ext4.",
+           f"- Machine: nproc {os.cpu_count()}, {cpu}, kernel {os.uname().release}; images on ext4; load average at the end {os.getloadavg()[0]:.2f}.",
            f"- Versions: {sh([SEALFS, '--version']).strip()}, squashfuse {ver['squashfuse']}, squashfs-tools {ver['squashfs-tools']}, fio {ver['fio']}, fuse3 {ver['fuse3']}.",
            f"- Method: {RUNS} rounds after an untimed one, tools interleaved; every run mounts afresh. cold = sync + drop_caches before mounting; warm-image = image file in the page cache, fresh mount; warm = the same operation once untimed on this mount first.",
            "- The kernel EROFS rows mount the very same sealfs image files (no verification in the kernel: this kernel has no fs-verity); squashfs images hold the same data (uncompressed, or lz4 -Xhc with 64 KiB blocks beside sealfs lz4hc -C 65536).", ""]
@@ -434,6 +434,21 @@ def report(tables, hwm, vstats):
     print(text)
 
 
+def load_earlier(tables):
+    """Rows of tables not measured in this run, from the CSVs named in FUSE_MERGE (comma-separated),
+    so that one report can combine runs made at different times (each table is still one run)."""
+    for path in filter(None, os.environ.get("FUSE_MERGE", "").split(",")):
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                base = r["table"].split(" ")[0].split("-")[0]
+                if base not in tables:
+                    ROWS.append((r["table"], r["state"], int(r["round"]), r["tool"], r["metric"], float(r["value"])))
+                    tables_seen.add(base)
+
+
+tables_seen = set()
+
+
 def main():
     tables = sys.argv[1:] or ["seq", "rand", "meta", "xattr", "verify"]
     work = os.path.join(CORPUS, "fuse-images")
@@ -450,7 +465,8 @@ def main():
         xattr_table(imgs)
     if "verify" in tables:
         vstats = verify_table(imgs)
-    report(tables, hwm, vstats)
+    load_earlier(tables)
+    report(tables + sorted(tables_seen), hwm, vstats)
 
 
 if __name__ == "__main__":

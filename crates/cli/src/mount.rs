@@ -119,7 +119,7 @@ fn check_mountpoint(mp: &Path) -> Result<()> {
     match std::fs::metadata(mp) {
         Ok(md) if md.is_dir() => Ok(()),
         Ok(_) => bail!("{}: not a directory", mp.display()),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => bail!(
             "{}: a FUSE mount whose daemon is gone (stale); run `sealfs umount {}` first",
             mp.display(),
             mp.display()

@@ -6,7 +6,9 @@
 use crate::verify::{self, OpenError, Opened};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use sealfs_reader::{kernel_verity_digest, Image, Options, ReadAt, SealInfo, VerifiedBlocks};
+use sealfs_reader::{
+    kernel_verity_digest, Image, Options, ReadAt, SealInfo, SplitFile, VerifiedBlocks,
+};
 use sealfs_verity::Digest;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -119,7 +121,12 @@ impl ImageArgs {
         };
         let (image, verified) = match (&seal, &trust) {
             (Some(seal), Trust::Authenticated(_) | Trust::SelfConsistent(_)) if !offloaded => {
-                let data: Arc<dyn ReadAt> = Arc::new(file);
+                // Hash blocks are read through a second descriptor (see SplitFile), in the same
+                // batch as the data; if the path cannot be opened again, one descriptor serves both.
+                let data: Arc<dyn ReadAt> = match std::fs::File::open(&self.image) {
+                    Ok(side) if self.sidecar.is_none() => Arc::new(SplitFile::new(file, side)),
+                    _ => Arc::new(file),
+                };
                 let tree: Arc<dyn ReadAt> = if self.sidecar.is_some() {
                     Arc::new(seal.file.try_clone()?)
                 } else {

@@ -74,6 +74,8 @@ pub use image::{Image, Options, DEFAULT_CACHE_BLOCKS};
 pub use inode::{FileType, Inode, Stat};
 pub use namei::Follow;
 pub use sealfs_format::DataLayout;
+#[cfg(unix)]
+pub use source::SplitFile;
 pub use source::{BlockSource, PlainBlocks, ReadAt, SubRange};
 pub use stats::StatsSnapshot;
 pub use superblock::{ComprInfo, SuperInfo};
