@@ -781,6 +781,34 @@ fn statistics_add_up() {
         0,
         "page cache kept across opens"
     );
+    // Walking a tree the kernel has seen costs the daemon nothing: entries, attributes and listings
+    // are cached, and no open/opendir is sent after the first of each (ENOSYS = "not needed").
+    fn walk(dir: &Path) -> usize {
+        let mut n = 0;
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let meta = fs::symlink_metadata(e.path()).unwrap();
+            n += 1;
+            if meta.is_dir() {
+                n += walk(&e.path());
+            } else if meta.is_file() {
+                fs::File::open(e.path()).unwrap();
+            }
+        }
+        n
+    }
+    let walked = walk(&fuse.path);
+    let s_walk1 = stats(&fuse.path);
+    assert_eq!(walk(&fuse.path), walked);
+    let s_walk2 = stats(&fuse.path);
+    for k in ["lookups", "getattrs", "readdirs", "opens", "reads"] {
+        assert_eq!(d(&s_walk1, &s_walk2, "fuse", k), 0, "second walk sent {k}");
+    }
+    assert!(
+        s_walk2["fuse"]["opens"].as_u64().unwrap() <= 2,
+        "open and opendir are each sent once at most: {s_walk2}"
+    );
+    let s2 = s_walk2;
     // Absent xattrs answered by the filter are counted.
     let f = fuse.path.join("f0");
     for n in 0..50 {

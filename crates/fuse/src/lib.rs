@@ -13,7 +13,8 @@
 //!
 //! An image never changes while mounted, so everything the kernel may cache it keeps for a long
 //! time: entries (negative ones too), attributes, symlink targets (`FUSE_CACHE_SYMLINKS`), page
-//! cache across opens (`FOPEN_KEEP_CACHE`) and directory contents (`FOPEN_CACHE_DIR`). Reads are
+//! cache across opens and directory contents (`open`/`opendir` answered `ENOSYS`, which the kernel
+//! takes as "no handles needed, keep the cache": no round trips per open at all). Reads are
 //! as large as the kernel allows; `readdirplus` answers `ls -l` without a lookup per entry. The
 //! reader below verifies every block against the seal (hash blocks fetched in the same batch as the
 //! data, verified ones cached), so no byte reaches a process unverified.
@@ -31,18 +32,17 @@
 //! stats MOUNTPOINT`).
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType as FuseType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
-    ReplyXattr, Request,
+    Errno, FileAttr, FileHandle, FileType as FuseType, Filesystem, Generation, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use sealfs_reader::{DirEntry, FileType, Image, Inode, VerifiedBlocks};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may keep entries and attributes: the image is immutable.
@@ -111,6 +111,8 @@ struct Counters {
     reads: AtomicU64,
     bytes_served: AtomicU64,
     readdirs: AtomicU64,
+    /// `open`/`opendir` requests: one of each per mount (answered `ENOSYS`, see [`SealFs::open`]).
+    opens: AtomicU64,
     getxattrs: AtomicU64,
     errors: AtomicU64,
     verification_errors: AtomicU64,
@@ -123,14 +125,12 @@ pub struct SealFs {
     nodes: NodeMap,
     /// How reads are checked, for the statistics ("sha256:… (self-consistent)", "none", …).
     trust: String,
-    files: RwLock<HashMap<u64, Arc<Inode>>>,
-    /// Open directories: their nid, and their entries once a `readdir` has needed them (the kernel
-    /// answers repeated listings from its own cache, so `opendir` reads nothing).
-    dirs: RwLock<HashMap<u64, OpenDir>>,
+    /// The directories listed most recently, decoded: the kernel asks for a large directory in
+    /// several `readdir` requests, and keeps what it got (`FOPEN_CACHE_DIR`), so a few suffice.
+    listings: Mutex<VecDeque<(u64, Arc<Vec<DirEntry>>)>>,
     /// Decoded inodes (an inode's metadata block may hold many inline tails, so the block cache
     /// alone does not keep a large tree's inodes).
     inodes: InodeCache,
-    next_handle: AtomicU64,
     logged: Mutex<HashSet<String>>,
     log: Logger,
     counters: Counters,
@@ -181,12 +181,8 @@ impl InodeCache {
     }
 }
 
-/// An open directory handle.
-#[derive(Clone)]
-struct OpenDir {
-    nid: u64,
-    entries: Option<Arc<Vec<DirEntry>>>,
-}
+/// Decoded directories kept for `readdir` requests that continue a listing.
+const LISTINGS: usize = 16;
 
 thread_local! {
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -207,10 +203,8 @@ impl SealFs {
             verified,
             nodes,
             trust,
-            files: RwLock::new(HashMap::new()),
-            dirs: RwLock::new(HashMap::new()),
+            listings: Mutex::new(VecDeque::new()),
             inodes: InodeCache::new(INODE_CACHE_ENTRIES),
-            next_handle: AtomicU64::new(1),
             logged: Mutex::new(HashSet::new()),
             log,
             counters: Counters::default(),
@@ -318,10 +312,6 @@ impl SealFs {
         }
     }
 
-    fn handle(&self) -> u64 {
-        self.next_handle.fetch_add(1, Ordering::Relaxed)
-    }
-
     /// The statistics as a JSON object.
     pub fn stats_json(&self) -> serde_json::Value {
         let c = &self.counters;
@@ -337,6 +327,7 @@ impl SealFs {
                 "reads": load(&c.reads),
                 "bytes_served": load(&c.bytes_served),
                 "readdirs": load(&c.readdirs),
+                "opens": load(&c.opens),
                 "getxattrs": load(&c.getxattrs),
                 "errors": load(&c.errors),
                 "verification_errors": load(&c.verification_errors),
@@ -511,26 +502,21 @@ impl Filesystem for SealFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let nid = self.nodes.nid(ino.0);
-        match self.inode(nid) {
-            Ok(inode) => {
-                let fh = self.handle();
-                self.files
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(fh, inode);
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
-            }
-            Err(e) => reply.error(e),
-        }
+    /// Neither files nor directories need a handle: `ENOSYS` tells the kernel not to send `open`,
+    /// `opendir` and their `release`s at all (`no_open`, `no_opendir`), and to keep the page cache and
+    /// cache directory contents as if `FOPEN_KEEP_CACHE` and `FOPEN_CACHE_DIR` had been answered. This
+    /// saves two round trips per open file or directory (`find` over a cached tree then never reaches
+    /// the daemon). Access checks stay in the kernel (`default_permissions`).
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counters.opens.fetch_add(1, Ordering::Relaxed);
+        reply.error(Errno::ENOSYS);
     }
 
     fn read(
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
@@ -539,18 +525,9 @@ impl Filesystem for SealFs {
     ) {
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         let nid = self.nodes.nid(ino.0);
-        let cached = self
-            .files
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&fh.0)
-            .cloned();
-        let inode = match cached {
-            Some(i) => i,
-            None => match self.inode(nid) {
-                Ok(i) => i,
-                Err(e) => return reply.error(e),
-            },
+        let inode = match self.inode(nid) {
+            Ok(i) => i,
+            Err(e) => return reply.error(e),
         };
         let len = inode.size().saturating_sub(offset).min(size as u64) as usize;
         READ_BUF.with(|buf| {
@@ -570,48 +547,22 @@ impl Filesystem for SealFs {
         });
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.files
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh.0);
-        reply.ok();
-    }
-
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let fh = self.handle();
-        self.dirs.write().unwrap_or_else(|e| e.into_inner()).insert(
-            fh,
-            OpenDir {
-                nid: self.nodes.nid(ino.0),
-                entries: None,
-            },
-        );
-        reply.opened(
-            FileHandle(fh),
-            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-        );
+    /// See [`SealFs::open`].
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counters.opens.fetch_add(1, Ordering::Relaxed);
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
+        ino: INodeNo,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         self.counters.readdirs.fetch_add(1, Ordering::Relaxed);
-        let entries = match self.dir_entries(fh) {
+        let entries = match self.listing(self.nodes.nid(ino.0)) {
             Ok(e) => e,
             Err(e) => return reply.error(e),
         };
@@ -632,14 +583,13 @@ impl Filesystem for SealFs {
     fn readdirplus(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
+        ino: INodeNo,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         self.counters.readdirs.fetch_add(1, Ordering::Relaxed);
-
-        let entries = match self.dir_entries(fh) {
+        let entries = match self.listing(self.nodes.nid(ino.0)) {
             Ok(e) => e,
             Err(e) => return reply.error(e),
         };
@@ -679,21 +629,6 @@ impl Filesystem for SealFs {
                 break;
             }
         }
-        reply.ok();
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.dirs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh.0);
         reply.ok();
     }
 
@@ -776,32 +711,24 @@ impl Filesystem for SealFs {
 
 impl SealFs {
     /// The entries of open directory `fh`, read on first use.
-    fn dir_entries(&self, fh: FileHandle) -> Result<Arc<Vec<DirEntry>>, Errno> {
-        let open = self
-            .dirs
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&fh.0)
-            .cloned()
-            .ok_or(Errno::EBADF)?;
-        if let Some(entries) = open.entries {
+    /// The entries of directory `nid`, decoded once for the requests of one listing.
+    fn listing(&self, nid: u64) -> Result<Arc<Vec<DirEntry>>, Errno> {
+        let recent = |l: &VecDeque<(u64, Arc<Vec<DirEntry>>)>| {
+            l.iter().find(|(n, _)| *n == nid).map(|(_, e)| e.clone())
+        };
+        if let Some(entries) = recent(&self.listings.lock().unwrap_or_else(|e| e.into_inner())) {
             return Ok(entries);
         }
         let entries = self
-            .inode(open.nid)
-            .and_then(|dir| {
-                self.image
-                    .read_dir_all(&dir)
-                    .map_err(|e| self.fail(open.nid, e))
-            })
+            .inode(nid)
+            .and_then(|dir| self.image.read_dir_all(&dir).map_err(|e| self.fail(nid, e)))
             .map(Arc::new)?;
-        if let Some(d) = self
-            .dirs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&fh.0)
-        {
-            d.entries = Some(entries.clone());
+        let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+        if recent(&listings).is_none() {
+            if listings.len() >= LISTINGS {
+                listings.pop_front();
+            }
+            listings.push_back((nid, entries.clone()));
         }
         Ok(entries)
     }
