@@ -293,6 +293,7 @@ def verify_table(imgs):
         Mount("sealfs --verify=none", "sealfs", imgs["big.sealfs"], ["--verify=none"]),
         Mount("sealfs (verified, self-consistent)", "sealfs", imgs["big.sealfs"]),
         Mount("sealfs --digest (authenticated)", "sealfs", imgs["big.sealfs"], ["--digest", digest]),
+        Mount("sealfs --verify=double", "sealfs", imgs["big.sealfs"], ["--verify=double"]),
     ]
     stats = {}
 
@@ -400,7 +401,11 @@ def report(tables, hwm, vstats):
             if v:
                 share = v["hash_bytes_read"] / max(1, v["data_bytes_read"])
                 out.append(f"- `{name}`: {v['data_bytes_read']} data bytes read, {v['hash_bytes_read']} hash bytes ({share:.2%}), {v['blocks_verified']} blocks verified, {v['failures']} failures.")
-        out += ["- \"double\" verification (image tree and per-file digest on the same reads) is not implemented; not measured.", ""]
+        for st in ("warm-image", "warm"):
+            r = ratio("verify", st, "sealfs --verify=double", "sealfs (verified, self-consistent)")
+            if r is not None:
+                out.append(f"- {st}: double verification (each file's content also hashed whole against its recorded digest before its first read, as checking per-file digests costs without kernel fs-verity) runs at {r:.2f}× the speed of default (single) verification.")
+        out.append("")
     out += ["### Targets", "", "| target | figure | met? |", "|---|---:|---|"]
     for name, fig, ok in lines_targets:
         f = "–" if fig is None else (f"{fig:.0%}" if "%" in name else f"{fig:.2f}×")

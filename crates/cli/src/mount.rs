@@ -10,7 +10,9 @@
 use crate::open::{ImageArgs, Trust};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use sealfs_fuse::{SealFs, STATS_IOCTL, STATS_IOCTL_SIZE};
+use sealfs_fuse::{FileCheck, Logger, SealFs, STATS_IOCTL, STATS_IOCTL_SIZE};
+use sealfs_verity::Digest;
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -200,11 +202,30 @@ fn unmount(mp: &Path, lazy: bool) -> Result<()> {
     Ok(())
 }
 
+/// Double verification: a file's content, read through the (verifying) reader, must have the
+/// fs-verity digest the seal records for it.
+fn file_check(digests: Arc<HashMap<u64, Digest>>) -> FileCheck {
+    Box::new(move |image, inode| {
+        let want = digests
+            .get(&inode.nid())
+            .ok_or("the seal records no digest for this file (double verification)")?;
+        let got = crate::files::digest_by_reading(image, inode, want.alg())
+            .map_err(|e| format!("reading it whole to check its digest: {e:#}"))?;
+        if &got == want {
+            Ok(())
+        } else {
+            Err(format!(
+                "its content has digest {got}, the seal records {want} (double verification)"
+            ))
+        }
+    })
+}
+
 /// Runs `sealfs mount`.
 pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     // A daemon serves many lookups over time: keep the metadata of a large tree verified in memory.
     args.image.block_cache.get_or_insert(MOUNT_BLOCK_CACHE);
-    let opened = args.image.open()?;
+    let opened = args.image.open_any()?;
     check_mountpoint(&args.mountpoint)?;
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
         .with_context(|| args.mountpoint.display().to_string())?;
@@ -219,12 +240,23 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     } else {
         trust
     };
+    let trust = match &opened.file_digests {
+        Some(_) => format!("{trust}, and each file against its recorded digest (double)"),
+        None => trust,
+    };
     let image = Arc::new(opened.image);
     let verified = opened.verified;
+    let file_digests = opened.file_digests;
+    let make_fs = move |log: Logger| {
+        let fs = SealFs::new(image, verified, trust, log);
+        match file_digests {
+            Some(digests) => fs.with_file_check(file_check(digests)),
+            None => fs,
+        }
+    };
 
     if args.foreground {
-        let log = logger(&args, true)?;
-        let fs = SealFs::new(image, verified, trust, log);
+        let fs = make_fs(logger(&args, true)?);
         return serve(fs, &mountpoint, &config, None);
     }
 
@@ -254,7 +286,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
                     std::process::exit(2);
                 }
             };
-            let fs = SealFs::new(image, verified, trust, log);
+            let fs = make_fs(log);
             match serve(fs, &mountpoint, &config, Some(wr)) {
                 Ok(_) => std::process::exit(0),
                 Err(_) => std::process::exit(2),

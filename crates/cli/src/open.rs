@@ -10,6 +10,7 @@ use sealfs_reader::{
     kernel_verity_digest, Image, Options, ReadAt, SealInfo, SplitFile, VerifiedBlocks,
 };
 use sealfs_verity::Digest;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -25,8 +26,9 @@ pub struct ImageArgs {
     /// Read the seal from this sidecar file.
     #[arg(long, value_name = "PATH", global = true)]
     pub sidecar: Option<PathBuf>,
-    /// `none` trusts the image: no block is checked against the seal.
-    #[arg(long, value_name = "MODE", default_value = "default", value_parser = ["default", "none"], global = true)]
+    /// `none` trusts the image: no block is checked against the seal. `double` (`mount` only) also
+    /// checks each regular file whole against its own recorded digest before its first read.
+    #[arg(long, value_name = "MODE", default_value = "default", value_parser = ["default", "none", "double"], global = true)]
     pub verify: String,
     /// Bytes of decompressed clusters kept in memory (0 turns the cache off).
     #[arg(long, value_name = "BYTES", default_value_t = sealfs_reader::DEFAULT_CLUSTER_CACHE_BYTES, global = true)]
@@ -65,11 +67,22 @@ pub struct OpenImage {
     pub verified: Option<Arc<VerifiedBlocks>>,
     /// Reads are verified by the kernel's fs-verity on the image file (same digest), not here.
     pub offloaded: bool,
+    /// With `--verify=double`: the per-file digests recorded in the seal, by nid.
+    pub file_digests: Option<Arc<HashMap<u64, Digest>>>,
 }
 
 impl ImageArgs {
-    /// Opens the image as the options say.
+    /// Opens the image as the options say (`--verify=double` is refused: it is `mount`'s).
     pub fn open(&self) -> Result<OpenImage> {
+        if self.verify == "double" {
+            bail!("--verify=double (each file also checked against its own recorded digest) is offered by `sealfs mount` only");
+        }
+        self.open_any()
+    }
+
+    /// Opens the image as the options say, `--verify=double` included (its per-file digests are
+    /// loaded; checking files with them is the caller's part).
+    pub fn open_any(&self) -> Result<OpenImage> {
         let expected: Option<Digest> = self
             .digest
             .as_deref()
@@ -104,6 +117,20 @@ impl ImageArgs {
                 bail!("{}: not sealed, so --digest cannot be checked while reading; seal it or use `sealfs verify --digest`", self.image.display())
             }
             _ => Trust::Unverified,
+        };
+        let file_digests = if self.verify == "double" {
+            let name = self.image.display();
+            let seal = seal
+                .as_ref()
+                .ok_or_else(|| anyhow!("{name}: --verify=double needs a sealed image"))?;
+            let recorded = verify::read_file_digests(seal)
+                .map_err(|e| crate::read::fault(format!("{name}: {e}")))?
+                .ok_or_else(|| {
+                    anyhow!("{name}: the seal records no per-file digests, so --verify=double has nothing to check files against")
+                })?;
+            Some(Arc::new(recorded.into_iter().collect::<HashMap<_, _>>()))
+        } else {
+            None
         };
         let options = Options {
             cluster_cache_bytes: self.cache_size,
@@ -161,6 +188,7 @@ impl ImageArgs {
             erofs_length: len,
             verified,
             offloaded,
+            file_digests,
         })
     }
 }

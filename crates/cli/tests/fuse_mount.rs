@@ -364,8 +364,10 @@ fn full_fixture_plain_sealed_and_compressed() {
         &src,
         images.path(),
         &["-z", "lz4hc", "-C", "65536"],
-        &[],
-        "lz4hc-64k",
+        // Each file also checked whole against its recorded digest: every file of the fixture
+        // (empty, sparse, hard-linked, compressed) has one, and it matches.
+        &["--verify=double"],
+        "lz4hc-64k-double",
     );
     check_image(
         &src,
@@ -923,4 +925,95 @@ fn permissions_like_the_kernel_and_allow_other() {
     assert!(run(Command::new(sealfs_bin()).arg("umount").arg(&mp))
         .status
         .success());
+}
+
+/// Changes the digest the seal of `image` records for `nid` (fixing the trailer's checksums, so the
+/// seal still opens: only a per-file check can notice).
+fn corrupt_recorded_digest(image: &Path, nid: u64) {
+    let mut bytes = fs::read(image).unwrap();
+    let le64 = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap()) as usize;
+    let footer = bytes.len() - 64;
+    let header = le64(&bytes, footer + 16);
+    let (files, files_len) = (le64(&bytes, header + 48), le64(&bytes, header + 56));
+    assert!(files_len > 16, "the seal records per-file digests");
+    let section = &mut bytes[files..files + files_len];
+    let digest_size = section[10] as usize;
+    let count = u32::from_le_bytes(section[12..16].try_into().unwrap()) as usize;
+    let entry = (0..count)
+        .map(|i| 16 + i * (8 + digest_size))
+        .find(|&at| le64(section, at) as u64 == nid)
+        .expect("an entry for the file");
+    section[entry + 8] ^= 1;
+    let crc = sealfs_format::seal_crc(section);
+    bytes[header + 20..header + 24].copy_from_slice(&crc.to_le_bytes());
+    let crc = sealfs_format::seal_crc(&bytes[header..header + 512]);
+    bytes[footer + 32..footer + 36].copy_from_slice(&crc.to_le_bytes());
+    bytes[footer + 48..footer + 52].fill(0);
+    let crc = sealfs_format::seal_crc(&bytes[footer..]);
+    bytes[footer + 48..footer + 52].copy_from_slice(&crc.to_le_bytes());
+    fs::write(image, &bytes).unwrap();
+}
+
+#[test]
+fn double_verification_checks_each_file_against_its_digest() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (src, image) = small_tree(dir.path());
+    // An intact image: everything reads as the source, each file checked once however often read.
+    {
+        let fuse = FuseMount::new(&image, &["--verify=double"]);
+        assert_files_read(&fuse.path, &src, |_| true);
+        assert_files_read(&fuse.path, &src, |i| i < 2);
+        assert_eq!(
+            fs::read(fuse.path.join("sub/small")).unwrap(),
+            b"small file\n"
+        );
+        let s = stats(&fuse.path);
+        assert_eq!(s["fuse"]["files_checked"], 9, "{s}");
+        assert_eq!(s["fuse"]["file_check_failures"], 0, "{s}");
+        assert!(s["trust"].as_str().unwrap().contains("(double)"), "{s}");
+    }
+    // The seal records another digest for f3 (its blocks are intact, so the image tree alone
+    // accepts them): under double verification f3 gives EIO, logged once; the rest reads.
+    let nid = {
+        let fuse = FuseMount::new(&image, &[]);
+        fs::symlink_metadata(fuse.path.join("f3")).unwrap().ino()
+    };
+    corrupt_recorded_digest(&image, nid);
+    let log = dir.path().join("double.log");
+    {
+        let fuse = FuseMount::new(&image, &["--verify=double", "--log", log.to_str().unwrap()]);
+        for _ in 0..2 {
+            let e = fs::read(fuse.path.join("f3")).expect_err("f3 read despite its digest");
+            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+        }
+        assert_files_read(&fuse.path, &src, |i| i != 3);
+        let s = stats(&fuse.path);
+        assert_eq!(s["fuse"]["file_check_failures"], 1, "{s}");
+        let text = fs::read_to_string(&log).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "logged once: {lines:?}");
+        assert!(
+            lines[0].contains("/f3") && lines[0].contains("double"),
+            "{lines:?}"
+        );
+    }
+    // Default verification checks blocks against the image tree only: f3 reads.
+    {
+        let fuse = FuseMount::new(&image, &[]);
+        assert_files_read(&fuse.path, &src, |_| true);
+    }
+    // Other commands refuse the mode rather than ignore it.
+    let out = run(Command::new(sealfs_bin())
+        .args(["cat", "--verify=double"])
+        .arg(&image)
+        .arg("f0"));
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sealfs mount"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

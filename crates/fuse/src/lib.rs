@@ -59,6 +59,14 @@ const MAX_LOGGED: usize = 1000;
 /// Where log lines go (stderr in the foreground, syslog for a daemon).
 pub type Logger = Box<dyn Fn(&str) + Send + Sync>;
 
+/// A second check of a whole regular file ("double" verification): `Ok` if the file's content, read
+/// through the image, has the digest recorded for it; `Err` says what differs.
+pub type FileCheck = Box<dyn Fn(&Image, &Inode) -> Result<(), String> + Send + Sync>;
+
+/// The outcome of a file's [`FileCheck`], computed once by the first read that needs it (concurrent
+/// readers wait for it).
+type CheckOnce = Arc<std::sync::OnceLock<Result<(), Errno>>>;
+
 /// The FUSE node ids of an image's inodes.
 ///
 /// The kernel shows a node's `st_ino` from the attributes the filesystem returns, and for every node
@@ -116,6 +124,10 @@ struct Counters {
     getxattrs: AtomicU64,
     errors: AtomicU64,
     verification_errors: AtomicU64,
+    /// Files whose whole content was checked against its own digest (double verification).
+    files_checked: AtomicU64,
+    /// Files that failed that check.
+    file_check_failures: AtomicU64,
 }
 
 /// The mounted image.
@@ -133,6 +145,10 @@ pub struct SealFs {
     inodes: InodeCache,
     logged: Mutex<HashSet<String>>,
     log: Logger,
+    /// Double verification: each regular file is checked whole by this before its first read.
+    file_check: Option<FileCheck>,
+    /// The outcome of that check per nid (at most one entry per regular file of the image).
+    checked: Mutex<HashMap<u64, CheckOnce>>,
     counters: Counters,
     started: std::time::Instant,
 }
@@ -207,9 +223,45 @@ impl SealFs {
             inodes: InodeCache::new(INODE_CACHE_ENTRIES),
             logged: Mutex::new(HashSet::new()),
             log,
+            file_check: None,
+            checked: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             started: std::time::Instant::now(),
         }
+    }
+
+    /// Checks every regular file whole with `check` before the first read of it is answered
+    /// ("double" verification: the image tree verifies each block, and the file's own digest is
+    /// checked too). A file that fails gives EIO to every read.
+    pub fn with_file_check(mut self, check: FileCheck) -> SealFs {
+        self.file_check = Some(check);
+        self
+    }
+
+    /// Runs the file check of `inode` once (see [`SealFs::with_file_check`]).
+    fn check_file(&self, inode: &Inode) -> Result<(), Errno> {
+        let Some(check) = &self.file_check else {
+            return Ok(());
+        };
+        let nid = inode.nid();
+        let once = self
+            .checked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(nid)
+            .or_default()
+            .clone();
+        *once.get_or_init(|| {
+            self.counters.files_checked.fetch_add(1, Ordering::Relaxed);
+            check(&self.image, inode).map_err(|why| {
+                self.counters
+                    .file_check_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                (self.log)(&format!("{}: {why}", self.path_of(nid)));
+                Errno::EIO
+            })
+        })
     }
 
     /// A path of `nid` in the image, found by walking the tree breadth-first from the root (only
@@ -328,6 +380,8 @@ impl SealFs {
                 "bytes_served": load(&c.bytes_served),
                 "readdirs": load(&c.readdirs),
                 "opens": load(&c.opens),
+                "files_checked": load(&c.files_checked),
+                "file_check_failures": load(&c.file_check_failures),
                 "getxattrs": load(&c.getxattrs),
                 "errors": load(&c.errors),
                 "verification_errors": load(&c.verification_errors),
@@ -525,7 +579,7 @@ impl Filesystem for SealFs {
     ) {
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         let nid = self.nodes.nid(ino.0);
-        let inode = match self.inode(nid) {
+        let inode = match self.inode(nid).and_then(|i| self.check_file(&i).map(|_| i)) {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
