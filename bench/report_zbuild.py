@@ -56,11 +56,20 @@ def section(meta, tools, stats, csv_rel, chart, rows_of=()):
     out.append(f"- Machine: {meta.get('machine', '?')}")
     la = meta.get("load average at start", "?")
     lb = meta.get("load average at end", "?")
-    out.append(
-        f"- Load: other builds ran on this machine during the measurement (load average {la} at the "
-        f"start, {lb} at the end, on 2 cores). Every tool suffers, but the multi-threaded ones "
-        "(sealfs, mksquashfs) lose more than the single-threaded mkfs.erofs when a core is taken, "
-        "so the time ratios are pessimistic for sealfs. Per-round ratios are shown in brackets.")
+    try:
+        quiet = float(la.split()[0]) < 1.0
+    except (ValueError, IndexError):
+        quiet = False
+    if quiet:
+        out.append(
+            f"- Load: nothing else ran (load average {la} at the start; {lb} at the end, which is the "
+            "benchmark's own multi-threaded builds, on 2 cores). Per-round ratios are shown in brackets.")
+    else:
+        out.append(
+            f"- Load: other builds ran on this machine during the measurement (load average {la} at the "
+            f"start, {lb} at the end, on 2 cores). Every tool suffers, but the multi-threaded ones "
+            "(sealfs, mksquashfs) lose more than the single-threaded mkfs.erofs when a core is taken, "
+            "so the time ratios are pessimistic for sealfs. Per-round ratios are shown in brackets.")
     out.append(f"- Corpus and mode: {meta.get('benchmark', '?')}")
     nruns = min(s["runs"] for s in stats.values())
     out.append(
