@@ -407,6 +407,7 @@ impl SealFs {
                 "blocks_verified": load(&vs.blocks_verified),
                 "hash_blocks_read": load(&vs.hash_blocks_read),
                 "hash_cache_hits": load(&vs.hash_cache_hits),
+                "hash_blocks_shared": load(&vs.hash_blocks_shared),
                 "batches": load(&vs.batches),
                 "data_bytes_read": load(&vs.data_bytes),
                 "hash_bytes_read": load(&vs.hash_bytes),

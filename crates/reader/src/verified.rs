@@ -8,16 +8,103 @@
 //! blocks are verified top-down (each against its parent's entry, the top one against the root),
 //! cached, and every data block is checked against its level-0 entry. A mismatch fails this read
 //! only, naming the block (and the tree level for hash blocks); nothing unverified is cached.
+//!
+//! Concurrent reads share hash blocks: a hash block that another read has planned to fetch and not
+//! yet verified is waited for (after this read's own batch is issued) instead of read a second time,
+//! so neighbouring reads served by different threads (a FUSE mount's readahead) fetch each hash block
+//! once. A read only ever waits for reads that planned before it, so waits cannot form a cycle.
 
 use crate::cache::Lru;
 use crate::error::{Error, Location, Result};
 use crate::source::{BlockSource, ReadAt};
 use sealfs_verity::{BlockHasher, Digest, Params, TreeGeometry};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// A verified hash block from the cache: (tree block index, bytes).
 type CachedBlock = (u64, Arc<[u8]>);
+
+/// A hash block one read is fetching: its bytes once verified, `None` if fetching or verifying it
+/// failed.
+#[derive(Default)]
+struct Pending {
+    result: Mutex<Option<Option<Arc<[u8]>>>>,
+    ready: Condvar,
+}
+
+impl Pending {
+    fn resolve(&self, bytes: Option<Arc<[u8]>>) {
+        *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
+        self.ready.notify_all();
+    }
+
+    fn wait(&self) -> Option<Arc<[u8]>> {
+        let mut r = self.result.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(bytes) = &*r {
+                return bytes.clone();
+            }
+            r = self.ready.wait(r).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Verified hash blocks, and those being fetched.
+struct HashCache {
+    lru: Lru,
+    inflight: HashMap<u64, Arc<Pending>>,
+}
+
+/// The hash blocks one read has claimed to fetch. Each is published (cached, and handed to the reads
+/// waiting for it) as soon as it is verified; whatever is left when the read ends (an error) is
+/// withdrawn, and its waiters are told it failed.
+struct Claims<'a> {
+    cache: &'a Mutex<HashCache>,
+    open: HashMap<u64, Arc<Pending>>,
+}
+
+impl Claims<'_> {
+    fn publish(&mut self, block: u64, bytes: Arc<[u8]>) {
+        let Some(p) = self.open.remove(&block) else {
+            return;
+        };
+        {
+            let mut c = lock(self.cache);
+            c.inflight.remove(&block);
+            c.lru.insert(block, bytes.clone());
+        }
+        p.resolve(Some(bytes));
+    }
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        if self.open.is_empty() {
+            return;
+        }
+        let mut c = lock(self.cache);
+        for (block, p) in self.open.drain() {
+            c.inflight.remove(&block);
+            p.resolve(None);
+        }
+    }
+}
+
+fn lock(cache: &Mutex<HashCache>) -> MutexGuard<'_, HashCache> {
+    cache.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a read needs from the tree, as planned.
+struct Plan<'a> {
+    /// Hash blocks to fetch in this read's batch: (level, tree block index), lowest level first.
+    missing: Vec<(usize, u64)>,
+    /// Verified hash blocks found in the cache.
+    cached: Vec<CachedBlock>,
+    /// Hash blocks other reads are fetching: (level, tree block index, their outcome).
+    awaited: Vec<(usize, u64, Arc<Pending>)>,
+    claims: Claims<'a>,
+}
 
 /// Where the Merkle tree of an image is and what it must hash to.
 #[derive(Clone, Debug)]
@@ -41,6 +128,8 @@ pub struct VerifyStats {
     pub hash_blocks_read: AtomicU64,
     /// Hash blocks found verified in the cache.
     pub hash_cache_hits: AtomicU64,
+    /// Hash blocks a concurrent read was fetching, waited for instead of read again.
+    pub hash_blocks_shared: AtomicU64,
     /// Read batches issued.
     pub batches: AtomicU64,
     /// Bytes of data read.
@@ -59,8 +148,8 @@ pub struct VerifiedBlocks {
     seal: SealInfo,
     geometry: TreeGeometry,
     hasher: BlockHasher,
-    /// Verified hash blocks by tree block index.
-    cache: Mutex<Lru>,
+    /// Verified hash blocks by tree block index, and the ones being fetched.
+    cache: Mutex<HashCache>,
     stats: VerifyStats,
 }
 
@@ -109,7 +198,10 @@ impl VerifiedBlocks {
         let same_source = std::ptr::addr_eq(Arc::as_ptr(&data), Arc::as_ptr(&tree));
         Ok(VerifiedBlocks {
             hasher: BlockHasher::new(&seal.params),
-            cache: Mutex::new(Lru::new(hash_cache_blocks.max(geometry.num_levels() + 1))),
+            cache: Mutex::new(HashCache {
+                lru: Lru::new(hash_cache_blocks.max(geometry.num_levels() + 1)),
+                inflight: HashMap::new(),
+            }),
             data,
             tree,
             same_source,
@@ -142,14 +234,20 @@ impl VerifiedBlocks {
         Error::Verification { what, at }
     }
 
-    /// Hash blocks to fetch for data blocks `first..end`: per level, the blocks not cached, climbing
-    /// only above blocks that are missing. Returns (level, tree block index) pairs, lowest level first,
-    /// and the cached blocks the check will use.
-    fn plan(&self, first: u64, end: u64) -> (Vec<(usize, u64)>, Vec<CachedBlock>) {
+    /// Hash blocks the check of data blocks `first..end` needs: per level, the blocks neither cached
+    /// nor being fetched by another read are claimed for this read's batch, climbing only above
+    /// those (a block another read fetches is verified by that read, up to the root).
+    fn plan(&self, first: u64, end: u64) -> Plan<'_> {
         let g = &self.geometry;
         let mut missing = Vec::new();
         let mut cached = Vec::new();
-        let mut cache = self.cache.lock().expect("hash cache lock");
+        let mut awaited = Vec::new();
+        let mut claims = Claims {
+            cache: &self.cache,
+            open: HashMap::new(),
+        };
+        let mut guard = lock(&self.cache);
+        let cache = &mut *guard;
         // Items (data blocks at level 0, hash blocks of the level below otherwise) whose hashes we need.
         let mut items: Vec<u64> = (first..end).collect();
         for level in 0..g.num_levels() {
@@ -161,15 +259,21 @@ impl VerifiedBlocks {
                     continue;
                 }
                 last = Some(loc.block);
-                match cache.get(loc.block) {
-                    Some(b) => {
-                        self.stats.hash_cache_hits.fetch_add(1, Relaxed);
-                        cached.push((loc.block, b));
-                    }
-                    None => {
-                        missing.push((level, loc.block));
-                        next.push(loc.block - g.level_start(level));
-                    }
+                if claims.open.contains_key(&loc.block) {
+                    continue;
+                }
+                if let Some(b) = cache.lru.get(loc.block) {
+                    self.stats.hash_cache_hits.fetch_add(1, Relaxed);
+                    cached.push((loc.block, b));
+                } else if let Some(p) = cache.inflight.get(&loc.block) {
+                    self.stats.hash_blocks_shared.fetch_add(1, Relaxed);
+                    awaited.push((level, loc.block, p.clone()));
+                } else {
+                    let p = Arc::new(Pending::default());
+                    cache.inflight.insert(loc.block, p.clone());
+                    claims.open.insert(loc.block, p);
+                    missing.push((level, loc.block));
+                    next.push(loc.block - g.level_start(level));
                 }
             }
             if next.is_empty() {
@@ -177,7 +281,13 @@ impl VerifiedBlocks {
             }
             items = next;
         }
-        (missing, cached)
+        drop(guard);
+        Plan {
+            missing,
+            cached,
+            awaited,
+            claims,
+        }
     }
 }
 
@@ -197,7 +307,12 @@ impl BlockSource for VerifiedBlocks {
         let d = self.seal.params.digest_size();
         let start = first * bs as u64;
         let avail = (self.seal.data_length.saturating_sub(start) as usize).min(buf.len());
-        let (missing, cached) = self.plan(first, first + n);
+        let Plan {
+            missing,
+            cached,
+            awaited,
+            mut claims,
+        } = self.plan(first, first + n);
 
         // One batch: the data and every missing hash block.
         let mut hash_bufs: Vec<Vec<u8>> = missing.iter().map(|_| vec![0u8; bs]).collect();
@@ -235,11 +350,34 @@ impl BlockSource for VerifiedBlocks {
             .hash_blocks_read
             .fetch_add(missing.len() as u64, Relaxed);
 
-        // Verify fetched hash blocks top-down; parents come from this batch or the cache.
-        let mut known: std::collections::HashMap<u64, Arc<[u8]>> = cached.into_iter().collect();
+        // Verify fetched hash blocks top-down; parents come from this batch, the cache, or the read
+        // fetching them (waited for only now, after this read's own I/O).
+        let mut known: HashMap<u64, Arc<[u8]>> = cached.into_iter().collect();
+        let mut awaited: HashMap<u64, (usize, Arc<Pending>)> =
+            awaited.into_iter().map(|(l, b, p)| (b, (l, p))).collect();
+        let mut need = |known: &mut HashMap<u64, Arc<[u8]>>, block: u64| -> Result<()> {
+            if known.contains_key(&block) {
+                return Ok(());
+            }
+            let Some((level, p)) = awaited.remove(&block) else {
+                return Ok(());
+            };
+            match p.wait() {
+                Some(bytes) => {
+                    known.insert(block, bytes);
+                    Ok(())
+                }
+                None => Err(self.fail(
+                    format!(
+                        "Merkle tree level {level} block {} could not be read and verified",
+                        block - g.level_start(level)
+                    ),
+                    None,
+                )),
+            }
+        };
         let mut order: Vec<usize> = (0..missing.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(missing[i].0));
-        let mut fresh = Vec::new();
         for i in order {
             let (level, block) = missing[i];
             let bytes: Arc<[u8]> = std::mem::take(&mut hash_bufs[i]).into();
@@ -251,6 +389,7 @@ impl BlockSource for VerifiedBlocks {
                 let loc = g
                     .hash_location(level + 1, index)
                     .expect("parent inside the tree");
+                need(&mut known, loc.block)?;
                 match known.get(&loc.block) {
                     Some(parent) => &parent[loc.offset..loc.offset + d] == digest.as_bytes(),
                     None => false,
@@ -266,7 +405,7 @@ impl BlockSource for VerifiedBlocks {
                 ));
             }
             known.insert(block, bytes.clone());
-            fresh.push((block, bytes));
+            claims.publish(block, bytes);
         }
 
         // Verify the data blocks: whole blocks two at a time (the hasher's interleaved path), a last
@@ -287,6 +426,7 @@ impl BlockSource for VerifiedBlocks {
                 self.seal.root.as_bytes()
             } else {
                 let loc = g.hash_location(0, blk).expect("data block inside the tree");
+                need(&mut known, loc.block)?;
                 let Some(hb) = known.get(&loc.block) else {
                     return Err(
                         self.fail(format!("no verified hash for data block {blk}"), Some(blk))
@@ -302,10 +442,6 @@ impl BlockSource for VerifiedBlocks {
             }
         }
         self.stats.blocks_verified.fetch_add(n, Relaxed);
-        let mut cache = self.cache.lock().expect("hash cache lock");
-        for (block, bytes) in fresh {
-            cache.insert(block, bytes);
-        }
         Ok(())
     }
 }
@@ -399,5 +535,94 @@ mod tests {
                 assert_eq!(vb.stats().failures.load(Relaxed), 4);
             }
         }
+    }
+
+    /// A source that answers after a pause, so that concurrent reads overlap.
+    struct Slow(Vec<u8>);
+
+    impl ReadAt for Slow {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            self.0.read_at(buf, offset)
+        }
+        fn len(&self) -> u64 {
+            self.0.len() as u64
+        }
+    }
+
+    /// Runs `threads` reads of 64 blocks each, adjacent, started together; returns their results.
+    fn concurrent_reads(vb: &Arc<VerifiedBlocks>, threads: u64) -> Vec<Result<Vec<u8>>> {
+        let barrier = Arc::new(std::sync::Barrier::new(threads as usize));
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (vb, barrier) = (vb.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 4096];
+                    barrier.wait();
+                    vb.read_blocks(t * 64, &mut buf).map(|_| buf)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    /// Eight reads at once over 512 blocks need 4 level-0 hash blocks and the level-1 block: each is
+    /// read once, the reads that need one another is fetching wait for it.
+    #[test]
+    fn concurrent_reads_fetch_each_hash_block_once() {
+        let (data, tree, info) = sealed(2048 * 4096, b"");
+        let vb = Arc::new(
+            VerifiedBlocks::new(Arc::new(data.clone()), Arc::new(Slow(tree)), info, 64).unwrap(),
+        );
+        assert_eq!(vb.geometry().num_levels(), 2);
+        for (t, r) in concurrent_reads(&vb, 8).into_iter().enumerate() {
+            let off = t * 64 * 4096;
+            assert!(r.unwrap() == data[off..off + 64 * 4096], "read {t}");
+        }
+        let s = vb.stats();
+        assert_eq!(
+            s.hash_blocks_read.load(Relaxed),
+            5,
+            "each hash block fetched once"
+        );
+        // The second read of each pair waits for its level-0 block (and climbs no further); three of
+        // the four reads that fetch one wait for the level-1 block: 7 waits (or, for a read that
+        // started late, cache hits).
+        let (shared, hits) = (
+            s.hash_blocks_shared.load(Relaxed),
+            s.hash_cache_hits.load(Relaxed),
+        );
+        assert_eq!(shared + hits, 7, "shared {shared}, cache hits {hits}");
+        assert_eq!(s.blocks_verified.load(Relaxed), 512);
+    }
+
+    /// A damaged hash block fails the read that fetched it and every read that waited for it; it is
+    /// not cached, so later reads fetch it again (and fail again), and other regions read.
+    #[test]
+    fn a_damaged_shared_hash_block_fails_its_waiters_too() {
+        let (data, mut tree, info) = sealed(2048 * 4096, b"");
+        let g = TreeGeometry::new(&info.params, info.data_length);
+        // Level-0 block 1 covers data blocks 128..256: the reads of threads 2 and 3.
+        tree[(g.level_start(0) as usize + 1) * 4096 + 5] ^= 1;
+        let vb = Arc::new(
+            VerifiedBlocks::new(Arc::new(data.clone()), Arc::new(Slow(tree)), info, 64).unwrap(),
+        );
+        for round in 0..2 {
+            let results = concurrent_reads(&vb, 4);
+            for (t, r) in results.into_iter().enumerate() {
+                match (t, r) {
+                    (2 | 3, Err(e)) => assert!(
+                        e.to_string().contains("level 0 block 1"),
+                        "{round} {t}: {e}"
+                    ),
+                    (0 | 1, Ok(buf)) => assert!(buf == data[t * 64 * 4096..(t + 1) * 64 * 4096]),
+                    (t, r) => panic!("round {round}, read {t}: {:?}", r.map(|_| ())),
+                }
+            }
+        }
+        assert!(
+            vb.cache.lock().unwrap().inflight.is_empty(),
+            "no claim left behind"
+        );
     }
 }

@@ -108,6 +108,7 @@ pub fn print_stats(opened: &crate::open::OpenImage) {
             ("verified_blocks", v.blocks_verified.load(Relaxed)),
             ("hash_blocks_read", v.hash_blocks_read.load(Relaxed)),
             ("hash_cache_hits", v.hash_cache_hits.load(Relaxed)),
+            ("hash_blocks_shared", v.hash_blocks_shared.load(Relaxed)),
             ("data_bytes_read", v.data_bytes.load(Relaxed)),
             ("hash_bytes_read", v.hash_bytes.load(Relaxed)),
             ("verification_failures", v.failures.load(Relaxed)),
