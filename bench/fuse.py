@@ -360,7 +360,7 @@ def report(tables, hwm, vstats):
             for name, v in hwm.items():
                 v = [x for x in v if x]
                 if v:
-                    out.append(f"- Peak resident size of the `{name}` daemon over a whole read of `big`: {max(v)/1024:.1f} MiB (cluster cache 64 MiB, block cache 1 MiB, hash cache 4 MiB configured).")
+                    out.append(f"- Peak resident size of the `{name}` daemon over a whole read of `big`: {max(v)/1024:.1f} MiB (cluster cache 64 MiB, block cache 16 MiB, hash cache 4 MiB configured: the mount defaults).")
             out.append("")
     for jobs in (1, 2):
         t = f"rand-{jobs}job"
