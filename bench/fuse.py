@@ -401,6 +401,8 @@ def report(tables, hwm, vstats):
             if v:
                 share = v["hash_bytes_read"] / max(1, v["data_bytes_read"])
                 out.append(f"- `{name}`: {v['data_bytes_read']} data bytes read, {v['hash_bytes_read']} hash bytes ({share:.2%}), {v['blocks_verified']} blocks verified, {v['failures']} failures.")
+                if name == "sealfs (verified, self-consistent)":
+                    lines_targets.append(("bytes read for integrity, share of data (≤ 1%)", share, share <= 0.01))
         for st in ("warm-image", "warm"):
             r = ratio("verify", st, "sealfs --verify=double", "sealfs (verified, self-consistent)")
             if r is not None:
