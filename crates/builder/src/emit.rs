@@ -335,49 +335,59 @@ pub(crate) fn write_metadata(
         order.push((plan.shared_offset, None));
     }
     order.sort_unstable();
-    // Data blocks of directories and symlinks.
-    let mut data_blocks: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut pieces: Vec<(u64, Vec<u8>)> = Vec::with_capacity(plan.inodes.len() + 1);
-    for (offset, id) in order {
-        let Some(id) = id else {
-            pieces.push((plan.meta_base + offset, shared.bytes.clone()));
-            continue;
-        };
-        let (inode, p) = (&tree.inodes[id], &plan.inodes[id]);
-        let ibody = xattrs::encode_ibody(inode, shared, shared_base_id, opts.xattr_filter);
-        let mut item = encode_inode(id, inode, p, plan, ibody.len() as u64);
-        item.extend_from_slice(&ibody);
-        let data = match &inode.kind {
-            Kind::Dir { .. } => Some(encode_dir(id, tree, plan)),
-            Kind::Symlink(target) => Some(target.clone()),
-            _ => None,
-        };
-        if let Some(z) = &p.zmap {
-            encode_zmap(&mut item, p, z);
-        }
-        if let Some(tail) = &p.inline_bytes {
-            item.extend_from_slice(tail);
-        }
-        if let Some(chunks) = &p.chunks {
-            item.resize(
-                crate::layout::ChunkPlan::map_offset(p.isize(), p.ibody_len) as usize,
-                0,
-            );
-            for blk in &chunks.map {
-                item.extend_from_slice(&blk.to_le_bytes());
+    // Each inode's metadata item (and the data block of a directory or symlink) is encoded on its own,
+    // in parallel: only the write below is sequential.
+    type Piece = (u64, Vec<u8>);
+    let encoded: Vec<(Piece, Option<Piece>)> = order
+        .into_par_iter()
+        .with_min_len(1024)
+        .map(|(offset, id)| {
+            let Some(id) = id else {
+                return ((plan.meta_base + offset, shared.bytes.clone()), None);
+            };
+            let (inode, p) = (&tree.inodes[id], &plan.inodes[id]);
+            let ibody = xattrs::encode_ibody(inode, shared, shared_base_id, opts.xattr_filter);
+            let mut item = encode_inode(id, inode, p, plan, ibody.len() as u64);
+            item.extend_from_slice(&ibody);
+            let data = match &inode.kind {
+                Kind::Dir { .. } => Some(encode_dir(id, tree, plan)),
+                Kind::Symlink(target) => Some(target.clone()),
+                _ => None,
+            };
+            if let Some(z) = &p.zmap {
+                encode_zmap(&mut item, p, z);
             }
-        }
-        if let Some(mut data) = data {
-            if p.inline_len > 0 {
-                item.extend_from_slice(&data[data.len() - p.inline_len as usize..]);
-                data.truncate(data.len() - p.inline_len as usize);
+            if let Some(tail) = &p.inline_bytes {
+                item.extend_from_slice(tail);
             }
-            if !data.is_empty() {
-                data.resize(fmt::round_up(data.len() as u64, BLKSZ) as usize, 0);
-                data_blocks.push((p.startblk as u64 * BLKSZ, data));
+            if let Some(chunks) = &p.chunks {
+                item.resize(
+                    crate::layout::ChunkPlan::map_offset(p.isize(), p.ibody_len) as usize,
+                    0,
+                );
+                for blk in &chunks.map {
+                    item.extend_from_slice(&blk.to_le_bytes());
+                }
             }
-        }
-        pieces.push((plan.meta_base + offset, item));
+            let mut block = None;
+            if let Some(mut data) = data {
+                if p.inline_len > 0 {
+                    item.extend_from_slice(&data[data.len() - p.inline_len as usize..]);
+                    data.truncate(data.len() - p.inline_len as usize);
+                }
+                if !data.is_empty() {
+                    data.resize(fmt::round_up(data.len() as u64, BLKSZ) as usize, 0);
+                    block = Some((p.startblk as u64 * BLKSZ, data));
+                }
+            }
+            ((plan.meta_base + offset, item), block)
+        })
+        .collect();
+    let mut pieces: Vec<Piece> = Vec::with_capacity(encoded.len() * 2);
+    let mut data_blocks: Vec<Piece> = Vec::new();
+    for (piece, block) in encoded {
+        pieces.push(piece);
+        data_blocks.extend(block);
     }
     // Everything in offset order: directory blocks come after the metadata in uncompressed images and
     // before it in compressed ones.
