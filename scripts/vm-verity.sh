@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Boots a Debian kernel that has fs-verity (CONFIG_FS_VERITY=y) under QEMU and runs a guest script in
+# it, so the tests can check sealfs against the kernel's own fs-verity where the host kernel lacks it.
+#
+#   scripts/vm-verity.sh STAGING_DIR
+#
+# STAGING_DIR holds what the guest sees: it becomes an ext4 file system made with the `verity`
+# feature, mounted read-write at /mnt in the guest, where /mnt/guest.sh is run with busybox sh. The
+# guest has busybox, `sealfs` (the binary in $SEALFS) and `fsverity` (fsverity-utils) in its PATH.
+# Everything the guest prints reaches standard output (serial console); the last line is
+# "GUEST-EXIT <status of guest.sh>". Exits 0 when the guest ran to its end, whatever the status.
+#
+# Needs qemu-system-x86_64 (qemu-system-x86), /bin/busybox statically linked (busybox-static),
+# mkfs.ext4 (e2fsprogs), fsverity (fsverity) and apt-get: the kernel is the newest
+# `linux-image-*-cloud-amd64` Debian package (needs CONFIG_FS_VERITY=y and ext4 built in), downloaded
+# once into $VM_CACHE (default target/vm-kernel).
+set -euo pipefail
+
+staging="${1:?usage: vm-verity.sh STAGING_DIR}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SEALFS="${SEALFS:-$here/target/release/sealfs}"
+VM_CACHE="${VM_CACHE:-$here/target/vm-kernel}"
+die() { printf 'vm-verity: %s\n' "$*" >&2; exit 2; }
+
+for tool in qemu-system-x86_64 mkfs.ext4 fsverity apt-get dpkg-deb; do
+    command -v "$tool" >/dev/null || die "$tool not found"
+done
+[[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1 || die "/bin/busybox missing or not static (apt-get install busybox-static)"
+[[ -x "$SEALFS" ]] || die "no sealfs binary at $SEALFS"
+[[ -f "$staging/guest.sh" ]] || die "$staging/guest.sh missing"
+
+# --- kernel: vmlinuz and the loop module, from the Debian cloud kernel package ---------------------
+if [[ ! -f "$VM_CACHE/.done" ]]; then
+    rm -rf "$VM_CACHE" && mkdir -p "$VM_CACHE/deb"
+    pick() { apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}'; }
+    pkg="$(pick)"
+    if [[ -z "$pkg" ]]; then
+        apt-get update -qq >&2 || die "apt-get update failed"
+        pkg="$(pick)"
+    fi
+    [[ -n "$pkg" ]] || die "no linux-image-cloud-amd64 package known to apt"
+    (cd "$VM_CACHE/deb" && apt-get download "$pkg" >&2 2>/dev/null) || die "apt-get download $pkg failed"
+    dpkg-deb -x "$VM_CACHE"/deb/*.deb "$VM_CACHE/x"
+    cp "$VM_CACHE"/x/boot/vmlinuz-* "$VM_CACHE/vmlinuz"
+    grep -q '^CONFIG_FS_VERITY=y' "$VM_CACHE"/x/boot/config-* || die "$pkg has no CONFIG_FS_VERITY"
+    # The loop driver (the ext4 image lives in the initramfs) and SHA-512 for fs-verity's
+    # --hash-alg=sha512, which the cloud kernel builds as modules.
+    for mod in loop sha512_generic; do
+        ko="$(find "$VM_CACHE/x/lib/modules" -name "$mod.ko" | head -n1)"
+        [[ -n "$ko" ]] || die "$pkg has no uncompressed $mod.ko"
+        cp "$ko" "$VM_CACHE/$mod.ko"
+    done
+    echo "$pkg" >"$VM_CACHE/PACKAGE"
+    rm -rf "$VM_CACHE/x" "$VM_CACHE/deb"
+    touch "$VM_CACHE/.done"
+fi
+
+# --- initramfs: busybox, sealfs and fsverity with their libraries, the ext4 image -------------------
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+root="$work/root"
+mkdir -p "$root"/{bin,dev,proc,sys,mnt,tmp}
+cp /bin/busybox "$root/bin/"
+strip -o "$root/bin/sealfs" "$SEALFS"
+cp "$(command -v fsverity)" "$root/bin/"
+for bin in "$root/bin/sealfs" "$root/bin/fsverity"; do
+    ldd "$bin" | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
+        mkdir -p "$root$(dirname "$lib")"
+        cp -L "$lib" "$root$lib"
+    done
+done
+cp "$VM_CACHE/loop.ko" "$VM_CACHE/sha512_generic.ko" "$root/"
+# Room for the staged files, their fs-verity trees and ext4's own metadata.
+size_kib=$(( $(du -sk "$staging" | cut -f1) * 3 / 2 + 16384 ))
+mkfs.ext4 -q -F -O verity -b 4096 -d "$staging" "$root/fs.ext4" "${size_kib}k"
+cat >"$root/init" <<'EOF'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+insmod /loop.ko
+insmod /sha512_generic.ko
+mount -t ext4 -o loop /fs.ext4 /mnt || echo "GUEST: cannot mount the ext4 image"
+echo GUEST-START
+cd /mnt && sh /mnt/guest.sh
+echo "GUEST-EXIT $?"
+sync
+poweroff -f
+EOF
+chmod +x "$root/init"
+(cd "$root" && find . | busybox cpio -o -H newc 2>/dev/null) >"$work/initrd"
+
+# Software emulation by default: it boots in seconds, and nested KVM on the machines this was written
+# on stops with "emulation failure" in the guest kernel. VM_ACCEL=kvm asks for KVM.
+accel="${VM_ACCEL:-tcg}"
+cpu=max
+[[ "$accel" == kvm ]] && cpu=host
+qemu-system-x86_64 -machine "accel=$accel" -cpu "$cpu" -m 1024 -smp 2 -nographic -no-reboot \
+    -kernel "$VM_CACHE/vmlinuz" -initrd "$work/initrd" \
+    -append "console=ttyS0 panic=-1 quiet loglevel=3" </dev/null
