@@ -1,14 +1,17 @@
 //! Compressed builds against the kernel: lz4, lz4hc and zstd images at 4 KiB, 64 KiB and 1 MiB
-//! physical clusters mount and read back identical to the source (the full fixture and edge cases:
-//! empty, one byte, incompressible, all zeros, sizes on block and cluster boundaries, tails that do
-//! and do not fit inline); `fsck.erofs` passes (lz4 only: erofs-utils 1.5 has no zstd); the seal and
+//! physical clusters mount and read back identical to the source (the full fixture, random trees and
+//! edge cases: empty, one byte, incompressible, all zeros, sizes on block and cluster boundaries, tails
+//! that do and do not fit inline); `fsck.erofs` passes (lz4 only: erofs-utils 1.5 has no zstd); the seal and
 //! the per-file digests hold; the image does not depend on the thread count.
 
 mod common;
 
 use common::compare::{check_xattr_filter, compare_trees, Expect};
 use common::fixture::{make_full_fixture, Rng};
+use common::randtree::{materialize, tree_strategy};
 use common::*;
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::TestRunner;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -147,10 +150,33 @@ fn full_fixture_round_trips_compressed() {
         .prefix("sealfs-z-")
         .tempdir_in("/var/tmp")
         .unwrap();
-    for (alg, c) in [("lz4hc", "65536"), ("zstd", "4096")] {
+    for (alg, c) in [("lz4hc", "65536"), ("zstd", "4096"), ("lz4", "1048576")] {
         let image = img_dir.path().join("img");
         build_ok(&src, &image, &["-z", alg, "-C", c]);
         check_image(&src, &image, alg);
+    }
+}
+
+/// Random trees (the property-test strategy, deterministic seeds) with each algorithm at 4 KiB,
+/// 64 KiB and 1 MiB clusters: the kernel reads back the source, `fsck.erofs` passes (lz4).
+#[test]
+fn random_trees_round_trip_compressed() {
+    if !oracle_guard(mount_env()) {
+        return;
+    }
+    let tmp = Tmpfs::new("zrandom").expect("tmpfs");
+    let mut runner = TestRunner::deterministic();
+    for n in 0..2 {
+        let desc = tree_strategy().new_tree(&mut runner).unwrap().current();
+        let src = tmp.join(format!("src{n}"));
+        fs::create_dir(&src).unwrap();
+        materialize(&desc, &src).unwrap();
+        for (alg, c) in [("lz4", "4096"), ("lz4hc", "65536"), ("zstd", "1048576")] {
+            let image = tmp.join(format!("img{n}-{alg}-{c}"));
+            build_ok(&src, &image, &["-z", alg, "-C", c]);
+            check_image(&src, &image, alg);
+            fs::remove_file(&image).unwrap();
+        }
     }
 }
 
