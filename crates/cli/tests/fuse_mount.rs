@@ -1017,3 +1017,78 @@ fn double_verification_checks_each_file_against_its_digest() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Restores the mode of `/dev/fuse` when dropped (also when the test panics).
+struct DevFuseMode(u32);
+
+impl Drop for DevFuseMode {
+    fn drop(&mut self) {
+        let _ = fs::set_permissions(
+            "/dev/fuse",
+            std::os::unix::fs::PermissionsExt::from_mode(self.0),
+        );
+    }
+}
+
+/// No root needed: where `/dev/fuse` is open to every user (mode 0666, what distributions ship; this
+/// test sets it for its duration and restores it), an unprivileged user mounts an image (the mount
+/// itself done by the setuid `fusermount3`), reads it verified, and unmounts it with `sealfs umount`.
+#[test]
+fn unprivileged_user_mounts_reads_and_unmounts() {
+    if !oracle_guard(fuse_env().and_then(|()| {
+        if have_tool("fusermount3") {
+            Ok(())
+        } else {
+            Err("fusermount3 not found (fuse3)".into())
+        }
+    })) {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("sealfs-user-")
+        .tempdir()
+        .unwrap();
+    let (src, image) = small_tree(dir.path());
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    // nobody owns the mount point and reaches the image.
+    for p in [dir.path(), &mnt, &image] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let mode = fs::metadata("/dev/fuse").unwrap().mode() & 0o7777;
+    let _restore = DevFuseMode(mode);
+    fs::set_permissions(
+        "/dev/fuse",
+        std::os::unix::fs::PermissionsExt::from_mode(0o666),
+    )
+    .unwrap();
+    let (image_s, mnt_s) = (image.to_str().unwrap(), mnt.to_str().unwrap());
+    assert!(
+        as_nobody(&[sealfs_bin(), "mount", image_s, mnt_s]),
+        "sealfs mount as nobody failed"
+    );
+    let mounted = is_mounted(&mnt);
+    let read = (0..8).all(|i| {
+        let name = format!("f{i}");
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg("cat")
+            .arg(mnt.join(&name))
+            .output()
+            .expect("setpriv");
+        out.status.success() && out.stdout == fs::read(src.join(&name)).unwrap()
+    });
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let owner_ok = info
+        .lines()
+        .any(|l| l.contains(mnt_s) && l.contains("fuse.sealfs") && l.contains("user_id=65534"));
+    let unmounted = as_nobody(&[sealfs_bin(), "umount", mnt_s]);
+    if is_mounted(&mnt) {
+        let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    }
+    assert!(mounted, "not mounted after sealfs mount as nobody");
+    assert!(read, "files read through the unprivileged mount differ");
+    assert!(owner_ok, "the mount is not nobody's:\n{info}");
+    assert!(unmounted, "sealfs umount as nobody failed");
+    assert!(!is_mounted(&mnt), "still mounted after sealfs umount");
+}
