@@ -825,11 +825,17 @@ fn statistics_add_up() {
     assert!(text.contains("fuse.bytes_served: ") && text.contains("verify.blocks_verified: "));
 }
 
+/// `args` as a command run as nobody (uid/gid 65534, no groups).
+fn nobody_cmd(args: &[&str]) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(args);
+    cmd
+}
+
 /// Runs `cmd` as nobody (uid/gid 65534, no groups); true if it succeeded.
 fn as_nobody(args: &[&str]) -> bool {
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .args(args)
+    nobody_cmd(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -1070,10 +1076,8 @@ fn unprivileged_user_mounts_reads_and_unmounts() {
     let mounted = is_mounted(&mnt);
     let read = (0..8).all(|i| {
         let name = format!("f{i}");
-        let out = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg("cat")
-            .arg(mnt.join(&name))
+        let file = mnt.join(&name);
+        let out = nobody_cmd(&["cat", file.to_str().unwrap()])
             .output()
             .expect("setpriv");
         out.status.success() && out.stdout == fs::read(src.join(&name)).unwrap()
