@@ -286,10 +286,12 @@ impl Placer<'_> {
             if last_seg {
                 let st = self.state.remove(&id).unwrap_or_default();
                 if let Some(h) = self.hashers.file {
-                    let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), f.size, &st.leaves)
-                        .map_err(|e| {
-                        BuildError::io(&inode.path, "hash", std::io::Error::other(e))
-                    })?;
+                    let t = sealfs_verity::Tree::from_leaf_hashes_serial(
+                        h.params(),
+                        f.size,
+                        &st.leaves,
+                    )
+                    .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?;
                     self.digests.push((id as u64, t.digest()));
                 }
             }

@@ -39,6 +39,23 @@ impl Tree {
     /// block zero-padded). This is for callers that hash the data themselves,
     /// for instance while copying it; the upper levels are hashed in parallel.
     pub fn from_leaf_hashes(params: &Params, data_size: u64, leaves: &[u8]) -> Result<Tree> {
+        Self::leaves_to_tree(params, data_size, leaves, true)
+    }
+
+    /// Like [`from_leaf_hashes`](Self::from_leaf_hashes), but hashes the upper levels on the
+    /// calling thread only: for callers that are themselves one of several worker threads (outside
+    /// any rayon pool they were asked to use). The tree is the same.
+    pub fn from_leaf_hashes_serial(params: &Params, data_size: u64, leaves: &[u8]) -> Result<Tree> {
+        Self::leaves_to_tree(params, data_size, leaves, false)
+    }
+
+    /// Checks the leaves' length and builds the tree over them.
+    fn leaves_to_tree(
+        params: &Params,
+        data_size: u64,
+        leaves: &[u8],
+        parallel: bool,
+    ) -> Result<Tree> {
         let g = TreeGeometry::new(params, data_size);
         let expected = g.data_blocks() * params.digest_size() as u64;
         if leaves.len() as u64 != expected {
@@ -48,7 +65,7 @@ impl Tree {
                 actual: leaves.len(),
             });
         }
-        build_with(params, data_size, |_, out| {
+        build_with(params, data_size, parallel, |_, out| {
             out.copy_from_slice(leaves);
             Ok(())
         })
@@ -96,7 +113,7 @@ impl fmt::Debug for Tree {
 ///
 /// Errors only if the tree cannot be allocated.
 pub fn build_tree(params: &Params, data: &[u8]) -> Result<Tree> {
-    build_with(params, data.len() as u64, |hasher, leaves| {
+    build_with(params, data.len() as u64, true, |hasher, leaves| {
         hasher.par_hash_blocks_into(data, leaves);
         Ok(())
     })
@@ -111,7 +128,7 @@ pub fn build_tree(params: &Params, data: &[u8]) -> Result<Tree> {
 /// A file shorter than `offset + len` is an error ([`Error::Read`]).
 #[cfg(unix)]
 pub fn build_tree_from_file(params: &Params, file: &File, offset: u64, len: u64) -> Result<Tree> {
-    build_with(params, len, |hasher, leaves| {
+    build_with(params, len, true, |hasher, leaves| {
         hash_file_into(hasher, file, offset, len, leaves, &|_| {})
     })
 }
@@ -310,10 +327,12 @@ impl fmt::Debug for TreeBuilder {
 }
 
 /// Common driver: allocates the tree, lets `fill_leaves` write the level-0
-/// hashes (`data_blocks × digest_size` bytes) and hashes the upper levels.
+/// hashes (`data_blocks × digest_size` bytes) and hashes the upper levels (on the current rayon
+/// pool if `parallel`, else on this thread).
 fn build_with(
     params: &Params,
     data_size: u64,
+    parallel: bool,
     fill_leaves: impl FnOnce(&BlockHasher, &mut [u8]) -> Result<()>,
 ) -> Result<Tree> {
     let geometry = TreeGeometry::new(params, data_size);
@@ -360,7 +379,12 @@ fn build_with(
         let dst = geometry.level_start(k + 1) as usize * bs;
         let dst_len = geometry.level_blocks(k) as usize * d;
         let (left, right) = bytes.split_at_mut(src);
-        hasher.par_hash_blocks_into(&right[..src_len], &mut left[dst..dst + dst_len]);
+        let (src, out) = (&right[..src_len], &mut left[dst..dst + dst_len]);
+        if parallel {
+            hasher.par_hash_blocks_into(src, out);
+        } else {
+            hasher.hash_blocks_into(src, out);
+        }
     }
     debug_assert_eq!(geometry.level_start(top), 0);
     let root = hasher.hash_block(&bytes[..bs]);
