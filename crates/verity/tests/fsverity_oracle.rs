@@ -173,7 +173,11 @@ fn check(dir: &Path, data: &[u8], params: &Params, all_builders: bool) {
     let from_leaves = Tree::from_leaf_hashes(params, data.len() as u64, &leaves).unwrap();
     assert_matches(&from_leaves, &oracle, &format!("from_leaf_hashes, {what}"));
     let serial = Tree::from_leaf_hashes_serial(params, data.len() as u64, &leaves).unwrap();
-    assert_matches(&serial, &oracle, &format!("from_leaf_hashes_serial, {what}"));
+    assert_matches(
+        &serial,
+        &oracle,
+        &format!("from_leaf_hashes_serial, {what}"),
+    );
 }
 
 fn matrix(alg: HashAlg) {
