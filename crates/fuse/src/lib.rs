@@ -45,6 +45,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Entries whose inodes one `readdirplus` reads ahead (from its offset): what a large reply holds
+/// (a `fuse_direntplus` takes 152 bytes before the name), so that each reply's prefetch stays bounded
+/// however large the directory.
+const READDIRPLUS_PREFETCH: usize = 1024;
+
 /// How long the kernel may keep entries and attributes: the image is immutable.
 pub const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -649,10 +654,13 @@ impl Filesystem for SealFs {
             Err(e) => return reply.error(e),
         };
         // The entries' inodes are usually neighbours in the image: read their blocks in a few
-        // requests (verified together) rather than one by one as the loop reaches them.
+        // requests (verified together) rather than one by one as the loop reaches them. Only as many
+        // entries as one reply can hold, so that a huge directory listed in many replies is not
+        // scanned from each reply's offset to its end.
         let uncached: Vec<u64> = entries
             .iter()
             .skip(offset as usize)
+            .take(READDIRPLUS_PREFETCH)
             .filter(|e| self.inodes.get(e.nid).is_none())
             .map(|e| e.nid)
             .collect();
