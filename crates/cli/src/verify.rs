@@ -322,7 +322,7 @@ pub fn reader_with(
     options: &sealfs_reader::Options,
 ) -> Result<sealfs_reader::Image> {
     let source = sealfs_reader::SubRange::new(image.try_clone()?, 0, len);
-    Ok(sealfs_reader::Image::open_with(source, options)?)
+    Ok(sealfs_reader::Image::open_unverified_with(source, options)?)
 }
 
 fn path_text(p: &[u8]) -> String {

@@ -35,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut sb = [0u8; 128];
     std::os::unix::fs::FileExt::read_exact_at(&file, &mut sb, 1024)?;
     let len = (u32::from_le_bytes(sb[36..40].try_into()?) as u64) << sb[12];
-    let img = Image::open_with(
+    let img = Image::open_unverified_with(
         SubRange::new(file, 0, len),
         &Options {
             cluster_cache_bytes: cache,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// How an image is opened.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Number of source blocks (4 KiB with [`Image::open`]) the block cache keeps. 0 disables it.
+    /// Number of source blocks (4 KiB with [`Image::open_unverified`]) the block cache keeps. 0 disables it.
     pub cache_blocks: usize,
     /// Bytes of decoded compressed extents the cluster cache keeps (see [`crate::decompress`]);
     /// never exceeded. 0 disables it.
@@ -51,22 +51,16 @@ impl std::fmt::Debug for Image {
 }
 
 impl Image {
-    /// Opens an image from any byte source, with default options and no verification.
-    pub fn open<R: ReadAt + 'static>(source: R) -> Result<Image> {
-        Image::open_with(source, &Options::default())
+    /// Opens the EROFS bytes of any byte source **without verification**, with default options: no
+    /// block is checked against a seal, so this is for plain images and for reading a damaged image
+    /// on purpose. A sealed image is opened verified with [`crate::open`].
+    pub fn open_unverified<R: ReadAt + 'static>(source: R) -> Result<Image> {
+        Image::open_unverified_with(source, &Options::default())
     }
 
-    /// Opens the image file at `path` (read with positional reads), with default options.
-    pub fn open_path(path: impl AsRef<std::path::Path>) -> Result<Image> {
-        let file = std::fs::File::open(path).map_err(|source| Error::Io {
-            at: Location::image(),
-            source,
-        })?;
-        Image::open(file)
-    }
-
-    /// Opens an image from any byte source, without verification.
-    pub fn open_with<R: ReadAt + 'static>(source: R, options: &Options) -> Result<Image> {
+    /// Opens the EROFS bytes of any byte source **without verification** (see
+    /// [`Image::open_unverified`]).
+    pub fn open_unverified_with<R: ReadAt + 'static>(source: R, options: &Options) -> Result<Image> {
         Image::open_blocks(Arc::new(PlainBlocks::new(source)), options)
     }
 

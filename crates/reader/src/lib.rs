@@ -38,7 +38,7 @@
 //!
 //! ```no_run
 //! use sealfs_reader::{Follow, Image};
-//! let image = Image::open_path("image.erofs")?;
+//! let image = Image::open_unverified(std::fs::File::open("image.erofs")?)?;
 //! let inode = image.resolve("/etc/hostname", Follow::All)?;
 //! let data = image.read_vec(&inode, 0, 1 << 20)?;
 //! for entry in image.read_dir(&image.root()?)? {

@@ -99,7 +99,7 @@ fn h_advise(img: &Image, inode: &Inode) -> u16 {
 }
 
 fn open_with(path: &Path, cluster_cache_bytes: usize) -> Image {
-    Image::open_with(
+    Image::open_unverified_with(
         fs::File::open(path).unwrap(),
         &Options {
             cluster_cache_bytes,
@@ -289,7 +289,7 @@ fn check_case(dir: &Path, src: &Tree, case: &Case, rng: &mut Rng) {
     let name = case.name;
     let img_path = dir.join(format!("{name}.erofs"));
     mkfs(&dir.join("src"), &img_path, case.args).unwrap();
-    let img = Image::open(fs::File::open(&img_path).unwrap()).unwrap();
+    let img = Image::open_unverified(fs::File::open(&img_path).unwrap()).unwrap();
     let tree = walk_image(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
     let expect = Expect {
         mtime: None,
@@ -566,7 +566,7 @@ fn concurrent_reads_share_the_cache() {
 #[test]
 fn crafted_zstd_head2_plain_and_cblkcnt_extents() {
     let (c, want) = zstd_image();
-    let img = Image::open(c.finish()).unwrap();
+    let img = Image::open_unverified(c.finish()).unwrap();
     let compr = &img.superblock().compr;
     assert_eq!(compr.available_algs, 0b1011);
     assert_eq!(compr.lz4_max_pclusterblks, 2);
@@ -777,7 +777,7 @@ fn crafted_index_damage_is_reported() {
     for (what, lcn, bytes, msg, corrupted) in cases {
         let (mut c, want) = zstd_image();
         damage_z(&mut c, lcn, &bytes);
-        let img = Image::open(c.finish()).unwrap();
+        let img = Image::open_unverified(c.finish()).unwrap();
         let z = img.lookup_path("/z").unwrap();
         // Reads fail with an error naming the damage and the inode (bytes that still map read
         // as the kernel would read them: not necessarily the original ones).
@@ -842,7 +842,7 @@ fn crafted_bad_compression_configs_fail_the_open() {
     for (what, f, msg, corrupted) in cases {
         let (mut c, _) = zstd_image();
         f(&mut c);
-        let e = Image::open(c.finish()).unwrap_err();
+        let e = Image::open_unverified(c.finish()).unwrap_err();
         assert_eq!(e.is_corrupted(), corrupted, "{what}: {e}");
         assert!(e.to_string().contains(msg), "{what}: {e}");
     }
@@ -850,9 +850,9 @@ fn crafted_bad_compression_configs_fail_the_open() {
     let (mut c, _) = zstd_image();
     c.put(1184, &[0, 0]);
     let bytes = c.finish();
-    let img = Image::open(bytes.clone()).unwrap();
+    let img = Image::open_unverified(bytes.clone()).unwrap();
     assert_eq!(img.superblock().compr.zstd_windowlog, Some(7));
-    let e = Image::open(bytes[..2 * BS].to_vec()).unwrap_err();
+    let e = Image::open_unverified(bytes[..2 * BS].to_vec()).unwrap_err();
     assert!(
         e.is_corrupted() && e.to_string().contains("past the end"),
         "{e}"
@@ -863,7 +863,7 @@ fn crafted_bad_compression_configs_fail_the_open() {
     c.sb.feature_incompat
         .set(EROFS_FEATURE_INCOMPAT_ZERO_PADDING);
     damage_z(&mut c, None, &[0, 0, 0, 0, 0, 0]);
-    let img = Image::open(c.finish()).unwrap();
+    let img = Image::open_unverified(c.finish()).unwrap();
     assert_eq!(img.superblock().compr.available_algs, 1);
     let z = img.lookup_path("/z").unwrap();
     let e = img.read_vec(&z, 0, 10).unwrap_err();
@@ -973,7 +973,7 @@ fn sealfs_compressed_images_read_back_equal_to_the_source() {
     ] {
         let img_path = dir.path().join(format!("{name}.img"));
         common::sealfs_build(&bin, &src_path, &img_path, args).unwrap();
-        let img = Image::open(fs::File::open(&img_path).unwrap()).unwrap();
+        let img = Image::open_unverified(fs::File::open(&img_path).unwrap()).unwrap();
         let tree = walk_image(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_no_diffs(name, &compare(&src, &tree, &Expect::default()));
         let files = files(&img, &tree);

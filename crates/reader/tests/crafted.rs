@@ -12,7 +12,7 @@ use sealfs_format::{
 use sealfs_reader::{Error, ExtentKind, Follow, Image};
 
 fn open(c: &Craft) -> Image {
-    Image::open(c.finish()).unwrap()
+    Image::open_unverified(c.finish()).unwrap()
 }
 
 fn read_all(img: &Image, path: &str) -> Vec<u8> {
@@ -302,7 +302,7 @@ fn xattrs_inline_shared_and_long_prefixes() {
 type Mutation = Box<dyn Fn(&mut Craft)>;
 
 fn open_err(img: Vec<u8>) -> Error {
-    Image::open(img).expect_err("image must not open")
+    Image::open_unverified(img).expect_err("image must not open")
 }
 
 #[test]
@@ -362,7 +362,7 @@ fn superblock_checks() {
     // block 0) and listing the root fails.
     let (mut c, _) = layouts_image();
     c.sb.xattr_prefix_count = 0;
-    let img = Image::open(c.finish()[..2 * BS + 10].to_vec()).unwrap();
+    let img = Image::open_unverified(c.finish()[..2 * BS + 10].to_vec()).unwrap();
     let e = img.read_dir_all(&img.root().unwrap()).unwrap_err();
     assert!(e.to_string().contains("past the end of the image"), "{e}");
 }
@@ -413,7 +413,7 @@ fn corrupted_directories_are_reported_with_their_inode() {
     for (what, f) in cases {
         let (mut c, _) = layouts_image();
         f(&mut c);
-        let img = match Image::open(c.finish()) {
+        let img = match Image::open_unverified(c.finish()) {
             Ok(img) => img,
             Err(e) => panic!("{what}: {e}"),
         };

@@ -190,7 +190,7 @@ fn decoded() -> u64 {
 fn open_and_walk(bytes: Vec<u8>, what: &str) -> bool {
     let r = catch_unwind(AssertUnwindSafe(|| {
         // A tiny cache, so that eviction paths run too.
-        match Image::open_with(
+        match Image::open_unverified_with(
             bytes,
             &Options {
                 cache_blocks: 3,
@@ -278,7 +278,7 @@ fn corrupt_trials(name: &str, base: &[u8], trials: u64, seed: u64) {
         .max(1);
     let trials = trials * scale;
     // The valid image opens first (and walks cleanly, unless it has unsupported parts).
-    let img = Image::open(base.to_vec()).unwrap();
+    let img = Image::open_unverified(base.to_vec()).unwrap();
     if !name.starts_with("crafted") {
         common::walk::walk_image(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
@@ -376,7 +376,7 @@ fn random_corruption_never_panics() {
     for (i, (name, base)) in base_images(dir.path()).iter().enumerate() {
         corrupt_trials(name, base, 1500, i as u64 + 1);
         if name.contains("lz4") {
-            let pcl = pclusters(&Image::open(base.clone()).unwrap());
+            let pcl = pclusters(&Image::open_unverified(base.clone()).unwrap());
             compressed_data_trials(name, base, 400, i as u64 + 1, &pcl);
         }
     }
@@ -431,7 +431,7 @@ fn crafted_compressed_image_corruption_never_panics() {
     corrupt_trials("crafted-zstd", &c.finish(), 3000, 78);
     truncations("crafted-zstd", &c.finish());
     let z = common::zcraft::Z;
-    let img = Image::open(c.finish()).unwrap();
+    let img = Image::open_unverified(c.finish()).unwrap();
     let inode = img.inode(z).unwrap();
     let pcl: Vec<(u64, u64)> = img
         .map_range(&inode, 0, u64::MAX)
