@@ -15,14 +15,12 @@
 //! Tests that need root or mounting print `SKIP:` otherwise (a failure under CI=true).
 
 mod common;
-#[path = "common/craft.rs"]
-mod craft;
 
 use common::compare::{compare_trees, scan_tree, Expect};
+use common::dircraft::{de, sorted, Crafter, FT_DIR, FT_LNK, FT_REG, ROOT};
 use common::fixture::{make_full_fixture, SPARSE_SIZE};
 use common::randtree::{materialize, tree_strategy, TreeDesc};
 use common::*;
-use craft::{de, sorted, Crafter, FT_DIR, FT_LNK, FT_REG, ROOT};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;

@@ -3,17 +3,18 @@
 //! --extract`; random reads; the cluster cache (hits, bounds, statistics); and a hand-built image
 //! with ZSTD, HEAD2, PLAIN and CBLKCNT extents (mkfs.erofs 1.5 cannot write ZSTD).
 
-mod common;
-
-use common::craft::{Craft, BS};
-use common::walk::{compare, scan_source, walk_image, Expect, Tree};
-use common::zcraft::*;
-use common::{assert_no_diffs, fsck_extract, mkfs, need_tool, oracle_guard, Rng};
 use sealfs_format::{
     DataLayout, EROFS_FEATURE_INCOMPAT_ZERO_PADDING, Z_EROFS_ADVISE_COMPACTED_2B,
     Z_EROFS_ADVISE_INLINE_PCLUSTER, Z_EROFS_LCLUSTER_TYPE_HEAD1, Z_EROFS_LI_D0_CBLKCNT,
 };
 use sealfs_reader::{Compression, Error, ExtentKind, Image, Inode, Options};
+use sealfs_testsupport::build::{build_image, compressed};
+use sealfs_testsupport::craft::{Craft, BS};
+use sealfs_testsupport::walk::{compare, scan_source, walk_image, Expect, Tree};
+use sealfs_testsupport::zcraft::*;
+use sealfs_testsupport::{
+    assert_no_diffs, fsck_extract, have_tool, mkfs, need_tool, oracle_guard, show, Rng,
+};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
@@ -22,7 +23,7 @@ use std::path::Path;
 
 /// The compression fixture: every size and content kind that matters to pclusters.
 fn build_tree(root: &Path) {
-    let mut rng = Rng::new(42);
+    let mut rng = Rng::scrambled(42);
     let w = |rel: &str, data: &[u8]| {
         let p = root.join(rel);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -134,7 +135,7 @@ fn random_reads(
             let n = match img.read(inode, off, &mut buf) {
                 Ok(n) => n,
                 Err(e) => {
-                    diffs.push(format!("/{}: read({off}, {len}): {e}", common::show(path)));
+                    diffs.push(format!("/{}: read({off}, {len}): {e}", show(path)));
                     continue;
                 }
             };
@@ -144,10 +145,7 @@ fn random_reads(
                 &content[off as usize..(off as usize + len).min(content.len())]
             };
             if &buf[..n] != want {
-                diffs.push(format!(
-                    "/{}: read({off}, {len}) differs",
-                    common::show(path)
-                ));
+                diffs.push(format!("/{}: read({off}, {len}) differs", show(path)));
             }
         }
     }
@@ -319,7 +317,7 @@ fn check_case(dir: &Path, src: &Tree, case: &Case, rng: &mut Rng) {
         if !is_compressed(inode) {
             continue;
         }
-        extents += check_map(&img, inode, &format!("{name}: /{}", common::show(path)))
+        extents += check_map(&img, inode, &format!("{name}: /{}", show(path)))
             .unwrap_or_else(|e| panic!("{e}"));
         for e in img.map_range(inode, 0, u64::MAX).unwrap() {
             if let ExtentKind::Compressed {
@@ -388,9 +386,9 @@ fn check_case(dir: &Path, src: &Tree, case: &Case, rng: &mut Rng) {
         let want = extracted
             .get(path)
             .and_then(|n| n.content.as_ref())
-            .unwrap_or_else(|| panic!("{name}: /{} not extracted", common::show(path)));
+            .unwrap_or_else(|| panic!("{name}: /{} not extracted", show(path)));
         if tree[path].content.as_ref() != Some(want) || inode.size() != want.len() as u64 {
-            diffs.push(format!("/{}: differs from fsck.erofs", common::show(path)));
+            diffs.push(format!("/{}: differs from fsck.erofs", show(path)));
         }
     }
     assert_no_diffs(&format!("{name} vs fsck.erofs --extract"), &diffs);
@@ -406,7 +404,7 @@ fn mkfs_compressed_images_read_back_equal_to_the_source_and_fsck() {
     fs::create_dir(&src_path).unwrap();
     build_tree(&src_path);
     let src = scan_source(&src_path);
-    let mut rng = Rng::new(11);
+    let mut rng = Rng::scrambled(11);
     for case in cases() {
         check_case(dir.path(), &src, &case, &mut rng);
     }
@@ -491,7 +489,7 @@ fn cluster_cache_hits_bounds_and_counts() {
         .filter(|(_, n)| n.content.is_some())
         .map(|(p, _)| (p.clone(), img.lookup_path(&p[..]).unwrap()))
         .collect();
-    let mut rng = Rng::new(5);
+    let mut rng = Rng::scrambled(5);
     let mut expected_lookups = 0;
     for round in 0..3000 {
         let (path, inode) = &all[rng.below(all.len() as u64) as usize];
@@ -543,7 +541,7 @@ fn concurrent_reads_share_the_cache() {
         .map(|t| {
             let (img, src) = (img.clone(), src.clone());
             std::thread::spawn(move || {
-                let mut rng = Rng::new(t);
+                let mut rng = Rng::scrambled(t);
                 for name in ["text-3m", "mixed", "text-200k", "random-100k", "zeros-13m"] {
                     let inode = img.lookup_path(name).unwrap();
                     let content = src[name.as_bytes()].content.as_ref().unwrap();
@@ -942,44 +940,31 @@ fn verified_compressed_reads_check_pclusters_once() {
 // ----- images of the sealfs builder --------------------------------------------------------------
 
 /// The sealfs builder's compressed images (ZSTD too, which mkfs.erofs 1.5 cannot write) read
-/// back equal to the source; the LZ4 ones also equal `fsck.erofs --extract`. The builder is run
-/// as a program, so that the reader does not depend on it.
+/// back equal to the source; the LZ4 ones also equal `fsck.erofs --extract`. The images come from
+/// the builder library (a dev-dependency: the reader itself does not depend on the builder).
 #[test]
 fn sealfs_compressed_images_read_back_equal_to_the_source() {
-    let bin = common::sealfs_bin();
-    if !oracle_guard(bin.as_ref().map(drop).map_err(Clone::clone)) {
-        return;
-    }
-    let bin = bin.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let src_path = dir.path().join("src");
     fs::create_dir(&src_path).unwrap();
     build_tree(&src_path);
     let src = scan_source(&src_path);
-    let mut rng = Rng::new(12);
-    for (name, args, alg) in [
-        ("zstd", &["-z", "zstd"][..], Compression::Zstd),
-        (
-            "zstd-64k",
-            &["-z", "zstd,9", "-C", "65536"],
-            Compression::Zstd,
-        ),
-        ("lz4", &["-z", "lz4"], Compression::Lz4),
-        (
-            "lz4hc-16k",
-            &["-z", "lz4hc", "-C", "16384"],
-            Compression::Lz4,
-        ),
+    let mut rng = Rng::scrambled(12);
+    for (name, opts, alg) in [
+        ("zstd", compressed("zstd", 4096), Compression::Zstd),
+        ("zstd-64k", compressed("zstd,9", 65536), Compression::Zstd),
+        ("lz4", compressed("lz4", 4096), Compression::Lz4),
+        ("lz4hc-16k", compressed("lz4hc", 16384), Compression::Lz4),
     ] {
         let img_path = dir.path().join(format!("{name}.img"));
-        common::sealfs_build(&bin, &src_path, &img_path, args).unwrap();
+        build_image(&src_path, &img_path, &opts).unwrap();
         let img = Image::open_unverified(fs::File::open(&img_path).unwrap()).unwrap();
         let tree = walk_image(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_no_diffs(name, &compare(&src, &tree, &Expect::default()));
         let files = files(&img, &tree);
         let mut seen = false;
         for (path, inode) in files.iter().filter(|(_, i)| is_compressed(i)) {
-            check_map(&img, inode, &format!("{name}: /{}", common::show(path)))
+            check_map(&img, inode, &format!("{name}: /{}", show(path)))
                 .unwrap_or_else(|e| panic!("{e}"));
             seen |= img.map_range(inode, 0, u64::MAX).unwrap().iter().any(
                 |e| matches!(e.kind, ExtentKind::Compressed { algorithm, .. } if algorithm == alg),
@@ -987,7 +972,7 @@ fn sealfs_compressed_images_read_back_equal_to_the_source() {
         }
         assert!(seen, "{name}: no {alg:?} extent");
         assert_no_diffs(name, &random_reads(&img, &src, &files, &mut rng));
-        if alg == Compression::Lz4 && common::have_tool("fsck.erofs") {
+        if alg == Compression::Lz4 && have_tool("fsck.erofs") {
             let out = dir.path().join(format!("{name}.extract"));
             fsck_extract(&img_path, &out).unwrap();
             let extracted = scan_source(&out);
@@ -996,7 +981,7 @@ fn sealfs_compressed_images_read_back_equal_to_the_source() {
                     assert!(
                         extracted[path].content.as_ref() == Some(content),
                         "{name}: /{} differs from fsck.erofs",
-                        common::show(path)
+                        show(path)
                     );
                 }
             }
@@ -1013,23 +998,18 @@ fn sealfs_compressed_images_read_back_equal_to_the_source() {
 /// without exceeding the bound, and hits + misses still equal the lookups.
 #[test]
 fn prefix_decodes_equal_full_decodes_at_every_offset() {
-    let bin = common::sealfs_bin();
-    if !oracle_guard(bin.as_ref().map(drop).map_err(Clone::clone)) {
-        return;
-    }
-    let bin = bin.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let src_path = dir.path().join("src");
     fs::create_dir(&src_path).unwrap();
     build_tree(&src_path);
     let src = scan_source(&src_path);
-    for (name, args) in [
-        ("lz4hc-64k", &["-z", "lz4hc", "-C", "65536"][..]),
-        ("zstd-64k", &["-z", "zstd", "-C", "65536"]),
-        ("lz4-4k", &["-z", "lz4"]),
+    for (name, opts) in [
+        ("lz4hc-64k", compressed("lz4hc", 65536)),
+        ("zstd-64k", compressed("zstd", 65536)),
+        ("lz4-4k", compressed("lz4", 4096)),
     ] {
         let img_path = dir.path().join(format!("{name}.img"));
-        common::sealfs_build(&bin, &src_path, &img_path, args).unwrap();
+        build_image(&src_path, &img_path, &opts).unwrap();
         let off = open_with(&img_path, 0);
         let tree = walk_image(&off).unwrap();
         let files = files(&off, &tree);
@@ -1052,7 +1032,7 @@ fn prefix_decodes_equal_full_decodes_at_every_offset() {
                         got,
                         &content[pos as usize..(pos + len) as usize],
                         "{name}: /{} at {pos}",
-                        common::show(path)
+                        show(path)
                     );
                     let s = off.stats().since(&s0);
                     assert_eq!((s.cluster_hits, s.cluster_misses), (0, 1), "{s:?}");
@@ -1069,7 +1049,7 @@ fn prefix_decodes_equal_full_decodes_at_every_offset() {
         // Cache on, small bound: random reads inside and across extents.
         let bound = 200_000;
         let img = open_with(&img_path, bound);
-        let mut rng = Rng::new(77);
+        let mut rng = Rng::scrambled(77);
         let all: Vec<_> = files.iter().filter(|(_, i)| is_compressed(i)).collect();
         let mut expected_lookups = 0;
         for round in 0..4000 {

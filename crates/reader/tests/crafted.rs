@@ -1,15 +1,13 @@
 //! Hand-built images: every data layout and inode form the reader supports, with exact expected
 //! bytes, and the error paths (each must name what is wrong and where, never panic).
 
-mod common;
-
-use common::craft::{compact, dir_block, extended, Craft, BS, ROOT_NID};
-use common::layouts::*;
 use sealfs_format::{
     DataLayout, EROFS_FEATURE_INCOMPAT_48BIT, EROFS_FEATURE_INCOMPAT_CHUNKED_FILE,
     EROFS_FEATURE_INCOMPAT_METABOX, EROFS_FT_DIR, EROFS_FT_REG_FILE, EROFS_I_NLINK_1_BIT,
 };
 use sealfs_reader::{Error, ExtentKind, Follow, Image};
+use sealfs_testsupport::craft::{compact, dir_block, extended, Craft, BS, ROOT_NID};
+use sealfs_testsupport::layouts::*;
 
 fn open(c: &Craft) -> Image {
     Image::open_unverified(c.finish()).unwrap()

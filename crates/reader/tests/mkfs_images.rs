@@ -6,11 +6,11 @@
 //! tails and plain blocks, block-map and chunk-index chunk-based files, shared and inline xattrs, and
 //! images without the superblock checksum.
 
-mod common;
-
-use common::walk::{compare, scan_source, walk_image, Expect, Tree};
-use common::{assert_no_diffs, fsck_extract, is_root, mkfs, need_tool, oracle_guard, Rng};
 use sealfs_reader::{DataLayout, Image, Inode};
+use sealfs_testsupport::walk::{compare, scan_source, walk_image, Expect, Tree};
+use sealfs_testsupport::{
+    assert_no_diffs, fsck_extract, is_root, mkfs, need_tool, oracle_guard, Rng,
+};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -153,7 +153,7 @@ fn random_reads(img: &Image, tree: &Tree, src: &Tree, rng: &mut Rng) -> Vec<Stri
             if &buf[..n] != want {
                 diffs.push(format!(
                     "/{}: read({off}, {len}) differs",
-                    common::show(path)
+                    sealfs_testsupport::show(path)
                 ));
             }
         }
@@ -221,9 +221,9 @@ fn mkfs_images_read_back_equal_to_the_source() {
     let dir = tempfile::tempdir().unwrap();
     let src_path = dir.path().join("src");
     std::fs::create_dir(&src_path).unwrap();
-    common::fixture::build(&src_path, 1, false);
+    sealfs_testsupport::small_fixture::build(&src_path, 1, false);
     let src = scan_source(&src_path);
-    let mut rng = Rng::new(7);
+    let mut rng = Rng::scrambled(7);
     for case in cases() {
         check_case(dir.path(), &src, &case, &mut rng);
     }

@@ -14,11 +14,10 @@
 //! makes the reader allocate more than a bounded amount at once (the largest legitimate buffer is
 //! a 12 MiB decoded extent).
 
-mod common;
-
-use common::{mkfs, need_tool, oracle_guard, sealfs_bin, sealfs_build, Rng};
 use sealfs_format::{superblock_checksum, superblock_checksum_len, EROFS_FEATURE_COMPAT_SB_CHKSUM};
 use sealfs_reader::{ExtentKind, Follow, Image, Options};
+use sealfs_testsupport::build::{build_image, timestamp};
+use sealfs_testsupport::{mkfs, need_tool, oracle_guard, Rng};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
 use std::fs;
@@ -70,7 +69,7 @@ fn check_allocations(what: &str) {
 fn small_tree(root: &Path) {
     fs::create_dir_all(root.join("d/e")).unwrap();
     fs::create_dir_all(root.join("many")).unwrap();
-    let mut rng = Rng::new(3);
+    let mut rng = Rng::scrambled(3);
     for (i, n) in [0usize, 1, 33, 700, 4095, 4096, 4097, 9000]
         .iter()
         .enumerate()
@@ -86,7 +85,7 @@ fn small_tree(root: &Path) {
     }
     fs::write(root.join("d/e/deep"), b"deep").unwrap();
     // Compressible data (for the compressed seed images): text, zeros, text with a random tail.
-    let text = common::zcraft::text(&mut rng, 3000).repeat(7);
+    let text = sealfs_testsupport::zcraft::text(&mut rng, 3000).repeat(7);
     fs::write(root.join("text"), &text).unwrap();
     fs::write(root.join("zeros"), vec![0u8; 70_000]).unwrap();
     fs::write(
@@ -98,7 +97,7 @@ fn small_tree(root: &Path) {
     symlink("/d/e", root.join("abs")).unwrap();
     symlink("loop", root.join("loop")).unwrap();
     fs::hard_link(root.join("f2"), root.join("d/f2link")).unwrap();
-    if common::fixture::xattrs_supported(root) {
+    if sealfs_testsupport::small_fixture::xattrs_supported(root) {
         for (i, f) in ["f0", "f1", "f2", "d", "many/entry-001-n"]
             .iter()
             .enumerate()
@@ -215,7 +214,7 @@ fn open_and_walk(bytes: Vec<u8>, what: &str) -> bool {
 /// The pclusters of every compressed file of an image: (position, length).
 fn pclusters(img: &Image) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
-    let Ok(tree) = common::walk::walk_image(img) else {
+    let Ok(tree) = sealfs_testsupport::walk::walk_image(img) else {
         return out;
     };
     for node in tree.values().filter(|n| n.content.is_some()) {
@@ -243,7 +242,7 @@ fn compressed_data_trials(name: &str, base: &[u8], trials: u64, seed: u64, pcl: 
     assert!(!pcl.is_empty(), "{name}: no pcluster");
     let before = decoded();
     for t in 0..trials * scale {
-        let mut rng = Rng::new(seed.wrapping_mul(7_000_003) + t);
+        let mut rng = Rng::scrambled(seed.wrapping_mul(7_000_003) + t);
         let mut bytes = base.to_vec();
         let (pos, len) = pcl[rng.below(pcl.len() as u64) as usize];
         for _ in 0..1 + rng.below(4) {
@@ -280,13 +279,13 @@ fn corrupt_trials(name: &str, base: &[u8], trials: u64, seed: u64) {
     // The valid image opens first (and walks cleanly, unless it has unsupported parts).
     let img = Image::open_unverified(base.to_vec()).unwrap();
     if !name.starts_with("crafted") {
-        common::walk::walk_image(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
+        sealfs_testsupport::walk::walk_image(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let meta_end = (base.len() as u64).min(3 * 4096);
     let mut opened = 0;
     let before = decoded();
     for t in 0..trials {
-        let mut rng = Rng::new(seed.wrapping_mul(1_000_003) + t);
+        let mut rng = Rng::scrambled(seed.wrapping_mul(1_000_003) + t);
         let mut bytes = base.to_vec();
         let n = 1 + rng.below(8);
         for _ in 0..n {
@@ -356,14 +355,10 @@ fn base_images(dir: &Path) -> Vec<(String, Vec<u8>)> {
         mkfs(&src, &out, args).unwrap();
         images.push((name.to_string(), fs::read(&out).unwrap()));
     }
-    match sealfs_bin() {
-        Ok(bin) => {
-            let out = dir.join("sealfs");
-            sealfs_build(&bin, &src, &out, &["-T", "1000"]).unwrap();
-            images.push(("sealfs".to_string(), fs::read(&out).unwrap()));
-        }
-        Err(e) => println!("note: no sealfs images in the robustness test: {e}"),
-    }
+    // The sealfs builder's image (from the library: always there, never skipped).
+    let out = dir.join("sealfs");
+    build_image(&src, &out, &timestamp(1000)).unwrap();
+    images.push(("sealfs".to_string(), fs::read(&out).unwrap()));
     images
 }
 
@@ -397,7 +392,7 @@ fn truncated_images_never_panic() {
 
 #[test]
 fn random_garbage_never_panics() {
-    let mut rng = Rng::new(99);
+    let mut rng = Rng::scrambled(99);
     for t in 0..500 {
         let len = rng.below(5 * 4096) as usize;
         let mut bytes = rng.bytes(len);
@@ -419,7 +414,7 @@ fn random_garbage_never_panics() {
 fn crafted_image_corruption_never_panics() {
     // The hand-built image has what mkfs.erofs 1.5 cannot write: 48-bit chunk indexes, long xattr
     // prefixes, a DOT_OMITTED directory, an inode straddling two blocks, a compressed inode.
-    let (c, _) = common::layouts::layouts_image();
+    let (c, _) = sealfs_testsupport::layouts::layouts_image();
     corrupt_trials("crafted", &c.finish(), 3000, 77);
     truncations("crafted", &c.finish());
 }
@@ -427,10 +422,10 @@ fn crafted_image_corruption_never_panics() {
 #[test]
 fn crafted_compressed_image_corruption_never_panics() {
     // ZSTD, LZ4 as HEAD2, PLAIN and CBLKCNT extents, compression config records.
-    let (c, _) = common::zcraft::zstd_image();
+    let (c, _) = sealfs_testsupport::zcraft::zstd_image();
     corrupt_trials("crafted-zstd", &c.finish(), 3000, 78);
     truncations("crafted-zstd", &c.finish());
-    let z = common::zcraft::Z;
+    let z = sealfs_testsupport::zcraft::Z;
     let img = Image::open_unverified(c.finish()).unwrap();
     let inode = img.inode(z).unwrap();
     let pcl: Vec<(u64, u64)> = img

@@ -1,54 +1,55 @@
-//! Images made by the sealfs builder (`target/release/sealfs build`, invoked as a program so that the
-//! reader does not depend on the builder) from the fixture tree, read back and compared with the
-//! source tree. These images use what mkfs.erofs 1.5 cannot write: xattr name bloom filters,
-//! compact inodes with per-inode mtimes, chunk-based sparse files with holes.
-//!
-//! The binary must be built beforehand (`cargo build --release -p sealfs-cli`; `cargo test
-//! --workspace --release` builds it). Without it the test prints `SKIP:`, or fails under `CI=true`.
+//! Images made by the sealfs builder library (a dev-dependency: the reader itself does not depend
+//! on the builder) from the fixture tree, read back and compared with the source tree. These images
+//! use what mkfs.erofs 1.5 cannot write: xattr name bloom filters, compact inodes with per-inode
+//! mtimes, chunk-based sparse files with holes.
 
-mod common;
-
-use common::walk::{compare, scan_source, walk_image, Expect};
-use common::{assert_no_diffs, oracle_guard, sealfs_bin, sealfs_build};
 use sealfs_reader::{DataLayout, ExtentKind, Image};
+use sealfs_testsupport::assert_no_diffs;
+use sealfs_testsupport::build::{build_image, timestamp, BuildOptions};
+use sealfs_testsupport::walk::{compare, scan_source, walk_image, Expect};
 
 #[test]
 fn sealfs_images_read_back_equal_to_the_source() {
-    let bin = sealfs_bin();
-    if !oracle_guard(bin.as_ref().map(drop).map_err(Clone::clone)) {
-        return;
-    }
-    let bin = bin.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let src_path = dir.path().join("src");
     std::fs::create_dir(&src_path).unwrap();
-    common::fixture::build(&src_path, 2, true);
+    sealfs_testsupport::small_fixture::build(&src_path, 2, true);
     let src = scan_source(&src_path);
 
     let base = Expect::default();
-    let cases: [(&str, &[&str], Expect); 4] = [
-        ("default", &[], base),
+    let cases: [(&str, BuildOptions, Expect); 4] = [
+        ("default", BuildOptions::default(), base),
         (
             "timestamp",
-            &["-T", "1700000000"],
+            timestamp(1_700_000_000),
             Expect {
                 mtime: Some((1_700_000_000, 0)),
                 ..base
             },
         ),
-        ("no-filter", &["--no-xattr-filter"], base),
+        (
+            "no-filter",
+            BuildOptions {
+                xattr_filter: false,
+                ..BuildOptions::default()
+            },
+            base,
+        ),
         (
             "no-xattrs",
-            &["--no-xattrs"],
+            BuildOptions {
+                xattrs: false,
+                ..BuildOptions::default()
+            },
             Expect {
                 xattrs: false,
                 ..base
             },
         ),
     ];
-    for (name, args, expect) in cases {
+    for (name, opts, expect) in cases {
         let img_path = dir.path().join(format!("{name}.img"));
-        sealfs_build(&bin, &src_path, &img_path, args).unwrap();
+        build_image(&src_path, &img_path, &opts).unwrap();
         let img = Image::open_unverified(std::fs::File::open(&img_path).unwrap()).unwrap();
         let tree = walk_image(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_no_diffs(name, &compare(&src, &tree, &expect));

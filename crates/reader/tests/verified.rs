@@ -2,15 +2,13 @@
 //! in the same batch as the data they check, and a damaged block failing only the reads that touch it.
 //! Images come from the sealfs builder (run as a program; the reader does not depend on it).
 
-mod common;
-
 use sealfs_format::{SealFooter, SealHeader};
 use sealfs_reader::{Error, ExtentKind, Follow, Image, Options, ReadAt, SealInfo, VerifiedBlocks};
+use sealfs_testsupport::build::{build_image, BuildOptions};
 use sealfs_verity::{Digest, HashAlg, Params};
 use std::fs;
 use std::io;
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -83,19 +81,10 @@ fn open_verified(s: &Sealed, bytes: Vec<u8>) -> (Image, Arc<Counting>, Arc<Verif
     (img, src, vb)
 }
 
-fn build(src: &Path, out: &Path) -> Option<Vec<u8>> {
-    let bin = match common::sealfs_bin() {
-        Ok(b) => b,
-        Err(e) => {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("{e}");
-            }
-            println!("SKIP: {e}");
-            return None;
-        }
-    };
-    common::run(Command::new(bin).arg("build").arg("-q").arg(src).arg(out)).unwrap();
-    Some(fs::read(out).unwrap())
+/// `sealfs build SRC OUT` through the builder library; the image bytes.
+fn build(src: &Path, out: &Path) -> Vec<u8> {
+    build_image(src, out, &BuildOptions::default()).unwrap();
+    fs::read(out).unwrap()
 }
 
 fn fixture(dir: &Path) {
@@ -116,9 +105,7 @@ fn verified_reads_equal_source_and_batch_hashes_with_data() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     fixture(&src);
-    let Some(bytes) = build(&src, &tmp.path().join("img")) else {
-        return;
-    };
+    let bytes = build(&src, &tmp.path().join("img"));
     let s = parse_seal(&bytes);
     let (img, counting, vb) = open_verified(&s, bytes.clone());
     let opened_batches = counting.batches.lock().unwrap().len();
@@ -216,9 +203,7 @@ fn a_damaged_block_fails_only_the_reads_that_touch_it() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     fixture(&src);
-    let Some(bytes) = build(&src, &tmp.path().join("img")) else {
-        return;
-    };
+    let bytes = build(&src, &tmp.path().join("img"));
     let s = parse_seal(&bytes);
     let check_others = |img: &Image| {
         let other = img.resolve("/a/b/other", Follow::Never).unwrap();
@@ -302,9 +287,7 @@ fn prefetched_inodes_read_in_few_batches_and_a_damaged_block_fails_only_its_own(
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     fixture(&src);
-    let Some(bytes) = build(&src, &tmp.path().join("img")) else {
-        return;
-    };
+    let bytes = build(&src, &tmp.path().join("img"));
     let s = parse_seal(&bytes);
     let plain = Image::open_unverified(bytes[..s.erofs_len as usize].to_vec()).unwrap();
     let a = plain.resolve("/a", Follow::Never).unwrap();

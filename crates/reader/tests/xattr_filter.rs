@@ -5,15 +5,13 @@
 //! name's bit is always clear, so it must never be skipped. The kernel does the same, so these are
 //! the rules a sealfs image relies on.
 
-mod common;
-
-use common::craft::{compact, dir_block, xattr_body, xattr_entry, Craft, BS, ROOT_NID};
-use common::Rng;
 use sealfs_format::{
     xattr_filter_bit, xattr_name_filter, xattr_prefix, DataLayout,
     EROFS_FEATURE_COMPAT_XATTR_FILTER, EROFS_FT_DIR, EROFS_FT_REG_FILE, S_IFDIR, S_IFREG,
 };
 use sealfs_reader::{BlockSource, Image, Options, PlainBlocks};
+use sealfs_testsupport::craft::{compact, dir_block, xattr_body, xattr_entry, Craft, BS, ROOT_NID};
+use sealfs_testsupport::Rng;
 use std::sync::{Arc, Mutex};
 
 const FILE: u64 = 40;
@@ -143,7 +141,7 @@ fn open_tracked(bytes: Vec<u8>) -> (Image, Arc<Tracking>) {
 
 #[test]
 fn present_names_are_never_skipped() {
-    let mut rng = Rng::new(11);
+    let mut rng = Rng::scrambled(11);
     for round in 0..100 {
         let n = 1 + rng.below(16) as usize;
         let attrs = random_attrs(&mut rng, n);
@@ -169,7 +167,7 @@ fn present_names_are_never_skipped() {
 
 #[test]
 fn absent_names_skip_the_xattr_area() {
-    let mut rng = Rng::new(12);
+    let mut rng = Rng::scrambled(12);
     let attrs = random_attrs(&mut rng, 6);
     let (inline, shared) = attrs.split_at(3);
     let (img, tracking) = open_tracked(image(inline, shared, true, 0, true));
@@ -211,7 +209,7 @@ fn absent_names_skip_the_xattr_area() {
 
 #[test]
 fn the_filter_is_ignored_when_the_superblock_does_not_enable_it() {
-    let mut rng = Rng::new(13);
+    let mut rng = Rng::scrambled(13);
     let attrs = random_attrs(&mut rng, 4);
     for (filter_on, reserved) in [(false, 0), (true, 1)] {
         let img = Image::open_unverified(image(&attrs, &[], filter_on, reserved, true)).unwrap();
@@ -228,7 +226,7 @@ fn the_filter_is_ignored_when_the_superblock_does_not_enable_it() {
 #[test]
 fn a_zero_filter_skips_nothing() {
     // An inode whose filter is 0 (all bits "maybe present") is always scanned.
-    let mut rng = Rng::new(14);
+    let mut rng = Rng::scrambled(14);
     let attrs = random_attrs(&mut rng, 3);
     let mut bytes = image(&attrs, &[], true, 0, false);
     let pos = FILE as usize * 32 + 32;

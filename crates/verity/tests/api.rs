@@ -1,12 +1,10 @@
 //! API behaviour: parameter validation, digests, geometry, the layout every
 //! hash is found at, thread-count independence and error paths.
 
-mod common;
-
 use std::fs::File;
 use std::io::Write;
 
-use common::pseudo_random;
+use sealfs_testsupport::pseudo_random;
 use sealfs_verity::{
     build_tree, build_tree_from_file, descriptor, BlockHasher, Descriptor, Digest, Error, HashAlg,
     Params, Tree, TreeBuilder, TreeGeometry, DESCRIPTOR_SIZE,

@@ -6,14 +6,14 @@
 //! Without `fsverity` installed the tests print `SKIP: fsverity not
 //! installed` and pass, except with `CI=true`, where they fail.
 
-mod common;
-
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
-use common::{assert_same_bytes, have_oracle, hex, pseudo_random, run};
+use sealfs_testsupport::{
+    assert_same_bytes, hex, need_program, oracle_guard, pseudo_random, run_ok,
+};
 use sealfs_verity::{
     build_tree, build_tree_from_file, file_digest, leaf_hashes_from_file, BlockHasher, Descriptor,
     Digest, HashAlg, Params, Tree, TreeBuilder,
@@ -33,7 +33,7 @@ const SIZES: &[usize] = &[
 const BLOCK_SIZES: &[usize] = &[1024, 4096, 65536];
 
 fn have_fsverity() -> bool {
-    have_oracle("fsverity", "--version", "fsverity")
+    oracle_guard(need_program("fsverity", "--version", "fsverity"))
 }
 
 fn salts() -> Vec<Vec<u8>> {
@@ -64,7 +64,7 @@ fn fsverity_digest(dir: &Path, file: &Path, params: &Params) -> Oracle {
     if !params.salt().is_empty() {
         cmd.arg(format!("--salt={}", hex(params.salt())));
     }
-    let stdout = run(&mut cmd);
+    let stdout = run_ok(&mut cmd).unwrap_or_else(|e| panic!("{e}"));
     // "sha256:<hex> FILE"
     let printed = stdout
         .split_whitespace()

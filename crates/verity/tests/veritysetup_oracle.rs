@@ -11,17 +11,17 @@
 //! Without `veritysetup` the tests print `SKIP: cryptsetup-bin not
 //! installed` and pass, except with `CI=true`, where they fail.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use common::{assert_same_bytes, have_oracle, hex, pseudo_random, run};
+use sealfs_testsupport::{
+    assert_same_bytes, hex, need_program, oracle_guard, pseudo_random, run_ok,
+};
 use sealfs_verity::{build_tree, HashAlg, Params};
 
 fn have_veritysetup() -> bool {
-    have_oracle("veritysetup", "--version", "cryptsetup-bin")
+    oracle_guard(need_program("veritysetup", "--version", "cryptsetup-bin"))
 }
 
 /// Runs veritysetup on `data`; returns (root hash hex, hash file contents).
@@ -39,15 +39,18 @@ fn veritysetup(dir: &Path, data: &[u8], params: &Params) -> (String, Vec<u8>) {
         hex(&padded)
     };
     let bs = params.block_size();
-    let stdout = run(Command::new("veritysetup")
-        .arg("format")
-        .arg("--no-superblock")
-        .arg(format!("--salt={salt}"))
-        .arg(format!("--hash={}", params.alg()))
-        .arg(format!("--data-block-size={bs}"))
-        .arg(format!("--hash-block-size={bs}"))
-        .arg(&data_path)
-        .arg(&hash_path));
+    let stdout = run_ok(
+        Command::new("veritysetup")
+            .arg("format")
+            .arg("--no-superblock")
+            .arg(format!("--salt={salt}"))
+            .arg(format!("--hash={}", params.alg()))
+            .arg(format!("--data-block-size={bs}"))
+            .arg(format!("--hash-block-size={bs}"))
+            .arg(&data_path)
+            .arg(&hash_path),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let root = stdout
         .lines()
         .find_map(|l| l.strip_prefix("Root hash:"))

@@ -1,6 +1,7 @@
 //! Hand-built EROFS images (4 KiB blocks) for cases no mkfs writes: the reader's edge cases, its
 //! error paths and the xattr filter, with every byte under the test's control. Independent of the
-//! sealfs builder: the on-disk structs come from `sealfs-format`.
+//! sealfs builder: the on-disk structs come from `sealfs-format`. [`crate::dircraft`] builds on the
+//! same pieces (superblock, directory blocks, compact inodes).
 
 use sealfs_format::{
     superblock_checksum, superblock_checksum_len, DataLayout, InodeCompact, InodeExtended,
@@ -23,13 +24,7 @@ pub struct Craft {
 impl Craft {
     /// `nblocks` zeroed blocks and a superblock: magic, 4 KiB blocks, root nid 36, checksum on.
     pub fn new(nblocks: usize) -> Craft {
-        let mut sb = SuperBlock::default();
-        sb.magic.set(EROFS_SUPER_MAGIC_V1);
-        sb.blkszbits = 12;
-        sb.root_nid.set(ROOT_NID as u16);
-        sb.blocks.set(nblocks as u32);
-        sb.feature_compat.set(EROFS_FEATURE_COMPAT_SB_CHKSUM);
-        sb.epoch.set(1_700_000_000);
+        let mut sb = base_superblock(nblocks, ROOT_NID);
         sb.fixed_nsec.set(123);
         sb.inos.set(10);
         sb.uuid = *b"0123456789abcdef";
@@ -67,15 +62,34 @@ impl Craft {
     /// The image with the superblock (and its checksum when `SB_CHKSUM` is set) written.
     pub fn finish(&self) -> Vec<u8> {
         let mut img = self.img.clone();
-        let mut sb = self.sb;
-        sb.checksum.set(0);
-        img[1024..1152].copy_from_slice(sb.as_bytes());
-        if sb.feature_compat.get() & EROFS_FEATURE_COMPAT_SB_CHKSUM != 0 {
-            let len = superblock_checksum_len(sb.blkszbits.clamp(9, 12));
-            let sum = superblock_checksum(&img[1024..1024 + len]);
-            img[1028..1032].copy_from_slice(&sum.to_le_bytes());
-        }
+        write_superblock(&mut img, &self.sb);
         img
+    }
+}
+
+/// A superblock with what every crafted image has: the magic, 4 KiB blocks, `root_nid`, `nblocks`
+/// blocks, the checksum feature, epoch 1 700 000 000.
+pub fn base_superblock(nblocks: usize, root_nid: u64) -> SuperBlock {
+    let mut sb = SuperBlock::default();
+    sb.magic.set(EROFS_SUPER_MAGIC_V1);
+    sb.blkszbits = 12;
+    sb.root_nid.set(root_nid as u16);
+    sb.blocks.set(nblocks as u32);
+    sb.feature_compat.set(EROFS_FEATURE_COMPAT_SB_CHKSUM);
+    sb.epoch.set(1_700_000_000);
+    sb
+}
+
+/// Writes `sb` at byte 1024 of `img`, its checksum computed over `img` when `SB_CHKSUM` is set
+/// (the `checksum` field of `sb` is ignored).
+pub fn write_superblock(img: &mut [u8], sb: &SuperBlock) {
+    let mut sb = *sb;
+    sb.checksum.set(0);
+    img[1024..1152].copy_from_slice(sb.as_bytes());
+    if sb.feature_compat.get() & EROFS_FEATURE_COMPAT_SB_CHKSUM != 0 {
+        let len = superblock_checksum_len(sb.blkszbits.clamp(9, 12));
+        let sum = superblock_checksum(&img[1024..1024 + len]);
+        img[1028..1032].copy_from_slice(&sum.to_le_bytes());
     }
 }
 
@@ -106,9 +120,15 @@ pub fn extended(mode: u16, layout: DataLayout, size: u64, i_u: u32, nlink: u32) 
 pub fn dir_block(entries: &[(&[u8], u64, u8)]) -> (Vec<u8>, usize) {
     let mut sorted: Vec<_> = entries.to_vec();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
+    dirents_block(&sorted)
+}
+
+/// One directory block with the entries in the given order (sorted or not), dirents then names,
+/// zero-filled. Returns the block and the bytes used.
+pub fn dirents_block(entries: &[(&[u8], u64, u8)]) -> (Vec<u8>, usize) {
     let mut block = vec![0u8; BS];
-    let mut nameoff = 12 * sorted.len();
-    for (i, (name, nid, ft)) in sorted.iter().enumerate() {
+    let mut nameoff = 12 * entries.len();
+    for (i, (name, nid, ft)) in entries.iter().enumerate() {
         block[i * 12..i * 12 + 8].copy_from_slice(&nid.to_le_bytes());
         block[i * 12 + 8..i * 12 + 10].copy_from_slice(&(nameoff as u16).to_le_bytes());
         block[i * 12 + 10] = *ft;

@@ -6,11 +6,11 @@
 //! a misordered directory shows up), lookups of absent names, `get_xattr` of every listed name, and
 //! that the extent map covers the file exactly.
 
-use super::show;
+use crate::compare::{join_rel as join, scan_tree};
+use crate::show;
 use sealfs_reader::{ExtentKind, Follow, Image, Inode};
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -44,67 +44,37 @@ pub struct Node {
 /// Relative path (empty for the root) → node.
 pub type Tree = BTreeMap<Vec<u8>, Node>;
 
-fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
-    if parent.is_empty() {
-        name.to_vec()
-    } else {
-        [parent, b"/", name].concat()
-    }
-}
-
 const S_IFMT: u32 = 0o170000;
 const S_IFDIR: u32 = 0o040000;
-const S_IFREG: u32 = 0o100000;
-const S_IFLNK: u32 = 0o120000;
 const S_IFCHR: u32 = 0o020000;
 const S_IFBLK: u32 = 0o060000;
 
-/// Scans a source directory without following symlinks.
+/// Scans a source directory without following symlinks (with [`crate::compare::scan_tree`]), reading
+/// the content of every regular file.
 pub fn scan_source(root: &Path) -> Tree {
-    let mut tree = Tree::new();
-    let mut stack = vec![Vec::<u8>::new()];
-    while let Some(rel) = stack.pop() {
-        let path = if rel.is_empty() {
-            root.to_path_buf()
-        } else {
-            root.join(std::ffi::OsStr::from_bytes(&rel))
-        };
-        let md = fs::symlink_metadata(&path).unwrap();
-        let mut node = Node {
-            mode: md.mode(),
-            uid: md.uid(),
-            gid: md.gid(),
-            size: md.size(),
-            nlink: md.nlink(),
-            mtime: (md.mtime(), md.mtime_nsec()),
-            rdev: md.rdev(),
-            ..Node::default()
-        };
-        match md.mode() & S_IFMT {
-            S_IFDIR => {
-                for e in fs::read_dir(&path).unwrap() {
-                    stack.push(join(&rel, e.unwrap().file_name().as_bytes()));
-                }
-            }
-            S_IFREG => node.content = Some(fs::read(&path).unwrap()),
-            S_IFLNK => {
-                node.target = Some(
-                    fs::read_link(&path)
-                        .unwrap()
-                        .as_os_str()
-                        .as_bytes()
-                        .to_vec(),
-                )
-            }
-            _ => {}
-        }
-        for name in xattr::list(&path).unwrap() {
-            let value = xattr::get(&path, &name).unwrap().unwrap_or_default();
-            node.xattrs.insert(name.as_bytes().to_vec(), value);
-        }
-        tree.insert(rel, node);
-    }
-    tree
+    let scanned = scan_tree(root, &|_| false).unwrap_or_else(|e| panic!("{e}"));
+    scanned
+        .into_iter()
+        .map(|(rel, n)| {
+            let md = &n.md;
+            let node = Node {
+                mode: md.mode(),
+                uid: md.uid(),
+                gid: md.gid(),
+                size: md.size(),
+                nlink: md.nlink(),
+                mtime: (md.mtime(), md.mtime_nsec()),
+                rdev: md.rdev(),
+                content: md.is_file().then(|| fs::read(&n.path).unwrap()),
+                target: n.target,
+                xattrs: n
+                    .xattrs
+                    .unwrap_or_else(|e| panic!("{}: {e}", n.path.display())),
+                nid: 0,
+            };
+            (rel, node)
+        })
+        .collect()
 }
 
 fn check_extents(img: &Image, inode: &Inode, what: &str) -> Result<(), String> {

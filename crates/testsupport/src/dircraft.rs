@@ -5,19 +5,13 @@
 //! Layout: block 0 holds the superblock and the inodes (compact, from nid 36 = byte 1152 on; at most
 //! nid 127), each file's or symlink's data inline right after its inode; every directory gets one
 //! block of its own from block 1 on.
-//!
-//! Included by the tests that need it with `#[path = "common/craft.rs"] mod craft;`.
-#![allow(dead_code)]
 
-use sealfs_format::{
-    superblock_checksum, superblock_checksum_len, DataLayout, InodeCompact, IntoBytes, SuperBlock,
-    EROFS_FEATURE_COMPAT_SB_CHKSUM, EROFS_FT_DIR, EROFS_SUPER_MAGIC_V1, S_IFDIR, S_IFLNK, S_IFREG,
-};
+pub use crate::craft::BS;
+use crate::craft::{base_superblock, compact, dirents_block, write_superblock};
+use sealfs_format::{DataLayout, InodeCompact, IntoBytes, EROFS_FT_DIR, S_IFDIR, S_IFLNK, S_IFREG};
 
-/// Block size.
-pub const BS: usize = 4096;
 /// nid of the root directory.
-pub const ROOT: u64 = 36;
+pub const ROOT: u64 = crate::craft::ROOT_NID;
 /// Last nid whose inode (with 32 bytes of inline data) fits in block 0.
 const LAST_NID: u64 = 126;
 
@@ -74,12 +68,7 @@ impl Crafter {
     }
 
     fn inode(mode: u16, layout: DataLayout, size: u32, i_u: u32, nlink: u16) -> InodeCompact {
-        let mut ic = InodeCompact::default();
-        ic.i_format.set(layout.i_format(false));
-        ic.i_mode.set(mode);
-        ic.i_size.set(size);
-        ic.i_u.set(i_u);
-        ic.i_nb.set(nlink);
+        let mut ic = compact(mode, layout, size, i_u, nlink);
         ic.i_mtime.set(1000);
         ic
     }
@@ -115,15 +104,11 @@ impl Crafter {
     /// Writes directory `nid` (reserved) with `entries` in this order (give "." and ".." yourself;
     /// sort them with [`sorted`] for a directory the kernel can search) in a block of its own.
     pub fn dir(&mut self, nid: u64, entries: &[Dirent]) {
-        let mut block = vec![0u8; BS];
-        let mut nameoff = 12 * entries.len();
-        for (i, (name, enid, ft)) in entries.iter().enumerate() {
-            block[i * 12..i * 12 + 8].copy_from_slice(&enid.to_le_bytes());
-            block[i * 12 + 8..i * 12 + 10].copy_from_slice(&(nameoff as u16).to_le_bytes());
-            block[i * 12 + 10] = *ft;
-            block[nameoff..nameoff + name.len()].copy_from_slice(name);
-            nameoff += name.len();
-        }
+        let slices: Vec<(&[u8], u64, u8)> = entries
+            .iter()
+            .map(|(n, nid, ft)| (&n[..], *nid, *ft))
+            .collect();
+        let (block, nameoff) = dirents_block(&slices);
         self.blocks.push(block);
         let blkaddr = self.blocks.len() as u32; // block 0 is the metadata block
         let subdirs = entries
@@ -143,19 +128,10 @@ impl Crafter {
     /// The image bytes: superblock (checksummed), block 0, directory blocks.
     pub fn finish(&self) -> Vec<u8> {
         let nblocks = 1 + self.blocks.len();
-        let mut sb = SuperBlock::default();
-        sb.magic.set(EROFS_SUPER_MAGIC_V1);
-        sb.blkszbits = 12;
-        sb.root_nid.set(ROOT as u16);
-        sb.blocks.set(nblocks as u32);
-        sb.feature_compat.set(EROFS_FEATURE_COMPAT_SB_CHKSUM);
-        sb.epoch.set(1_700_000_000);
+        let mut sb = base_superblock(nblocks, ROOT);
         sb.inos.set(self.next_nid - ROOT);
         let mut img = self.block0.clone();
-        img[1024..1152].copy_from_slice(sb.as_bytes());
-        let len = superblock_checksum_len(12);
-        let sum = superblock_checksum(&img[1024..1024 + len]);
-        img[1028..1032].copy_from_slice(&sum.to_le_bytes());
+        write_superblock(&mut img, &sb);
         for b in &self.blocks {
             img.extend_from_slice(b);
         }

@@ -2,8 +2,8 @@
 //! PLAIN and CBLKCNT extents in FULL indexes, and inodes that must fail (LZMA, DEFLATE not listed,
 //! a pcluster whose first block is all zeros, a 13 MiB extent).
 
-use super::craft::{compact, dir_block, Craft, BS};
-use super::Rng;
+use crate::craft::{compact, dir_block, Craft, BS};
+use crate::Rng;
 use sealfs_format::{
     DataLayout, EROFS_FEATURE_INCOMPAT_COMPR_CFGS, EROFS_FEATURE_INCOMPAT_ZERO_PADDING,
     EROFS_FT_DIR, EROFS_FT_REG_FILE, S_IFDIR, S_IFREG, Z_EROFS_ADVISE_BIG_PCLUSTER_1,
@@ -93,7 +93,7 @@ pub fn right_aligned(stream: &[u8], blocks: usize) -> Vec<u8> {
 /// whose first block is all zeros), `/huge` (a 13 MiB extent), and `/cdir`, an LZ4-compressed
 /// directory.
 pub fn zstd_image() -> (Craft, Vec<u8>) {
-    let mut rng = Rng::new(8);
+    let mut rng = Rng::scrambled(8);
     let mut c = Craft::new(NBLOCKS);
     c.sb.feature_incompat
         .set(EROFS_FEATURE_INCOMPAT_ZERO_PADDING | EROFS_FEATURE_INCOMPAT_COMPR_CFGS);

@@ -4,53 +4,15 @@
 //! (tmpfs). Everything is deterministic: two calls produce trees with equal content, names,
 //! attributes and times (only inode numbers differ).
 
-use super::sys::{self, lchown, lsetxattr, makedev, mkfifo, mknod, set_mtime};
+use crate::sys::{self, lchown, lsetxattr, makedev, mkfifo, mknod, set_mtime};
+/// The PRNG of the fixtures (also reachable as `fixture::Rng`, where the CLI tests look for it).
+pub use crate::Rng;
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-
-/// A small deterministic PRNG (xorshift64*), so fixtures are reproducible without a dependency.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed (0 is replaced by a constant).
-    pub fn new(seed: u64) -> Rng {
-        Rng(if seed == 0 {
-            0x9E37_79B9_7F4A_7C15
-        } else {
-            seed
-        })
-    }
-
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform-ish in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    /// `n` random bytes.
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(n + 8);
-        while v.len() < n {
-            v.extend_from_slice(&self.next_u64().to_le_bytes());
-        }
-        v.truncate(n);
-        v
-    }
-}
 
 /// POSIX ACL tags (`include/uapi/linux/posix_acl.h`).
 pub const ACL_USER_OBJ: u16 = 0x01;
@@ -215,7 +177,7 @@ impl Fx {
             panic!(
                 "setxattr {} {} ({} bytes): {e}",
                 p.display(),
-                super::show(name),
+                crate::show(name),
                 value.len()
             )
         });

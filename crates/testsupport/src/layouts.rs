@@ -1,7 +1,7 @@
 //! The "layouts" image: one file per data layout and inode form the reader supports, a
 //! DOT_OMITTED subdirectory, xattrs with shared entries and long prefixes, with the expected bytes.
 
-use super::craft::{compact, dir_block, extended, xattr_body, xattr_entry, Craft, BS, ROOT_NID};
+use crate::craft::{compact, dir_block, extended, xattr_body, xattr_entry, Craft, BS, ROOT_NID};
 use sealfs_format::{
     new_encode_dev, xattr_name_filter, DataLayout, EROFS_CHUNK_FORMAT_48BIT,
     EROFS_CHUNK_FORMAT_INDEXES, EROFS_FEATURE_COMPAT_XATTR_FILTER,

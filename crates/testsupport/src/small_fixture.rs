@@ -1,4 +1,5 @@
-//! The fixture tree: one source directory with every case the reader must get right.
+//! The small fixture tree: one source directory with every case the reader must get right, on any
+//! filesystem and without root (root adds devices and owners).
 //!
 //! File sizes around block boundaries, a sparse file, directories of many entries spanning several
 //! blocks (names of every length up to 255, bytes that sort before "."), deep nesting, symlinks (short,
@@ -6,7 +7,8 @@
 //! by many inodes, some large, many on one inode), odd permission bits and nanosecond mtimes. As root
 //! also devices, a FIFO, a socket and owners beyond 16 bits.
 
-use super::{is_root, lchown, mknod, set_mtime, Rng};
+use crate::sys::{lchown, lsetxattr, makedev, mknod, set_mtime};
+use crate::{is_root, Rng};
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::Write;
@@ -82,7 +84,7 @@ impl Fx {
         if name.starts_with("trusted.") && !is_root() {
             return;
         }
-        match xattr::set(path, name, value) {
+        match lsetxattr(path, name.as_bytes(), value) {
             Ok(()) => {}
             // trusted.* needs CAP_SYS_ADMIN, which a root in a container may lack: the source scan
             // then simply has no such xattr.
@@ -96,7 +98,7 @@ impl Fx {
 pub fn xattrs_supported(dir: &Path) -> bool {
     let probe = dir.join(".xattr-probe");
     fs::write(&probe, b"").unwrap();
-    let ok = xattr::set(&probe, "user.probe", b"1").is_ok();
+    let ok = lsetxattr(&probe, b"user.probe", b"1").is_ok();
     fs::remove_file(&probe).unwrap();
     ok
 }
@@ -107,7 +109,7 @@ pub fn xattrs_supported(dir: &Path) -> bool {
 pub fn build(root: &Path, seed: u64, name255: bool) {
     let mut fx = Fx {
         root: root.to_path_buf(),
-        rng: Rng::new(seed),
+        rng: Rng::scrambled(seed),
         k: 0,
         dirs: vec![root.to_path_buf()],
         xattrs: xattrs_supported(root),
@@ -251,7 +253,7 @@ pub fn build(root: &Path, seed: u64, name255: bool) {
         ] {
             let p = fx.p(&format!("dev/{name}"));
             // Devices need CAP_MKNOD, which a root in a container may lack.
-            match mknod(&p, mode, major, minor) {
+            match mknod(&p, mode, makedev(major, minor)) {
                 Ok(()) => fx.tick(&p),
                 Err(e) => println!("note: mknod {name}: {e}"),
             }

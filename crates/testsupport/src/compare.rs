@@ -4,7 +4,7 @@
 //! symlink; names are raw bytes. Each lookup in the mount goes through the kernel's binary search
 //! over the directory blocks, so a misordered directory shows up as a missing path.
 
-use super::{show, sys};
+use crate::{show, sys};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, Metadata};
 use std::io::Read;
@@ -98,7 +98,7 @@ pub fn read_xattrs(path: &Path) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, String> {
     Ok(map)
 }
 
-fn join_rel(parent: &[u8], name: &[u8]) -> Vec<u8> {
+pub(crate) fn join_rel(parent: &[u8], name: &[u8]) -> Vec<u8> {
     if parent.is_empty() {
         name.to_vec()
     } else {
@@ -115,7 +115,7 @@ pub fn scan_tree(root: &Path, exclude: &dyn Fn(&[u8]) -> bool) -> Result<Tree, S
         let path = if rel.is_empty() {
             root.to_path_buf()
         } else {
-            root.join(super::bpath(&rel))
+            root.join(crate::bpath(&rel))
         };
         let md =
             fs::symlink_metadata(&path).map_err(|e| format!("lstat {}: {e}", path.display()))?;
@@ -648,7 +648,7 @@ pub fn check_xattr_filter(mnt: &Path) -> (Vec<String>, usize) {
         Ok(t) => t,
         Err(e) => return (vec![format!("scanning mount: {e}")], 0),
     };
-    let mut rng = super::fixture::Rng::new(0x5EA1_F11E);
+    let mut rng = crate::Rng::new(0x5EA1_F11E);
     for (rel, node) in &tree {
         let at = format!("/{}", show(rel));
         let names = match sys::llistxattr(&node.path) {

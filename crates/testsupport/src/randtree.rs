@@ -6,10 +6,11 @@
 //! types, hard links, 12-bit modes, 16/32-bit owners, mtimes with nanoseconds (negative and past
 //! 2^32 included) and xattrs (some drawn from a small pool so that inodes share them).
 
-use super::fixture::{
-    posix_acl, Rng, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER, ACL_UNDEFINED_ID, ACL_USER, ACL_USER_OBJ,
+use crate::fixture::{
+    posix_acl, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER, ACL_UNDEFINED_ID, ACL_USER, ACL_USER_OBJ,
 };
-use super::sys::{self, lchown, lsetxattr, mknod, set_mtime};
+use crate::sys::{self, lchown, lsetxattr, mknod, set_mtime};
+use crate::Rng;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use std::ffi::OsStr;

@@ -1,0 +1,186 @@
+//! Scratch space and mounts: a tmpfs (ext4 cannot hold 64 KiB xattr values) and read-only loop
+//! mounts of EROFS images, each unmounted on drop; and the checks of what mounting needs.
+
+use crate::{have_tool, sys};
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Root, and the ability to mount a tmpfs (needed for every fixture: devices, owners, big xattrs).
+pub fn root_env() -> Result<(), String> {
+    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+    RESULT
+        .get_or_init(|| {
+            if sys::geteuid() != 0 {
+                return Err("not running as root (needed for mknod, chown, tmpfs)".into());
+            }
+            Tmpfs::new("probe")
+                .map(drop)
+                .map_err(|e| format!("cannot mount tmpfs: {e}"))
+        })
+        .clone()
+}
+
+/// Everything [`root_env`] checks, plus the kernel's EROFS driver, loop devices and erofs-utils.
+pub fn mount_env() -> Result<(), String> {
+    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+    RESULT
+        .get_or_init(|| {
+            root_env()?;
+            let has_erofs = || {
+                fs::read_to_string("/proc/filesystems")
+                    .map(|s| {
+                        s.lines()
+                            .any(|l| l.split_whitespace().last() == Some("erofs"))
+                    })
+                    .unwrap_or(false)
+            };
+            if !has_erofs() {
+                let _ = Command::new("modprobe")
+                    .arg("erofs")
+                    .stderr(Stdio::null())
+                    .status();
+                if !has_erofs() {
+                    return Err("the kernel has no erofs filesystem (/proc/filesystems)".into());
+                }
+            }
+            if !Path::new("/dev/loop-control").exists() {
+                return Err("no /dev/loop-control: loop devices unavailable".into());
+            }
+            for tool in ["mount", "umount", "fsck.erofs", "dump.erofs"] {
+                if !have_tool(tool) {
+                    return Err(format!(
+                        "{tool} not found in PATH (package erofs-utils / util-linux)"
+                    ));
+                }
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+fn fresh_dir(prefix: &str) -> std::io::Result<PathBuf> {
+    Ok(tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(std::env::temp_dir())?
+        .keep())
+}
+
+/// Unmounts `path`, retrying a few times (a just-closed file may keep it busy for a moment), and
+/// falls back to a lazy unmount. Returns the last error text if even that failed.
+pub fn unmount(path: &Path) -> Result<(), String> {
+    let mut last = String::new();
+    for attempt in 0..6 {
+        let out = Command::new("umount").arg(path).output();
+        match out {
+            Ok(o) if o.status.success() => return Ok(()),
+            Ok(o) => last = String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(100 * (attempt + 1)));
+    }
+    match Command::new("umount").arg("-l").arg(path).output() {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err(last),
+    }
+}
+
+/// Runs `mount ARGS SOURCE MNT` on a fresh mount point under the temp dir (named `prefix...`) and
+/// returns it. The error carries mount's own message (the kernel's reason is in the kernel log,
+/// which tests do not depend on).
+fn mount_fresh(prefix: &str, args: &[&str], source: &OsStr) -> Result<PathBuf, String> {
+    let path = fresh_dir(prefix).map_err(|e| e.to_string())?;
+    let out = Command::new("mount")
+        .args(args)
+        .arg(source)
+        .arg(&path)
+        .output()
+        .map_err(|e| format!("running mount: {e}"))?;
+    if !out.status.success() {
+        let _ = fs::remove_dir(&path);
+        return Err(format!(
+            "mount {} {} {} failed (exit {:?}): {}{}",
+            args.join(" "),
+            Path::new(source).display(),
+            path.display(),
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).trim(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        ));
+    }
+    Ok(path)
+}
+
+/// Unmounts `path` and removes the directory; a failure is only reported (a drop cannot fail).
+fn release(path: &Path) {
+    match unmount(path) {
+        Ok(()) => {
+            let _ = fs::remove_dir(path);
+        }
+        Err(e) => eprintln!("warning: could not unmount {}: {e}", path.display()),
+    }
+}
+
+/// A tmpfs mounted on a fresh directory under the temp dir; unmounted and removed on drop.
+pub struct Tmpfs {
+    path: PathBuf,
+}
+
+impl Tmpfs {
+    /// Mounts a new tmpfs (size limit 16 GiB; pages are allocated only when written).
+    pub fn new(tag: &str) -> Result<Tmpfs, String> {
+        let path = mount_fresh(
+            &format!("sealfs-tmpfs-{tag}-"),
+            &["-t", "tmpfs", "-o", "size=16g,mode=0755"],
+            OsStr::new("tmpfs"),
+        )?;
+        Ok(Tmpfs { path })
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `self.path().join(rel)`.
+    pub fn join(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.path.join(rel)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        release(&self.path);
+    }
+}
+
+/// An EROFS image mounted read-only through a loop device; unmounted on drop.
+pub struct ErofsMount {
+    path: PathBuf,
+}
+
+impl ErofsMount {
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ErofsMount {
+    fn drop(&mut self) {
+        release(&self.path);
+    }
+}
+
+/// `mount -t erofs -o loop,ro IMAGE MNT` on a fresh mount point.
+pub fn mount_erofs(image: &Path) -> Result<ErofsMount, String> {
+    let path = mount_fresh(
+        "sealfs-mnt-",
+        &["-t", "erofs", "-o", "loop,ro"],
+        image.as_os_str(),
+    )?;
+    Ok(ErofsMount { path })
+}
