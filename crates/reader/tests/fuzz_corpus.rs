@@ -17,6 +17,7 @@
 #[path = "../../../fuzz/src/harness.rs"]
 mod harness;
 
+use sealfs_testsupport::Rng;
 use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -27,29 +28,6 @@ const MUTATIONS: u64 = 2000;
 const VERIFIED_MUTATIONS: u64 = 40;
 /// At most this many failures are collected before the test stops and reports.
 const MAX_FAILURES: usize = 5;
-
-/// xorshift64*: small, deterministic, good enough to pick mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        // splitmix64 of the seed, so that neighbouring seeds give unrelated streams.
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -149,7 +127,7 @@ fn mutate(base: &[u8], rng: &mut Rng) -> (Vec<u8>, String) {
         5 => {
             let p = pos(rng, len).min(b.len());
             let n = 1 + rng.below(16) as usize;
-            let ins: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+            let ins: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
             b.splice(p..p, ins);
             what = format!("{n} bytes inserted at {p}");
         }
@@ -258,7 +236,7 @@ fn mutated_corpus_never_panics() {
     let n = MUTATIONS * scale();
     'seeds: for (name, base) in seeds() {
         for i in 0..n {
-            let mut rng = Rng::new(fnv1a(name.as_bytes()) ^ i);
+            let mut rng = Rng::splitmix(fnv1a(name.as_bytes()) ^ i);
             let (bytes, what) = mutate(&base, &mut rng);
             if !f.run(
                 &format!("open_walk {name}, mutation {i} ({what})"),
@@ -280,14 +258,14 @@ fn verified_corpus_never_panics() {
     let n = VERIFIED_MUTATIONS * scale();
     'seeds: for (name, base) in seeds() {
         for i in 0..n {
-            let mut rng = Rng::new(fnv1a(name.as_bytes()) ^ (i << 32) ^ 0x5eed);
-            let mode = rng.next() as u8 & !1; // honest
-            let params = rng.next() as u8;
+            let mut rng = Rng::splitmix(fnv1a(name.as_bytes()) ^ (i << 32) ^ 0x5eed);
+            let mode = rng.next_u64() as u8 & !1; // honest
+            let params = rng.next_u64() as u8;
             let salt = rng.below(33) as u8;
             let count = rng.below(4) as u8;
             let mut input = vec![mode, params, salt, count];
             for _ in 0..count {
-                input.extend_from_slice(&(rng.next() as u32).to_le_bytes());
+                input.extend_from_slice(&(rng.next_u64() as u32).to_le_bytes());
                 input.push(1 << rng.below(8));
             }
             let (image, what) = if i % 4 == 3 {

@@ -1,10 +1,10 @@
 //! A small deterministic PRNG (xorshift64*), so every test input is reproducible without a
 //! dependency, and [`pseudo_random`], a fast fill of large buffers from the same generator.
 //!
-//! Two seedings exist because two suites grew their own and their inputs (compressed sizes,
-//! corruption trials, fixtures) were tuned against the exact streams: [`Rng::new`] takes the seed
-//! as the state, [`Rng::scrambled`] mixes it first. Both are kept so every test sees the bytes it
-//! always saw.
+//! Three seedings exist because the suites grew their own and their inputs (compressed sizes,
+//! corruption trials, fuzz mutations, fixtures) were tuned against the exact streams: [`Rng::new`]
+//! takes the seed as the state, [`Rng::scrambled`] mixes it with one XOR, [`Rng::splitmix`] with
+//! splitmix64. All are kept so every test sees the bytes it always saw.
 
 /// xorshift64* state.
 #[derive(Clone, Debug)]
@@ -24,6 +24,15 @@ impl Rng {
     /// A generator whose state is `seed ^ GOLDEN | 1` (never 0).
     pub fn scrambled(seed: u64) -> Rng {
         Rng(seed ^ GOLDEN | 1)
+    }
+
+    /// A generator whose state is splitmix64 of `seed` (`| 1`), so that neighbouring seeds give
+    /// unrelated streams.
+    pub fn splitmix(seed: u64) -> Rng {
+        let mut z = seed.wrapping_add(GOLDEN);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Rng((z ^ (z >> 31)) | 1)
     }
 
     /// Next 64 random bits.
@@ -89,6 +98,10 @@ mod tests {
             assert_eq!(a.next_u64(), step(&mut s));
             assert_eq!(b.next_u64(), step(&mut t));
         }
+        // splitmix64(0) is 0xE220_A839_7B1D_CDAF (its published first output).
+        let mut c = Rng::splitmix(0);
+        let mut u = 0xE220_A839_7B1D_CDAF_u64;
+        assert_eq!(c.next_u64(), step(&mut u));
         let v = pseudo_random(20, 3);
         let mut u = 3u64.wrapping_mul(GOLDEN) | 1;
         assert_eq!(v[..8], step(&mut u).to_le_bytes());
