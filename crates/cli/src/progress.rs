@@ -55,3 +55,17 @@ impl Progress for TermProgress {
         }
     }
 }
+
+impl sealfs_reader::check::Progress for TermProgress {
+    fn begin(&self, step: &'static str, total: Option<u64>) {
+        Progress::begin(self, step, total)
+    }
+
+    fn advance(&self, n: u64) {
+        Progress::advance(self, n)
+    }
+
+    fn end(&self) {
+        Progress::end(self)
+    }
+}

@@ -71,6 +71,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+mod check;
 mod descriptor;
 mod digest;
 mod error;
@@ -81,6 +82,7 @@ mod params;
 mod sha256x2;
 mod tree;
 
+pub use check::{check_tree, TreeProblem};
 pub use descriptor::{descriptor, file_digest, Descriptor, DESCRIPTOR_SIZE};
 pub use digest::{Digest, HashAlg, MAX_DIGEST_SIZE};
 pub use error::{Error, Result};
@@ -89,4 +91,4 @@ pub use hasher::BlockHasher;
 pub use params::{Params, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, MAX_SALT_SIZE, MIN_BLOCK_SIZE};
 pub use tree::{build_tree, Tree, TreeBuilder};
 #[cfg(unix)]
-pub use tree::{build_tree_from_file, leaf_hashes_from_file};
+pub use tree::{build_tree_from_file, leaf_hashes_from_file, leaf_hashes_from_reader};

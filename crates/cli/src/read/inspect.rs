@@ -5,11 +5,11 @@
 //! block is read through the checks of the open); a walk that fails still prints the rest.
 
 use super::{fault, hex, show, Status};
-use crate::open::{ImageArgs, OpenImage, Trust};
-use crate::verify::read_file_digests;
+use crate::open::{ImageArgs, OpenImage};
 use anyhow::{Context, Result};
 use clap::Args;
 use sealfs_format::{self as fmt};
+use sealfs_reader::{Checker, Trust};
 use sealfs_reader::{FileType, Image};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
@@ -181,11 +181,11 @@ fn count(img: &Image) -> Result<Counts> {
 /// The trust level, in one sentence.
 fn trust_text(trust: &Trust) -> (&'static str, String) {
     match trust {
-        Trust::Authenticated(d) => (
+        Trust::Authenticated { digest: d, .. } => (
             "authenticated",
             format!("authenticated: the seal's digest equals --digest {d}, and every block read is checked against it"),
         ),
-        Trust::SelfConsistent(d) => (
+        Trust::SelfConsistent { digest: d, .. } => (
             "self-consistent",
             format!("self-consistent only: every block read is checked against the image's own seal ({d}), but nobody vouched for that seal; give --digest to authenticate"),
         ),
@@ -225,21 +225,22 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
         }
     };
     let (trust_key, mut trust_line) = trust_text(&opened.trust);
-    let verified_by = match (&opened.trust, opened.offloaded) {
+    let offloaded = opened.trust.checker() == Some(Checker::Kernel);
+    let verified_by = match (&opened.trust, offloaded) {
         (Trust::Unverified, _) => "none",
         (_, true) => {
             "kernel fs-verity (offloaded: the image file's kernel digest is the image digest)"
         }
         (_, false) => "sealfs (userspace, every block against the Merkle tree)",
     };
-    if opened.offloaded {
+    if offloaded {
         trust_line.push_str("; verification is offloaded to the kernel's fs-verity");
     }
 
     let seal = opened.seal.as_ref().map(|s| {
         let h = &s.header;
         let digest = sealfs_verity::file_digest(&s.params, &h.descriptor);
-        let files = read_file_digests(s);
+        let files = s.file_digests();
         let d = s.params.digest_size();
         (s, digest, files, hex(&h.root_hash[..d]))
     });
@@ -278,7 +279,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
                 "erofs_length": h.erofs_length.get(),
                 "tree_offset": h.tree_offset.get(),
                 "tree_size": h.tree_length.get(),
-                "file_digests": files.as_ref().ok().map(|f| f.as_ref().map_or(0, Vec::len)),
+                "file_digests": files.as_ref().ok().map(|f| f.as_ref().map_or(0, |f| f.len())),
                 "detached": h.flags & fmt::SEAL_FLAG_DETACHED != 0,
                 "signatures_size": h.sig_length.get(),
                 "root_hash": root,
