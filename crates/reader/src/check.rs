@@ -411,27 +411,30 @@ fn name_owners(
     if bad.is_empty() {
         return;
     }
-    let mut owner: HashMap<usize, String> = HashMap::new();
+    // Damaged block -> the files whose data it holds (several when Merkle blocks are larger than
+    // EROFS blocks).
+    let mut owners: HashMap<usize, Vec<&[u8]>> = HashMap::new();
     for (nid, paths) in files {
         let Ok(storage) = img.inode(*nid).and_then(|i| img.file_storage(&i)) else {
             continue;
         };
         for (i, r) in &bad {
-            if owner.contains_key(i) {
-                continue;
-            }
             if storage.iter().any(|s| s.start < r.end && r.start < s.end) {
-                owner.insert(*i, format!("data of /{}", path_text(&paths[0])));
+                owners.entry(*i).or_default().push(&paths[0]);
             }
         }
     }
     for (i, _) in bad {
         if let Problem::DataBlock { owner: o, .. } = &mut problems[i] {
-            *o = Some(
-                owner
-                    .remove(&i)
-                    .unwrap_or_else(|| "metadata (inodes, directories, xattrs) or tails".into()),
-            );
+            *o = Some(match owners.remove(&i).as_deref() {
+                None | Some([]) => "metadata (inodes, directories, xattrs) or tails".into(),
+                Some([one]) => format!("data of /{}", path_text(one)),
+                Some([first, rest @ ..]) => format!(
+                    "data of /{} and of {} other file(s)",
+                    path_text(first),
+                    rest.len()
+                ),
+            });
         }
     }
 }

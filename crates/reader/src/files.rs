@@ -86,8 +86,9 @@ impl Image {
         Ok(out)
     }
 
-    /// The byte ranges of the image that hold a file's data: its blocks, inline tail and compressed
-    /// pclusters (a pcluster shared by several files is listed for each).
+    /// The byte ranges of the image whose blocks hold only this file's data: its mapped blocks and
+    /// compressed pclusters. Inline tails and inline pclusters share metadata blocks with other
+    /// inodes and are not listed.
     pub fn file_storage(&self, inode: &Inode) -> Result<Vec<Range<u64>>> {
         let mut out = Vec::new();
         if inode.size() == 0 {
@@ -95,13 +96,18 @@ impl Image {
         }
         for e in self.map_range(inode, 0, inode.size())? {
             match e.kind {
-                ExtentKind::Mapped { physical } | ExtentKind::Inline { physical } => {
+                ExtentKind::Mapped { physical } => {
                     out.push(physical..physical + e.length.min(inode.size() - e.logical));
                 }
-                ExtentKind::Compressed { physical, plen, .. } => {
-                    out.push(physical..physical + plen);
-                }
-                ExtentKind::Hole => {}
+                ExtentKind::Compressed {
+                    physical,
+                    plen,
+                    inline: false,
+                    ..
+                } => out.push(physical..physical + plen),
+                ExtentKind::Compressed { inline: true, .. }
+                | ExtentKind::Inline { .. }
+                | ExtentKind::Hole => {}
             }
         }
         Ok(out)
