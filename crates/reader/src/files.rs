@@ -37,6 +37,7 @@ impl Image {
                 }
                 Ok(Visit::Continue)
             }
+            WalkEvent::Dir { .. } => Ok(Visit::Continue),
             WalkEvent::Error { error, .. } => Err(error),
         })?;
         for paths in files.values_mut() {

@@ -9,7 +9,7 @@ use crate::open::{ImageArgs, OpenImage};
 use anyhow::{Context, Result};
 use clap::Args;
 use sealfs_format::{self as fmt};
-use sealfs_reader::{Checker, Trust};
+use sealfs_reader::{Checker, Trust, Visit, WalkEvent};
 use sealfs_reader::{FileType, Image};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
@@ -125,56 +125,54 @@ fn account_storage(img: &Image, inode: &sealfs_reader::Inode, c: &mut Counts) ->
 fn count(img: &Image) -> Result<Counts> {
     let mut c = Counts::default();
     let root = img.root()?;
-    let mut seen_dirs = HashSet::from([root.nid()]);
     let mut names: HashMap<u64, u32> = HashMap::new();
-    let mut stack = vec![(b"/".to_vec(), root)];
     c.inodes = 1;
     c.dirs = 1;
-    while let Some((path, dir)) = stack.pop() {
-        for e in img.read_dir(&dir).with_context(|| show(&path))? {
-            let e = e.with_context(|| show(&path))?;
-            if e.name == b"." || e.name == b".." {
-                continue;
+    img.walk(&root, b"/", &mut |event| -> Result<Visit> {
+        let e = match event {
+            WalkEvent::Dir { .. } => return Ok(Visit::Continue),
+            WalkEvent::Error { path, error, .. } => {
+                return Err(anyhow::Error::new(error).context(show(path)))
             }
-            c.entries += 1;
-            let p = super::join(&path, &e.name);
-            let inode = img.inode(e.nid).with_context(|| show(&p))?;
-            if inode.is_dir() {
-                if !seen_dirs.insert(e.nid) {
-                    return Err(fault(format!(
-                        "{}: directory nid {} reached twice: the image has a directory cycle",
-                        show(&p),
-                        e.nid
-                    )));
-                }
-                c.inodes += 1;
-                c.dirs += 1;
-                stack.push((p, inode));
-                continue;
-            }
-            let n = names.entry(e.nid).or_default();
-            *n += 1;
-            if *n == 2 {
-                c.hard_linked += 1;
-            }
-            if *n > 1 {
-                continue;
+            WalkEvent::Entry(e) => e,
+        };
+        c.entries += 1;
+        let inode = e.inode;
+        if inode.is_dir() {
+            if e.revisited {
+                return Err(fault(format!(
+                    "{}: directory nid {} reached twice: the image has a directory cycle",
+                    show(e.path),
+                    e.entry.nid
+                )));
             }
             c.inodes += 1;
-            match inode.file_type() {
-                FileType::Regular => {
-                    c.files += 1;
-                    c.file_bytes += inode.size();
-                    account_storage(img, &inode, &mut c).with_context(|| show(&path))?;
-                }
-                FileType::Symlink => c.symlinks += 1,
-                FileType::CharDevice | FileType::BlockDevice => c.devices += 1,
-                FileType::Fifo => c.fifos += 1,
-                FileType::Socket => c.sockets += 1,
-                FileType::Directory => unreachable!("handled above"),
-            }
+            c.dirs += 1;
+            return Ok(Visit::Continue);
         }
-    }
+        let n = names.entry(e.entry.nid).or_default();
+        *n += 1;
+        if *n == 2 {
+            c.hard_linked += 1;
+        }
+        if *n > 1 {
+            return Ok(Visit::Continue);
+        }
+        c.inodes += 1;
+        match inode.file_type() {
+            FileType::Regular => {
+                c.files += 1;
+                c.file_bytes += inode.size();
+                account_storage(img, inode, &mut c).with_context(|| show(e.path))?;
+            }
+            FileType::Symlink => c.symlinks += 1,
+            FileType::CharDevice | FileType::BlockDevice => c.devices += 1,
+            FileType::Fifo => c.fifos += 1,
+            FileType::Socket => c.sockets += 1,
+            FileType::Directory => unreachable!("handled above"),
+        }
+        Ok(Visit::Continue)
+    })?;
     Ok(c)
 }
 
