@@ -55,3 +55,18 @@ impl Progress for TermProgress {
         }
     }
 }
+
+/// Extraction reports its progress through its own trait; the terminal shows it the same way.
+impl sealfs_extract::ExtractProgress for TermProgress {
+    fn begin(&self, step: &'static str, total: Option<u64>) {
+        Progress::begin(self, step, total)
+    }
+
+    fn advance(&self, n: u64) {
+        Progress::advance(self, n)
+    }
+
+    fn end(&self) {
+        Progress::end(self)
+    }
+}
