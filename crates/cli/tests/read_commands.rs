@@ -663,7 +663,10 @@ fn extract_counts_what_the_destination_refuses_and_exits_3() {
     assert!(!stderr(&o).contains("sealfs: error"), "{}", stderr(&o));
     assert_eq!(fs::read(out.join("big")).unwrap(), b"data\n");
     assert_eq!(fs::read(out.join("plain")).unwrap(), b"plain\n");
-    assert_eq!(sys::lgetxattr(&out.join("big"), b"user.small").unwrap(), b"fits");
+    assert_eq!(
+        sys::lgetxattr(&out.join("big"), b"user.small").unwrap(),
+        b"fits"
+    );
     assert!(sys::lgetxattr(&out.join("big"), b"user.big").is_err());
 
     // Quiet: nothing printed, the same code.

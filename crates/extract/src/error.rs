@@ -143,10 +143,16 @@ impl fmt::Display for Warning {
                 type_name(*file_type)
             ),
             Warning::Removed { path } => {
-                write!(f, "{path}: removed: its data could not be read from the image")
+                write!(
+                    f,
+                    "{path}: removed: its data could not be read from the image"
+                )
             }
             Warning::NotLinked { path, first } => {
-                write!(f, "{path}: not linked: its first name {first} was not created")
+                write!(
+                    f,
+                    "{path}: not linked: its first name {first} was not created"
+                )
             }
             Warning::XattrsNeedRoot { count } => write!(
                 f,

@@ -402,7 +402,15 @@ mod tests {
         for name in [&b""[..], b".", b"..", b"a/b", b"/", b"a\0b", b"../x"] {
             assert!(plan::unsafe_name(name).is_some(), "{:?}", show(name));
         }
-        for name in [&b"a"[..], b"...", b".a", b"..a", b"a b", b"\xff", &[b'n'; 255]] {
+        for name in [
+            &b"a"[..],
+            b"...",
+            b".a",
+            b"..a",
+            b"a b",
+            b"\xff",
+            &[b'n'; 255],
+        ] {
             assert!(plan::unsafe_name(name).is_none(), "{:?}", show(name));
         }
     }
@@ -418,13 +426,13 @@ mod tests {
 
     #[test]
     fn errors_name_where_and_keep_their_cause() {
-        assert_eq!(chain(&image_error()), "/big: read at byte 0: not found: /big");
+        assert_eq!(
+            chain(&image_error()),
+            "/big: read at byte 0: not found: /big"
+        );
         assert_eq!(
             chain(&local_error()),
-            format!(
-                "out/big: write: {}",
-                io::Error::from_raw_os_error(28)
-            )
+            format!("out/big: write: {}", io::Error::from_raw_os_error(28))
         );
         assert_eq!(
             chain(&ExtractError::DestNotEmpty("some/dir".into())),
@@ -476,7 +484,10 @@ mod tests {
             "out/null: character special file 1:3 not created: only root can make devices"
         );
         assert_eq!(
-            Warning::Removed { path: "out/b".into() }.to_string(),
+            Warning::Removed {
+                path: "out/b".into()
+            }
+            .to_string(),
             "out/b: removed: its data could not be read from the image"
         );
         assert_eq!(

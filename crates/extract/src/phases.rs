@@ -132,10 +132,7 @@ impl Ctx<'_> {
         let list = match self.img.xattrs(&n.inode) {
             Ok(l) => l,
             Err(e) => {
-                return self.error(ExtractError::image(
-                    format!("xattrs: {}", show(&n.path)),
-                    e,
-                ))
+                return self.error(ExtractError::image(format!("xattrs: {}", show(&n.path)), e))
             }
         };
         for (name, value) in list {
@@ -578,12 +575,9 @@ fn write_file(
                 if buf.len() < len {
                     buf.resize(len, 0);
                 }
-                let got = ctx
-                    .img
-                    .read(&n.inode, off, &mut buf[..len])
-                    .map_err(|e| {
-                        ExtractError::image(format!("{}: read at byte {off}", show(&n.path)), e)
-                    })?;
+                let got = ctx.img.read(&n.inode, off, &mut buf[..len]).map_err(|e| {
+                    ExtractError::image(format!("{}: read at byte {off}", show(&n.path)), e)
+                })?;
                 if got != len {
                     return Err(ExtractError::Refused(format!(
                         "{}: data ends at byte {} of {size}",

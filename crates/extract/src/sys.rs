@@ -77,7 +77,13 @@ pub fn mknodat(
     perm: u32,
     dev: u64,
 ) -> io::Result<()> {
-    Ok(rfs::mknodat(dir, name, kind, Mode::from_raw_mode(perm), dev)?)
+    Ok(rfs::mknodat(
+        dir,
+        name,
+        kind,
+        Mode::from_raw_mode(perm),
+        dev,
+    )?)
 }
 
 /// A new name for `old_dir/old_name` (a symlink is linked itself, not followed).
@@ -102,7 +108,13 @@ fn ids(uid: u32, gid: u32) -> (Option<rfs::Uid>, Option<rfs::Gid>) {
 /// `fchownat(dir, name, uid, gid, AT_SYMLINK_NOFOLLOW)`.
 pub fn lchownat(dir: BorrowedFd, name: &CStr, uid: u32, gid: u32) -> io::Result<()> {
     let (uid, gid) = ids(uid, gid);
-    Ok(rfs::chownat(dir, name, uid, gid, AtFlags::SYMLINK_NOFOLLOW)?)
+    Ok(rfs::chownat(
+        dir,
+        name,
+        uid,
+        gid,
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?)
 }
 
 /// `fchmodat(dir, name, mode, AT_SYMLINK_NOFOLLOW)` (never used on symlinks): opens `name` with
@@ -234,7 +246,10 @@ mod tests {
     fn the_id_minus_one_means_keep_and_does_not_panic() {
         assert_eq!(ids(u32::MAX, u32::MAX), (None, None));
         let (u, g) = ids(0, 7);
-        assert_eq!((u.map(|u| u.as_raw()), g.map(|g| g.as_raw())), (Some(0), Some(7)));
+        assert_eq!(
+            (u.map(|u| u.as_raw()), g.map(|g| g.as_raw())),
+            (Some(0), Some(7))
+        );
     }
 
     #[test]

@@ -85,8 +85,7 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
         threads: args.threads,
     };
     let progress = TermProgress::new(args.quiet);
-    let summary = match sealfs_extract::extract(&opened.image, path, &args.dest, &opts, &progress)
-    {
+    let summary = match sealfs_extract::extract(&opened.image, path, &args.dest, &opts, &progress) {
         Ok(s) => s,
         Err(e) => return Ok(ExitCode::from(report(e))),
     };
