@@ -200,6 +200,9 @@ impl SealFooter {
         if f.version.get() > SEAL_VERSION {
             return Err(SealError::Version(f.version.get()));
         }
+        if f.version.get() == 0 {
+            return Err(SealError::Damaged("footer version 0".into()));
+        }
         if f.footer_size.get() as u64 != SEAL_FOOTER_SIZE {
             return Err(SealError::Damaged(format!(
                 "footer size {}",
@@ -230,6 +233,9 @@ impl SealHeader {
         }
         if h.version.get() > SEAL_VERSION {
             return Err(SealError::Version(h.version.get()));
+        }
+        if h.version.get() == 0 {
+            return Err(SealError::Damaged("header version 0".into()));
         }
         if h.header_size.get() as u64 != SEAL_HEADER_SIZE {
             return Err(SealError::Damaged(format!(

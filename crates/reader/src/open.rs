@@ -423,6 +423,15 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
                     .map_err(open_err)?,
             );
             let image = Image::open_blocks(blocks.clone(), &reader_options).map_err(open_err)?;
+            // The superblock, now verified, must claim the bytes the seal covers: a seal over fewer
+            // blocks than the file system uses would leave the rest unchecked by a kernel mount.
+            let sb = image.superblock();
+            let claimed = sb.blocks << sb.blkszbits;
+            if claimed != erofs_length {
+                return Err(OpenError::Seal(format!(
+                    "{name}: the seal covers {erofs_length} bytes, the superblock claims {claimed}"
+                )));
+            }
             (image, Some(blocks))
         }
         _ => {

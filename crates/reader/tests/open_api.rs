@@ -180,3 +180,67 @@ fn any_byte_source_opens_verified() {
         b"sealed\n"
     );
 }
+
+/// Writes a new trailer after `erofs` (the EROFS bytes), sealing its first `covered` bytes with the
+/// format crate's encoders, and lets `forge` change the header before its CRCs are computed.
+fn reseal(
+    erofs: &[u8],
+    covered: usize,
+    forge: impl FnOnce(&mut sealfs_format::SealHeader),
+) -> Vec<u8> {
+    let params = sealfs_verity::Params::default();
+    let tree = sealfs_verity::build_tree(&params, &erofs[..covered]).unwrap();
+    let digest = tree.digest();
+    let layout = sealfs_format::SealLayout {
+        descriptor: tree.descriptor_bytes(),
+        digest: digest.as_bytes(),
+        detached: false,
+        tree_offset: erofs.len() as u64,
+        tree_length: tree.bytes.len() as u64,
+        files_section: &[],
+    };
+    let mut header = sealfs_format::SealHeader::new(&layout);
+    forge(&mut header);
+    let mut out = erofs.to_vec();
+    out.extend_from_slice(&tree.bytes);
+    out.extend_from_slice(&header.with_footer(layout.header_offset()));
+    out
+}
+
+/// A forger who recomputes the CRCs can still not make the header say something its descriptor does
+/// not, nor seal fewer bytes than the file system uses.
+#[test]
+fn forged_trailers_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("image.sealfs");
+    build(dir.path(), &img, None);
+    let erofs_len = open(&img, &OpenOptions::new()).unwrap().erofs_length as usize;
+    let erofs = std::fs::read(&img).unwrap()[..erofs_len].to_vec();
+    let forged = dir.path().join("forged");
+
+    // The trailer written again with the same encoders opens: the forging below is what fails.
+    std::fs::write(&forged, reseal(&erofs, erofs_len, |_| {})).unwrap();
+    open(&forged, &OpenOptions::new()).expect("an honest reseal opens");
+
+    let cases: [(&str, Box<dyn Fn(&mut sealfs_format::SealHeader)>); 2] = [
+        ("digest field", Box::new(|h| h.digest[0] ^= 1)),
+        ("sig_size", Box::new(|h| h.descriptor[4] = 1)),
+    ];
+    for (what, forge) in cases {
+        std::fs::write(&forged, reseal(&erofs, erofs_len, forge)).unwrap();
+        match open(&forged, &OpenOptions::new()) {
+            Err(e @ OpenError::Seal(_)) => println!("{what}: {e}"),
+            other => panic!("forged {what} opened: {other:?}"),
+        }
+    }
+
+    // A seal over all but the last block (the file ends there): the verified superblock claims more.
+    let short = reseal(&erofs[..erofs_len - 4096], erofs_len - 4096, |_| {});
+    std::fs::write(&forged, &short).unwrap();
+    match open(&forged, &OpenOptions::new()) {
+        Err(e @ OpenError::Seal(_)) => {
+            assert!(e.to_string().contains("the superblock claims"), "{e}")
+        }
+        other => panic!("a seal over fewer bytes than the file system opened: {other:?}"),
+    }
+}
