@@ -222,9 +222,9 @@ fn forged_trailers_are_refused() {
     std::fs::write(&forged, reseal(&erofs, erofs_len, |_| {})).unwrap();
     open(&forged, &OpenOptions::new()).expect("an honest reseal opens");
 
-    let cases: [(&str, Box<dyn Fn(&mut sealfs_format::SealHeader)>); 2] = [
-        ("digest field", Box::new(|h| h.digest[0] ^= 1)),
-        ("sig_size", Box::new(|h| h.descriptor[4] = 1)),
+    let cases: [(&str, fn(&mut sealfs_format::SealHeader)); 2] = [
+        ("digest field", |h| h.digest[0] ^= 1),
+        ("sig_size", |h| h.descriptor[4] = 1),
     ];
     for (what, forge) in cases {
         std::fs::write(&forged, reseal(&erofs, erofs_len, forge)).unwrap();
