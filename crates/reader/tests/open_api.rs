@@ -222,7 +222,8 @@ fn forged_trailers_are_refused() {
     std::fs::write(&forged, reseal(&erofs, erofs_len, |_| {})).unwrap();
     open(&forged, &OpenOptions::new()).expect("an honest reseal opens");
 
-    let cases: [(&str, fn(&mut sealfs_format::SealHeader)); 2] = [
+    type Forge = fn(&mut sealfs_format::SealHeader);
+    let cases: [(&str, Forge); 2] = [
         ("digest field", |h| h.digest[0] ^= 1),
         ("sig_size", |h| h.descriptor[4] = 1),
     ];
