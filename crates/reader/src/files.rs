@@ -124,9 +124,27 @@ impl Image {
         leaves: &[u8],
     ) -> Result<Digest> {
         let d = hasher.params().digest_size();
-        let nblocks = inode.size().div_ceil(FILE_BLOCK) as usize;
-        let mut file_leaves = vec![0u8; nblocks * d];
-        let mut have = vec![false; nblocks];
+        let nblocks = inode.size().div_ceil(FILE_BLOCK);
+        // The size comes from the image: allocate fallibly, so an absurd one is an error, not an abort.
+        let too_large = || {
+            Error::corrupted(
+                format!("file of {} bytes is too large to hash here", inode.size()),
+                Location::nid(inode.nid()),
+            )
+        };
+        let leaves_len = usize::try_from(nblocks)
+            .ok()
+            .and_then(|n| n.checked_mul(d))
+            .ok_or_else(too_large)?;
+        let mut file_leaves = Vec::new();
+        file_leaves
+            .try_reserve_exact(leaves_len)
+            .map_err(|_| too_large())?;
+        file_leaves.resize(leaves_len, 0);
+        let mut have = Vec::new();
+        have.try_reserve_exact(leaves_len / d)
+            .map_err(|_| too_large())?;
+        have.resize(leaves_len / d, false);
         for (fb, ib) in self.file_blocks(inode)? {
             let src = leaves
                 .get(ib as usize * d..(ib as usize + 1) * d)
