@@ -438,8 +438,9 @@ pub struct FileDigestSection<'a> {
 
 impl<'a> FileDigestSection<'a> {
     /// Parses and checks a section (its CRC is the caller's, against the header's `files_crc`): the
-    /// magic, a known algorithm whose digest size matches, 4 KiB blocks, a length that fits the count
-    /// exactly, and nids strictly increasing.
+    /// magic, a known algorithm whose digest size matches, 4 KiB blocks, the reserved byte zero, at
+    /// least one entry, a length that fits the count exactly, and nids strictly increasing: exactly
+    /// the sections [`encode_file_digests`] writes.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, SealError> {
         let damaged = |what: String| Err(SealError::Damaged(what));
         let Some(header) = bytes.get(..FILE_DIGESTS_HEADER_SIZE) else {
@@ -458,7 +459,15 @@ impl<'a> FileDigestSection<'a> {
         if h.digest_size as usize != d || h.log_blocksize != FILE_DIGESTS_LOG_BLOCKSIZE {
             return damaged("per-file digest section parameters".into());
         }
+        // Only what encode_file_digests writes: the reserved byte zero, at least one entry (a seal
+        // without per-file digests has no section).
+        if h.reserved != 0 {
+            return damaged("per-file digest section: reserved byte is not zero".into());
+        }
         let count = h.count.get() as u64;
+        if count == 0 {
+            return damaged("per-file digest section with no entries".into());
+        }
         let entries = &bytes[FILE_DIGESTS_HEADER_SIZE..];
         if entries.len() as u64 != count * (8 + d as u64) {
             return damaged(format!(
@@ -551,6 +560,29 @@ mod tests {
             [&bytes[..9], &[13], &bytes[10..]].concat(),
             bytes[..15].to_vec(),
         ] {
+            assert!(matches!(
+                FileDigestSection::parse(&bad),
+                Err(SealError::Damaged(_))
+            ));
+        }
+    }
+
+    /// Found by the `file_digests` fuzz target: the parser accepted a section with its reserved byte
+    /// set, or with no entries, neither of which `encode_file_digests` writes (so the section did not
+    /// round-trip, and two different byte strings meant the same digests).
+    #[test]
+    fn file_digest_section_reserved_byte_and_empty_section_rejected() {
+        let bytes = encode_file_digests(
+            FS_VERITY_HASH_ALG_SHA256,
+            [(3u64, &[1u8; 32][..])].into_iter(),
+        );
+        let s = FileDigestSection::parse(&bytes).unwrap();
+        assert_eq!(encode_file_digests(s.hash_algorithm, s.iter()), bytes);
+        let mut reserved = bytes.clone();
+        reserved[11] = 1;
+        let mut empty = bytes[..16].to_vec();
+        empty[12..16].copy_from_slice(&0u32.to_le_bytes());
+        for bad in [reserved, empty] {
             assert!(matches!(
                 FileDigestSection::parse(&bad),
                 Err(SealError::Damaged(_))
