@@ -231,14 +231,19 @@ fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
     item.extend_from_slice(header.as_bytes());
     let lcs = lclusters(p.size, z);
     let ebase = item.len() as u64;
-    let (n4, n2, _) = crate::layout::compact_split(ebase, lcs.len() as u64);
-    let regions = [
-        (0, n4, 2usize),
-        (n4, n2, 16),
-        (n4 + n2, lcs.len() as u64 - n4 - n2, 2),
-    ];
-    for (start, count, vcnt) in regions {
-        let (pack_size, bits) = if vcnt == 2 { (8usize, 16) } else { (32, 14) };
+    let split = fmt::compact_index_split(ebase, lcs.len() as u64, advise);
+    let (n4, n2) = (split.initial_4b, split.compacted_2b);
+    // (first lcluster, count, amortizedshift) of the three regions.
+    let regions = [(0, n4, 2), (n4, n2, 1), (n4 + n2, split.end_4b, 2)];
+    for (start, count, shift) in regions {
+        let shape =
+            fmt::compact_pack(shift, fmt::BLKSZBITS).expect("4 KiB lclusters fit both packs");
+        let (vcnt, pack_size, bits, lobits) = (
+            shape.vcnt as usize,
+            shape.bytes as usize,
+            shape.encodebits as usize,
+            shape.lobits,
+        );
         for first in (start..start + count).step_by(vcnt) {
             // (kind, lo) per slot, as the kernel decodes them; slots past the region are zero dummies.
             let pack: Vec<(u16, u16)> = (0..vcnt)
@@ -262,7 +267,7 @@ fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
                 .collect();
             let mut bytes = vec![0u8; pack_size];
             for (j, (kind, lo)) in pack.iter().enumerate() {
-                let v = ((*kind as u32) << 12) | *lo as u32;
+                let v = ((*kind as u32) << lobits) | *lo as u32;
                 let bit = j * bits;
                 let word = u32::from_le_bytes(bytes[bit / 8..bit / 8 + 4].try_into().unwrap())
                     | (v << (bit % 8));
