@@ -64,7 +64,7 @@ pub(crate) struct ZPlaced {
 impl ZPlan {
     /// Bytes from the inode start to the end of its COMPACT indexes (inline tail excluded).
     pub fn meta_len(isize: u64, ibody_len: u64, size: u64) -> u64 {
-        let ebase = zmap_header_offset(isize, ibody_len) + 8;
+        let ebase = zmap_header_offset(isize, ibody_len) + fmt::Z_EROFS_MAP_HEADER_SIZE;
         // The builder always writes `COMPACTED_2B`; `ebase` is relative to the 32-byte aligned inode.
         let advise = fmt::Z_EROFS_ADVISE_COMPACTED_2B;
         ebase + fmt::compact_index_split(ebase, size.div_ceil(BLKSZ), advise).index_bytes()
@@ -112,12 +112,12 @@ pub(crate) fn inode_lens(
         || inode.gid > u16::MAX as u32
         || inode.nlink > u16::MAX as u32
         || (inode.mtime, inode.mtime_nsec) != epoch;
-    Ok((extended, if extended { 64 } else { 32 }, ibody_len))
+    Ok((extended, fmt::inode_isize(extended), ibody_len))
 }
 
 /// Offset of the map header relative to the inode.
 pub(crate) fn zmap_header_offset(isize: u64, ibody_len: u64) -> u64 {
-    round_up(isize + ibody_len, 8)
+    fmt::z_erofs_map_header_start(isize + ibody_len).expect("inode sizes are small")
 }
 
 impl InodePlan {
@@ -126,11 +126,7 @@ impl InodePlan {
     }
 
     pub fn isize(&self) -> u64 {
-        if self.extended {
-            64
-        } else {
-            32
-        }
+        fmt::inode_isize(self.extended)
     }
 
     /// Offset of the inline tail.

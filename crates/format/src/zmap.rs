@@ -51,6 +51,17 @@ pub const Z_EROFS_COMPRESSION_ZSTD: u8 = 3;
 pub const Z_EROFS_PCLUSTER_MAX_SIZE: u64 = 1 << 20;
 /// Largest decoded extent the kernel accepts.
 pub const Z_EROFS_PCLUSTER_MAX_DSIZE: u64 = 12 << 20;
+/// Size of the map header (`struct z_erofs_map_header`).
+pub const Z_EROFS_MAP_HEADER_SIZE: u64 = 8;
+
+/// `Z_EROFS_MAP_HEADER_START(end)`: the map header's position, the first 8-byte boundary at or
+/// after `end`, the end of the inode core and its inline xattrs (`iloc + isize + xattr_isize`, or
+/// the same relative to a 32-byte aligned inode). The indexes start right after it
+/// (`Z_EROFS_MAP_HEADER_END`, `ebase`). `None` on overflow.
+pub const fn z_erofs_map_header_start(end: u64) -> Option<u64> {
+    end.checked_next_multiple_of(Z_EROFS_MAP_HEADER_SIZE)
+}
+
 /// Bytes between the map header and the first FULL index entry.
 pub const Z_EROFS_FULL_INDEX_START: u64 = 8;
 
@@ -288,7 +299,7 @@ pub struct ZstdCfgs {
     pub reserved: [u8; 4],
 }
 
-const _: () = assert!(core::mem::size_of::<MapHeader>() == 8);
+const _: () = assert!(core::mem::size_of::<MapHeader>() as u64 == Z_EROFS_MAP_HEADER_SIZE);
 const _: () = assert!(core::mem::size_of::<LclusterIndex>() == 8);
 const _: () = assert!(core::mem::size_of::<Lz4Cfgs>() == 14);
 const _: () = assert!(core::mem::size_of::<ZstdCfgs>() == 6);

@@ -168,11 +168,7 @@ impl Inode {
 
     /// Size of the on-disk inode: 32 or 64 bytes.
     pub fn inode_isize(&self) -> u64 {
-        if self.extended {
-            64
-        } else {
-            32
-        }
+        sealfs_format::inode_isize(self.extended)
     }
 
     /// The raw `i_format`.

@@ -58,14 +58,15 @@ use crate::error::{Error, Location, Result};
 use crate::image::Image;
 use crate::inode::Inode;
 use sealfs_format::{
-    compact_index_split, compact_pack, CompactIndexPos, CompactPack, DataLayout, FromBytes,
-    LclusterIndex, MapHeader, EROFS_FEATURE_INCOMPAT_COMPR_CFGS, Z_EROFS_ADVISE_BIG_PCLUSTER_1,
-    Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS, Z_EROFS_ADVISE_FRAGMENT_PCLUSTER,
-    Z_EROFS_ADVISE_INLINE_PCLUSTER, Z_EROFS_ADVISE_INTERLACED_PCLUSTER,
-    Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS, Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4,
-    Z_EROFS_COMPRESSION_LZMA, Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_FULL_INDEX_START,
-    Z_EROFS_LCLUSTER_TYPE_HEAD1, Z_EROFS_LCLUSTER_TYPE_HEAD2, Z_EROFS_LCLUSTER_TYPE_NONHEAD,
-    Z_EROFS_LCLUSTER_TYPE_PLAIN, Z_EROFS_LI_D0_CBLKCNT, Z_EROFS_LI_PARTIAL_REF,
+    compact_index_split, compact_pack, z_erofs_map_header_start, CompactIndexPos, CompactPack,
+    DataLayout, FromBytes, LclusterIndex, MapHeader, EROFS_FEATURE_INCOMPAT_COMPR_CFGS,
+    Z_EROFS_ADVISE_BIG_PCLUSTER_1, Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS,
+    Z_EROFS_ADVISE_FRAGMENT_PCLUSTER, Z_EROFS_ADVISE_INLINE_PCLUSTER,
+    Z_EROFS_ADVISE_INTERLACED_PCLUSTER, Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS,
+    Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4, Z_EROFS_COMPRESSION_LZMA,
+    Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_FULL_INDEX_START, Z_EROFS_LCLUSTER_TYPE_HEAD1,
+    Z_EROFS_LCLUSTER_TYPE_HEAD2, Z_EROFS_LCLUSTER_TYPE_NONHEAD, Z_EROFS_LCLUSTER_TYPE_PLAIN,
+    Z_EROFS_LI_D0_CBLKCNT, Z_EROFS_LI_PARTIAL_REF, Z_EROFS_MAP_HEADER_SIZE,
     Z_EROFS_PCLUSTER_MAX_DSIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
 };
 
@@ -247,9 +248,7 @@ impl Image {
     /// Reads and checks the map header; finds the tail extent when the inode needs it.
     fn zinfo(&self, inode: &Inode, at: Location) -> Result<ZInfo> {
         let bits = self.sb.blkszbits;
-        let hdr_pos = inode
-            .data_offset()
-            .checked_next_multiple_of(8)
+        let hdr_pos = z_erofs_map_header_start(inode.data_offset())
             .ok_or_else(|| Error::corrupted("map header position overflows", at))?;
         let hat = at.with_offset(hdr_pos).with_block(hdr_pos >> bits);
         let mut raw = [0u8; 8];
@@ -349,7 +348,9 @@ impl Image {
     fn load_full(&self, zi: &ZInfo, m: &mut Rec, lcn: u64, at: Location) -> Result<()> {
         let pos = lcn
             .checked_mul(8)
-            .and_then(|o| o.checked_add(zi.hdr_pos + 8 + Z_EROFS_FULL_INDEX_START))
+            .and_then(|o| {
+                o.checked_add(zi.hdr_pos + Z_EROFS_MAP_HEADER_SIZE + Z_EROFS_FULL_INDEX_START)
+            })
             .ok_or_else(|| {
                 Error::corrupted(format!("index of lcluster {lcn} is out of range"), at)
             })?;
@@ -412,7 +413,7 @@ impl Image {
             ));
         }
         m.lcn = lcn;
-        let ebase = zi.hdr_pos + 8;
+        let ebase = zi.hdr_pos + Z_EROFS_MAP_HEADER_SIZE;
         let CompactIndexPos {
             pos,
             amortizedshift: shift,
