@@ -172,43 +172,13 @@ fn lclusters(size: u64, z: &ZPlan) -> Vec<Lcluster> {
 }
 
 /// `pblk - base` the kernel derives for the head at `i` of a COMPACT pack from the entries before it
-/// (`z_erofs_load_compact_lcluster`).
+/// (the format's [`fmt::compact_head_nblk`]).
 fn compact_nblk(pack: &[(u16, u16)], i: usize, big: bool) -> Option<u32> {
-    let mut i = i as i64;
-    let mut nblk: u32;
-    if !big {
-        nblk = 1;
-        while i > 0 {
-            i -= 1;
-            let (kind, lo) = pack[i as usize];
-            if kind == fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD {
-                i -= lo as i64;
-            }
-            if i >= 0 {
-                nblk += 1;
-            }
-        }
-    } else {
-        nblk = 0;
-        while i > 0 {
-            i -= 1;
-            let (kind, lo) = pack[i as usize];
-            if kind == fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD {
-                if lo & fmt::Z_EROFS_LI_D0_CBLKCNT != 0 {
-                    i -= 1;
-                    nblk += (lo & !fmt::Z_EROFS_LI_D0_CBLKCNT) as u32;
-                    continue;
-                }
-                if lo <= 1 {
-                    return None;
-                }
-                i -= lo as i64 - 2;
-                continue;
-            }
-            nblk += 1;
-        }
-    }
-    Some(nblk)
+    fmt::compact_head_nblk(i as u32, big, |j| {
+        let (kind, lo) = pack[j as usize];
+        (kind, lo as u64)
+    })
+    .map(|n| n as u32)
 }
 
 /// Appends a compressed inode's map header, COMPACT lcluster indexes and inline tail pcluster.

@@ -275,6 +275,59 @@ pub const fn compact_pack(amortizedshift: u32, lclusterbits: u8) -> Option<Compa
     })
 }
 
+/// `pblk - base` of the HEAD or PLAIN entry `i` of a COMPACT pack: the blocks of the pclusters
+/// that start earlier in the same pack, counted as `z_erofs_load_compact_lcluster` counts them,
+/// walking back over entries `i - 1, …, 0`. `entry(j)` gives the lcluster type and `lo` bits of entry
+/// `j < i`.
+///
+/// Without big pclusters every pcluster is one block and the count starts at 1; a NONHEAD's `lo`
+/// (`delta[0]`) skips back to its head. With big pclusters the count starts at 0, a NONHEAD with
+/// `Z_EROFS_LI_D0_CBLKCNT` adds its pcluster's block count, and a plain NONHEAD skips back by
+/// `delta[0] - 2`; a plain `delta[0] <= 1` there is `None` (the kernel's `-EFSCORRUPTED`: the
+/// first NONHEAD of a big pcluster must be its CBLKCNT).
+pub fn compact_head_nblk(
+    i: u32,
+    big_pcluster: bool,
+    mut entry: impl FnMut(u32) -> (u16, u64),
+) -> Option<u64> {
+    let cblkcnt = Z_EROFS_LI_D0_CBLKCNT as u64;
+    let mut i = i as i64;
+    let mut nblk: u64;
+    if !big_pcluster {
+        nblk = 1;
+        while i > 0 {
+            i -= 1;
+            let (ty, lo) = entry(i as u32);
+            if ty == Z_EROFS_LCLUSTER_TYPE_NONHEAD {
+                i -= lo as i64;
+            }
+            if i >= 0 {
+                nblk += 1;
+            }
+        }
+    } else {
+        nblk = 0;
+        while i > 0 {
+            i -= 1;
+            let (ty, lo) = entry(i as u32);
+            if ty == Z_EROFS_LCLUSTER_TYPE_NONHEAD {
+                if lo & cblkcnt != 0 {
+                    i -= 1;
+                    nblk += lo & !cblkcnt;
+                    continue;
+                }
+                if lo <= 1 {
+                    return None;
+                }
+                i -= lo as i64 - 2;
+                continue;
+            }
+            nblk += 1;
+        }
+    }
+    Some(nblk)
+}
+
 /// LZ4 configuration record payload (14 bytes, after its `le16` length).
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(C)]
@@ -442,6 +495,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn head_nblk_counts_earlier_pclusters_of_the_pack() {
+        const H: u16 = Z_EROFS_LCLUSTER_TYPE_HEAD1;
+        const N: u16 = Z_EROFS_LCLUSTER_TYPE_NONHEAD;
+        const C: u64 = Z_EROFS_LI_D0_CBLKCNT as u64;
+        let at = |pack: &'static [(u16, u64)]| move |j: u32| pack[j as usize];
+        // One-block pclusters: H H N(1) H -> the head at 3 is base + 3 (1 + two earlier heads).
+        let pack: &[(u16, u64)] = &[(H, 0), (H, 0), (N, 1), (H, 0)];
+        assert_eq!(compact_head_nblk(0, false, at(pack)), Some(1));
+        assert_eq!(compact_head_nblk(3, false, at(pack)), Some(3));
+        // Big pclusters: H N(CBLKCNT 5) N(2) H -> the head at 3 is base + 5.
+        let pack: &[(u16, u64)] = &[(H, 0), (N, C | 5), (N, 2), (H, 0)];
+        assert_eq!(compact_head_nblk(0, true, at(pack)), Some(0));
+        assert_eq!(compact_head_nblk(3, true, at(pack)), Some(5));
+        // A plain delta[0] of 1 in a big-pcluster pack is corrupted.
+        let pack: &[(u16, u64)] = &[(H, 0), (N, 1), (H, 0)];
+        assert_eq!(compact_head_nblk(2, true, at(pack)), None);
+        // A delta reaching before the pack does not count a block.
+        let pack: &[(u16, u64)] = &[(N, 7), (H, 0)];
+        assert_eq!(compact_head_nblk(1, false, at(pack)), Some(1));
     }
 
     #[test]

@@ -58,16 +58,16 @@ use crate::error::{Error, Location, Result};
 use crate::image::Image;
 use crate::inode::Inode;
 use sealfs_format::{
-    compact_index_split, compact_pack, z_erofs_map_header_start, CompactIndexPos, CompactPack,
-    DataLayout, FromBytes, LclusterIndex, MapHeader, EROFS_FEATURE_INCOMPAT_COMPR_CFGS,
-    Z_EROFS_ADVISE_BIG_PCLUSTER_1, Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS,
-    Z_EROFS_ADVISE_FRAGMENT_PCLUSTER, Z_EROFS_ADVISE_INLINE_PCLUSTER,
-    Z_EROFS_ADVISE_INTERLACED_PCLUSTER, Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS,
-    Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4, Z_EROFS_COMPRESSION_LZMA,
-    Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_FULL_INDEX_START, Z_EROFS_LCLUSTER_TYPE_HEAD1,
-    Z_EROFS_LCLUSTER_TYPE_HEAD2, Z_EROFS_LCLUSTER_TYPE_NONHEAD, Z_EROFS_LCLUSTER_TYPE_PLAIN,
-    Z_EROFS_LI_D0_CBLKCNT, Z_EROFS_LI_PARTIAL_REF, Z_EROFS_MAP_HEADER_SIZE,
-    Z_EROFS_PCLUSTER_MAX_DSIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
+    compact_head_nblk, compact_index_split, compact_pack, z_erofs_map_header_start,
+    CompactIndexPos, CompactPack, DataLayout, FromBytes, LclusterIndex, MapHeader,
+    EROFS_FEATURE_INCOMPAT_COMPR_CFGS, Z_EROFS_ADVISE_BIG_PCLUSTER_1,
+    Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS, Z_EROFS_ADVISE_FRAGMENT_PCLUSTER,
+    Z_EROFS_ADVISE_INLINE_PCLUSTER, Z_EROFS_ADVISE_INTERLACED_PCLUSTER,
+    Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS, Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4,
+    Z_EROFS_COMPRESSION_LZMA, Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_FULL_INDEX_START,
+    Z_EROFS_LCLUSTER_TYPE_HEAD1, Z_EROFS_LCLUSTER_TYPE_HEAD2, Z_EROFS_LCLUSTER_TYPE_NONHEAD,
+    Z_EROFS_LCLUSTER_TYPE_PLAIN, Z_EROFS_LI_D0_CBLKCNT, Z_EROFS_LI_PARTIAL_REF,
+    Z_EROFS_MAP_HEADER_SIZE, Z_EROFS_PCLUSTER_MAX_DSIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
 };
 
 /// How the pcluster of a compressed extent is encoded.
@@ -460,7 +460,7 @@ impl Image {
         m.nextpackoff = packpos + packsize;
         let big_pcluster = zi.advise & Z_EROFS_ADVISE_BIG_PCLUSTER_1 != 0;
         let cblkcnt = Z_EROFS_LI_D0_CBLKCNT as u64;
-        let mut i = ((pos - packpos) >> shift) as i64;
+        let i = ((pos - packpos) >> shift) as i64;
 
         let (lo, ty) = decode_compactedbits(lobits, pack, encodebits * i as u32);
         m.ty = ty;
@@ -498,48 +498,20 @@ impl Image {
         m.clusterofs = lo;
         m.delta[0] = 0;
         // The HEAD's block: base + the blocks of the earlier pclusters of this pack.
-        let mut nblk: u64;
-        if !big_pcluster {
-            nblk = 1;
-            while i > 0 {
-                i -= 1;
-                let (lo, ty) = decode_compactedbits(lobits, pack, encodebits * i as u32);
-                if ty == Z_EROFS_LCLUSTER_TYPE_NONHEAD {
-                    i -= lo as i64;
-                }
-                if i >= 0 {
-                    nblk += 1;
-                }
-            }
-        } else {
-            nblk = 0;
-            while i > 0 {
-                i -= 1;
-                let (lo, ty) = decode_compactedbits(lobits, pack, encodebits * i as u32);
-                if ty == Z_EROFS_LCLUSTER_TYPE_NONHEAD {
-                    if lo & cblkcnt != 0 {
-                        i -= 1;
-                        nblk += lo & !cblkcnt;
-                        continue;
-                    }
-                    // A big-pcluster extent's first NONHEAD is its CBLKCNT: plain delta[0]
-                    // is at least 2.
-                    if lo <= 1 {
-                        return Err(Error::corrupted(
-                            format!(
-                                "delta[0] {lo} in the compact pack of lcluster {} \
-                                 (big pclusters)",
-                                m.lcn
-                            ),
-                            iat,
-                        ));
-                    }
-                    i -= lo as i64 - 2;
-                    continue;
-                }
-                nblk += 1;
-            }
-        }
+        let nblk = compact_head_nblk(i as u32, big_pcluster, |j| {
+            let (lo, ty) = decode_compactedbits(lobits, pack, encodebits * j);
+            (ty, lo)
+        })
+        .ok_or_else(|| {
+            // A big-pcluster extent's first NONHEAD is its CBLKCNT: plain delta[0] is at least 2.
+            Error::corrupted(
+                format!(
+                    "delta[0] <= 1 in the compact pack of lcluster {} (big pclusters)",
+                    m.lcn
+                ),
+                iat,
+            )
+        })?;
         m.pblk = le32_at(pack, packsize as usize - 4) as u64 + nblk;
         Ok(())
     }
