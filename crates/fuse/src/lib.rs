@@ -443,10 +443,8 @@ fn bare_attr(ino: u64, kind: FuseType) -> FileAttr {
     }
 }
 
-/// The kernel's `new_encode_dev`, the form FUSE carries device numbers in.
-pub fn new_encode_dev(major: u32, minor: u32) -> u32 {
-    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
-}
+/// The kernel's `new_encode_dev`, the form FUSE carries device numbers in (the format's rule).
+pub use sealfs_format::new_encode_dev;
 
 fn system_time(sec: i64, nsec: u32) -> SystemTime {
     let nsec = nsec.min(999_999_999);

@@ -40,6 +40,11 @@
 //!   themselves, or got them from [`leaf_hashes_from_file`]). Level 0, nearly
 //!   all the work, is hashed in parallel with rayon on the current pool; the
 //!   output never depends on thread count.
+//! - [`check_tree`]: checks a whole stored tree against the root and the data
+//!   blocks' hashes against it, reporting each damaged block once as a
+//!   [`TreeProblem`] (indices in verity blocks; byte ranges from
+//!   [`TreeProblem::byte_range`]). Lazy readers check single paths with
+//!   [`TreeGeometry::hash_location`] and [`TreeGeometry::stored_digest`].
 //! - [`Descriptor`], [`descriptor`], [`file_digest`]: the 256-byte
 //!   `fsverity_descriptor` and the file digest.
 //! - [`Digest`]: displays and parses as `sha256:<hex>` / `sha512:<hex>`.
