@@ -3,8 +3,14 @@
 #   fuzz/corpus/open_walk/          plain EROFS images (sealfs build --no-seal, mkfs.erofs)
 #   fuzz/corpus/verified_open_walk/ the same images in the verified target's input format
 #                                   (see `verified_open_walk` in fuzz/src/harness.rs)
+#   fuzz/corpus/sealed_open/        small sealed images (sealfs build: attached; image and sidecar
+#                                   concatenated; SHA-512; salt; 1 KiB verity blocks; lz4hc with
+#                                   64 KiB pclusters; one damaged data byte; one plain image)
+#   fuzz/corpus/seal_trailer/       some of those sealed files
+#   fuzz/corpus/file_digests/       their per-file digest sections (the distinct ones)
 #
-# Usage: fuzz/make_corpus.sh   (from anywhere; needs target/release/sealfs, mkfs.erofs, setfattr)
+# Usage: fuzz/make_corpus.sh [all|seal]   (from anywhere; needs target/release/sealfs; `all` also
+#        needs mkfs.erofs and setfattr; `seal` regenerates only the three seal targets' seeds)
 # The images are reproducible (fixed timestamps, UUIDs and uids), so re-running gives the same bytes
 # as long as the builders do not change. Seeds are named <builder>-<tree>-<options>.
 set -euo pipefail
@@ -12,13 +18,92 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 sealfs=${SEALFS_BIN:-$root/target/release/sealfs}
+what=${1:-all}
+case $what in all | seal) ;; *) echo "usage: $0 [all|seal]" >&2; exit 2 ;; esac
 [ -x "$sealfs" ] || (cd "$root" && cargo build --release -q -p sealfs-cli)
-command -v mkfs.erofs >/dev/null || { echo "mkfs.erofs is needed" >&2; exit 1; }
-command -v setfattr >/dev/null || { echo "setfattr is needed" >&2; exit 1; }
 
 # A scratch directory on a file system with user xattrs (tmpfs may lack them).
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/sealfs-corpus.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+
+# --- Seal targets ------------------------------------------------------------------------------
+# Tiny trees (each image is 2 to 4 EROFS blocks): small: an inline file, a 5,000-byte file (a data
+# block and a tail), a subdirectory, a symlink, an empty file; zip: compressible text.
+t=$work/small
+mkdir -p "$t/d"
+printf hello >"$t/hello"
+for i in $(seq 1 120); do echo "line $i of a small text file for the seal seeds"; done | head -c 5000 >"$t/text"
+printf deep >"$t/d/deep"
+ln -s ../hello "$t/d/link"
+: >"$t/empty"
+t=$work/zip
+mkdir -p "$t"
+for i in $(seq 1 400); do echo "line $i of a compressible text: the quick brown fox"; done >"$t/text"
+printf abc >"$t/tiny"
+
+sout=$here/corpus/sealed_open
+tout=$here/corpus/seal_trailer
+fout=$here/corpus/file_digests
+rm -rf "$sout" "$tout" "$fout"
+mkdir -p "$sout" "$tout" "$fout"
+sealed_img() { # name tree [args...]: a sealed image (with --sidecar: image and sidecar, concatenated)
+    local name=$1 tree=$2
+    shift 2
+    rm -f "$work/side"
+    "$sealfs" build -q -T 1000 -U clear --all-root "$@" "$work/$tree" "$sout/$name" >/dev/null
+    if [ -f "$work/side" ]; then cat "$work/side" >>"$sout/$name"; fi
+}
+sealed_img sealfs-small small
+sealed_img sealfs-small-sidecar small --sidecar "$work/side"
+sealed_img sealfs-small-sha512 small --hash-alg sha512
+sealed_img sealfs-small-salt-vbs1k small --salt 000102030405060708090a0b0c0d0e0f --verity-block-size 1024
+sealed_img sealfs-small-sha512-vbs1k-sidecar small --hash-alg sha512 --verity-block-size 1024 \
+    --sidecar "$work/side"
+sealed_img sealfs-zip-lz4hc-c64k zip -z lz4hc -C 65536
+sealed_img sealfs-small-plain small --no-seal
+# One damaged byte in the last EROFS block (file data), so opens fail its reads and the check
+# names its owner.
+cp "$sout/sealfs-small" "$sout/sealfs-small-damaged"
+python3 - "$sout/sealfs-small-damaged" <<'EOF'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+blocks = int.from_bytes(b[1024 + 36:1024 + 40], "little")  # superblock `blocks` (4 KiB each)
+b[(blocks - 1) * 4096 + 10] ^= 0x20
+open(p, "wb").write(bytes(b))
+EOF
+for name in sealfs-small sealfs-small-sidecar sealfs-small-sha512 sealfs-small-salt-vbs1k; do
+    cp "$sout/$name" "$tout/$name"
+done
+# The per-file digest sections, cut out of the sealed files (header: files_offset at 48,
+# files_length at 56; footer: header_offset at 16, trailer_len at 24; a detached seal's offsets
+# count from the sidecar's start, here the image's length).
+python3 - "$sout" "$fout" <<'EOF'
+import os, sys
+src, dst = sys.argv[1], sys.argv[2]
+seen = set()
+for name in sorted(os.listdir(src)):
+    b = open(os.path.join(src, name), "rb").read()
+    if b[-8:] != b"\x89SEALFS\n":
+        continue
+    ho = int.from_bytes(b[-64 + 16:-64 + 24], "little")
+    trailer = int.from_bytes(b[-64 + 24:-64 + 32], "little")
+    base = len(b) - (ho + trailer)
+    h = b[base + ho:base + ho + 512]
+    fo = int.from_bytes(h[48:56], "little")
+    fl = int.from_bytes(h[56:64], "little")
+    sec = b[base + fo:base + fo + fl]
+    if fl == 0 or sec in seen:
+        continue
+    seen.add(sec)
+    open(os.path.join(dst, name), "wb").write(sec)
+EOF
+ls -l "$sout" "$tout" "$fout"
+du -sh "$sout" "$tout" "$fout"
+[ "$what" = seal ] && exit 0
+
+command -v mkfs.erofs >/dev/null || { echo "mkfs.erofs is needed" >&2; exit 1; }
+command -v setfattr >/dev/null || { echo "setfattr is needed" >&2; exit 1; }
 
 # --- Trees -------------------------------------------------------------------------------------
 # basic: a few files of boundary sizes, a subdirectory, symlinks of every kind, a hard link,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs each fuzz target of the image reader for SECONDS (default 30), starting from the committed
-# seed corpus (and, for open_walk, the saved regressions). New corpus entries go to a scratch
+# seed corpus and the saved regressions of that target. New corpus entries go to a scratch
 # directory, so the committed corpus is never modified.
 #
 # Usage: fuzz/run.sh [SECONDS]
@@ -17,7 +17,7 @@ secs=${1:-30}
 case $secs in '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 sanitizer=${FUZZ_SANITIZER:-none}
-targets=${FUZZ_TARGETS:-open_walk verified_open_walk}
+targets=${FUZZ_TARGETS:-open_walk verified_open_walk seal_trailer file_digests sealed_open}
 
 skip() {
     echo "SKIP: $*"
@@ -46,8 +46,14 @@ fi
 status=0
 for target in $targets; do
     seeds=("$here/corpus/$target")
+    # Saved crash inputs: open_walk's at the top of fuzz_regressions/, verified_open_walk's in
+    # verified/, every other target's in a directory named after it.
     regressions=$here/../crates/reader/tests/fuzz_regressions
-    [ "$target" = verified_open_walk ] && regressions=$regressions/verified
+    case $target in
+    open_walk) ;;
+    verified_open_walk) regressions=$regressions/verified ;;
+    *) regressions=$regressions/$target ;;
+    esac
     [ -d "$regressions" ] && seeds+=("$regressions")
     mkdir -p "$scratch/$target"
     log=$scratch/$target.log

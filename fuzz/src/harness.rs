@@ -16,9 +16,15 @@
 // `..Options::default()` although every field is set today: fields added later keep their defaults.
 #![allow(clippy::needless_update)]
 
-use sealfs_format::{superblock_checksum, superblock_checksum_len, EROFS_FEATURE_COMPAT_SB_CHKSUM};
+use sealfs_format::{
+    encode_file_digests, seal_crc, superblock_checksum, superblock_checksum_len, FileDigestSection,
+    FromBytes, IntoBytes, SealFooter, SealHeader, SealLayout, EROFS_FEATURE_COMPAT_SB_CHKSUM,
+    SEAL_FOOTER_MAGIC,
+};
+use sealfs_reader::check::{self, CheckOptions, NoProgress};
 use sealfs_reader::{
-    BlockSource, Follow, Image, Inode, Options, PlainBlocks, ReadAt, SealInfo, VerifiedBlocks,
+    find_seal, open, BlockSource, Follow, Found, Image, Inode, OpenError, OpenOptions, Options,
+    PlainBlocks, ReadAt, SealInfo, Source, Trust, VerifiedBlocks, VerifyMode,
 };
 use sealfs_verity::{build_tree, Digest, HashAlg, Params};
 use std::collections::HashSet;
@@ -125,12 +131,14 @@ const CLUSTER_CACHE_BYTES: [usize; 4] = [
 ///                 size (tables above)
 /// byte 1  params: bit 0 SHA-512 (1) or SHA-256 (0); bits 1-3 verity block size (LOG_BLOCK_SIZES)
 /// byte 2  salt length (mod 33; the salt bytes are a fixed pattern)
-/// byte 3  honest: number of corruptions (mod 8); raw: unused
+/// byte 3  honest: bits 0-2 number of corruptions; bit 3 open without the digest (self-consistent);
+///         bit 4 with a per-file digest section, opened with `VerifyMode::Double`; raw: unused
 /// honest: corruptions (u32 LE position, u8 xor mask) each, then the image.
-///         The Merkle tree is built over the image (so verification passes), laid out after the
-///         image (attached, block-aligned, as a sealed image) or in its own source (sidecar); then
-///         each corruption xors one byte of image+tree (position mod its length): those blocks must
-///         fail verification cleanly while everything else stays readable.
+///         The image is sealed as `sealfs build` seals (tree, per-file section, header and footer
+///         from the format crate's encoders): the trailer after the image (attached, tree
+///         block-aligned, as a sealed image) or in a sidecar; then each corruption xors one byte of
+///         image+padding+tree (position mod its length): those blocks must fail verification
+///         cleanly while everything else stays readable. It is opened with `sealfs_reader::open`.
 /// raw:    u32 LE data_length (high bit set: the data source's length), u32 LE tree_offset,
 ///         u32 LE split, the root (digest size bytes), then the body: attached, both sources are the
 ///         body; sidecar, the data is body[..split % (len + 1)] and the tree the rest.
@@ -158,82 +166,42 @@ pub fn verified_open_walk(data: &[u8]) {
         ..Options::default()
     };
     let hash_cache = HASH_CACHE_BLOCKS[((mode >> 4) & 3) as usize];
-    let bs = params.block_size();
 
-    let (data_src, tree_src, seal): (Arc<dyn ReadAt>, Arc<dyn ReadAt>, SealInfo) = if mode & 1 == 0
-    {
-        // Honest: a correct tree, then the corruptions.
-        let n = (count % 8) as usize * 5;
-        let (corruptions, image) = rest.split_at(n.min(rest.len()));
-        let Ok(tree) = build_tree(&params, image) else {
-            return;
-        };
-        let data_length = image.len() as u64;
-        let (mut data_buf, mut tree_buf, tree_offset) = if sidecar {
-            (image.to_vec(), tree.bytes, 0)
-        } else {
-            let mut all = image.to_vec();
-            all.resize(image.len().next_multiple_of(bs), 0);
-            let offset = all.len() as u64;
-            all.extend_from_slice(&tree.bytes);
-            (all, Vec::new(), offset)
-        };
-        for c in corruptions.chunks_exact(5) {
-            let total = data_buf.len() + tree_buf.len();
-            if total == 0 {
-                break;
-            }
-            let pos = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize % total;
-            if pos < data_buf.len() {
-                data_buf[pos] ^= c[4];
-            } else {
-                tree_buf[pos - data_buf.len()] ^= c[4];
-            }
-        }
-        let seal = SealInfo {
-            params,
-            data_length,
-            tree_offset,
-            root: tree.root,
-        };
-        let data_src: Arc<dyn ReadAt> = Arc::new(data_buf);
-        let tree_src = if sidecar {
-            Arc::new(tree_buf) as Arc<dyn ReadAt>
-        } else {
-            data_src.clone()
-        };
-        (data_src, tree_src, seal)
+    if mode & 1 == 0 {
+        honest_sealed_open(&params, sidecar, count, rest, &options, hash_cache);
+        return;
+    }
+    // Raw: `VerifiedBlocks` over a seal taken from the input as it is. This is deliberately not
+    // `sealfs_reader::open`, whose `find_seal` refuses nearly all of these seals before they reach
+    // `VerifiedBlocks::new`: it fuzzes that constructor's own checks (a tree outside its source, a
+    // length past the data, mismatched algorithms) and failures at the top of the tree.
+    let d = params.digest_size();
+    if rest.len() < 12 + d {
+        return;
+    }
+    let word = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().unwrap());
+    let (len_field, tree_offset, split) = (word(0), word(4) as u64, word(8) as usize);
+    let Ok(root) = Digest::new(alg, &rest[12..12 + d]) else {
+        return;
+    };
+    let body = &rest[12 + d..];
+    let (data_src, tree_src): (Arc<dyn ReadAt>, Arc<dyn ReadAt>) = if sidecar {
+        let (a, b) = body.split_at(split % (body.len() + 1));
+        (Arc::new(a.to_vec()), Arc::new(b.to_vec()))
     } else {
-        // Raw: everything from the input.
-        let d = params.digest_size();
-        if rest.len() < 12 + d {
-            return;
-        }
-        let word = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().unwrap());
-        let (len_field, tree_offset, split) = (word(0), word(4) as u64, word(8) as usize);
-        let Ok(root) = Digest::new(alg, &rest[12..12 + d]) else {
-            return;
-        };
-        let body = &rest[12 + d..];
-        let (data_src, tree_src): (Arc<dyn ReadAt>, Arc<dyn ReadAt>) = if sidecar {
-            let (a, b) = body.split_at(split % (body.len() + 1));
-            (Arc::new(a.to_vec()), Arc::new(b.to_vec()))
-        } else {
-            let all: Arc<dyn ReadAt> = Arc::new(body.to_vec());
-            (all.clone(), all)
-        };
-        let data_length = if len_field & 0x8000_0000 != 0 {
-            data_src.len()
-        } else {
-            len_field as u64
-        };
-        let seal = SealInfo {
-            params,
-            data_length,
-            tree_offset,
-            root,
-        };
-        (data_src, tree_src, seal)
+        let all: Arc<dyn ReadAt> = Arc::new(body.to_vec());
+        (all.clone(), all)
+    };
+    let data_length = if len_field & 0x8000_0000 != 0 {
+        data_src.len()
+    } else {
+        len_field as u64
+    };
+    let seal = SealInfo {
+        params,
+        data_length,
+        tree_offset,
+        root,
     };
     let Ok(vb) = VerifiedBlocks::new(data_src, tree_src, seal, hash_cache) else {
         return;
@@ -245,6 +213,403 @@ pub fn verified_open_walk(data: &[u8]) {
     // The counters stay consistent whatever happened.
     let _ = vb.stats();
     let _ = vb.geometry().num_levels();
+}
+
+/// Nids the honest mode's per-file digest section names (digests are not checked by an open, only
+/// parsed: any values do).
+const FAKE_FILE_NIDS: [u64; 4] = [1, 36, 37, 1 << 20];
+
+/// The honest mode of [`verified_open_walk`]: seals `image` as `sealfs build` does (Merkle tree,
+/// per-file digest section when `count & 16`, header and footer from the format crate's encoders),
+/// attached or into a sidecar, damages image and tree as the corruptions say, and opens it with
+/// [`sealfs_reader::open`] (with the image digest, or without one when `count & 8`; with
+/// [`VerifyMode::Double`] when there is a per-file section).
+fn honest_sealed_open(
+    params: &Params,
+    sidecar: bool,
+    count: u8,
+    rest: &[u8],
+    options: &Options,
+    hash_cache_blocks: usize,
+) {
+    let n = (count % 8) as usize * 5;
+    let (corruptions, image) = rest.split_at(n.min(rest.len()));
+    let Ok(tree) = build_tree(params, image) else {
+        return;
+    };
+    let digest = tree.digest();
+    let alg = params.alg();
+    let fake: Vec<(u64, Digest)> = FAKE_FILE_NIDS
+        .iter()
+        .map(|&nid| (nid, alg.hash(&nid.to_le_bytes())))
+        .collect();
+    let files = if count & 16 != 0 {
+        encode_file_digests(alg.id(), fake.iter().map(|(n, d)| (*n, d.as_bytes())))
+    } else {
+        Vec::new()
+    };
+    let bs = params.block_size();
+    let tree_len = tree.bytes.len();
+    // The sealed file (attached: image, padding, tree, files, trailer) or the image and the sidecar
+    // (tree, files, trailer); `damageable` bytes of each may be corrupted (image, padding, tree).
+    let (mut file, mut side, damageable) = if sidecar {
+        let layout = SealLayout {
+            descriptor: tree.descriptor_bytes(),
+            digest: digest.as_bytes(),
+            detached: true,
+            tree_offset: 0,
+            tree_length: tree_len as u64,
+            files_section: &files,
+        };
+        let mut side = tree.bytes;
+        side.extend_from_slice(&files);
+        side.extend_from_slice(&SealHeader::new(&layout).with_footer(layout.header_offset()));
+        (image.to_vec(), side, (image.len(), tree_len))
+    } else {
+        let mut all = image.to_vec();
+        all.resize(image.len().next_multiple_of(bs), 0);
+        let layout = SealLayout {
+            descriptor: tree.descriptor_bytes(),
+            digest: digest.as_bytes(),
+            detached: false,
+            tree_offset: all.len() as u64,
+            tree_length: tree_len as u64,
+            files_section: &files,
+        };
+        all.extend_from_slice(&tree.bytes);
+        let damageable = all.len();
+        all.extend_from_slice(&files);
+        all.extend_from_slice(&SealHeader::new(&layout).with_footer(layout.header_offset()));
+        (all, Vec::new(), (damageable, 0))
+    };
+    for c in corruptions.chunks_exact(5) {
+        let total = damageable.0 + damageable.1;
+        if total == 0 {
+            break;
+        }
+        let pos = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize % total;
+        if pos < damageable.0 {
+            file[pos] ^= c[4];
+        } else {
+            side[pos - damageable.0] ^= c[4];
+        }
+    }
+    let open_options = OpenOptions {
+        digest: (count & 8 == 0).then_some(digest),
+        sidecar: sidecar.then(|| Source::reader(Arc::new(side), "fuzz sidecar")),
+        verify: if files.is_empty() {
+            VerifyMode::Full
+        } else {
+            VerifyMode::Double
+        },
+        cache_blocks: options.cache_blocks,
+        cluster_cache_bytes: options.cluster_cache_bytes,
+        hash_cache_blocks,
+        kernel_offload: false,
+        ..OpenOptions::default()
+    };
+    let Ok(opened) = open(Source::reader(Arc::new(file), "fuzz image"), &open_options) else {
+        return;
+    };
+    // An honest seal opens verified, against the digest it was built with.
+    assert_eq!(opened.trust.digest(), Some(&digest), "{}", opened.trust);
+    assert_eq!(opened.trust.is_authenticated(), count & 8 == 0);
+    if let Some(fd) = &opened.file_digests {
+        assert_eq!(fd.entries(), &fake[..]);
+    }
+    walk(&opened.image);
+    if let Some(vb) = &opened.verified {
+        // The counters stay consistent whatever happened.
+        let _ = vb.stats();
+        let _ = vb.geometry().num_levels();
+    }
+}
+
+// ----- seal_trailer --------------------------------------------------------------------------
+
+/// The `seal_trailer` target: the input is a sealed file (image and trailer), or an image followed
+/// by its sidecar. Its last 64 bytes are parsed as a footer ([`SealFooter::parse`]), the header the
+/// footer points at as a header ([`SealHeader::parse`]; a header that parses must re-encode to the
+/// same bytes with [`SealHeader::with_footer`], and that trailer must parse back), and
+/// [`find_seal`] runs over the input as an image, and over its first part as the image with the
+/// rest as the sidecar (split where the superblock says the EROFS bytes end, else in the middle).
+/// All of it once more with the trailer's checksums recomputed ([`with_fixed_trailer`]), so that
+/// mutated fields reach the checks behind the CRCs.
+pub fn seal_trailer(data: &[u8]) {
+    trailer_parse(data);
+    find_seal_variants(data);
+    if let Some(fixed) = with_fixed_trailer(data) {
+        trailer_parse(&fixed);
+        find_seal_variants(&fixed);
+    }
+}
+
+/// Parses the footer at the end of `file` and the header it points at.
+fn trailer_parse(file: &[u8]) {
+    let len = file.len() as u64;
+    let Some(fbytes) = file.last_chunk::<64>() else {
+        return;
+    };
+    let footer = match SealFooter::parse(fbytes, len) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    // SealFooter::parse checked header_offset + trailer_len == len, trailer_len >= 576.
+    let ho = footer.header_offset.get();
+    let hrange = ho as usize..ho as usize + 512;
+    let hbytes: &[u8; 512] = file[hrange].try_into().unwrap();
+    let header = match SealHeader::parse(hbytes, &footer) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    let _ = header.salt();
+    // The parsed header, encoded again, is the same bytes, and its trailer parses back.
+    let tail = header.with_footer(ho);
+    assert_eq!(
+        &tail[..512],
+        &hbytes[..],
+        "a parsed seal header re-encodes differently"
+    );
+    let footer2 = SealFooter::parse(tail[512..].try_into().unwrap(), ho + tail.len() as u64)
+        .expect("the footer with_footer writes parses");
+    SealHeader::parse(tail[..512].try_into().unwrap(), &footer2)
+        .expect("a parsed header parses again under the footer with_footer writes");
+}
+
+/// [`find_seal`] over `file` as a sealed image, then split in an image and a sidecar.
+fn find_seal_variants(file: &[u8]) {
+    let whole: Arc<dyn ReadAt> = Arc::new(file.to_vec());
+    exercise_found(find_seal(&whole, "fuzz image", None), file.len() as u64);
+    let k = sidecar_split(file).unwrap_or(file.len() / 2);
+    let image: Arc<dyn ReadAt> = Arc::new(file[..k].to_vec());
+    let side: Arc<dyn ReadAt> = Arc::new(file[k..].to_vec());
+    exercise_found(
+        find_seal(&image, "fuzz image", Some((&side, "fuzz sidecar"))),
+        k as u64,
+    );
+}
+
+/// Calls everything a found seal offers (all bounded by the file: `find_seal` checked that every
+/// section lies inside it).
+fn exercise_found(found: Result<Found, OpenError>, image_len: u64) {
+    match found {
+        Ok(Found::Sealed(seal)) => {
+            let _ = format!("{seal:?}");
+            let _ = (seal.digest(), seal.root(), seal.info(), seal.is_detached());
+            assert!(seal.erofs_length() <= image_len);
+            let _ = seal.read_tree();
+            if let Ok(Some(fd)) = seal.file_digests() {
+                let _ = (fd.alg(), fd.len(), fd.is_empty());
+                for (nid, d) in fd.entries().iter().take(100) {
+                    assert_eq!(fd.get(*nid), Some(d));
+                }
+            }
+        }
+        Ok(Found::Plain(len)) => assert_eq!(len, image_len, "a plain image is its EROFS bytes"),
+        Err(e) => {
+            let _ = (e.to_string(), e.is_image_fault());
+        }
+    }
+}
+
+/// Where the EROFS bytes of `file` end according to its superblock, when that is inside the file:
+/// the image of an image-and-sidecar input.
+pub fn sidecar_split(file: &[u8]) -> Option<usize> {
+    // (erofs_length reads the superblock only.)
+    let k = sealfs_reader::seal::erofs_length(&file[..file.len().min(4096)].to_vec()).ok()?;
+    (k > 0 && k < file.len() as u64).then_some(k as usize)
+}
+
+/// `file` with its trailer's checksums recomputed, when its last 64 bytes have a footer magic:
+/// the per-file digest section's CRC in the header (when the section lies in the file), the
+/// header's CRC in the footer (when the header lies before the footer), and the footer's own CRC.
+/// `None` when there is no footer or nothing changes.
+pub fn with_fixed_trailer(file: &[u8]) -> Option<Vec<u8>> {
+    let len = file.len();
+    let fstart = len.checked_sub(64)?;
+    let mut footer = SealFooter::read_from_bytes(&file[fstart..]).ok()?;
+    if footer.magic != SEAL_FOOTER_MAGIC && footer.magic2 != SEAL_FOOTER_MAGIC {
+        return None;
+    }
+    let mut out = file.to_vec();
+    let ho = usize::try_from(footer.header_offset.get()).ok()?;
+    if ho.checked_add(512).is_some_and(|end| end <= fstart) {
+        let mut header = SealHeader::read_from_bytes(&out[ho..ho + 512]).ok()?;
+        let (fo, fl) = (header.files_offset.get(), header.files_length.get());
+        if fl > 0 && fo.checked_add(fl).is_some_and(|end| end <= len as u64) {
+            header.files_crc = seal_crc(&out[fo as usize..(fo + fl) as usize]).into();
+        }
+        out[ho..ho + 512].copy_from_slice(header.as_bytes());
+        footer.header_crc = seal_crc(&out[ho..ho + 512]).into();
+    }
+    footer.footer_crc = 0.into();
+    footer.footer_crc = seal_crc(footer.as_bytes()).into();
+    out[fstart..].copy_from_slice(footer.as_bytes());
+    (out != file).then_some(out)
+}
+
+// ----- file_digests --------------------------------------------------------------------------
+
+/// The `file_digests` target: the input is a per-file digest section. If
+/// [`FileDigestSection::parse`] accepts it, [`encode_file_digests`] of its entries must give back
+/// the very same bytes (a mismatch is a bug: the parser accepts something the writer never writes,
+/// or the two disagree on the layout).
+pub fn file_digests(data: &[u8]) {
+    let section = match FileDigestSection::parse(data) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    let _ = (section.len(), section.is_empty());
+    let mut prev = None;
+    for (nid, digest) in section.iter() {
+        assert_eq!(digest.len(), section.digest_size);
+        assert!(prev.is_none_or(|p| p < nid), "entries not sorted by nid");
+        prev = Some(nid);
+    }
+    let encoded = encode_file_digests(section.hash_algorithm, section.iter());
+    assert!(
+        encoded == data,
+        "per-file digest section does not round-trip: {} bytes parsed, {} encoded",
+        data.len(),
+        encoded.len()
+    );
+}
+
+// ----- sealed_open ---------------------------------------------------------------------------
+
+/// Options of the sealed opens: small caches (they evict), no kernel offload (a byte source has
+/// no file to ask).
+fn sealed_options(
+    digest: Option<Digest>,
+    sidecar: Option<&Arc<dyn ReadAt>>,
+    verify: VerifyMode,
+) -> OpenOptions {
+    OpenOptions {
+        digest,
+        sidecar: sidecar.map(|s| Source::reader(s.clone(), "fuzz sidecar")),
+        verify,
+        cache_blocks: 4,
+        cluster_cache_bytes: 64 << 10,
+        hash_cache_blocks: 2,
+        kernel_offload: false,
+        ..OpenOptions::default()
+    }
+}
+
+/// The `sealed_open` target: the input is a whole sealed file (or an image followed by its
+/// sidecar). It is opened with [`sealfs_reader::open`] as it is ([`sealed_open_layout`]), then as an
+/// image plus sidecar split where the superblock says the EROFS bytes end; each opened image is
+/// walked. With its trailer's checksums recomputed ([`with_fixed_trailer`]), it is opened once more
+/// (no digest) and walked.
+pub fn sealed_open(data: &[u8]) {
+    let whole: Arc<dyn ReadAt> = Arc::new(data.to_vec());
+    sealed_open_layout(&whole, None);
+    let split = sidecar_split(data);
+    if let Some(k) = split {
+        let image: Arc<dyn ReadAt> = Arc::new(data[..k].to_vec());
+        let side: Arc<dyn ReadAt> = Arc::new(data[k..].to_vec());
+        sealed_open_layout(&image, Some(&side));
+    }
+    if let Some(fixed) = with_fixed_trailer(data) {
+        let fixed: Arc<dyn ReadAt> = Arc::new(fixed);
+        let options = sealed_options(None, None, VerifyMode::Full);
+        if let Ok(opened) = open(Source::reader(fixed, "fuzz image"), &options) {
+            walk(&opened.image);
+        }
+    }
+    if let Some(k) = split {
+        if let Some(fixed) = with_fixed_trailer(&data[k..]) {
+            let image: Arc<dyn ReadAt> = Arc::new(data[..k].to_vec());
+            let side: Arc<dyn ReadAt> = Arc::new(fixed);
+            let options = sealed_options(None, Some(&side), VerifyMode::Full);
+            if let Ok(opened) = open(Source::reader(image, "fuzz image"), &options) {
+                walk(&opened.image);
+            }
+        }
+    }
+}
+
+/// Opens `image` (with `sidecar`, if any) every way: without a digest, with the digest its seal
+/// names (from [`find_seal`]; must open authenticated if it opens), with a wrong digest (must never
+/// open), with [`VerifyMode::Double`] and [`VerifyMode::None`], walking each opened image; then
+/// [`check::check`]s it (with the sealed digest, or a wrong one for a plain image, so that it is
+/// hashed) with a small `max_problems`.
+pub fn sealed_open_layout(image: &Arc<dyn ReadAt>, sidecar: Option<&Arc<dyn ReadAt>>) {
+    let src = || Source::reader(image.clone(), "fuzz image");
+    let found = find_seal(image, "fuzz image", sidecar.map(|s| (s, "fuzz sidecar")));
+    let sealed = match &found {
+        Ok(Found::Sealed(seal)) => Some(seal.digest()),
+        _ => None,
+    };
+    drop(found);
+
+    if let Ok(opened) = open(src(), &sealed_options(None, sidecar, VerifyMode::Full)) {
+        assert!(!opened.trust.is_authenticated(), "{}", opened.trust);
+        assert_eq!(opened.trust.digest(), sealed.as_ref());
+        walk(&opened.image);
+    }
+    if let Some(digest) = sealed {
+        if let Ok(opened) = open(
+            src(),
+            &sealed_options(Some(digest), sidecar, VerifyMode::Full),
+        ) {
+            assert!(opened.trust.is_authenticated(), "{}", opened.trust);
+            assert_eq!(opened.trust.digest(), Some(&digest));
+            walk(&opened.image);
+        }
+    }
+    // A wrong digest: the sealed one with a bit flipped, or any for an image without a seal.
+    let wrong = match sealed {
+        Some(d) => {
+            let mut bytes = d.as_bytes().to_vec();
+            bytes[0] ^= 1;
+            Digest::new(d.alg(), &bytes).unwrap()
+        }
+        None => Digest::zero(HashAlg::Sha256),
+    };
+    if let Ok(opened) = open(
+        src(),
+        &sealed_options(Some(wrong), sidecar, VerifyMode::Full),
+    ) {
+        panic!(
+            "opened with a digest the image does not have: {}",
+            opened.trust
+        );
+    }
+    if let Ok(opened) = open(src(), &sealed_options(None, sidecar, VerifyMode::Double)) {
+        assert!(opened.file_digests.is_some());
+        if let Some(fd) = &opened.file_digests {
+            for (nid, _) in fd.entries().iter().take(100) {
+                let _ = fd.get(*nid);
+            }
+        }
+        walk(&opened.image);
+    }
+    if let Ok(opened) = open(src(), &sealed_options(None, sidecar, VerifyMode::None)) {
+        assert_eq!(opened.trust, Trust::Unverified);
+        walk(&opened.image);
+    }
+    let options = CheckOptions {
+        digest: Some(sealed.unwrap_or(wrong)),
+        sidecar: sidecar.map(|s| Source::reader(s.clone(), "fuzz sidecar")),
+        max_problems: 4,
+        ..CheckOptions::default()
+    };
+    if let Ok(report) = check::check(src(), &options, &NoProgress) {
+        let _ = report.is_verified();
+        for p in &report.problems {
+            let _ = (p.to_string(), p.byte_range());
+        }
+    }
 }
 
 // ----- the walk ----------------------------------------------------------------------------------

@@ -172,43 +172,13 @@ fn lclusters(size: u64, z: &ZPlan) -> Vec<Lcluster> {
 }
 
 /// `pblk - base` the kernel derives for the head at `i` of a COMPACT pack from the entries before it
-/// (`z_erofs_load_compact_lcluster`).
+/// (the format's [`fmt::compact_head_nblk`]).
 fn compact_nblk(pack: &[(u16, u16)], i: usize, big: bool) -> Option<u32> {
-    let mut i = i as i64;
-    let mut nblk: u32;
-    if !big {
-        nblk = 1;
-        while i > 0 {
-            i -= 1;
-            let (kind, lo) = pack[i as usize];
-            if kind == fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD {
-                i -= lo as i64;
-            }
-            if i >= 0 {
-                nblk += 1;
-            }
-        }
-    } else {
-        nblk = 0;
-        while i > 0 {
-            i -= 1;
-            let (kind, lo) = pack[i as usize];
-            if kind == fmt::Z_EROFS_LCLUSTER_TYPE_NONHEAD {
-                if lo & fmt::Z_EROFS_LI_D0_CBLKCNT != 0 {
-                    i -= 1;
-                    nblk += (lo & !fmt::Z_EROFS_LI_D0_CBLKCNT) as u32;
-                    continue;
-                }
-                if lo <= 1 {
-                    return None;
-                }
-                i -= lo as i64 - 2;
-                continue;
-            }
-            nblk += 1;
-        }
-    }
-    Some(nblk)
+    fmt::compact_head_nblk(i as u32, big, |j| {
+        let (kind, lo) = pack[j as usize];
+        (kind, lo as u64)
+    })
+    .map(|n| n as u32)
 }
 
 /// Appends a compressed inode's map header, COMPACT lcluster indexes and inline tail pcluster.
@@ -231,14 +201,19 @@ fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
     item.extend_from_slice(header.as_bytes());
     let lcs = lclusters(p.size, z);
     let ebase = item.len() as u64;
-    let (n4, n2, _) = crate::layout::compact_split(ebase, lcs.len() as u64);
-    let regions = [
-        (0, n4, 2usize),
-        (n4, n2, 16),
-        (n4 + n2, lcs.len() as u64 - n4 - n2, 2),
-    ];
-    for (start, count, vcnt) in regions {
-        let (pack_size, bits) = if vcnt == 2 { (8usize, 16) } else { (32, 14) };
+    let split = fmt::compact_index_split(ebase, lcs.len() as u64, advise);
+    let (n4, n2) = (split.initial_4b, split.compacted_2b);
+    // (first lcluster, count, amortizedshift) of the three regions.
+    let regions = [(0, n4, 2), (n4, n2, 1), (n4 + n2, split.end_4b, 2)];
+    for (start, count, shift) in regions {
+        let shape =
+            fmt::compact_pack(shift, fmt::BLKSZBITS).expect("4 KiB lclusters fit both packs");
+        let (vcnt, pack_size, bits, lobits) = (
+            shape.vcnt as usize,
+            shape.bytes as usize,
+            shape.encodebits as usize,
+            shape.lobits,
+        );
         for first in (start..start + count).step_by(vcnt) {
             // (kind, lo) per slot, as the kernel decodes them; slots past the region are zero dummies.
             let pack: Vec<(u16, u16)> = (0..vcnt)
@@ -262,7 +237,7 @@ fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
                 .collect();
             let mut bytes = vec![0u8; pack_size];
             for (j, (kind, lo)) in pack.iter().enumerate() {
-                let v = ((*kind as u32) << 12) | *lo as u32;
+                let v = ((*kind as u32) << lobits) | *lo as u32;
                 let bit = j * bits;
                 let word = u32::from_le_bytes(bytes[bit / 8..bit / 8 + 4].try_into().unwrap())
                     | (v << (bit % 8));

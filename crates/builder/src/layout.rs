@@ -64,8 +64,10 @@ pub(crate) struct ZPlaced {
 impl ZPlan {
     /// Bytes from the inode start to the end of its COMPACT indexes (inline tail excluded).
     pub fn meta_len(isize: u64, ibody_len: u64, size: u64) -> u64 {
-        let ebase = zmap_header_offset(isize, ibody_len) + 8;
-        ebase + compact_bytes(ebase, size.div_ceil(BLKSZ))
+        let ebase = zmap_header_offset(isize, ibody_len) + fmt::Z_EROFS_MAP_HEADER_SIZE;
+        // The builder always writes `COMPACTED_2B`; `ebase` is relative to the 32-byte aligned inode.
+        let advise = fmt::Z_EROFS_ADVISE_COMPACTED_2B;
+        ebase + fmt::compact_index_split(ebase, size.div_ceil(BLKSZ), advise).index_bytes()
     }
 
     /// Blocks of data it holds outside the metadata area.
@@ -110,30 +112,12 @@ pub(crate) fn inode_lens(
         || inode.gid > u16::MAX as u32
         || inode.nlink > u16::MAX as u32
         || (inode.mtime, inode.mtime_nsec) != epoch;
-    Ok((extended, if extended { 64 } else { 32 }, ibody_len))
-}
-
-/// How COMPACT indexes starting at `ebase` (relative to a 32-byte aligned inode) split `total` entries:
-/// leading 4-byte-per-entry packs up to a 32-byte boundary, then 2-byte packs of 16, then 4-byte packs.
-pub(crate) fn compact_split(ebase: u64, total: u64) -> (u64, u64, u64) {
-    let n4 = (((32 - ebase % 32) / 4) & 7).min(total);
-    let n2 = if n4 < total {
-        (total - n4) / 16 * 16
-    } else {
-        0
-    };
-    (n4, n2, total - n4 - n2)
-}
-
-/// Bytes of COMPACT indexes (odd 4-byte regions are completed by a dummy entry).
-pub(crate) fn compact_bytes(ebase: u64, total: u64) -> u64 {
-    let (a, b, c) = compact_split(ebase, total);
-    round_up(a, 2) * 4 + b * 2 + round_up(c, 2) * 4
+    Ok((extended, fmt::inode_isize(extended), ibody_len))
 }
 
 /// Offset of the map header relative to the inode.
 pub(crate) fn zmap_header_offset(isize: u64, ibody_len: u64) -> u64 {
-    round_up(isize + ibody_len, 8)
+    fmt::z_erofs_map_header_start(isize + ibody_len).expect("inode sizes are small")
 }
 
 impl InodePlan {
@@ -142,11 +126,7 @@ impl InodePlan {
     }
 
     pub fn isize(&self) -> u64 {
-        if self.extended {
-            64
-        } else {
-            32
-        }
+        fmt::inode_isize(self.extended)
     }
 
     /// Offset of the inline tail.

@@ -8,7 +8,7 @@
 use crate::emit::DataLeaves;
 use crate::error::{BuildError, Result};
 use rayon::prelude::*;
-use sealfs_format::{self as fmt, IntoBytes, SealFooter, SealHeader};
+use sealfs_format::{self as fmt, SealHeader};
 use sealfs_verity::{build_tree_from_file, BlockHasher, Digest, Params, Tree};
 use std::fs::{self, File};
 use std::os::unix::fs::{FileExt, PermissionsExt};
@@ -141,63 +141,21 @@ pub(crate) fn write_seal(
     detached: bool,
 ) -> Result<SealInfo> {
     let (out, out_path) = (out.file, out.path);
-    let descriptor = tree.descriptor_bytes();
     let digest = tree.digest();
-    let tree_offset = out_offset;
-    let files_offset = tree_offset + tree.bytes.len() as u64;
     let files_section = encode_file_digests(files);
-    let header_offset = files_offset + files_section.len() as u64;
-    let mut root_hash = [0u8; 64];
-    root_hash[..tree.root.as_bytes().len()].copy_from_slice(tree.root.as_bytes());
-    let mut digest_bytes = [0u8; 64];
-    digest_bytes[..digest.as_bytes().len()].copy_from_slice(digest.as_bytes());
-    let header = SealHeader {
-        magic: fmt::SEAL_HEADER_MAGIC,
-        version: fmt::SEAL_VERSION.into(),
-        header_size: (fmt::SEAL_HEADER_SIZE as u32).into(),
-        hash_algorithm: descriptor[1],
-        log_blocksize: descriptor[2],
-        salt_size: descriptor[3],
-        flags: if detached { fmt::SEAL_FLAG_DETACHED } else { 0 },
-        files_crc: if files_section.is_empty() {
-            0
-        } else {
-            fmt::seal_crc(&files_section)
-        }
-        .into(),
-        erofs_length: erofs_length.into(),
-        tree_offset: if tree.bytes.is_empty() {
-            0
-        } else {
-            tree_offset
-        }
-        .into(),
-        tree_length: (tree.bytes.len() as u64).into(),
-        files_offset: if files_section.is_empty() {
-            0
-        } else {
-            files_offset
-        }
-        .into(),
-        files_length: (files_section.len() as u64).into(),
-        sig_offset: 0.into(),
-        sig_length: 0.into(),
-        root_hash,
-        descriptor,
-        digest: digest_bytes,
-        reserved: [0; 48],
+    let layout = fmt::SealLayout {
+        descriptor: tree.descriptor_bytes(),
+        digest: digest.as_bytes(),
+        detached,
+        tree_offset: out_offset,
+        tree_length: tree.bytes.len() as u64,
+        files_section: &files_section,
     };
-    let header_bytes = header.as_bytes();
-    let footer = SealFooter::new(
-        header_offset,
-        fmt::SEAL_HEADER_SIZE + fmt::SEAL_FOOTER_SIZE,
-        fmt::seal_crc(header_bytes),
-    );
+    let tail = SealHeader::new(&layout).with_footer(layout.header_offset());
     let mut trailer = tree.bytes;
     let tree_length = trailer.len() as u64;
     trailer.extend_from_slice(&files_section);
-    trailer.extend_from_slice(header_bytes);
-    trailer.extend_from_slice(footer.as_bytes());
+    trailer.extend_from_slice(&tail);
     out.set_len(out_offset + trailer.len() as u64)
         .and_then(|_| out.write_all_at(&trailer, out_offset))
         .map_err(|e| BuildError::io(out_path, "write seal", e))?;
@@ -215,21 +173,10 @@ fn encode_file_digests(files: &[(u64, Digest)]) -> Vec<u8> {
     let Some((_, first)) = files.first() else {
         return Vec::new();
     };
-    let d = first.as_bytes().len();
-    let header = fmt::FileDigestsHeader {
-        magic: fmt::FILE_DIGESTS_MAGIC,
-        hash_algorithm: first.alg().id(),
-        log_blocksize: fmt::BLKSZBITS,
-        digest_size: d as u8,
-        reserved: 0,
-        count: (files.len() as u32).into(),
-    };
-    let mut out = header.as_bytes().to_vec();
-    for (nid, digest) in files {
-        out.extend_from_slice(&nid.to_le_bytes());
-        out.extend_from_slice(digest.as_bytes());
-    }
-    out
+    fmt::encode_file_digests(
+        first.alg().id(),
+        files.iter().map(|(nid, d)| (*nid, d.as_bytes())),
+    )
 }
 
 /// Length of the EROFS bytes of a plain image: the superblock's block count times its block size, which
@@ -244,16 +191,7 @@ fn erofs_length_of(image: &File, path: &Path) -> Result<u64> {
         .read_exact_at(&mut sb, fmt::EROFS_SUPER_OFFSET)
         .map_err(|_| not_image("too short for an EROFS superblock".into()))?;
     let sb = <fmt::SuperBlock as fmt::FromBytes>::read_from_bytes(&sb).expect("128 bytes");
-    if sb.magic.get() != fmt::EROFS_SUPER_MAGIC_V1 {
-        return Err(not_image("no EROFS magic at byte 1024".into()));
-    }
-    if !(9..=16).contains(&sb.blkszbits) {
-        return Err(not_image(format!(
-            "block size 2^{} is not an EROFS block size",
-            sb.blkszbits
-        )));
-    }
-    let len = (sb.blocks.get() as u64) << sb.blkszbits;
+    let len = sb.image_length().map_err(|what| not_image(what.into()))?;
     let file_len = image
         .metadata()
         .map_err(|e| BuildError::io(path, "stat", e))?

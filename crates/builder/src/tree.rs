@@ -365,7 +365,7 @@ fn read_body(path: &Path, md: &fs::Metadata, opts: &BuildOptions) -> Result<Body
     } else if ft.is_char_device() || ft.is_block_device() {
         let rdev = md.rdev();
         let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-        if major > 0xfff || minor > 0xfffff {
+        if !fmt::new_valid_dev(major, minor) {
             return Err(BuildError::Unsupported {
                 path: path.into(),
                 what: format!("device number {major}:{minor} does not fit 32 bits"),

@@ -83,8 +83,10 @@ pub(crate) fn ibody_size(inode: &Inode, shared: &SharedXattrs) -> Result<u64> {
         return Ok(0);
     }
     let (ids, inline) = split(inode, shared);
-    let size = 12 + 4 * ids.len() as u64 + inline.iter().map(|x| entry_size(x)).sum::<u64>();
-    if (size - 12) / 4 + 1 > u16::MAX as u64 {
+    let size = fmt::EROFS_XATTR_IBODY_HEADER_SIZE
+        + fmt::EROFS_XATTR_SHARED_ID_SIZE * ids.len() as u64
+        + inline.iter().map(|x| entry_size(x)).sum::<u64>();
+    if fmt::xattr_icount(size) > u16::MAX as u64 {
         return Err(BuildError::Unsupported {
             path: inode.path.clone(),
             what: format!("xattrs take {size} bytes; an inode holds at most 262148"),
@@ -95,11 +97,7 @@ pub(crate) fn ibody_size(inode: &Inode, shared: &SharedXattrs) -> Result<u64> {
 
 /// `i_xattr_icount` for a body of `size` bytes.
 pub(crate) fn icount(size: u64) -> u16 {
-    if size == 0 {
-        0
-    } else {
-        ((size - 12) / 4 + 1) as u16
-    }
+    fmt::xattr_icount(size) as u16
 }
 
 /// Encodes an inode's xattr body. `shared_base_id` is the id of the shared area's first byte.

@@ -1,7 +1,6 @@
 //! The `sealfs` command: parse the command line, turn it into validated options, run.
 
 mod build;
-mod files;
 mod mount;
 mod open;
 mod progress;

@@ -7,12 +7,11 @@
 //! file system is unmounted or it gets SIGINT, SIGTERM or SIGHUP, which unmount it (lazily, as
 //! libfuse does: processes still holding files keep them).
 
-use crate::open::{ImageArgs, Trust};
+use crate::open::ImageArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use sealfs_fuse::{FileCheck, Logger, SealFs, STATS_IOCTL, STATS_IOCTL_SIZE};
-use sealfs_verity::Digest;
-use std::collections::HashMap;
+use sealfs_reader::{Checker, FileDigests, Trust};
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -204,12 +203,13 @@ fn unmount(mp: &Path, lazy: bool) -> Result<()> {
 
 /// Double verification: a file's content, read through the (verifying) reader, must have the
 /// fs-verity digest the seal records for it.
-fn file_check(digests: Arc<HashMap<u64, Digest>>) -> FileCheck {
+fn file_check(digests: Arc<FileDigests>) -> FileCheck {
     Box::new(move |image, inode| {
         let want = digests
-            .get(&inode.nid())
+            .get(inode.nid())
             .ok_or("the seal records no digest for this file (double verification)")?;
-        let got = crate::files::digest_by_reading(image, inode, want.alg())
+        let got = image
+            .file_digest_by_reading(inode, want.alg())
             .map_err(|e| format!("reading it whole to check its digest: {e:#}"))?;
         if &got == want {
             Ok(())
@@ -231,11 +231,11 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         .with_context(|| args.mountpoint.display().to_string())?;
     let config = fuse_config(&args, source_name(&args.image.image))?;
     let trust = match &opened.trust {
-        Trust::Authenticated(d) => format!("{d} (authenticated)"),
-        Trust::SelfConsistent(d) => format!("{d} (self-consistent)"),
+        Trust::Authenticated { digest, .. } => format!("{digest} (authenticated)"),
+        Trust::SelfConsistent { digest, .. } => format!("{digest} (self-consistent)"),
         Trust::Unverified => "none".to_string(),
     };
-    let trust = if opened.offloaded {
+    let trust = if opened.trust.checker() == Some(Checker::Kernel) {
         format!("{trust}, verified by kernel fs-verity")
     } else {
         trust

@@ -1,18 +1,11 @@
-// Used by the reading commands (ls, cat, stat, getfattr, extract, inspect), which land next.
-#![allow(dead_code)]
-//! Opening an image for the reading commands: the shared `--digest`/`--sidecar`/`--verify` options, the
-//! seal, and the reader over the EROFS bytes.
+//! The options every reading command shares (`--digest`, `--sidecar`, `--verify`, cache sizes),
+//! translated into [`sealfs_reader::OpenOptions`]; opening itself is [`sealfs_reader::open`].
 
-use crate::verify::{self, OpenError, Opened};
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Args;
-use sealfs_reader::{
-    kernel_verity_digest, Image, Options, ReadAt, SealInfo, SplitFile, VerifiedBlocks,
-};
+use sealfs_reader::{OpenError, OpenOptions, OpenedImage, VerifyMode};
 use sealfs_verity::Digest;
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 /// Options every reading command takes.
 #[derive(Args, Clone, Debug)]
@@ -42,33 +35,16 @@ pub struct ImageArgs {
     pub block_cache: Option<usize>,
 }
 
-/// What was established about an opened image.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Trust {
-    /// Every block read is checked against a seal whose digest equals `--digest`.
-    Authenticated(Digest),
-    /// Every block read is checked against the image's own seal; nobody vouched for the seal.
-    SelfConsistent(Digest),
-    /// Nothing is checked (plain image, or `--verify=none`).
-    Unverified,
-}
+/// An image opened for reading (see [`sealfs_reader::open`]).
+pub type OpenImage = OpenedImage;
 
-/// An image opened for reading.
-pub struct OpenImage {
-    /// The reader.
-    pub image: Image,
-    /// What reads are checked against.
-    pub trust: Trust,
-    /// The seal, if the image has one.
-    pub seal: Option<Box<verify::Seal>>,
-    /// Bytes of EROFS data.
-    pub erofs_length: u64,
-    /// The verifying block source, when reads are verified here (its statistics).
-    pub verified: Option<Arc<VerifiedBlocks>>,
-    /// Reads are verified by the kernel's fs-verity on the image file (same digest), not here.
-    pub offloaded: bool,
-    /// With `--verify=double`: the per-file digests recorded in the seal, by nid.
-    pub file_digests: Option<Arc<HashMap<u64, Digest>>>,
+/// The CLI's form of an open error: the image's faults exit 1 (as [`crate::read::ImageFault`]), the
+/// rest 2; a reader error stays in the chain (exit 1).
+pub fn open_error(e: OpenError) -> anyhow::Error {
+    match e {
+        OpenError::Seal(_) | OpenError::DigestMismatch { .. } => crate::read::fault(e.to_string()),
+        e => anyhow::Error::new(e),
+    }
 }
 
 impl ImageArgs {
@@ -80,115 +56,34 @@ impl ImageArgs {
         self.open_any()
     }
 
-    /// Opens the image as the options say, `--verify=double` included (its per-file digests are
-    /// loaded; checking files with them is the caller's part).
-    pub fn open_any(&self) -> Result<OpenImage> {
-        let expected: Option<Digest> = self
+    /// The library's options for these arguments.
+    pub fn options(&self) -> Result<OpenOptions> {
+        let digest: Option<Digest> = self
             .digest
             .as_deref()
             .map(str::parse)
             .transpose()
             .map_err(|e| anyhow!("--digest: {e}"))?;
-        let (file, opened) = match verify::open(&self.image, self.sidecar.as_deref()) {
-            Ok(x) => x,
-            Err(OpenError::CannotRun(e)) => return Err(e),
-            // A damaged or truncated seal is the image's fault (exit 1), as for any other damage.
-            Err(OpenError::Mismatch(what)) => return Err(crate::read::fault(what)),
-        };
-        let (len, seal) = match opened {
-            Opened::Plain(len) => (len, None),
-            Opened::Sealed(seal) => (seal.header.erofs_length.get(), Some(seal)),
-        };
-        let trust = match (&seal, &expected) {
-            (Some(seal), _) if self.verify != "none" => {
-                let digest = sealfs_verity::file_digest(&seal.params, &seal.header.descriptor);
-                match expected {
-                    Some(e) if e != digest => {
-                        return Err(crate::read::fault(format!(
-                            "{}: the image is {digest}, not the expected {e}",
-                            self.image.display()
-                        )))
-                    }
-                    Some(_) => Trust::Authenticated(digest),
-                    None => Trust::SelfConsistent(digest),
-                }
-            }
-            (None, Some(_)) if self.verify != "none" => {
-                bail!("{}: not sealed, so --digest cannot be checked while reading; seal it or use `sealfs verify --digest`", self.image.display())
-            }
-            _ => Trust::Unverified,
-        };
-        let file_digests = if self.verify == "double" {
-            let name = self.image.display();
-            let seal = seal
-                .as_ref()
-                .ok_or_else(|| anyhow!("{name}: --verify=double needs a sealed image"))?;
-            let recorded = verify::read_file_digests(seal)
-                .map_err(|e| crate::read::fault(format!("{name}: {e}")))?
-                .ok_or_else(|| {
-                    anyhow!("{name}: the seal records no per-file digests, so --verify=double has nothing to check files against")
-                })?;
-            Some(Arc::new(recorded.into_iter().collect::<HashMap<_, _>>()))
-        } else {
-            None
-        };
-        let options = Options {
-            cluster_cache_bytes: self.cache_size,
+        Ok(OpenOptions {
+            digest,
+            sidecar: self.sidecar.clone().map(Into::into),
+            verify: match self.verify.as_str() {
+                "none" => VerifyMode::None,
+                "double" => VerifyMode::Double,
+                _ => VerifyMode::Full,
+            },
             cache_blocks: self
                 .block_cache
                 .unwrap_or(sealfs_reader::DEFAULT_CACHE_BLOCKS),
-        };
-        // Checksum offload: an image file whose kernel fs-verity digest is the image digest (the detached
-        // form on ext4/f2fs/btrfs with fs-verity enabled) is verified by the kernel on every read.
-        let offloaded = match &trust {
-            Trust::Authenticated(d) | Trust::SelfConsistent(d) => {
-                kernel_verity_digest(&file).as_ref() == Some(d)
-            }
-            Trust::Unverified => false,
-        };
-        let (image, verified) = match (&seal, &trust) {
-            (Some(seal), Trust::Authenticated(_) | Trust::SelfConsistent(_)) if !offloaded => {
-                // Hash blocks are read through a second descriptor (see SplitFile), in the same
-                // batch as the data; if the path cannot be opened again, one descriptor serves both.
-                let data: Arc<dyn ReadAt> = match std::fs::File::open(&self.image) {
-                    Ok(side) if self.sidecar.is_none() => Arc::new(SplitFile::new(file, side)),
-                    _ => Arc::new(file),
-                };
-                let tree: Arc<dyn ReadAt> = if self.sidecar.is_some() {
-                    Arc::new(seal.file.try_clone()?)
-                } else {
-                    data.clone()
-                };
-                let h = &seal.header;
-                let info = SealInfo {
-                    params: seal.params,
-                    data_length: len,
-                    tree_offset: h.tree_offset.get(),
-                    root: Digest::new(
-                        seal.params.alg(),
-                        &h.root_hash[..seal.params.digest_size()],
-                    )?,
-                };
-                let blocks = Arc::new(VerifiedBlocks::new(
-                    data,
-                    tree,
-                    info,
-                    self.hash_cache_blocks,
-                )?);
-                let image = Image::open_blocks(blocks.clone(), &options)
-                    .with_context(|| format!("{}: open", self.image.display()))?;
-                (image, Some(blocks))
-            }
-            _ => (verify::reader_with(&file, len, &options)?, None),
-        };
-        Ok(OpenImage {
-            image,
-            trust,
-            seal,
-            erofs_length: len,
-            verified,
-            offloaded,
-            file_digests,
+            cluster_cache_bytes: self.cache_size,
+            hash_cache_blocks: self.hash_cache_blocks,
+            ..OpenOptions::default()
         })
+    }
+
+    /// Opens the image as the options say, `--verify=double` included (its per-file digests are
+    /// loaded; checking files with them is the caller's part).
+    pub fn open_any(&self) -> Result<OpenImage> {
+        sealfs_reader::open(&self.image, &self.options()?).map_err(open_error)
     }
 }

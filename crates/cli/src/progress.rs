@@ -55,3 +55,28 @@ impl Progress for TermProgress {
         }
     }
 }
+
+/// The libraries each have their own progress hook (the reader's check, extraction); the terminal
+/// shows them all the same way.
+macro_rules! forward_progress {
+    ($($trait:path),*) => {$(
+        impl $trait for TermProgress {
+            fn begin(&self, step: &'static str, total: Option<u64>) {
+                Progress::begin(self, step, total)
+            }
+
+            fn advance(&self, n: u64) {
+                Progress::advance(self, n)
+            }
+
+            fn end(&self) {
+                Progress::end(self)
+            }
+        }
+    )*};
+}
+
+forward_progress!(
+    sealfs_reader::check::Progress,
+    sealfs_extract::ExtractProgress
+);

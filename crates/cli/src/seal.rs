@@ -72,16 +72,17 @@ pub fn run(args: SealCmd) -> Result<ExitCode> {
     // Per-file digests, read through the reader, recorded in the seal as a build records them.
     let file = std::fs::File::open(&args.image)
         .with_context(|| format!("{}: open", args.image.display()))?;
-    let len = file.metadata()?.len();
-    let files = match crate::verify::reader_for(&file, len) {
-        Ok(img) => crate::files::compute_all(&img, opts.params.alg()).with_context(|| {
-            format!(
-                "{}: reading its files for their digests",
-                args.image.display()
-            )
-        })?,
+    let files = match sealfs_reader::Image::open_unverified(file) {
+        Ok(img) => img
+            .compute_file_digests(opts.params.alg())
+            .with_context(|| {
+                format!(
+                    "{}: reading its files for their digests",
+                    args.image.display()
+                )
+            })?,
         Err(e) => {
-            return Err(e.context(format!(
+            return Err(anyhow::Error::new(e).context(format!(
                 "{}: not a readable EROFS image",
                 args.image.display()
             )))

@@ -10,7 +10,7 @@
 //! - hostile images (names "..", with '/' or NUL, duplicates, directory cycles, symlinks out) and a
 //!   destination holding symlinks never make `extract` write outside its destination;
 //! - exit codes: 1 when the image is at fault (not found, no such attribute, damaged data), 2 when
-//!   the command cannot run.
+//!   the command cannot run, 3 when `extract`'s destination refused something (an xattr on ext4).
 //!
 //! Tests that need root or mounting print `SKIP:` otherwise (a failure under CI=true).
 
@@ -569,6 +569,126 @@ fn ordinary_users_extract_what_they_may() {
         fs::metadata(out.join("sub/a")).unwrap().ino(),
         fs::metadata(out.join("sub/inner/a_link")).unwrap().ino()
     );
+}
+
+/// An ext4 file system made with `mkfs.ext4 -O ^ea_inode` on a file, loop-mounted; unmounted on
+/// drop. Its xattr values must fit in one 4 KiB block: it refuses larger ones.
+struct Ext4Mount(PathBuf);
+
+impl Ext4Mount {
+    fn new(image: &Path, mnt: &Path) -> Result<Ext4Mount, String> {
+        File::create(image)
+            .and_then(|f| f.set_len(32 << 20))
+            .map_err(|e| format!("{}: {e}", image.display()))?;
+        let mkfs = run(Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-b", "4096", "-O", "^ea_inode"])
+            .arg(image));
+        if !mkfs.status.success() {
+            return Err(format!("mkfs.ext4 -O ^ea_inode: {}", stderr(&mkfs).trim()));
+        }
+        fs::create_dir_all(mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+        let o = run(Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop"])
+            .arg(image)
+            .arg(mnt));
+        if !o.status.success() {
+            return Err(format!("mount -t ext4 -o loop: {}", stderr(&o).trim()));
+        }
+        Ok(Ext4Mount(mnt.to_path_buf()))
+    }
+}
+
+impl Drop for Ext4Mount {
+    fn drop(&mut self) {
+        if !run(Command::new("umount").arg(&self.0)).status.success() {
+            let _ = run(Command::new("umount").arg("-l").arg(&self.0));
+        }
+    }
+}
+
+/// What the destination refuses is not restored, counted in the summary, and exits 3 (the issue's
+/// case: a 60 KB xattr value on ext4 without `ea_inode`, once a warning and exit 0). Everything else
+/// is extracted; without xattrs nothing is refused (exit 0).
+#[test]
+fn extract_counts_what_the_destination_refuses_and_exits_3() {
+    if !oracle_guard(root_env().and_then(|()| {
+        if !have_tool("mkfs.ext4") {
+            Err("mkfs.ext4 not found (package e2fsprogs)".into())
+        } else if !Path::new("/dev/loop-control").exists() {
+            Err("no /dev/loop-control: loop devices unavailable".into())
+        } else {
+            Ok(())
+        }
+    })) {
+        return;
+    }
+    let tmp = Tmpfs::new("read-refuse").expect("tmpfs");
+    let src = tmp.join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("big"), b"data\n").unwrap();
+    let big = vec![b'x'; 60_000];
+    sys::lsetxattr(&src.join("big"), b"user.big", &big).unwrap();
+    sys::lsetxattr(&src.join("big"), b"user.small", b"fits").unwrap();
+    fs::write(src.join("plain"), b"plain\n").unwrap();
+    let image = tmp.join("img.sealfs");
+    build_ok(&src, &image, &["-q"]);
+    let ext4 = match Ext4Mount::new(&tmp.join("ext4.img"), &tmp.join("ext4")) {
+        Ok(m) => m,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+
+    let out = ext4.0.join("out");
+    let o = run(sealfs().arg("extract").arg(&image).arg(&out));
+    println!("{}", stderr(&o));
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "sealfs: warning: {}/big: xattr user.big not set: ",
+            out.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("extracted 2 files, 0 directories")
+            && stderr(&o).contains("; 1 xattrs not restored"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("sealfs: error"), "{}", stderr(&o));
+    assert_eq!(fs::read(out.join("big")).unwrap(), b"data\n");
+    assert_eq!(fs::read(out.join("plain")).unwrap(), b"plain\n");
+    assert_eq!(
+        sys::lgetxattr(&out.join("big"), b"user.small").unwrap(),
+        b"fits"
+    );
+    assert!(sys::lgetxattr(&out.join("big"), b"user.big").is_err());
+
+    // Quiet: nothing printed, the same code.
+    let quiet = ext4.0.join("quiet");
+    let o = run(sealfs().args(["extract", "-q"]).arg(&image).arg(&quiet));
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+
+    // Without xattrs nothing is refused.
+    let bare = ext4.0.join("bare");
+    let o = run(sealfs()
+        .args(["extract", "--no-xattrs"])
+        .arg(&image)
+        .arg(&bare));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(!stderr(&o).contains("not restored"), "{}", stderr(&o));
+    assert_eq!(fs::read(bare.join("big")).unwrap(), b"data\n");
+
+    // The same image into a tmpfs, which takes 64 KiB values: everything restored, exit 0.
+    let full = tmp.join("full");
+    let o = run(sealfs().arg("extract").arg(&image).arg(&full));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(sys::lgetxattr(&full.join("big"), b"user.big").unwrap(), big);
+    drop(ext4);
 }
 
 /// A source tree without what erofs-utils 1.5 mishandles (xattrs, hard links: fsck.erofs 1.5

@@ -589,3 +589,88 @@ fn tamper_anywhere_is_found_and_named() {
         bytes.len() - tree_end
     );
 }
+
+/// Regression (issue 13): with a Merkle block size other than 4096, `verify` reported damaged data at
+/// `index * 4096` and looked the owner up with Merkle-block indices against 4 KiB image blocks, so
+/// the damage was pinned on the wrong file. One byte flipped 400 KiB into `f1048576`'s data must be
+/// reported in the Merkle block that holds it, owned by `f1048576`, at 1 KiB, 4 KiB and 64 KiB blocks.
+#[test]
+fn verify_names_damage_at_non_4k_verity_blocks() {
+    let s = scratch("verity-bs");
+    let src = s.0.join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f1048576"), Rng::new(1).bytes(1048576)).unwrap();
+    fs::write(src.join("f3145745"), Rng::new(2).bytes(3145745)).unwrap();
+    for bs in [1024u64, 4096, 65536] {
+        let img = s.0.join(format!("bs{bs}.img"));
+        let bs_arg = bs.to_string();
+        build_ok(&src, &img, &["--verity-block-size", &bs_arg]);
+        // Where f1048576's data starts in the image, from the kernel-independent dump.erofs oracle.
+        let start = data_offset_by_dump(&img, "/f1048576");
+        let pos = (start + 400 * 1024 + 7) as usize;
+        let mut bytes = fs::read(&img).unwrap();
+        bytes[pos] ^= 0x20;
+        let bad = s.0.join(format!("bad{bs}.img"));
+        fs::write(&bad, &bytes).unwrap();
+        let (code, json, stderr) = verify_json(&bad, &[]);
+        assert_eq!(code, 1, "bs {bs}: flip not detected: {json} {stderr}");
+        let problems = json["problems"].as_array().unwrap();
+        let block = problems
+            .iter()
+            .find(|p| p["kind"] == "data_block")
+            .unwrap_or_else(|| panic!("bs {bs}: no data block reported: {json}"));
+        let want = pos as u64 / bs;
+        assert_eq!(block["block"].as_u64(), Some(want), "bs {bs}: {json}");
+        assert_eq!(block["offset"].as_u64(), Some(want * bs), "bs {bs}: {json}");
+        assert_eq!(block["block_size"].as_u64(), Some(bs), "bs {bs}: {json}");
+        let msg = block["message"].as_str().unwrap();
+        assert!(
+            msg.contains(&format!("(bytes {}..{})", want * bs, (want + 1) * bs)),
+            "bs {bs}: {msg}"
+        );
+        assert_eq!(block["owner"], "data of /f1048576", "bs {bs}: {json}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p["kind"] == "file_digest" && p["path"] == "/f1048576"),
+            "bs {bs}: the damaged file's digest did not fail: {json}"
+        );
+        assert!(
+            !problems.iter().any(|p| p["path"] == "/f3145745"),
+            "bs {bs}: the undamaged file was blamed: {json}"
+        );
+    }
+}
+
+/// The image byte offset of the first data block of `path`, as `dump.erofs --path` prints it
+/// (`dump.erofs` is the oracle: erofs-utils, not ours).
+fn data_offset_by_dump(img: &Path, path: &str) -> u64 {
+    assert!(
+        have_tool("dump.erofs"),
+        "dump.erofs (erofs-utils) is needed to place the damage; scripts/test.sh installs it"
+    );
+    let out = run(Command::new("dump.erofs")
+        .arg(format!("--path={path}"))
+        .arg("-e")
+        .arg(img));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "dump.erofs: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Extent lines look like "   0:        0.. 1048576 | 1048576 :       4096..   1052672 | 1048576".
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("0:"))
+        .unwrap_or_else(|| panic!("no extent line in dump.erofs output: {text}"));
+    let physical = line.split('|').nth(1).expect("physical column");
+    let start = physical.split(':').nth(1).expect("physical range").trim();
+    start
+        .split("..")
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("a byte offset")
+}

@@ -124,17 +124,58 @@ pub struct InodeExtended {
     pub i_reserved2: [u8; 16],
 }
 
-const _: () = assert!(core::mem::size_of::<InodeCompact>() == 32);
-const _: () = assert!(core::mem::size_of::<InodeExtended>() == 64);
+const _: () = assert!(core::mem::size_of::<InodeCompact>() as u64 == EROFS_INODE_COMPACT_SIZE);
+const _: () = assert!(core::mem::size_of::<InodeExtended>() as u64 == EROFS_INODE_EXTENDED_SIZE);
 const _: () = assert!(core::mem::offset_of!(InodeCompact, i_u) == 16);
 const _: () = assert!(core::mem::offset_of!(InodeExtended, i_mtime) == 32);
 const _: () = assert!(core::mem::offset_of!(InodeExtended, i_nlink) == 44);
 
-/// Size of the inline xattr body for an `i_xattr_icount`.
+/// Size of the inline xattr body for an `i_xattr_icount` (`erofs_xattr_ibody_size`): the 12-byte
+/// header counts as one, every further unit is 4 bytes.
 pub const fn xattr_ibody_size(icount: u16) -> u64 {
     if icount == 0 {
         0
     } else {
-        12 + 4 * (icount as u64 - 1)
+        crate::EROFS_XATTR_IBODY_HEADER_SIZE
+            + crate::EROFS_XATTR_SHARED_ID_SIZE * (icount as u64 - 1)
+    }
+}
+
+/// Inverse of [`xattr_ibody_size`]: the `i_xattr_icount` of an inline xattr body of `size` bytes (a
+/// header plus a multiple of 4 bytes, or 0). May exceed `u16::MAX`: the caller checks.
+pub const fn xattr_icount(size: u64) -> u64 {
+    if size == 0 {
+        0
+    } else {
+        (size - crate::EROFS_XATTR_IBODY_HEADER_SIZE) / crate::EROFS_XATTR_SHARED_ID_SIZE + 1
+    }
+}
+
+/// Size of a compact inode core (`struct erofs_inode_compact`).
+pub const EROFS_INODE_COMPACT_SIZE: u64 = 32;
+/// Size of an extended inode core (`struct erofs_inode_extended`).
+pub const EROFS_INODE_EXTENDED_SIZE: u64 = 64;
+
+/// `inode_isize`: the size of the inode core, extended or compact.
+pub const fn inode_isize(extended: bool) -> u64 {
+    if extended {
+        EROFS_INODE_EXTENDED_SIZE
+    } else {
+        EROFS_INODE_COMPACT_SIZE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xattr_icount_inverts_xattr_ibody_size() {
+        for icount in [0u16, 1, 2, 3, 100, u16::MAX] {
+            assert_eq!(xattr_icount(xattr_ibody_size(icount)), icount as u64);
+        }
+        // The kernel's example: icount 2 is a 12-byte header and one 4-byte unit.
+        assert_eq!(xattr_ibody_size(2), 16);
+        assert_eq!((inode_isize(false), inode_isize(true)), (32, 64));
     }
 }

@@ -37,10 +37,23 @@ pub const fn iloc(meta_blkaddr: u32, blkszbits: u8, nid: u64) -> u64 {
     ((meta_blkaddr as u64) << blkszbits) + (nid << INODE_SLOT_BITS)
 }
 
-/// Linux "new" device number encoding, as stored in `i_u` of device inodes
-/// (`new_encode_dev`: `(minor & 0xff) | (major << 8) | ((minor & ~0xff) << 12)`).
+/// Linux "new" device number encoding, as stored in `i_u` of device inodes and carried by FUSE
+/// (`new_encode_dev`: `(minor & 0xff) | (major << 8) | ((minor & ~0xff) << 12)`). Only numbers that
+/// pass [`new_valid_dev`] round-trip. Not the C library's `makedev` (the 64-bit `st_rdev` form).
 pub const fn new_encode_dev(major: u32, minor: u32) -> u32 {
     (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+}
+
+/// Largest major number a device inode can store: the kernel's 32-bit `dev_t` has 12 major bits
+/// (`MINORBITS = 20`), and [`new_encode_dev`] keeps exactly those.
+pub const NEW_DEV_MAX_MAJOR: u32 = 0xfff;
+/// Largest minor number a device inode can store (20 bits, `MINORMASK`).
+pub const NEW_DEV_MAX_MINOR: u32 = 0xfffff;
+
+/// Whether `(major, minor)` fits the kernel's 32-bit `dev_t`, so that [`new_encode_dev`] and
+/// [`new_decode_dev`] round-trip it.
+pub const fn new_valid_dev(major: u32, minor: u32) -> bool {
+    major <= NEW_DEV_MAX_MAJOR && minor <= NEW_DEV_MAX_MINOR
 }
 
 /// Inverse of [`new_encode_dev`]: `(major, minor)`.
@@ -60,8 +73,11 @@ mod tests {
     #[test]
     fn device_numbers_round_trip() {
         for (ma, mi) in [(0, 0), (1, 3), (8, 1), (259, 0x12345), (0xfff, 0xfffff)] {
+            assert!(new_valid_dev(ma, mi));
             assert_eq!(new_decode_dev(new_encode_dev(ma, mi)), (ma, mi));
         }
+        assert!(!new_valid_dev(0x1000, 0));
+        assert!(!new_valid_dev(0, 0x100000));
         // The kernel's documented example: major 8, minor 1 encodes as 0x801.
         assert_eq!(new_encode_dev(8, 1), 0x801);
     }

@@ -200,6 +200,9 @@ impl SealFooter {
         if f.version.get() > SEAL_VERSION {
             return Err(SealError::Version(f.version.get()));
         }
+        if f.version.get() == 0 {
+            return Err(SealError::Damaged("footer version 0".into()));
+        }
         if f.footer_size.get() as u64 != SEAL_FOOTER_SIZE {
             return Err(SealError::Damaged(format!(
                 "footer size {}",
@@ -230,6 +233,9 @@ impl SealHeader {
         }
         if h.version.get() > SEAL_VERSION {
             return Err(SealError::Version(h.version.get()));
+        }
+        if h.version.get() == 0 {
+            return Err(SealError::Damaged("header version 0".into()));
         }
         if h.header_size.get() as u64 != SEAL_HEADER_SIZE {
             return Err(SealError::Damaged(format!(
@@ -288,6 +294,222 @@ impl SealHeader {
     }
 }
 
+/// fs-verity hash algorithm id of SHA-256 (`FS_VERITY_HASH_ALG_SHA256`).
+pub const FS_VERITY_HASH_ALG_SHA256: u8 = 1;
+/// fs-verity hash algorithm id of SHA-512 (`FS_VERITY_HASH_ALG_SHA512`).
+pub const FS_VERITY_HASH_ALG_SHA512: u8 = 2;
+
+/// Digest size of an fs-verity hash algorithm id, or `None` for an unknown one.
+pub const fn fsverity_digest_size(hash_algorithm: u8) -> Option<usize> {
+    match hash_algorithm {
+        FS_VERITY_HASH_ALG_SHA256 => Some(32),
+        FS_VERITY_HASH_ALG_SHA512 => Some(64),
+        _ => None,
+    }
+}
+
+/// log2 of the Merkle block size of per-file digests (4 KiB, what `fsverity digest` uses by default).
+pub const FILE_DIGESTS_LOG_BLOCKSIZE: u8 = 12;
+
+/// Size of [`FileDigestsHeader`].
+pub const FILE_DIGESTS_HEADER_SIZE: usize = core::mem::size_of::<FileDigestsHeader>();
+
+/// Where the parts of a trailer go, and the tree's descriptor: everything [`SealHeader::new`] needs.
+#[derive(Clone, Copy, Debug)]
+pub struct SealLayout<'a> {
+    /// The 256-byte fs-verity descriptor of the EROFS bytes (algorithm, block size, salt, length and
+    /// root are taken from it).
+    pub descriptor: [u8; 256],
+    /// The image digest, `H(descriptor)`.
+    pub digest: &'a [u8],
+    /// The seal is a sidecar ([`SEAL_FLAG_DETACHED`]).
+    pub detached: bool,
+    /// Offset of the tree in the file the trailer is written to.
+    pub tree_offset: u64,
+    /// Bytes of the tree (0 for an image of at most one block).
+    pub tree_length: u64,
+    /// The per-file digest section ([`encode_file_digests`]), written right after the tree; empty
+    /// when there is none.
+    pub files_section: &'a [u8],
+}
+
+impl SealLayout<'_> {
+    /// Offset of the header: right after the tree and the per-file digest section.
+    pub fn header_offset(&self) -> u64 {
+        self.tree_offset + self.tree_length + self.files_section.len() as u64
+    }
+}
+
+impl SealHeader {
+    /// The header of a seal laid out as `layout` says. Absent sections have offset and length 0.
+    pub fn new(layout: &SealLayout<'_>) -> SealHeader {
+        let d = &layout.descriptor;
+        let files = layout.files_section;
+        let mut root_hash = [0u8; 64];
+        root_hash.copy_from_slice(&d[16..80]);
+        let mut digest = [0u8; 64];
+        digest[..layout.digest.len()].copy_from_slice(layout.digest);
+        let files_offset = layout.tree_offset + layout.tree_length;
+        SealHeader {
+            magic: SEAL_HEADER_MAGIC,
+            version: SEAL_VERSION.into(),
+            header_size: (SEAL_HEADER_SIZE as u32).into(),
+            hash_algorithm: d[1],
+            log_blocksize: d[2],
+            salt_size: d[3],
+            flags: if layout.detached {
+                SEAL_FLAG_DETACHED
+            } else {
+                0
+            },
+            files_crc: if files.is_empty() { 0 } else { seal_crc(files) }.into(),
+            erofs_length: u64::from_le_bytes(d[8..16].try_into().expect("8 bytes")).into(),
+            tree_offset: if layout.tree_length == 0 {
+                0
+            } else {
+                layout.tree_offset
+            }
+            .into(),
+            tree_length: layout.tree_length.into(),
+            files_offset: if files.is_empty() { 0 } else { files_offset }.into(),
+            files_length: (files.len() as u64).into(),
+            sig_offset: 0.into(),
+            sig_length: 0.into(),
+            root_hash,
+            descriptor: *d,
+            digest,
+            reserved: [0; 48],
+        }
+    }
+
+    /// The header followed by the footer that points at it, for a header written at `header_offset`:
+    /// the last [`SEAL_HEADER_SIZE`] + [`SEAL_FOOTER_SIZE`] bytes of a sealed file or sidecar.
+    pub fn with_footer(&self, header_offset: u64) -> Vec<u8> {
+        let footer = SealFooter::new(
+            header_offset,
+            SEAL_HEADER_SIZE + SEAL_FOOTER_SIZE,
+            seal_crc(self.as_bytes()),
+        );
+        let mut out = self.as_bytes().to_vec();
+        out.extend_from_slice(footer.as_bytes());
+        out
+    }
+}
+
+/// Encodes a per-file digest section: a [`FileDigestsHeader`] and `(nid, digest)` entries, which must
+/// be sorted by nid, each digest of `hash_algorithm` ([`fsverity_digest_size`] bytes). Empty when there
+/// are no entries (the seal then has no section).
+pub fn encode_file_digests<'a>(
+    hash_algorithm: u8,
+    entries: impl ExactSizeIterator<Item = (u64, &'a [u8])>,
+) -> Vec<u8> {
+    let count = entries.len();
+    if count == 0 {
+        return Vec::new();
+    }
+    let d = fsverity_digest_size(hash_algorithm).expect("a known fs-verity hash algorithm");
+    let header = FileDigestsHeader {
+        magic: FILE_DIGESTS_MAGIC,
+        hash_algorithm,
+        log_blocksize: FILE_DIGESTS_LOG_BLOCKSIZE,
+        digest_size: d as u8,
+        reserved: 0,
+        count: (count as u32).into(),
+    };
+    let mut out = Vec::with_capacity(FILE_DIGESTS_HEADER_SIZE + count * (8 + d));
+    out.extend_from_slice(header.as_bytes());
+    for (nid, digest) in entries {
+        assert_eq!(digest.len(), d, "digest of the declared algorithm");
+        out.extend_from_slice(&nid.to_le_bytes());
+        out.extend_from_slice(digest);
+    }
+    out
+}
+
+/// A per-file digest section, checked: entries borrowed from its bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct FileDigestSection<'a> {
+    /// fs-verity hash algorithm of every digest.
+    pub hash_algorithm: u8,
+    /// Bytes per digest.
+    pub digest_size: usize,
+    entries: &'a [u8],
+}
+
+impl<'a> FileDigestSection<'a> {
+    /// Parses and checks a section (its CRC is the caller's, against the header's `files_crc`): the
+    /// magic, a known algorithm whose digest size matches, 4 KiB blocks, the reserved byte zero, at
+    /// least one entry, a length that fits the count exactly, and nids strictly increasing: exactly
+    /// the sections [`encode_file_digests`] writes.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, SealError> {
+        let damaged = |what: String| Err(SealError::Damaged(what));
+        let Some(header) = bytes.get(..FILE_DIGESTS_HEADER_SIZE) else {
+            return damaged("per-file digest section shorter than its header".into());
+        };
+        let h = FileDigestsHeader::read_from_bytes(header).expect("16 bytes");
+        if h.magic != FILE_DIGESTS_MAGIC {
+            return damaged("per-file digest section has a bad magic".into());
+        }
+        let Some(d) = fsverity_digest_size(h.hash_algorithm) else {
+            return damaged(format!(
+                "per-file digest section: unknown hash algorithm {}",
+                h.hash_algorithm
+            ));
+        };
+        if h.digest_size as usize != d || h.log_blocksize != FILE_DIGESTS_LOG_BLOCKSIZE {
+            return damaged("per-file digest section parameters".into());
+        }
+        // Only what encode_file_digests writes: the reserved byte zero, at least one entry (a seal
+        // without per-file digests has no section).
+        if h.reserved != 0 {
+            return damaged("per-file digest section: reserved byte is not zero".into());
+        }
+        let count = h.count.get() as u64;
+        if count == 0 {
+            return damaged("per-file digest section with no entries".into());
+        }
+        let entries = &bytes[FILE_DIGESTS_HEADER_SIZE..];
+        if entries.len() as u64 != count * (8 + d as u64) {
+            return damaged(format!(
+                "per-file digest section holds {} bytes for {count} entries",
+                bytes.len()
+            ));
+        }
+        let section = FileDigestSection {
+            hash_algorithm: h.hash_algorithm,
+            digest_size: d,
+            entries,
+        };
+        let mut prev = None;
+        for (nid, _) in section.iter() {
+            if prev.is_some_and(|p| p >= nid) {
+                return damaged("per-file digest section is not sorted by nid".into());
+            }
+            prev = Some(nid);
+        }
+        Ok(section)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len() / (8 + self.digest_size)
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries, `(nid, digest bytes)`, sorted by nid.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (u64, &'a [u8])> + 'a {
+        let d = self.digest_size;
+        self.entries.chunks_exact(8 + d).map(|e| {
+            let nid = u64::from_le_bytes(e[..8].try_into().expect("8 bytes"));
+            (nid, &e[8..])
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +535,88 @@ mod tests {
             SealFooter::parse(&[0; 64], 1600).unwrap_err(),
             SealError::NoFooter
         );
+    }
+
+    #[test]
+    fn file_digest_section_round_trip_and_damage() {
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        let bytes = encode_file_digests(
+            FS_VERITY_HASH_ALG_SHA256,
+            [(3u64, &a[..]), (9, &b[..])].into_iter(),
+        );
+        assert_eq!(bytes.len(), 16 + 2 * 40);
+        let s = FileDigestSection::parse(&bytes).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![(3, &a[..]), (9, &b[..])]);
+        assert!(encode_file_digests(FS_VERITY_HASH_ALG_SHA512, std::iter::empty()).is_empty());
+        // Unsorted, truncated, wrong algorithm, wrong digest size, wrong block size.
+        let mut unsorted = bytes.clone();
+        unsorted[16..24].copy_from_slice(&9u64.to_le_bytes());
+        for bad in [
+            unsorted,
+            bytes[..bytes.len() - 1].to_vec(),
+            [&bytes[..8], &[3], &bytes[9..]].concat(),
+            [&bytes[..10], &[64], &bytes[11..]].concat(),
+            [&bytes[..9], &[13], &bytes[10..]].concat(),
+            bytes[..15].to_vec(),
+        ] {
+            assert!(matches!(
+                FileDigestSection::parse(&bad),
+                Err(SealError::Damaged(_))
+            ));
+        }
+    }
+
+    /// Found by the `file_digests` fuzz target: the parser accepted a section with its reserved byte
+    /// set, or with no entries, neither of which `encode_file_digests` writes (so the section did not
+    /// round-trip, and two different byte strings meant the same digests).
+    #[test]
+    fn file_digest_section_reserved_byte_and_empty_section_rejected() {
+        let bytes = encode_file_digests(
+            FS_VERITY_HASH_ALG_SHA256,
+            [(3u64, &[1u8; 32][..])].into_iter(),
+        );
+        let s = FileDigestSection::parse(&bytes).unwrap();
+        assert_eq!(encode_file_digests(s.hash_algorithm, s.iter()), bytes);
+        let mut reserved = bytes.clone();
+        reserved[11] = 1;
+        let mut empty = bytes[..16].to_vec();
+        empty[12..16].copy_from_slice(&0u32.to_le_bytes());
+        for bad in [reserved, empty] {
+            assert!(matches!(
+                FileDigestSection::parse(&bad),
+                Err(SealError::Damaged(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn header_from_layout_parses_back() {
+        let mut descriptor = [0u8; 256];
+        descriptor[0] = 1;
+        descriptor[1] = FS_VERITY_HASH_ALG_SHA256;
+        descriptor[2] = 12;
+        descriptor[8..16].copy_from_slice(&8192u64.to_le_bytes());
+        descriptor[16..48].fill(7);
+        let files = encode_file_digests(1, [(1u64, &[5u8; 32][..])].into_iter());
+        let layout = SealLayout {
+            descriptor,
+            digest: &[9; 32],
+            detached: false,
+            tree_offset: 8192,
+            tree_length: 4096,
+            files_section: &files,
+        };
+        let header_offset = layout.header_offset();
+        assert_eq!(header_offset, 8192 + 4096 + 56);
+        let tail = SealHeader::new(&layout).with_footer(header_offset);
+        let file_len = header_offset + tail.len() as u64;
+        let footer = SealFooter::parse(tail[512..].try_into().unwrap(), file_len).unwrap();
+        let h = SealHeader::parse(tail[..512].try_into().unwrap(), &footer).unwrap();
+        assert_eq!(h.erofs_length.get(), 8192);
+        assert_eq!(h.files_offset.get(), 8192 + 4096);
+        assert_eq!(h.files_crc.get(), seal_crc(&files));
+        assert_eq!(h.root_hash[..32], [7; 32]);
+        assert_eq!(h.digest[..32], [9; 32]);
     }
 }

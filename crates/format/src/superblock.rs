@@ -101,6 +101,21 @@ const _: () = assert!(core::mem::offset_of!(SuperBlock, feature_incompat) == 80)
 const _: () = assert!(core::mem::offset_of!(SuperBlock, xattr_filter_reserved) == 104);
 const _: () = assert!(core::mem::offset_of!(SuperBlock, rootnid_8b) == 112);
 
+impl SuperBlock {
+    /// Length of the EROFS bytes of an image with this superblock: `blocks << blkszbits`. The kernel
+    /// reads nothing past them, so what follows (a seal) is outside the file system. Checks the magic and
+    /// that the block size is one EROFS allows (512 B to 64 KiB); `Err` names what is wrong.
+    pub fn image_length(&self) -> Result<u64, &'static str> {
+        if self.magic.get() != EROFS_SUPER_MAGIC_V1 {
+            return Err("no superblock magic at byte 1024");
+        }
+        if !(9..=16).contains(&self.blkszbits) {
+            return Err("block size is not an EROFS block size (512 B to 64 KiB)");
+        }
+        Ok((self.blocks.get() as u64) << self.blkszbits)
+    }
+}
+
 /// The superblock checksum: CRC-32C (Castagnoli, reflected) with seed `!0` and **no** final XOR, over
 /// `block0[1024..blksz]` with the checksum field zeroed (`block0[1024..]` is `blksz - 1024` bytes for
 /// blocks larger than 1 KiB, otherwise `blksz` bytes starting at 1024).

@@ -29,7 +29,14 @@ pub struct XattrEntry {
     pub e_value_size: LeU16,
 }
 
-const _: () = assert!(core::mem::size_of::<XattrIbodyHeader>() == 12);
+/// Size of the inline xattr body header (`struct erofs_xattr_ibody_header`).
+pub const EROFS_XATTR_IBODY_HEADER_SIZE: u64 = 12;
+/// Size of one shared xattr id after that header (`__le32 h_shared_xattrs[]`), and the unit of
+/// `i_xattr_icount` and of xattr entry alignment.
+pub const EROFS_XATTR_SHARED_ID_SIZE: u64 = 4;
+
+const _: () =
+    assert!(core::mem::size_of::<XattrIbodyHeader>() as u64 == EROFS_XATTR_IBODY_HEADER_SIZE);
 const _: () = assert!(core::mem::size_of::<XattrEntry>() == 4);
 
 /// `user.`

@@ -51,6 +51,17 @@ pub const Z_EROFS_COMPRESSION_ZSTD: u8 = 3;
 pub const Z_EROFS_PCLUSTER_MAX_SIZE: u64 = 1 << 20;
 /// Largest decoded extent the kernel accepts.
 pub const Z_EROFS_PCLUSTER_MAX_DSIZE: u64 = 12 << 20;
+/// Size of the map header (`struct z_erofs_map_header`).
+pub const Z_EROFS_MAP_HEADER_SIZE: u64 = 8;
+
+/// `Z_EROFS_MAP_HEADER_START(end)`: the map header's position, the first 8-byte boundary at or
+/// after `end`, the end of the inode core and its inline xattrs (`iloc + isize + xattr_isize`, or
+/// the same relative to a 32-byte aligned inode). The indexes start right after it
+/// (`Z_EROFS_MAP_HEADER_END`, `ebase`). `None` on overflow.
+pub const fn z_erofs_map_header_start(end: u64) -> Option<u64> {
+    end.checked_next_multiple_of(Z_EROFS_MAP_HEADER_SIZE)
+}
+
 /// Bytes between the map header and the first FULL index entry.
 pub const Z_EROFS_FULL_INDEX_START: u64 = 8;
 
@@ -103,6 +114,220 @@ impl LclusterIndex {
     }
 }
 
+/// Largest `lclusterbits` COMPACT indexes can describe (4-byte packs; the kernel's
+/// `z_erofs_load_compact_lcluster` returns `-EINVAL` above it).
+pub const Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS: u8 = 14;
+/// Largest `lclusterbits` 2-byte COMPACT packs can describe (`-EOPNOTSUPP` above it in the kernel;
+/// mkfs.erofs refuses `COMPACTED_2B` above it).
+pub const Z_EROFS_COMPACT_2B_MAX_LCLUSTERBITS: u8 = 12;
+
+/// How the `totalidx` lcluster indexes of a COMPRESSED_COMPACT inode are split into packs.
+///
+/// The indexes start at `ebase`, right after the map header. In order:
+///
+/// 1. `initial_4b` entries in 4-byte form (8-byte packs of 2 entries), up to the next 32-byte
+///    boundary, so that the 2-byte packs are 32-byte aligned;
+/// 2. `compacted_2b` entries in 2-byte form (32-byte packs of 16), a multiple of 16;
+/// 3. `end_4b` entries in 4-byte form again.
+///
+/// An odd 4-byte region is completed by a zero dummy entry, so every pack is whole
+/// ([`index_bytes`](Self::index_bytes)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactIndexSplit {
+    /// `compacted_4b_initial`, capped at `totalidx` (see [`compact_index_split`]).
+    pub initial_4b: u64,
+    /// `compacted_2b`: entries in 2-byte packs.
+    pub compacted_2b: u64,
+    /// `compacted_4b_end`: the remaining entries, in 4-byte packs.
+    pub end_4b: u64,
+}
+
+/// Where one COMPACT index entry lives: its byte position and the pack form it is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactIndexPos {
+    /// Byte position of the entry (`pos` in the kernel), in the same space as `ebase`; the entry is
+    /// `pos & !(pack bytes - 1)`'s pack, slot `(pos % pack bytes) >> amortizedshift`.
+    pub pos: u64,
+    /// log2 of the amortized entry size: 2 for 4-byte packs, 1 for 2-byte packs.
+    pub amortizedshift: u32,
+}
+
+/// The split of `totalidx` COMPACT indexes starting at byte `ebase`, for a map header whose
+/// `h_advise` is `advise`.
+///
+/// This is the rule of Linux's `fs/erofs/zmap.c`, `z_erofs_load_compact_lcluster`:
+///
+/// ```c
+/// compacted_4b_initial = ((32 - ebase % 32) / 4) & 7;
+/// compacted_2b = 0;
+/// if ((vi->z_advise & Z_EROFS_ADVISE_COMPACTED_2B) &&
+///     compacted_4b_initial < totalidx)
+///         compacted_2b = rounddown(totalidx - compacted_4b_initial, 16);
+/// ```
+///
+/// with `totalidx` the inode's block count (`erofs_iblks`) and `ebase` the byte after the map header
+/// (`Z_EROFS_MAP_HEADER_END(iloc + isize + xattr_isize)`). Positions are relative to anything 32-byte
+/// aligned (image start, block, or the 32-byte aligned inode start). The kernel leaves
+/// `compacted_4b_initial` uncapped; here it is capped at `totalidx` so that the three counts add up to
+/// `totalidx`. Entry positions are the same either way: with `initial >= totalidx` every entry is
+/// 4-byte from `ebase`. (mkfs.erofs writes that case as `initial = 0, end = totalidx`, the same bytes.)
+pub const fn compact_index_split(ebase: u64, totalidx: u64, advise: u16) -> CompactIndexSplit {
+    let initial = ((32 - ebase % 32) / 4) & 7;
+    let compacted_2b = if advise & Z_EROFS_ADVISE_COMPACTED_2B != 0 && initial < totalidx {
+        (totalidx - initial) / 16 * 16
+    } else {
+        0
+    };
+    let initial_4b = if initial < totalidx {
+        initial
+    } else {
+        totalidx
+    };
+    CompactIndexSplit {
+        initial_4b,
+        compacted_2b,
+        end_4b: totalidx - initial_4b - compacted_2b,
+    }
+}
+
+impl CompactIndexSplit {
+    /// Number of lcluster indexes (`totalidx`).
+    pub const fn total(&self) -> u64 {
+        self.initial_4b + self.compacted_2b + self.end_4b
+    }
+
+    /// Bytes the indexes occupy after `ebase`: whole packs (an odd 4-byte region ends with a dummy
+    /// entry). The inline tail pcluster, if any, follows.
+    pub const fn index_bytes(&self) -> u64 {
+        self.initial_4b.div_ceil(2) * 8 + self.compacted_2b / 16 * 32 + self.end_4b.div_ceil(2) * 8
+    }
+
+    /// Where the index of lcluster `lcn` is, for indexes starting at `ebase` (the same `ebase` the
+    /// split was computed from): the kernel's `pos` and `amortizedshift`. `None` when
+    /// `lcn >= totalidx` (the kernel's `-EINVAL`) or the position overflows.
+    pub const fn locate(&self, ebase: u64, lcn: u64) -> Option<CompactIndexPos> {
+        if lcn >= self.total() {
+            return None;
+        }
+        let (skip, lcn, amortizedshift) = if lcn < self.initial_4b {
+            (0, lcn, 2)
+        } else if lcn - self.initial_4b < self.compacted_2b {
+            (self.initial_4b * 4, lcn - self.initial_4b, 1)
+        } else {
+            (
+                self.initial_4b * 4 + self.compacted_2b * 2,
+                lcn - self.initial_4b - self.compacted_2b,
+                2,
+            )
+        };
+        // `lcn < totalidx` and the counts are below 2^64 / 4, so only the additions to `ebase` can
+        // overflow.
+        match ebase.checked_add(skip) {
+            Some(p) => match p.checked_add(lcn << amortizedshift) {
+                Some(pos) => Some(CompactIndexPos {
+                    pos,
+                    amortizedshift,
+                }),
+                None => None,
+            },
+            None => None,
+        }
+    }
+}
+
+/// The shape of one COMPACT pack (`unpack_compacted_index` in the kernel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactPack {
+    /// Entries per pack (`vcnt`): 2 for 4-byte packs, 16 for 2-byte packs.
+    pub vcnt: u32,
+    /// Bytes per pack, `vcnt << amortizedshift`; the last 4 are the pack's `le32` base block.
+    pub bytes: u32,
+    /// Bits per entry: `(bytes - 4) * 8 / vcnt` (16 or 14); the low `lobits` of each are `lo`, the
+    /// next 2 the lcluster type.
+    pub encodebits: u32,
+    /// Bits of `lo`: `max(lclusterbits, ilog2(Z_EROFS_LI_D0_CBLKCNT) + 1)`.
+    pub lobits: u32,
+}
+
+/// The pack holding entries of size `1 << amortizedshift` for `lclusterbits`, or `None` where the
+/// kernel returns `-EOPNOTSUPP`: 4-byte packs need `lclusterbits <= 14`
+/// ([`Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS`]), 2-byte packs `lclusterbits <= 12`
+/// ([`Z_EROFS_COMPACT_2B_MAX_LCLUSTERBITS`]).
+pub const fn compact_pack(amortizedshift: u32, lclusterbits: u8) -> Option<CompactPack> {
+    let vcnt = if amortizedshift == 2 && lclusterbits <= Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS {
+        2
+    } else if amortizedshift == 1 && lclusterbits <= Z_EROFS_COMPACT_2B_MAX_LCLUSTERBITS {
+        16
+    } else {
+        return None;
+    };
+    let bytes = vcnt << amortizedshift;
+    let cblkcnt_bits = Z_EROFS_LI_D0_CBLKCNT.trailing_zeros() + 1;
+    Some(CompactPack {
+        vcnt,
+        bytes,
+        encodebits: (bytes - 4) * 8 / vcnt,
+        lobits: if lclusterbits as u32 > cblkcnt_bits {
+            lclusterbits as u32
+        } else {
+            cblkcnt_bits
+        },
+    })
+}
+
+/// `pblk - base` of the HEAD or PLAIN entry `i` of a COMPACT pack: the blocks of the pclusters
+/// that start earlier in the same pack, counted as `z_erofs_load_compact_lcluster` counts them,
+/// walking back over entries `i - 1, …, 0`. `entry(j)` gives the lcluster type and `lo` bits of entry
+/// `j < i`.
+///
+/// Without big pclusters every pcluster is one block and the count starts at 1; a NONHEAD's `lo`
+/// (`delta[0]`) skips back to its head. With big pclusters the count starts at 0, a NONHEAD with
+/// `Z_EROFS_LI_D0_CBLKCNT` adds its pcluster's block count, and a plain NONHEAD skips back by
+/// `delta[0] - 2`; a plain `delta[0] <= 1` there is `None` (the kernel's `-EFSCORRUPTED`: the
+/// first NONHEAD of a big pcluster must be its CBLKCNT).
+pub fn compact_head_nblk(
+    i: u32,
+    big_pcluster: bool,
+    mut entry: impl FnMut(u32) -> (u16, u64),
+) -> Option<u64> {
+    let cblkcnt = Z_EROFS_LI_D0_CBLKCNT as u64;
+    let mut i = i as i64;
+    let mut nblk: u64;
+    if !big_pcluster {
+        nblk = 1;
+        while i > 0 {
+            i -= 1;
+            let (ty, lo) = entry(i as u32);
+            if ty == Z_EROFS_LCLUSTER_TYPE_NONHEAD {
+                i -= lo as i64;
+            }
+            if i >= 0 {
+                nblk += 1;
+            }
+        }
+    } else {
+        nblk = 0;
+        while i > 0 {
+            i -= 1;
+            let (ty, lo) = entry(i as u32);
+            if ty == Z_EROFS_LCLUSTER_TYPE_NONHEAD {
+                if lo & cblkcnt != 0 {
+                    i -= 1;
+                    nblk += lo & !cblkcnt;
+                    continue;
+                }
+                if lo <= 1 {
+                    return None;
+                }
+                i -= lo as i64 - 2;
+                continue;
+            }
+            nblk += 1;
+        }
+    }
+    Some(nblk)
+}
+
 /// LZ4 configuration record payload (14 bytes, after its `le16` length).
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(C)]
@@ -127,7 +352,197 @@ pub struct ZstdCfgs {
     pub reserved: [u8; 4],
 }
 
-const _: () = assert!(core::mem::size_of::<MapHeader>() == 8);
+const _: () = assert!(core::mem::size_of::<MapHeader>() as u64 == Z_EROFS_MAP_HEADER_SIZE);
 const _: () = assert!(core::mem::size_of::<LclusterIndex>() == 8);
 const _: () = assert!(core::mem::size_of::<Lz4Cfgs>() == 14);
 const _: () = assert!(core::mem::size_of::<ZstdCfgs>() == 6);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO_B: u16 = Z_EROFS_ADVISE_COMPACTED_2B;
+
+    /// The kernel's lookup, written as `z_erofs_load_compact_lcluster` does it (uncapped
+    /// `compacted_4b_initial`), to compare [`CompactIndexSplit::locate`] against.
+    fn kernel_pos(ebase: u64, totalidx: u64, advise: u16, mut lcn: u64) -> (u64, u32) {
+        let initial = ((32 - ebase % 32) / 4) & 7;
+        let mut c2b = 0;
+        if advise & TWO_B != 0 && initial < totalidx {
+            c2b = (totalidx - initial) / 16 * 16;
+        }
+        let mut pos = ebase;
+        let mut shift = 2;
+        if lcn >= initial {
+            pos += initial * 4;
+            lcn -= initial;
+            if lcn < c2b {
+                shift = 1;
+            } else {
+                pos += c2b * 2;
+                lcn -= c2b;
+            }
+        }
+        (pos + (lcn << shift), shift)
+    }
+
+    #[test]
+    fn initial_4b_aligns_the_2b_packs_to_32_bytes() {
+        // ebase is 8-byte aligned (header end): 0, 8, 16, 24 mod 32 give 0, 6, 4, 2 initial entries.
+        for (ebase, initial) in [(32, 0), (40, 6), (48, 4), (56, 2), (1064, 6)] {
+            let s = compact_index_split(ebase, 100, TWO_B);
+            assert_eq!(s.initial_4b, initial, "ebase {ebase}");
+            assert_eq!((ebase + s.initial_4b * 4) % 32, 0);
+            assert_eq!(s.total(), 100);
+        }
+    }
+
+    #[test]
+    fn tiny_files_are_all_4b() {
+        // One lcluster, fewer than the initial entries: capped, no 2-byte packs, one padded pack.
+        let s = compact_index_split(40, 1, TWO_B);
+        assert_eq!(
+            s,
+            CompactIndexSplit {
+                initial_4b: 1,
+                compacted_2b: 0,
+                end_4b: 0
+            }
+        );
+        assert_eq!(s.index_bytes(), 8);
+        // Exactly the initial entries: the kernel's `initial < totalidx` guard keeps 2B off.
+        let s = compact_index_split(40, 6, TWO_B);
+        assert_eq!(
+            s,
+            CompactIndexSplit {
+                initial_4b: 6,
+                compacted_2b: 0,
+                end_4b: 0
+            }
+        );
+        assert_eq!(s.index_bytes(), 24);
+        // No lclusters at all.
+        let s = compact_index_split(40, 0, TWO_B);
+        assert_eq!(s.total(), 0);
+        assert_eq!(s.index_bytes(), 0);
+        assert_eq!(s.locate(40, 0), None);
+    }
+
+    #[test]
+    fn the_2b_range_boundaries() {
+        // ebase 56: 2 initial entries. 2 + 15 -> no 2B pack; 2 + 16 -> one; 2 + 31 -> one + 15 4B.
+        let s = compact_index_split(56, 17, TWO_B);
+        assert_eq!((s.initial_4b, s.compacted_2b, s.end_4b), (2, 0, 15));
+        assert_eq!(s.index_bytes(), 8 + 64);
+        let s = compact_index_split(56, 18, TWO_B);
+        assert_eq!((s.initial_4b, s.compacted_2b, s.end_4b), (2, 16, 0));
+        assert_eq!(s.index_bytes(), 8 + 32);
+        assert_eq!(
+            s.locate(56, 1),
+            Some(CompactIndexPos {
+                pos: 60,
+                amortizedshift: 2
+            })
+        );
+        assert_eq!(
+            s.locate(56, 2),
+            Some(CompactIndexPos {
+                pos: 64,
+                amortizedshift: 1
+            })
+        );
+        assert_eq!(
+            s.locate(56, 17),
+            Some(CompactIndexPos {
+                pos: 94,
+                amortizedshift: 1
+            })
+        );
+        assert_eq!(s.locate(56, 18), None);
+        let s = compact_index_split(56, 33, TWO_B);
+        assert_eq!((s.initial_4b, s.compacted_2b, s.end_4b), (2, 16, 15));
+        assert_eq!(
+            s.locate(56, 18),
+            Some(CompactIndexPos {
+                pos: 96,
+                amortizedshift: 2
+            })
+        );
+        assert_eq!(s.index_bytes(), 8 + 32 + 64);
+        // Without COMPACTED_2B everything after the initial entries is 4-byte.
+        let s = compact_index_split(56, 33, 0);
+        assert_eq!((s.initial_4b, s.compacted_2b, s.end_4b), (2, 0, 31));
+        assert_eq!(s.index_bytes(), 33u64.div_ceil(2) * 8);
+    }
+
+    #[test]
+    fn locate_matches_the_kernel_everywhere() {
+        for ebase in (8..=64).step_by(8) {
+            for totalidx in 0..80 {
+                for advise in [0, TWO_B, TWO_B | Z_EROFS_ADVISE_BIG_PCLUSTER_1] {
+                    let s = compact_index_split(ebase, totalidx, advise);
+                    assert_eq!(s.total(), totalidx);
+                    let mut end = ebase;
+                    for lcn in 0..totalidx {
+                        let (pos, shift) = kernel_pos(ebase, totalidx, advise, lcn);
+                        let got = s.locate(ebase, lcn).unwrap();
+                        assert_eq!((got.pos, got.amortizedshift), (pos, shift));
+                        let pack = compact_pack(shift, 12).unwrap().bytes as u64;
+                        end = end.max((pos & !(pack - 1)) + pack);
+                    }
+                    assert_eq!(ebase + s.index_bytes(), end, "{ebase} {totalidx} {advise}");
+                    assert_eq!(s.locate(ebase, totalidx), None);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn head_nblk_counts_earlier_pclusters_of_the_pack() {
+        const H: u16 = Z_EROFS_LCLUSTER_TYPE_HEAD1;
+        const N: u16 = Z_EROFS_LCLUSTER_TYPE_NONHEAD;
+        const C: u64 = Z_EROFS_LI_D0_CBLKCNT as u64;
+        let at = |pack: &'static [(u16, u64)]| move |j: u32| pack[j as usize];
+        // One-block pclusters: H H N(1) H -> the head at 3 is base + 3 (1 + two earlier heads).
+        let pack: &[(u16, u64)] = &[(H, 0), (H, 0), (N, 1), (H, 0)];
+        assert_eq!(compact_head_nblk(0, false, at(pack)), Some(1));
+        assert_eq!(compact_head_nblk(3, false, at(pack)), Some(3));
+        // Big pclusters: H N(CBLKCNT 5) N(2) H -> the head at 3 is base + 5.
+        let pack: &[(u16, u64)] = &[(H, 0), (N, C | 5), (N, 2), (H, 0)];
+        assert_eq!(compact_head_nblk(0, true, at(pack)), Some(0));
+        assert_eq!(compact_head_nblk(3, true, at(pack)), Some(5));
+        // A plain delta[0] of 1 in a big-pcluster pack is corrupted.
+        let pack: &[(u16, u64)] = &[(H, 0), (N, 1), (H, 0)];
+        assert_eq!(compact_head_nblk(2, true, at(pack)), None);
+        // A delta reaching before the pack does not count a block.
+        let pack: &[(u16, u64)] = &[(N, 7), (H, 0)];
+        assert_eq!(compact_head_nblk(1, false, at(pack)), Some(1));
+    }
+
+    #[test]
+    fn huge_positions_do_not_overflow() {
+        let s = compact_index_split(u64::MAX - 7, 1 << 40, TWO_B);
+        assert_eq!(s.locate(u64::MAX - 7, (1 << 40) - 1), None);
+    }
+
+    #[test]
+    fn pack_shapes_and_big_lclusters() {
+        let p4 = compact_pack(2, 12).unwrap();
+        assert_eq!(
+            (p4.vcnt, p4.bytes, p4.encodebits, p4.lobits),
+            (2, 8, 16, 12)
+        );
+        let p2 = compact_pack(1, 12).unwrap();
+        assert_eq!(
+            (p2.vcnt, p2.bytes, p2.encodebits, p2.lobits),
+            (16, 32, 14, 12)
+        );
+        // Big lclusters (lclusterbits up to 14) only in 4-byte packs.
+        assert_eq!(compact_pack(2, 14).unwrap().lobits, 14);
+        assert_eq!(compact_pack(2, 15), None);
+        assert_eq!(compact_pack(1, 13), None);
+        assert_eq!(compact_pack(3, 12), None);
+        // lobits never drops below CBLKCNT's bit + 1.
+        assert_eq!(compact_pack(2, 9).unwrap().lobits, 12);
+    }
+}

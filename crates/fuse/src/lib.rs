@@ -36,7 +36,7 @@ use fuser::{
     IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
-use sealfs_reader::{DirEntry, FileType, Image, Inode, VerifiedBlocks};
+use sealfs_reader::{DirEntry, FileType, Image, Inode, VerifiedBlocks, Visit, WalkEvent};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
@@ -269,44 +269,43 @@ impl SealFs {
         })
     }
 
-    /// A path of `nid` in the image, found by walking the tree breadth-first from the root (only
-    /// when a failure is logged, so nothing is kept per inode while serving). Gives `<nid N>` if the
-    /// walk does not find it within a bound (damaged directories are skipped).
+    /// A path of `nid` in the image, found by walking the tree from the root (only when a failure is
+    /// logged, so nothing is kept per inode while serving). Gives `<nid N>` if the walk does not find
+    /// it within a bound (damaged directories are skipped).
     fn path_of(&self, nid: u64) -> String {
         const MAX_VISITED: usize = 1 << 21;
         if nid == self.nodes.root_nid {
             return "/".into();
         }
-        let mut queue = std::collections::VecDeque::from([(self.nodes.root_nid, Vec::<u8>::new())]);
-        let mut seen = HashSet::from([self.nodes.root_nid]);
+        let Ok(root) = self.image.inode(self.nodes.root_nid) else {
+            return format!("<nid {nid}>");
+        };
         let mut visited = 0usize;
-        while let Some((dir_nid, path)) = queue.pop_front() {
-            let Ok(dir) = self.image.inode(dir_nid) else {
-                continue;
+        let mut found = None;
+        let _ = self.image.walk(&root, b"", &mut |event| {
+            let (path, entry) = match event {
+                WalkEvent::Entry(e) => (e.path, e.entry),
+                // An entry whose inode is damaged is still named.
+                WalkEvent::Error {
+                    path,
+                    entry: Some(entry),
+                    ..
+                } => (path, entry),
+                WalkEvent::Dir { .. } | WalkEvent::Error { entry: None, .. } => {
+                    return Ok(Visit::Continue)
+                }
             };
-            let Ok(entries) = self.image.read_dir(&dir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                visited += 1;
-                if visited > MAX_VISITED {
-                    return format!("<nid {nid}>");
-                }
-                if e.name == b"." || e.name == b".." {
-                    continue;
-                }
-                let mut p = path.clone();
-                p.push(b'/');
-                p.extend_from_slice(&e.name);
-                if e.nid == nid {
-                    return String::from_utf8_lossy(&p).into_owned();
-                }
-                if e.file_type() == Some(FileType::Directory) && seen.insert(e.nid) {
-                    queue.push_back((e.nid, p));
-                }
+            visited += 1;
+            if entry.nid == nid {
+                found = Some(format!("/{}", String::from_utf8_lossy(path)));
+                return Err(());
             }
-        }
-        format!("<nid {nid}>")
+            if visited > MAX_VISITED {
+                return Err(());
+            }
+            Ok(Visit::Continue)
+        });
+        found.unwrap_or_else(|| format!("<nid {nid}>"))
     }
 
     /// Turns a reader error about `nid` into an errno, logging it once.
@@ -444,10 +443,8 @@ fn bare_attr(ino: u64, kind: FuseType) -> FileAttr {
     }
 }
 
-/// The kernel's `new_encode_dev`, the form FUSE carries device numbers in.
-pub fn new_encode_dev(major: u32, minor: u32) -> u32 {
-    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
-}
+/// The kernel's `new_encode_dev`, the form FUSE carries device numbers in (the format's rule).
+pub use sealfs_format::new_encode_dev;
 
 fn system_time(sec: i64, nsec: u32) -> SystemTime {
     let nsec = nsec.min(999_999_999);

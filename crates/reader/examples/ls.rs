@@ -1,17 +1,23 @@
-//! Lists a directory of an EROFS image through the reader: `ls IMAGE [PATH]`.
+//! Lists a directory of an image through the reader: `ls IMAGE [DIGEST] [PATH]`. A sealed image is
+//! verified (authenticated when DIGEST, `sha256:<hex>`, is given; `-` for none); a plain one is read as it is.
 //!
 //! Prints one line per entry: nid, mode, nlink, uid:gid, size and name (symlinks with their target).
 
-use sealfs_reader::{Follow, Image};
+use sealfs_reader::{open, Follow, OpenOptions};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 2 {
-        eprintln!("usage: ls IMAGE [PATH]");
+        eprintln!("usage: ls IMAGE [DIGEST|-] [PATH]");
         return ExitCode::from(2);
     }
-    match run(&args[1], args.get(2).map(String::as_str).unwrap_or("/")) {
+    let digest = args.get(2).map(String::as_str).filter(|d| *d != "-");
+    match run(
+        &args[1],
+        digest,
+        args.get(3).map(String::as_str).unwrap_or("/"),
+    ) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -20,8 +26,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(image: &str, path: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let img = Image::open_unverified(std::fs::File::open(image)?)?;
+fn run(image: &str, digest: Option<&str>, path: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let mut options = OpenOptions::new();
+    options.digest = digest.map(str::parse).transpose()?;
+    let opened = open(image, &options)?;
+    eprintln!("{image}: {}", opened.trust);
+    let img = &opened.image;
     let dir = img.resolve(path, Follow::All)?;
     for entry in img.read_dir(&dir)? {
         let entry = entry?;

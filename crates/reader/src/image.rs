@@ -60,7 +60,10 @@ impl Image {
 
     /// Opens the EROFS bytes of any byte source **without verification** (see
     /// [`Image::open_unverified`]).
-    pub fn open_unverified_with<R: ReadAt + 'static>(source: R, options: &Options) -> Result<Image> {
+    pub fn open_unverified_with<R: ReadAt + 'static>(
+        source: R,
+        options: &Options,
+    ) -> Result<Image> {
         Image::open_blocks(Arc::new(PlainBlocks::new(source)), options)
     }
 

@@ -113,8 +113,9 @@ pub struct Stat {
     pub rdev_minor: u32,
 }
 
-/// glibc's `makedev`.
-pub fn makedev(major: u32, minor: u32) -> u64 {
+/// The C library's `makedev`: the 64-bit `dev_t` that `st_rdev` holds. A different rule from the
+/// on-disk (and FUSE) encoding, [`sealfs_format::new_encode_dev`].
+pub fn glibc_makedev(major: u32, minor: u32) -> u64 {
     let (major, minor) = (major as u64, minor as u64);
     ((major & 0xffff_f000) << 32)
         | ((major & 0xfff) << 8)
@@ -167,11 +168,7 @@ impl Inode {
 
     /// Size of the on-disk inode: 32 or 64 bytes.
     pub fn inode_isize(&self) -> u64 {
-        if self.extended {
-            64
-        } else {
-            32
-        }
+        sealfs_format::inode_isize(self.extended)
     }
 
     /// The raw `i_format`.
@@ -300,7 +297,7 @@ impl Inode {
             blksize: 1 << self.blkszbits,
             mtime: self.mtime,
             mtime_nsec: self.mtime_nsec,
-            rdev: makedev(rdev_major, rdev_minor),
+            rdev: glibc_makedev(rdev_major, rdev_minor),
             rdev_major,
             rdev_minor,
         }

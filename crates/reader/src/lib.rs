@@ -25,7 +25,8 @@
 //!   `xattr.c` including the name bloom filter fast path, inodes decode as `erofs_read_inode` does.
 //!
 //! One module per on-disk concept, as in the kernel: [`superblock`], [`inode`], [`dir`], [`namei`],
-//! [`xattr`], [`data`], [`zmap`], [`decompress`]; plus [`source`] (byte and block sources),
+//! [`xattr`], [`data`], [`zmap`], [`decompress`]; plus [`open`] and [`seal`] (the verified entry
+//! point), [`source`] (byte and block sources),
 //! [`stats`] and [`error`].
 //!
 //! Supported: FLAT_PLAIN, FLAT_INLINE and CHUNK_BASED data (block maps and chunk indexes, holes),
@@ -36,11 +37,21 @@
 //! (FRAGMENTS), encoded extents (48BIT compressed inodes), extra devices, metadata compression
 //! (METABOX), long prefixes stored in the packed inode.
 //!
+//! # Opening an image
+//!
+//! [`open`] is the entry point: it finds the seal (trailer or sidecar, [`seal`]), checks it against
+//! the digest the caller expects, detects kernel fs-verity offload, and returns the [`Image`] whose
+//! every read is verified together with the [`Trust`] it established. Reading without verification
+//! is asked for by name: [`VerifyMode::None`], or [`Image::open_unverified`] on raw EROFS bytes.
+//!
 //! ```no_run
-//! use sealfs_reader::{Follow, Image};
-//! let image = Image::open_unverified(std::fs::File::open("image.erofs")?)?;
+//! use sealfs_reader::{open, Follow, OpenOptions};
+//! let digest = "sha256:3f1c4e0b9a7d5c2e8f6a1b3d5c7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f".parse()?;
+//! let opened = open("image.sealfs", &OpenOptions::new().digest(digest))?;
+//! println!("{}", opened.trust); // authenticated (digest given): sha256:3f1c...
+//! let image = &opened.image;
 //! let inode = image.resolve("/etc/hostname", Follow::All)?;
-//! let data = image.read_vec(&inode, 0, 1 << 20)?;
+//! let data = image.read_vec(&inode, 0, 1 << 20)?; // a damaged block is an Error::Verification
 //! for entry in image.read_dir(&image.root()?)? {
 //!     let entry = entry?;
 //!     println!("{} -> nid {}", String::from_utf8_lossy(&entry.name), entry.nid);
@@ -51,17 +62,22 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+pub mod check;
 pub mod data;
 pub mod decompress;
 pub mod dir;
 pub mod error;
+pub mod files;
 mod image;
 pub mod inode;
 pub mod namei;
+pub mod open;
+pub mod seal;
 pub mod source;
 pub mod stats;
 pub mod superblock;
 pub mod verified;
+pub mod walk;
 pub mod xattr;
 pub mod zmap;
 
@@ -73,6 +89,8 @@ pub use error::{Error, Location, Result};
 pub use image::{Image, Options, DEFAULT_CACHE_BLOCKS};
 pub use inode::{FileType, Inode, Stat};
 pub use namei::Follow;
+pub use open::{open, Authority, Checker, OpenOptions, OpenedImage, Source, Trust, VerifyMode};
+pub use seal::{find_seal, FileDigests, Found, OpenError, Seal};
 pub use sealfs_format::DataLayout;
 #[cfg(unix)]
 pub use source::SplitFile;
@@ -80,6 +98,7 @@ pub use source::{BlockSource, PlainBlocks, ReadAt, SubRange};
 pub use stats::StatsSnapshot;
 pub use superblock::{ComprInfo, SuperInfo};
 pub use verified::{kernel_verity_digest, SealInfo, VerifiedBlocks, VerifyStats};
+pub use walk::{Visit, WalkEntry, WalkEvent};
 pub use xattr::{LongPrefix, XattrBody};
 pub use zmap::Compression;
 

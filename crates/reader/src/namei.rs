@@ -10,8 +10,11 @@ use crate::dir::{dot_omitted, DirEntry};
 use crate::error::{Error, Location, Result};
 use crate::image::Image;
 use crate::inode::Inode;
-use sealfs_format::{EROFS_FT_DIR, EROFS_NAME_LEN};
+use sealfs_format::{EROFS_DIRENT_SIZE, EROFS_FT_DIR, EROFS_NAME_LEN};
 use std::cmp::Ordering;
+
+/// Bytes per on-disk dirent.
+const DIRENT: usize = EROFS_DIRENT_SIZE as usize;
 
 /// Which symbolic links path resolution follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +53,7 @@ fn dirnamecmp(qn: &[u8], qd: &[u8], matched: &mut usize) -> Ordering {
 /// `nameoff_from_disk`: a name offset masked into the block.
 fn nameoff(block: &[u8], i: usize) -> usize {
     let mask = block.len() - 1;
-    u16::from_le_bytes([block[i * 12 + 8], block[i * 12 + 9]]) as usize & mask
+    u16::from_le_bytes([block[i * DIRENT + 8], block[i * DIRENT + 9]]) as usize & mask
 }
 
 /// The on-disk name of dirent `i` of a block with `ndirents` entries: up to the next name, or to the
@@ -66,7 +69,7 @@ fn dname(block: &[u8], i: usize, ndirents: usize) -> &[u8] {
 }
 
 fn dirent_at(block: &[u8], i: usize) -> (u64, u8) {
-    let de = &block[i * 12..i * 12 + 12];
+    let de = &block[i * DIRENT..(i + 1) * DIRENT];
     (
         u64::from_le_bytes(de[..8].try_into().expect("8 bytes")),
         de[10],
@@ -116,7 +119,7 @@ impl Image {
         while head <= back {
             let mid = head + (back - head) / 2;
             let block = self.logical_block(dir, mid as u64)?;
-            let ndirents = nameoff(&block, 0) / 12;
+            let ndirents = nameoff(&block, 0) / DIRENT;
             if ndirents == 0 {
                 return Err(Error::corrupted(
                     format!("corrupted directory block {mid}"),

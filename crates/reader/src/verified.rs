@@ -391,7 +391,7 @@ impl BlockSource for VerifiedBlocks {
                     .expect("parent inside the tree");
                 need(&mut known, loc.block)?;
                 match known.get(&loc.block) {
-                    Some(parent) => &parent[loc.offset..loc.offset + d] == digest.as_bytes(),
+                    Some(parent) => g.stored_digest(parent, loc) == Some(digest.as_bytes()),
                     None => false,
                 }
             };
@@ -427,12 +427,15 @@ impl BlockSource for VerifiedBlocks {
             } else {
                 let loc = g.hash_location(0, blk).expect("data block inside the tree");
                 need(&mut known, loc.block)?;
-                let Some(hb) = known.get(&loc.block) else {
+                let Some(want) = known
+                    .get(&loc.block)
+                    .and_then(|hb| g.stored_digest(hb, loc))
+                else {
                     return Err(
                         self.fail(format!("no verified hash for data block {blk}"), Some(blk))
                     );
                 };
-                &hb[loc.offset..loc.offset + d]
+                want
             };
             if digest != want {
                 return Err(self.fail(

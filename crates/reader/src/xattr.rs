@@ -22,7 +22,8 @@ use crate::superblock::{
 };
 use sealfs_format::{
     split_xattr_name, xattr_filter_bit, xattr_prefix, EROFS_FEATURE_INCOMPAT_FRAGMENTS,
-    EROFS_FEATURE_INCOMPAT_METABOX, EROFS_NAME_LEN, EROFS_XATTR_LONG_PREFIX,
+    EROFS_FEATURE_INCOMPAT_METABOX, EROFS_NAME_LEN, EROFS_XATTR_IBODY_HEADER_SIZE,
+    EROFS_XATTR_LONG_PREFIX, EROFS_XATTR_SHARED_ID_SIZE,
 };
 
 /// One long xattr name prefix: a short prefix (`base_index`) followed by `infix`.
@@ -142,6 +143,7 @@ impl Image {
     /// The inline xattr body header of `inode`, `None` when it has no xattrs
     /// (`erofs_init_inode_xattrs`).
     pub fn xattr_body(&self, inode: &Inode) -> Result<Option<XattrBody>> {
+        const HEADER: u64 = EROFS_XATTR_IBODY_HEADER_SIZE;
         let isize = inode.xattr_isize();
         if isize == 0 {
             return Ok(None);
@@ -150,21 +152,25 @@ impl Image {
         let at = Location::nid(inode.nid())
             .with_offset(pos)
             .with_block(pos >> self.sb.blkszbits);
-        if isize == 12 {
+        if isize == HEADER {
             return Err(Error::unsupported("xattr_isize 12 (i_xattr_icount 1)", at));
         }
-        let mut head = [0u8; 12];
+        let mut head = [0u8; HEADER as usize];
         self.blocks.read(pos, &mut head, at)?;
         let name_filter = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
         let count = head[4] as u64;
-        let header = 12 + 4 * count;
+        let header = HEADER + EROFS_XATTR_SHARED_ID_SIZE * count;
         if header > isize {
             return Err(Error::corrupted(
                 format!("h_shared_count {count} does not fit xattr_isize {isize}"),
                 at,
             ));
         }
-        let ids = self.blocks.read_vec(pos + 12, 4 * count as usize, at)?;
+        let ids = self.blocks.read_vec(
+            pos + HEADER,
+            (EROFS_XATTR_SHARED_ID_SIZE * count) as usize,
+            at,
+        )?;
         let shared = ids
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))

@@ -58,14 +58,16 @@ use crate::error::{Error, Location, Result};
 use crate::image::Image;
 use crate::inode::Inode;
 use sealfs_format::{
-    DataLayout, FromBytes, LclusterIndex, MapHeader, EROFS_FEATURE_INCOMPAT_COMPR_CFGS,
-    Z_EROFS_ADVISE_BIG_PCLUSTER_1, Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_COMPACTED_2B,
-    Z_EROFS_ADVISE_EXTENTS, Z_EROFS_ADVISE_FRAGMENT_PCLUSTER, Z_EROFS_ADVISE_INLINE_PCLUSTER,
-    Z_EROFS_ADVISE_INTERLACED_PCLUSTER, Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4,
+    compact_head_nblk, compact_index_split, compact_pack, z_erofs_map_header_start,
+    CompactIndexPos, CompactPack, DataLayout, FromBytes, LclusterIndex, MapHeader,
+    EROFS_FEATURE_INCOMPAT_COMPR_CFGS, Z_EROFS_ADVISE_BIG_PCLUSTER_1,
+    Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS, Z_EROFS_ADVISE_FRAGMENT_PCLUSTER,
+    Z_EROFS_ADVISE_INLINE_PCLUSTER, Z_EROFS_ADVISE_INTERLACED_PCLUSTER,
+    Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS, Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4,
     Z_EROFS_COMPRESSION_LZMA, Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_FULL_INDEX_START,
     Z_EROFS_LCLUSTER_TYPE_HEAD1, Z_EROFS_LCLUSTER_TYPE_HEAD2, Z_EROFS_LCLUSTER_TYPE_NONHEAD,
     Z_EROFS_LCLUSTER_TYPE_PLAIN, Z_EROFS_LI_D0_CBLKCNT, Z_EROFS_LI_PARTIAL_REF,
-    Z_EROFS_PCLUSTER_MAX_DSIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
+    Z_EROFS_MAP_HEADER_SIZE, Z_EROFS_PCLUSTER_MAX_DSIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
 };
 
 /// How the pcluster of a compressed extent is encoded.
@@ -246,9 +248,7 @@ impl Image {
     /// Reads and checks the map header; finds the tail extent when the inode needs it.
     fn zinfo(&self, inode: &Inode, at: Location) -> Result<ZInfo> {
         let bits = self.sb.blkszbits;
-        let hdr_pos = inode
-            .data_offset()
-            .checked_next_multiple_of(8)
+        let hdr_pos = z_erofs_map_header_start(inode.data_offset())
             .ok_or_else(|| Error::corrupted("map header position overflows", at))?;
         let hat = at.with_offset(hdr_pos).with_block(hdr_pos >> bits);
         let mut raw = [0u8; 8];
@@ -348,7 +348,9 @@ impl Image {
     fn load_full(&self, zi: &ZInfo, m: &mut Rec, lcn: u64, at: Location) -> Result<()> {
         let pos = lcn
             .checked_mul(8)
-            .and_then(|o| o.checked_add(zi.hdr_pos + 8 + Z_EROFS_FULL_INDEX_START))
+            .and_then(|o| {
+                o.checked_add(zi.hdr_pos + Z_EROFS_MAP_HEADER_SIZE + Z_EROFS_FULL_INDEX_START)
+            })
             .ok_or_else(|| {
                 Error::corrupted(format!("index of lcluster {lcn} is out of range"), at)
             })?;
@@ -401,40 +403,25 @@ impl Image {
                 at,
             ));
         }
-        if zi.lclusterbits > 14 {
+        if zi.lclusterbits > Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS {
             return Err(Error::corrupted(
                 format!(
-                    "compact indexes with lclusterbits {} (at most 14)",
-                    zi.lclusterbits
+                    "compact indexes with lclusterbits {} (at most {})",
+                    zi.lclusterbits, Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS
                 ),
                 at,
             ));
         }
         m.lcn = lcn;
-        let ebase = zi.hdr_pos + 8;
-        let initial_4b = ((32 - ebase % 32) / 4) & 7;
-        let compacted_2b = if zi.advise & Z_EROFS_ADVISE_COMPACTED_2B != 0 && initial_4b < totalidx
-        {
-            (totalidx - initial_4b) / 16 * 16
-        } else {
-            0
-        };
-        let mut pos = ebase;
-        let mut shift = 2u32;
-        let mut l = lcn;
-        if l >= initial_4b {
-            pos += initial_4b * 4;
-            l -= initial_4b;
-            if l < compacted_2b {
-                shift = 1;
-            } else {
-                l -= compacted_2b;
-                pos = pos.saturating_add(compacted_2b * 2);
-            }
-        }
-        let pos = pos.checked_add(l << shift).ok_or_else(|| {
-            Error::corrupted(format!("index of lcluster {lcn} is out of range"), at)
-        })?;
+        let ebase = zi.hdr_pos + Z_EROFS_MAP_HEADER_SIZE;
+        let CompactIndexPos {
+            pos,
+            amortizedshift: shift,
+        } = compact_index_split(ebase, totalidx, zi.advise)
+            .locate(ebase, lcn)
+            .ok_or_else(|| {
+                Error::corrupted(format!("index of lcluster {lcn} is out of range"), at)
+            })?;
         self.unpack_compacted(zi, m, shift, pos, lookahead, at)
     }
 
@@ -449,11 +436,13 @@ impl Image {
         at: Location,
     ) -> Result<()> {
         let lcbits = zi.lclusterbits as u32;
-        let vcnt: u32 = if shift == 2 && lcbits <= 14 {
-            2
-        } else if shift == 1 && lcbits <= 12 {
-            16
-        } else {
+        let Some(CompactPack {
+            vcnt,
+            bytes: packsize,
+            encodebits,
+            lobits,
+        }) = compact_pack(shift, zi.lclusterbits)
+        else {
             return Err(Error::unsupported(
                 format!(
                     "compact {}-byte indexes with lclusterbits {lcbits}",
@@ -462,18 +451,16 @@ impl Image {
                 at,
             ));
         };
-        let packsize = (vcnt << shift) as u64;
+        let packsize = packsize as u64;
         let packpos = pos & !(packsize - 1);
         let iat = self.index_at(packpos, at);
         let mut pack = [0u8; 32];
         let pack = &mut pack[..packsize as usize];
         self.blocks.read(packpos, pack, iat)?;
         m.nextpackoff = packpos + packsize;
-        let lobits = lcbits.max(12);
-        let encodebits = ((packsize as u32 - 4) * 8) / vcnt;
         let big_pcluster = zi.advise & Z_EROFS_ADVISE_BIG_PCLUSTER_1 != 0;
         let cblkcnt = Z_EROFS_LI_D0_CBLKCNT as u64;
-        let mut i = ((pos - packpos) >> shift) as i64;
+        let i = ((pos - packpos) >> shift) as i64;
 
         let (lo, ty) = decode_compactedbits(lobits, pack, encodebits * i as u32);
         m.ty = ty;
@@ -511,48 +498,20 @@ impl Image {
         m.clusterofs = lo;
         m.delta[0] = 0;
         // The HEAD's block: base + the blocks of the earlier pclusters of this pack.
-        let mut nblk: u64;
-        if !big_pcluster {
-            nblk = 1;
-            while i > 0 {
-                i -= 1;
-                let (lo, ty) = decode_compactedbits(lobits, pack, encodebits * i as u32);
-                if ty == Z_EROFS_LCLUSTER_TYPE_NONHEAD {
-                    i -= lo as i64;
-                }
-                if i >= 0 {
-                    nblk += 1;
-                }
-            }
-        } else {
-            nblk = 0;
-            while i > 0 {
-                i -= 1;
-                let (lo, ty) = decode_compactedbits(lobits, pack, encodebits * i as u32);
-                if ty == Z_EROFS_LCLUSTER_TYPE_NONHEAD {
-                    if lo & cblkcnt != 0 {
-                        i -= 1;
-                        nblk += lo & !cblkcnt;
-                        continue;
-                    }
-                    // A big-pcluster extent's first NONHEAD is its CBLKCNT: plain delta[0]
-                    // is at least 2.
-                    if lo <= 1 {
-                        return Err(Error::corrupted(
-                            format!(
-                                "delta[0] {lo} in the compact pack of lcluster {} \
-                                 (big pclusters)",
-                                m.lcn
-                            ),
-                            iat,
-                        ));
-                    }
-                    i -= lo as i64 - 2;
-                    continue;
-                }
-                nblk += 1;
-            }
-        }
+        let nblk = compact_head_nblk(i as u32, big_pcluster, |j| {
+            let (lo, ty) = decode_compactedbits(lobits, pack, encodebits * j);
+            (ty, lo)
+        })
+        .ok_or_else(|| {
+            // A big-pcluster extent's first NONHEAD is its CBLKCNT: plain delta[0] is at least 2.
+            Error::corrupted(
+                format!(
+                    "delta[0] <= 1 in the compact pack of lcluster {} (big pclusters)",
+                    m.lcn
+                ),
+                iat,
+            )
+        })?;
         m.pblk = le32_at(pack, packsize as usize - 4) as u64 + nblk;
         Ok(())
     }

@@ -7,6 +7,9 @@
 //! interesting values, truncations, insertions, deletions, copies; fixed seeds); and verified opens:
 //! `fuzz/corpus/verified_open_walk`, `fuzz_regressions/verified`, and each seed under honest
 //! Merkle trees (random parameters, attached or sidecar, cache sizes) with damage, and as raw seals.
+//! The seal targets: `fuzz/corpus/{seal_trailer,file_digests,sealed_open}` and
+//! `fuzz_regressions/<target>`, each as it is and with deterministic mutations (half of them in the
+//! trailer at the end).
 //!
 //! The walk is NOT a copy: `harness.rs` below is the very file the cargo-fuzz targets use
 //! (`fuzz/src/harness.rs`), so the fuzzers and this test cannot drift apart.
@@ -26,6 +29,11 @@ use std::path::{Path, PathBuf};
 const MUTATIONS: u64 = 2000;
 /// Verified opens of each seed under a correct tree with damage (times SEALFS_FUZZ_SCALE).
 const VERIFIED_MUTATIONS: u64 = 40;
+/// Mutations of each seal_trailer and file_digests seed (times SEALFS_FUZZ_SCALE).
+const SEAL_MUTATIONS: u64 = 300;
+/// Mutations of each sealed_open seed (times SEALFS_FUZZ_SCALE): each runs several opens, walks
+/// and a whole-image check.
+const SEALED_OPEN_MUTATIONS: u64 = 30;
 /// At most this many failures are collected before the test stops and reports.
 const MAX_FAILURES: usize = 5;
 
@@ -285,6 +293,66 @@ fn verified_corpus_never_panics() {
             input[0] |= 1;
             if !f.run(&format!("raw {what}"), &input, harness::verified_open_walk) {
                 break 'seeds;
+            }
+        }
+    }
+    f.check();
+}
+
+/// A mutation for the seal targets: half of the time one of [`mutate`]'s, else 1 to 4 bytes changed
+/// in the last KiB (footer, header, per-file section, end of the tree).
+fn mutate_seal(base: &[u8], rng: &mut Rng) -> (Vec<u8>, String) {
+    if base.is_empty() || rng.below(2) == 0 {
+        return mutate(base, rng);
+    }
+    let mut b = base.to_vec();
+    let tail = b.len().min(1024) as u64;
+    let n = 1 + rng.below(4);
+    for _ in 0..n {
+        let p = b.len() - 1 - rng.below(tail) as usize;
+        b[p] = match rng.below(3) {
+            0 => b[p] ^ (1 << rng.below(8)),
+            1 => [0, 0xff, 1, 0x80][rng.below(4) as usize],
+            _ => rng.next_u64() as u8,
+        };
+    }
+    (b, format!("{n} bytes changed in the trailer"))
+}
+
+/// The seal targets' seeds and regressions, as they are and mutated.
+#[test]
+fn seal_corpora_never_panic() {
+    let mut f = failures();
+    type Target = (&'static str, fn(&[u8]), u64);
+    let targets: [Target; 3] = [
+        ("seal_trailer", harness::seal_trailer, SEAL_MUTATIONS),
+        ("file_digests", harness::file_digests, SEAL_MUTATIONS),
+        ("sealed_open", harness::sealed_open, SEALED_OPEN_MUTATIONS),
+    ];
+    'targets: for (target, run, mutations) in targets {
+        let seeds = inputs(&repo_path(&format!("../../fuzz/corpus/{target}")));
+        assert!(
+            seeds.len() >= 3,
+            "the seed corpus fuzz/corpus/{target} is missing (regenerate it with fuzz/make_corpus.sh)"
+        );
+        let regressions = inputs(&repo_path(&format!("tests/fuzz_regressions/{target}")));
+        for (name, bytes) in seeds.iter().chain(&regressions) {
+            if !f.run(&format!("{target} {name}"), bytes, run) {
+                break 'targets;
+            }
+        }
+        let n = mutations * scale();
+        for (name, base) in &seeds {
+            for i in 0..n {
+                let mut rng = Rng::splitmix(fnv1a(name.as_bytes()) ^ fnv1a(target.as_bytes()) ^ i);
+                let (bytes, what) = mutate_seal(base, &mut rng);
+                if !f.run(
+                    &format!("{target} {name}, mutation {i} ({what})"),
+                    &bytes,
+                    run,
+                ) {
+                    break 'targets;
+                }
             }
         }
     }

@@ -40,6 +40,11 @@
 //!   themselves, or got them from [`leaf_hashes_from_file`]). Level 0, nearly
 //!   all the work, is hashed in parallel with rayon on the current pool; the
 //!   output never depends on thread count.
+//! - [`check_tree`]: checks a whole stored tree against the root and the data
+//!   blocks' hashes against it, reporting each damaged block once as a
+//!   [`TreeProblem`] (indices in verity blocks; byte ranges from
+//!   [`TreeProblem::byte_range`]). Lazy readers check single paths with
+//!   [`TreeGeometry::hash_location`] and [`TreeGeometry::stored_digest`].
 //! - [`Descriptor`], [`descriptor`], [`file_digest`]: the 256-byte
 //!   `fsverity_descriptor` and the file digest.
 //! - [`Digest`]: displays and parses as `sha256:<hex>` / `sha512:<hex>`.
@@ -71,6 +76,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+mod check;
 mod descriptor;
 mod digest;
 mod error;
@@ -81,6 +87,7 @@ mod params;
 mod sha256x2;
 mod tree;
 
+pub use check::{check_tree, TreeProblem};
 pub use descriptor::{descriptor, file_digest, Descriptor, DESCRIPTOR_SIZE};
 pub use digest::{Digest, HashAlg, MAX_DIGEST_SIZE};
 pub use error::{Error, Result};
@@ -89,4 +96,4 @@ pub use hasher::BlockHasher;
 pub use params::{Params, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, MAX_SALT_SIZE, MIN_BLOCK_SIZE};
 pub use tree::{build_tree, Tree, TreeBuilder};
 #[cfg(unix)]
-pub use tree::{build_tree_from_file, leaf_hashes_from_file};
+pub use tree::{build_tree_from_file, leaf_hashes_from_file, leaf_hashes_from_reader};

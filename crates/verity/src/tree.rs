@@ -128,8 +128,21 @@ pub fn build_tree(params: &Params, data: &[u8]) -> Result<Tree> {
 /// A file shorter than `offset + len` is an error ([`Error::Read`]).
 #[cfg(unix)]
 pub fn build_tree_from_file(params: &Params, file: &File, offset: u64, len: u64) -> Result<Tree> {
+    use std::os::unix::fs::FileExt;
+    if offset.checked_add(len).is_none() {
+        return Err(Error::Read {
+            offset,
+            source: io::Error::new(io::ErrorKind::InvalidInput, "offset + length overflows"),
+        });
+    }
     build_with(params, len, true, |hasher, leaves| {
-        hash_file_into(hasher, file, offset, len, leaves, &|_| {})
+        hash_into(
+            hasher,
+            &|buf, at| file.read_exact_at(buf, offset + at),
+            len,
+            leaves,
+            &|_| {},
+        )
     })
 }
 
@@ -148,6 +161,29 @@ pub fn leaf_hashes_from_file(
     len: u64,
     progress: &dyn Fn(u64),
 ) -> Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    if offset.checked_add(len).is_none() {
+        return Err(Error::Read {
+            offset,
+            source: io::Error::new(io::ErrorKind::InvalidInput, "offset + length overflows"),
+        });
+    }
+    leaf_hashes_from_reader(
+        params,
+        &|buf, at| file.read_exact_at(buf, offset + at),
+        len,
+        progress,
+    )
+}
+
+/// The level-0 hashes of the `len` bytes that `read_exact_at(buf, offset)` reads (offsets from 0),
+/// as [`leaf_hashes_from_file`] computes them for a file: for any byte source.
+pub fn leaf_hashes_from_reader(
+    params: &Params,
+    read_exact_at: &(dyn Fn(&mut [u8], u64) -> io::Result<()> + Sync),
+    len: u64,
+    progress: &dyn Fn(u64),
+) -> Result<Vec<u8>> {
     let hasher = BlockHasher::new(params);
     let leaves_len = TreeGeometry::new(params, len)
         .data_blocks()
@@ -159,36 +195,21 @@ pub fn leaf_hashes_from_file(
         .try_reserve_exact(leaves_len)
         .map_err(|_| Error::TooLarge(len))?;
     leaves.resize(leaves_len, 0);
-    hash_file_into(&hasher, file, offset, len, &mut leaves, progress)?;
+    hash_into(&hasher, read_exact_at, len, &mut leaves, progress)?;
     Ok(leaves)
 }
 
-/// Hashes `len` bytes of `file` from `offset` into `leaves` (exactly one
-/// digest per block), double-buffered: the read of chunk i + 1 runs while
-/// chunk i is hashed.
-#[cfg(unix)]
-fn hash_file_into(
+/// Hashes the `len` bytes `read_exact_at` reads into `leaves` (exactly one digest per block),
+/// double-buffered: the read of chunk i + 1 runs while chunk i is hashed.
+fn hash_into(
     hasher: &BlockHasher,
-    file: &File,
-    offset: u64,
+    read_exact_at: &(dyn Fn(&mut [u8], u64) -> io::Result<()> + Sync),
     len: u64,
     leaves: &mut [u8],
     progress: &dyn Fn(u64),
 ) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-
-    if offset.checked_add(len).is_none() {
-        return Err(Error::Read {
-            offset,
-            source: io::Error::new(io::ErrorKind::InvalidInput, "offset + length overflows"),
-        });
-    }
     let read_at = |buf: &mut [u8], at: u64| -> Result<()> {
-        let abs = offset + at;
-        file.read_exact_at(buf, abs).map_err(|source| Error::Read {
-            offset: abs,
-            source,
-        })
+        read_exact_at(buf, at).map_err(|source| Error::Read { offset: at, source })
     };
     let (bs, d) = (
         hasher.params().block_size() as u64,

@@ -11,13 +11,12 @@
 //! With `-n NAME` only that attribute is printed; if the path has no such attribute that is an error
 //! ("No such attribute", exit 1), answered from the inode's xattr name filter when it can be.
 
-use super::{fault, join, resolve, show, Status};
+use super::{fault, resolve, show, Status};
 use crate::open::ImageArgs;
 use anyhow::{anyhow, Context, Result};
 use clap::{ArgAction, Args};
 use regex::bytes::Regex;
-use sealfs_reader::{Follow, Image, Inode};
-use std::collections::HashSet;
+use sealfs_reader::{Follow, Image, Inode, Visit, WalkEvent};
 use std::ffi::OsString;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -224,62 +223,50 @@ impl Printer<'_> {
     /// Prints `path` (already resolved to `inode`, which is the symlink itself for symlinks) and, with
     /// `-R`, everything below it.
     fn visit(&mut self, path: &[u8], inode: Inode) -> Result<()> {
-        let follow = !self.args.no_dereference;
-        let mut seen = HashSet::new();
-        let mut stack = vec![(path.to_vec(), inode)];
-        while let Some((p, inode)) = stack.pop() {
-            let shown = if follow && inode.is_symlink() {
-                resolve(self.img, &p, Follow::All)
-            } else {
-                Ok(inode.clone())
-            };
-            if let Err(e) = shown.and_then(|i| self.print(&p, &i)) {
-                if super::exit_code(&e).is_none() {
-                    return Err(e);
-                }
-                self.out.flush()?;
-                self.status.error(&e);
-            }
-            if !self.args.recursive || !inode.is_dir() {
-                continue;
-            }
-            if !seen.insert(inode.nid()) {
-                self.out.flush()?;
-                self.status.error(&fault(format!(
-                    "{}: directory nid {} reached twice: the image has a directory cycle",
-                    show(&p),
-                    inode.nid()
-                )));
-                continue;
-            }
-            let entries = self
-                .img
-                .read_dir(&inode)
-                .and_then(|rd| rd.collect::<sealfs_reader::Result<Vec<_>>>())
-                .with_context(|| show(&p));
-            let entries = match entries {
-                Ok(e) => e,
-                Err(e) => {
+        self.show_one(path, &inode)?;
+        if !self.args.recursive || !inode.is_dir() {
+            return Ok(());
+        }
+        let img = self.img;
+        img.walk(&inode, path, &mut |event| -> Result<Visit> {
+            match event {
+                WalkEvent::Dir { .. } => {}
+                WalkEvent::Error { path, error, .. } => {
                     self.out.flush()?;
-                    self.status.error(&e);
-                    continue;
+                    self.status
+                        .error(&anyhow::Error::new(error).context(show(path)));
                 }
-            };
-            let mut children = Vec::new();
-            for e in entries {
-                if e.name == b"." || e.name == b".." {
-                    continue;
-                }
-                let cp = join(&p, &e.name);
-                match self.img.inode(e.nid).with_context(|| show(&cp)) {
-                    Ok(i) => children.push((cp, i)),
-                    Err(e) => {
+                WalkEvent::Entry(e) => {
+                    self.show_one(e.path, e.inode)?;
+                    if e.revisited {
                         self.out.flush()?;
-                        self.status.error(&e);
+                        self.status.error(&fault(format!(
+                            "{}: directory nid {} reached twice: the image has a directory cycle",
+                            show(e.path),
+                            e.entry.nid
+                        )));
                     }
                 }
             }
-            stack.extend(children.into_iter().rev());
+            Ok(Visit::Continue)
+        })
+    }
+
+    /// Prints the attributes of one path (of its target, for a symlink unless -h); an error is
+    /// reported and remembered, except a closed stdout, which ends the command.
+    fn show_one(&mut self, path: &[u8], inode: &Inode) -> Result<()> {
+        let follow = !self.args.no_dereference;
+        let shown = if follow && inode.is_symlink() {
+            resolve(self.img, path, Follow::All)
+        } else {
+            Ok(inode.clone())
+        };
+        if let Err(e) = shown.and_then(|i| self.print(path, &i)) {
+            if super::exit_code(&e).is_none() {
+                return Err(e);
+            }
+            self.out.flush()?;
+            self.status.error(&e);
         }
         Ok(())
     }

@@ -5,11 +5,11 @@
 //! block is read through the checks of the open); a walk that fails still prints the rest.
 
 use super::{fault, hex, show, Status};
-use crate::open::{ImageArgs, OpenImage, Trust};
-use crate::verify::read_file_digests;
+use crate::open::{ImageArgs, OpenImage};
 use anyhow::{Context, Result};
 use clap::Args;
 use sealfs_format::{self as fmt};
+use sealfs_reader::{Checker, Trust, Visit, WalkEvent};
 use sealfs_reader::{FileType, Image};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
@@ -125,67 +125,65 @@ fn account_storage(img: &Image, inode: &sealfs_reader::Inode, c: &mut Counts) ->
 fn count(img: &Image) -> Result<Counts> {
     let mut c = Counts::default();
     let root = img.root()?;
-    let mut seen_dirs = HashSet::from([root.nid()]);
     let mut names: HashMap<u64, u32> = HashMap::new();
-    let mut stack = vec![(b"/".to_vec(), root)];
     c.inodes = 1;
     c.dirs = 1;
-    while let Some((path, dir)) = stack.pop() {
-        for e in img.read_dir(&dir).with_context(|| show(&path))? {
-            let e = e.with_context(|| show(&path))?;
-            if e.name == b"." || e.name == b".." {
-                continue;
+    img.walk(&root, b"/", &mut |event| -> Result<Visit> {
+        let e = match event {
+            WalkEvent::Dir { .. } => return Ok(Visit::Continue),
+            WalkEvent::Error { path, error, .. } => {
+                return Err(anyhow::Error::new(error).context(show(path)))
             }
-            c.entries += 1;
-            let p = super::join(&path, &e.name);
-            let inode = img.inode(e.nid).with_context(|| show(&p))?;
-            if inode.is_dir() {
-                if !seen_dirs.insert(e.nid) {
-                    return Err(fault(format!(
-                        "{}: directory nid {} reached twice: the image has a directory cycle",
-                        show(&p),
-                        e.nid
-                    )));
-                }
-                c.inodes += 1;
-                c.dirs += 1;
-                stack.push((p, inode));
-                continue;
-            }
-            let n = names.entry(e.nid).or_default();
-            *n += 1;
-            if *n == 2 {
-                c.hard_linked += 1;
-            }
-            if *n > 1 {
-                continue;
+            WalkEvent::Entry(e) => e,
+        };
+        c.entries += 1;
+        let inode = e.inode;
+        if inode.is_dir() {
+            if e.revisited {
+                return Err(fault(format!(
+                    "{}: directory nid {} reached twice: the image has a directory cycle",
+                    show(e.path),
+                    e.entry.nid
+                )));
             }
             c.inodes += 1;
-            match inode.file_type() {
-                FileType::Regular => {
-                    c.files += 1;
-                    c.file_bytes += inode.size();
-                    account_storage(img, &inode, &mut c).with_context(|| show(&path))?;
-                }
-                FileType::Symlink => c.symlinks += 1,
-                FileType::CharDevice | FileType::BlockDevice => c.devices += 1,
-                FileType::Fifo => c.fifos += 1,
-                FileType::Socket => c.sockets += 1,
-                FileType::Directory => unreachable!("handled above"),
-            }
+            c.dirs += 1;
+            return Ok(Visit::Continue);
         }
-    }
+        let n = names.entry(e.entry.nid).or_default();
+        *n += 1;
+        if *n == 2 {
+            c.hard_linked += 1;
+        }
+        if *n > 1 {
+            return Ok(Visit::Continue);
+        }
+        c.inodes += 1;
+        match inode.file_type() {
+            FileType::Regular => {
+                c.files += 1;
+                c.file_bytes += inode.size();
+                account_storage(img, inode, &mut c).with_context(|| show(e.path))?;
+            }
+            FileType::Symlink => c.symlinks += 1,
+            FileType::CharDevice | FileType::BlockDevice => c.devices += 1,
+            FileType::Fifo => c.fifos += 1,
+            FileType::Socket => c.sockets += 1,
+            FileType::Directory => unreachable!("handled above"),
+        }
+        Ok(Visit::Continue)
+    })?;
     Ok(c)
 }
 
 /// The trust level, in one sentence.
 fn trust_text(trust: &Trust) -> (&'static str, String) {
     match trust {
-        Trust::Authenticated(d) => (
+        Trust::Authenticated { digest: d, .. } => (
             "authenticated",
             format!("authenticated: the seal's digest equals --digest {d}, and every block read is checked against it"),
         ),
-        Trust::SelfConsistent(d) => (
+        Trust::SelfConsistent { digest: d, .. } => (
             "self-consistent",
             format!("self-consistent only: every block read is checked against the image's own seal ({d}), but nobody vouched for that seal; give --digest to authenticate"),
         ),
@@ -225,21 +223,22 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
         }
     };
     let (trust_key, mut trust_line) = trust_text(&opened.trust);
-    let verified_by = match (&opened.trust, opened.offloaded) {
+    let offloaded = opened.trust.checker() == Some(Checker::Kernel);
+    let verified_by = match (&opened.trust, offloaded) {
         (Trust::Unverified, _) => "none",
         (_, true) => {
             "kernel fs-verity (offloaded: the image file's kernel digest is the image digest)"
         }
         (_, false) => "sealfs (userspace, every block against the Merkle tree)",
     };
-    if opened.offloaded {
+    if offloaded {
         trust_line.push_str("; verification is offloaded to the kernel's fs-verity");
     }
 
     let seal = opened.seal.as_ref().map(|s| {
         let h = &s.header;
         let digest = sealfs_verity::file_digest(&s.params, &h.descriptor);
-        let files = read_file_digests(s);
+        let files = s.file_digests();
         let d = s.params.digest_size();
         (s, digest, files, hex(&h.root_hash[..d]))
     });
@@ -278,7 +277,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
                 "erofs_length": h.erofs_length.get(),
                 "tree_offset": h.tree_offset.get(),
                 "tree_size": h.tree_length.get(),
-                "file_digests": files.as_ref().ok().map(|f| f.as_ref().map_or(0, Vec::len)),
+                "file_digests": files.as_ref().ok().map(|f| f.as_ref().map_or(0, |f| f.len())),
                 "detached": h.flags & fmt::SEAL_FLAG_DETACHED != 0,
                 "signatures_size": h.sig_length.get(),
                 "root_hash": root,

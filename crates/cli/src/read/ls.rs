@@ -10,8 +10,7 @@ use super::{format_time, join, mode_string, resolve, show, Status, TimeStyle};
 use crate::open::ImageArgs;
 use anyhow::{Context, Result};
 use clap::Args;
-use sealfs_reader::{DirEntry, FileType, Follow, Image, Inode};
-use std::collections::HashSet;
+use sealfs_reader::{DirEntry, FileType, Follow, Image, Inode, Visit, WalkEvent};
 use std::ffi::OsString;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -268,19 +267,14 @@ impl Lister<'_> {
         }
     }
 
-    /// Lists directory `dir` at `path`; returns its subdirectories to recurse into.
+    /// Lists directory `dir` at `path`, whose entries are `entries`.
     fn list_dir(
         &mut self,
         path: &[u8],
-        dir: &Inode,
+        entries: &[DirEntry],
         header: bool,
         first: bool,
-    ) -> Result<Vec<(Vec<u8>, u64)>> {
-        let entries: Vec<DirEntry> = self
-            .img
-            .read_dir(dir)
-            .and_then(|rd| rd.collect())
-            .with_context(|| show(path))?;
+    ) -> Result<()> {
         if header {
             if !first {
                 self.out.write_all(b"\n")?;
@@ -289,26 +283,17 @@ impl Lister<'_> {
             self.out.write_all(&p)?;
             self.out.write_all(b":\n")?;
         }
-        let mut entries: Vec<DirEntry> = entries.into_iter().filter(|e| self.wanted(e)).collect();
+        let mut entries: Vec<&DirEntry> = entries.iter().filter(|e| self.wanted(e)).collect();
         if !self.args.unsorted {
             entries.sort_by(|a, b| a.name.cmp(&b.name));
         }
         let mut rows = Vec::with_capacity(entries.len());
-        let mut subdirs = Vec::new();
         for e in &entries {
-            if self.args.recursive
-                && e.name != b"."
-                && e.name != b".."
-                && e.file_type() == Some(FileType::Directory)
-            {
-                subdirs.push((join(path, &e.name), e.nid));
-            }
             if let Some(row) = self.row(path, &e.name, e.nid) {
                 rows.push(row);
             }
         }
-        self.print(&rows, true)?;
-        Ok(subdirs)
+        Ok(self.print(&rows, true)?)
     }
 }
 
@@ -348,43 +333,47 @@ pub fn run(args: LsArgs) -> Result<ExitCode> {
         l.out.flush()?;
         return Ok(l.status.code());
     }
-    // Depth first, subdirectories in listing order, as `ls -R` prints them.
-    let mut seen = HashSet::from([top.nid()]);
-    let mut stack: Vec<(Vec<u8>, u64)> = vec![(path, top.nid())];
+    // Depth first, each directory listed when it is entered, subdirectories in listing order (the
+    // on-disk order, which EROFS keeps sorted by name), as `ls -R` prints them.
     let mut first = true;
-    while let Some((p, nid)) = stack.pop() {
-        let dir = match img.inode(nid).with_context(|| show(&p)) {
-            Ok(d) => d,
-            Err(e) => {
-                l.out.flush()?;
-                l.status.error(&e);
-                continue;
+    img.walk(&top, &path, &mut |event| -> Result<Visit> {
+        match event {
+            WalkEvent::Dir { path, entries, .. } => {
+                l.list_dir(path, entries, args.recursive, first)?;
+                first = false;
+                Ok(Visit::Continue)
             }
-        };
-        match l.list_dir(&p, &dir, args.recursive, first) {
-            Ok(subdirs) => {
-                for (sp, snid) in subdirs.into_iter().rev() {
-                    if seen.insert(snid) {
-                        stack.push((sp, snid));
-                    } else {
-                        l.out.flush()?;
-                        l.status.error(&super::fault(format!(
-                            "{}: not listing already-listed directory (nid {snid}): the image has a directory cycle or a directory with two names",
-                            show(&sp)
-                        )));
-                    }
+            WalkEvent::Entry(e) => {
+                let descend = args.recursive
+                    && e.entry.file_type() == Some(FileType::Directory)
+                    && l.wanted(e.entry);
+                if descend && e.revisited {
+                    l.out.flush()?;
+                    l.status.error(&super::fault(format!(
+                        "{}: not listing already-listed directory (nid {}): the image has a directory cycle or a directory with two names",
+                        show(e.path),
+                        e.entry.nid
+                    )));
                 }
+                Ok(if descend { Visit::Continue } else { Visit::Skip })
             }
-            Err(e) => {
-                if super::exit_code(&e).is_none() {
-                    return Err(e);
-                }
+            // An entry whose inode cannot be loaded is reported by its row.
+            WalkEvent::Error { entry: Some(_), .. } => Ok(Visit::Skip),
+            WalkEvent::Error { path, error, .. } => {
                 l.out.flush()?;
-                l.status.error(&e);
+                l.status.error(&anyhow::Error::new(error).context(show(path)));
+                Ok(Visit::Continue)
             }
         }
-        first = false;
-    }
+    })
+    .or_else(|e| {
+        if super::exit_code(&e).is_none() {
+            Err(e)
+        } else {
+            l.status.error(&e);
+            Ok(())
+        }
+    })?;
     l.out.flush()?;
     Ok(l.status.code())
 }

@@ -7,8 +7,9 @@
 //! Paths in the image are raw bytes: names that are not UTF-8 are written out as they are, and error
 //! messages show them with [`show`]. Exit codes: 0 success, 1 a problem the image causes (corruption,
 //! verification failure, a path that does not exist, an unsafe name), 2 could not run (usage, local
-//! I/O errors). Commands that go on after an error (several paths, recursion) report each one and
-//! exit with the worst code; others return the error and [`finish`] classifies it.
+//! I/O errors); `extract` also exits 3 when the destination refused something (see its module).
+//! Commands that go on after an error (several paths, recursion) report each one and exit with the
+//! worst code; others return the error and [`finish`] classifies it.
 
 pub mod cat;
 pub mod extract;
@@ -267,12 +268,6 @@ pub fn format_time(sec: i64, nsec: u32, style: TimeStyle) -> String {
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whether this process runs as root (owners, devices and trusted/security xattrs need it).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }
 
 #[cfg(test)]

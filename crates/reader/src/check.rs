@@ -1,0 +1,525 @@
+//! Checking a whole image (what `sealfs verify` and `sealfs digest` report): every byte is hashed
+//! once, the stored Merkle tree is checked top-down against the root, every data block against its
+//! authentic level-0 hash, every per-file digest against the file's content (from the same level-0
+//! hashes: file data is not hashed twice), and damage is pinned on the file that owns it.
+//!
+//! Block indices in [`Problem`]s are in Merkle (verity) blocks of the seal's block size, which need
+//! not be the EROFS block size: [`Problem::byte_range`] gives the bytes.
+
+use crate::error::Error;
+use crate::image::{Image, Options};
+use crate::open::Source;
+use crate::seal::{find_seal, Found, OpenError, Seal};
+use crate::source::{ReadAt, SubRange};
+use rayon::prelude::*;
+use sealfs_verity::{BlockHasher, Digest, HashAlg, Params, Tree, TreeProblem};
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// A progress hook for long steps (hashing an image).
+pub trait Progress: Sync {
+    /// A step starts; `total` is its size in bytes when known.
+    fn begin(&self, step: &'static str, total: Option<u64>);
+    /// `n` more bytes of the current step are done.
+    fn advance(&self, n: u64);
+    /// The current step is done.
+    fn end(&self);
+}
+
+/// A [`Progress`] that shows nothing.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn begin(&self, _: &'static str, _: Option<u64>) {}
+    fn advance(&self, _: u64) {}
+    fn end(&self) {}
+}
+
+/// One thing a check found wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// A block of the EROFS bytes does not match its hash; `owner` says what it holds, when known.
+    DataBlock {
+        /// Index of the block, in Merkle blocks of `block_size` bytes.
+        index: u64,
+        /// The Merkle block size.
+        block_size: u64,
+        /// What the block holds ("data of /path", or metadata).
+        owner: Option<String>,
+    },
+    /// A file's recorded fs-verity digest disagrees with its content (or a file has none).
+    FileDigest {
+        /// The file (its first path, from the root).
+        path: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// A block of the stored Merkle tree does not match its parent (or the root).
+    TreeBlock {
+        /// Tree level (0 hashes data blocks).
+        level: usize,
+        /// Block index within the level.
+        index: u64,
+    },
+    /// The trailer is damaged or inconsistent.
+    Trailer(String),
+    /// The image is not the one the expected digest names.
+    Digest {
+        /// The digest given.
+        expected: Digest,
+        /// The image's digest.
+        actual: Digest,
+    },
+}
+
+impl Problem {
+    /// The bytes of the image a damaged data block covers.
+    pub fn byte_range(&self) -> Option<Range<u64>> {
+        match self {
+            Problem::DataBlock {
+                index, block_size, ..
+            } => Some(index * block_size..(index + 1) * block_size),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::DataBlock { index, owner, .. } => {
+                let r = self.byte_range().expect("a data block");
+                write!(
+                    f,
+                    "image block {index} (bytes {}..{}) does not match its hash",
+                    r.start, r.end
+                )?;
+                match owner {
+                    Some(o) => write!(f, ": {o}"),
+                    None => Ok(()),
+                }
+            }
+            Problem::FileDigest { path, what } => write!(f, "{path}: {what}"),
+            Problem::TreeBlock { level, index } => {
+                write!(f, "Merkle tree level {level} block {index} is damaged")
+            }
+            Problem::Trailer(what) => write!(f, "{what}"),
+            Problem::Digest { expected, actual } => {
+                write!(f, "digest mismatch: expected {expected}, image is {actual}")
+            }
+        }
+    }
+}
+
+/// How [`check`] checks.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// The digest the image must have.
+    pub digest: Option<Digest>,
+    /// Read the seal from this sidecar.
+    pub sidecar: Option<Source>,
+    /// Stop listing Merkle problems after this many.
+    pub max_problems: usize,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            digest: None,
+            sidecar: None,
+            max_problems: 100,
+        }
+    }
+}
+
+/// What [`check`] found.
+#[derive(Debug)]
+pub struct Report {
+    /// Everything wrong; empty when the image verified.
+    pub problems: Vec<Problem>,
+    /// The image's digest, computed from its bytes (for a sealed image, what its seal names), when
+    /// the check got that far.
+    pub digest: Option<Digest>,
+    /// An expected digest was given (the image is authenticated when there are no problems).
+    pub authenticated: bool,
+    /// The image has a seal (or was meant to have one: a damaged seal counts).
+    pub sealed: bool,
+    /// Things the check could not do, which are not problems of the image's content (for example
+    /// naming the owner of a damaged block when the metadata is damaged too).
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// No problem found.
+    pub fn is_verified(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// An opened source and the seal found for it.
+struct Checked {
+    image: Arc<dyn ReadAt>,
+    name: String,
+    found: Found,
+}
+
+fn open_for_check(source: Source, sidecar: Option<&Source>) -> Result<Checked, OpenError> {
+    let name = source.name();
+    let image = reader_of(&source)?;
+    let side = sidecar
+        .map(|s| Ok::<_, OpenError>((reader_of(s)?, s.name())))
+        .transpose()?;
+    let found = find_seal(&image, &name, side.as_ref().map(|(r, n)| (r, n.as_str())))?;
+    Ok(Checked { image, name, found })
+}
+
+fn reader_of(source: &Source) -> Result<Arc<dyn ReadAt>, OpenError> {
+    Ok(match source {
+        Source::Path(p) => Arc::new(std::fs::File::open(p).map_err(|e| OpenError::Io {
+            name: p.display().to_string(),
+            what: "open",
+            source: e,
+        })?),
+        Source::Reader { reader, .. } => reader.clone(),
+    })
+}
+
+/// Hashes every block of `image[0..len)`: the level-0 hashes, concatenated.
+fn leaf_hashes(
+    params: &Params,
+    image: &Arc<dyn ReadAt>,
+    name: &str,
+    len: u64,
+    progress: &dyn Progress,
+) -> Result<Vec<u8>, OpenError> {
+    progress.begin("hashing", Some(len));
+    let leaves = sealfs_verity::leaf_hashes_from_reader(
+        params,
+        &|buf, at| image.read_exact_at(buf, at),
+        len,
+        &|n| progress.advance(n),
+    )
+    .map_err(|e| OpenError::Io {
+        name: name.to_string(),
+        what: "hash",
+        source: std::io::Error::other(e),
+    })?;
+    progress.end();
+    Ok(leaves)
+}
+
+/// The reader over the EROFS bytes of an image, without verification (the check hashes them itself).
+fn unverified(image: &Arc<dyn ReadAt>, len: u64) -> crate::Result<Image> {
+    Image::open_unverified_with(SubRange::new(image.clone(), 0, len), &Options::default())
+}
+
+/// Checks every byte of an image against its seal (or, for a plain image, against the expected
+/// digest, which is then required): the stored tree, every data block, the per-file digests and the
+/// digest. A damaged seal is a [`Problem::Trailer`]; `Err` means the check could not run.
+pub fn check(
+    source: impl Into<Source>,
+    options: &CheckOptions,
+    progress: &dyn Progress,
+) -> Result<Report, OpenError> {
+    let c = match open_for_check(source.into(), options.sidecar.as_ref()) {
+        Err(OpenError::Seal(what)) => {
+            return Ok(Report {
+                problems: vec![Problem::Trailer(what)],
+                digest: None,
+                authenticated: false,
+                sealed: true,
+                notes: Vec::new(),
+            })
+        }
+        Err(e) => return Err(e),
+        Ok(c) => c,
+    };
+    match &c.found {
+        Found::Plain(len) => {
+            let Some(expected) = &options.digest else {
+                return Err(OpenError::Refused(format!(
+                    "{}: not sealed; give --digest to check it against a known digest",
+                    c.name
+                )));
+            };
+            let params = Params::new(expected.alg(), 4096, b"").expect("valid parameters");
+            let leaves = leaf_hashes(&params, &c.image, &c.name, *len, progress)?;
+            let actual = tree_digest(&params, *len, &leaves, &c.name)?;
+            let mut problems = Vec::new();
+            if &actual != expected {
+                problems.push(Problem::Digest {
+                    expected: *expected,
+                    actual,
+                });
+            }
+            Ok(Report {
+                problems,
+                digest: Some(actual),
+                authenticated: true,
+                sealed: false,
+                notes: Vec::new(),
+            })
+        }
+        Found::Sealed(seal) => {
+            let len = seal.erofs_length();
+            let tree = seal.read_tree().map_err(|e| OpenError::Io {
+                name: c.name.clone(),
+                what: "read Merkle tree",
+                source: e,
+            })?;
+            let leaves = leaf_hashes(&seal.params, &c.image, &c.name, len, progress)?;
+            let bs = seal.params.block_size() as u64;
+            let d = seal.params.digest_size();
+            let mut problems: Vec<Problem> = sealfs_verity::check_tree(
+                &seal.params,
+                len,
+                &seal.header.root_hash[..d],
+                &tree,
+                &leaves,
+                options.max_problems,
+            )
+            .into_iter()
+            .map(|p| match p {
+                TreeProblem::DataBlock { index } => Problem::DataBlock {
+                    index,
+                    block_size: bs,
+                    owner: None,
+                },
+                TreeProblem::TreeBlock { level, index } => Problem::TreeBlock { level, index },
+            })
+            .collect();
+            let mut notes = Vec::new();
+            check_files(&c.image, seal, &leaves, &mut problems, &mut notes);
+            let actual = seal.digest();
+            if let Some(expected) = &options.digest {
+                if &actual != expected {
+                    problems.push(Problem::Digest {
+                        expected: *expected,
+                        actual,
+                    });
+                }
+            }
+            Ok(Report {
+                problems,
+                digest: Some(actual),
+                authenticated: options.digest.is_some(),
+                sealed: true,
+                notes,
+            })
+        }
+    }
+}
+
+fn tree_digest(params: &Params, len: u64, leaves: &[u8], name: &str) -> Result<Digest, OpenError> {
+    Ok(Tree::from_leaf_hashes(params, len, leaves)
+        .map_err(|e| OpenError::Io {
+            name: name.to_string(),
+            what: "hash",
+            source: std::io::Error::other(e),
+        })?
+        .digest())
+}
+
+fn path_text(p: &[u8]) -> String {
+    String::from_utf8_lossy(p).into_owned()
+}
+
+/// Names the owners of damaged blocks and checks the per-file digests against the image content
+/// (from the level-0 hashes already computed when they use the same parameters). The walk reads the
+/// image through the reader; where damaged metadata stops it, blocks stay unnamed (with a note).
+fn check_files(
+    image: &Arc<dyn ReadAt>,
+    seal: &Seal,
+    leaves: &[u8],
+    problems: &mut Vec<Problem>,
+    notes: &mut Vec<String>,
+) {
+    let recorded = seal.file_digests();
+    if let Err(what) = &recorded {
+        problems.push(Problem::Trailer(what.clone()));
+    }
+    let walk = unverified(image, seal.erofs_length()).and_then(|img| {
+        let files = img.regular_files()?;
+        Ok((img, files))
+    });
+    let (img, files) = match walk {
+        Ok(x) => x,
+        Err(e) => {
+            notes.push(format!("cannot walk the image to name files: {e}"));
+            return;
+        }
+    };
+    name_owners(&img, &files, problems);
+    let Ok(Some(recorded)) = recorded else { return };
+    let alg = recorded.alg();
+    let fparams = crate::files::file_params(alg);
+    let share = seal.params == fparams;
+    let hasher = BlockHasher::new(&fparams);
+    let recorded_nids: BTreeSet<u64> = recorded.entries().iter().map(|(n, _)| *n).collect();
+    for nid in files.keys().filter(|n| !recorded_nids.contains(n)) {
+        problems.push(Problem::FileDigest {
+            path: format!("/{}", path_text(&files[nid][0])),
+            what: "no recorded fs-verity digest".into(),
+        });
+    }
+    let results: Vec<Option<Problem>> = recorded
+        .entries()
+        .par_iter()
+        .map(|(nid, want)| {
+            let Some(paths) = files.get(nid) else {
+                return Some(Problem::Trailer(format!(
+                    "per-file digest for nid {nid}, which is no regular file of the image"
+                )));
+            };
+            let path = format!("/{}", path_text(&paths[0]));
+            let got = img.inode(*nid).and_then(|inode| {
+                if share {
+                    img.file_digest_from_leaves(&inode, &hasher, leaves)
+                } else {
+                    img.file_digest_by_reading(&inode, alg)
+                }
+            });
+            match got {
+                Ok(got) if &got == want => None,
+                Ok(got) => Some(Problem::FileDigest {
+                    path,
+                    what: format!("recorded digest {want}, content hashes to {got}"),
+                }),
+                Err(e) => Some(Problem::FileDigest {
+                    path,
+                    what: format!("cannot check its digest: {e}"),
+                }),
+            }
+        })
+        .collect();
+    problems.extend(results.into_iter().flatten());
+}
+
+/// Fills in the owner of every damaged data block: the file whose stored data (blocks, inline tail
+/// or compressed pcluster) overlaps the block's bytes, else metadata.
+fn name_owners(
+    img: &Image,
+    files: &std::collections::BTreeMap<u64, Vec<Vec<u8>>>,
+    problems: &mut [Problem],
+) {
+    let bad: Vec<(usize, Range<u64>)> = problems
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.byte_range().map(|r| (i, r)))
+        .collect();
+    if bad.is_empty() {
+        return;
+    }
+    // Damaged block -> the files whose data it holds (several when Merkle blocks are larger than
+    // EROFS blocks).
+    let mut owners: HashMap<usize, Vec<&[u8]>> = HashMap::new();
+    for (nid, paths) in files {
+        let Ok(storage) = img.inode(*nid).and_then(|i| img.file_storage(&i)) else {
+            continue;
+        };
+        for (i, r) in &bad {
+            if storage.iter().any(|s| s.start < r.end && r.start < s.end) {
+                owners.entry(*i).or_default().push(&paths[0]);
+            }
+        }
+    }
+    for (i, _) in bad {
+        if let Problem::DataBlock { owner: o, .. } = &mut problems[i] {
+            *o = Some(match owners.remove(&i).as_deref() {
+                None | Some([]) => "metadata (inodes, directories, xattrs) or tails".into(),
+                Some([one]) => format!("data of /{}", path_text(one)),
+                Some([first, rest @ ..]) => format!(
+                    "data of /{} and of {} other file(s)",
+                    path_text(first),
+                    rest.len()
+                ),
+            });
+        }
+    }
+}
+
+/// What [`image_digest`] computed.
+#[derive(Debug)]
+pub struct DigestReport {
+    /// The fs-verity digest of the EROFS bytes, computed from them.
+    pub digest: Digest,
+    /// What the seal names, for a sealed image (an image whose bytes hash to something else is
+    /// damaged).
+    pub sealed: Option<Digest>,
+}
+
+/// Computes the image digest from the bytes (the seal's parameters; for a plain image, `plain_alg`
+/// with 4 KiB blocks and no salt), and what the seal names.
+pub fn image_digest(
+    source: impl Into<Source>,
+    sidecar: Option<&Source>,
+    plain_alg: HashAlg,
+    progress: &dyn Progress,
+) -> Result<DigestReport, OpenError> {
+    let c = open_for_check(source.into(), sidecar)?;
+    let (params, len, sealed) = match &c.found {
+        Found::Plain(len) => (
+            Params::new(plain_alg, 4096, b"").expect("valid parameters"),
+            *len,
+            None,
+        ),
+        Found::Sealed(seal) => (seal.params, seal.erofs_length(), Some(seal.digest())),
+    };
+    let leaves = leaf_hashes(&params, &c.image, &c.name, len, progress)?;
+    Ok(DigestReport {
+        digest: tree_digest(&params, len, &leaves, &c.name)?,
+        sealed,
+    })
+}
+
+/// Every regular file's digest with its paths: the digests the seal records, or, for a plain image,
+/// computed by reading with `plain_alg` (`computed` is then true). Sorted by path.
+pub fn file_digests(
+    source: impl Into<Source>,
+    sidecar: Option<&Source>,
+    plain_alg: HashAlg,
+) -> Result<FileDigestList, OpenError> {
+    let c = open_for_check(source.into(), sidecar)?;
+    let fault = |what: String| OpenError::Seal(format!("{}: {what}", c.name));
+    let recorded = match &c.found {
+        Found::Plain(_) => None,
+        Found::Sealed(seal) => seal.file_digests().map_err(&fault)?,
+    };
+    let image_err = |source: Error| OpenError::Image {
+        name: c.name.clone(),
+        source,
+    };
+    let img = unverified(&c.image, c.found.erofs_length()).map_err(image_err)?;
+    let computed = recorded.is_none();
+    let digests: HashMap<u64, Digest> = match recorded {
+        Some(d) => d.entries().iter().copied().collect(),
+        None => img
+            .compute_file_digests(plain_alg)
+            .map_err(image_err)?
+            .into_iter()
+            .collect(),
+    };
+    let mut lines = Vec::new();
+    for (nid, paths) in img.regular_files().map_err(image_err)? {
+        let d = digests.get(&nid).ok_or_else(|| {
+            OpenError::Refused(format!(
+                "{}: no recorded digest for nid {nid} (/{})",
+                c.name,
+                path_text(&paths[0])
+            ))
+        })?;
+        lines.extend(paths.into_iter().map(|p| (p, *d)));
+    }
+    lines.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(FileDigestList { lines, computed })
+}
+
+/// What [`file_digests`] found.
+#[derive(Debug)]
+pub struct FileDigestList {
+    /// `(path relative to the root, digest)`, sorted by path; a hard-linked file once per path.
+    pub lines: Vec<(Vec<u8>, Digest)>,
+    /// The image records no per-file digests: they were computed by reading.
+    pub computed: bool,
+}

@@ -1,0 +1,190 @@
+//! Regular files of an image and their fs-verity digests (4 KiB blocks, no salt: what
+//! `fsverity digest` prints for the file), computed either from the image's level-0 hashes (no
+//! re-hashing of data the seal already hashed) or by reading the file.
+
+use crate::data::ExtentKind;
+use crate::error::{Error, Location, Result};
+use crate::image::Image;
+use crate::inode::Inode;
+use crate::walk::{Visit, WalkEvent};
+use rayon::prelude::*;
+use sealfs_format::FILE_DIGESTS_LOG_BLOCKSIZE;
+use sealfs_verity::{BlockHasher, Digest, HashAlg, Params, Tree, TreeBuilder};
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// Block size of per-file digests.
+pub const FILE_BLOCK: u64 = 1 << FILE_DIGESTS_LOG_BLOCKSIZE;
+
+/// Parameters of per-file digests for `alg`.
+pub fn file_params(alg: HashAlg) -> Params {
+    Params::new(alg, FILE_BLOCK as usize, b"").expect("4 KiB unsalted parameters are valid")
+}
+
+fn verity_error(inode: &Inode, e: sealfs_verity::Error) -> Error {
+    Error::corrupted(format!("file digest: {e}"), Location::nid(inode.nid()))
+}
+
+impl Image {
+    /// Every regular file's paths (relative to the root, raw bytes, sorted) by nid; hard links give
+    /// several paths. The first error met ends the walk.
+    pub fn regular_files(&self) -> Result<BTreeMap<u64, Vec<Vec<u8>>>> {
+        let mut files: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
+        self.walk(&self.root()?, b"", &mut |event| match event {
+            WalkEvent::Entry(e) => {
+                if e.inode.is_file() {
+                    files.entry(e.entry.nid).or_default().push(e.path.to_vec());
+                }
+                Ok(Visit::Continue)
+            }
+            WalkEvent::Dir { .. } => Ok(Visit::Continue),
+            WalkEvent::Error { error, .. } => Err(error),
+        })?;
+        for paths in files.values_mut() {
+            paths.sort();
+        }
+        Ok(files)
+    }
+
+    /// The fs-verity digest of a file, read through the reader (so verified as the image is).
+    pub fn file_digest_by_reading(&self, inode: &Inode, alg: HashAlg) -> Result<Digest> {
+        let mut builder = TreeBuilder::new(&file_params(alg));
+        let mut buf = vec![0u8; (1 << 20).min(inode.size() as usize).max(1)];
+        let mut off = 0;
+        while off < inode.size() {
+            let n = self.read(inode, off, &mut buf)?;
+            if n == 0 {
+                return Err(Error::corrupted(
+                    format!("read ended at {off} of {}", inode.size()),
+                    Location::nid(inode.nid()),
+                ));
+            }
+            builder.update(&buf[..n]);
+            off += n as u64;
+        }
+        Ok(builder
+            .finish()
+            .map_err(|e| verity_error(inode, e))?
+            .digest())
+    }
+
+    /// The image blocks holding a file's whole blocks, with their place in the file:
+    /// `(file block, image block)`, both in [`FILE_BLOCK`]s. Partial blocks and inline tails are not
+    /// listed (they are hashed from the file's own bytes).
+    pub fn file_blocks(&self, inode: &Inode) -> Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        for e in self.map_range(inode, 0, inode.size())? {
+            if let ExtentKind::Mapped { physical } = e.kind {
+                if e.logical % FILE_BLOCK != 0 || physical % FILE_BLOCK != 0 {
+                    continue;
+                }
+                let end = (e.logical + e.length).min(inode.size());
+                for k in 0..(end - e.logical) / FILE_BLOCK {
+                    out.push((e.logical / FILE_BLOCK + k, physical / FILE_BLOCK + k));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The byte ranges of the image whose blocks hold only this file's data: its mapped blocks and
+    /// compressed pclusters. Inline tails and inline pclusters share metadata blocks with other
+    /// inodes and are not listed.
+    pub fn file_storage(&self, inode: &Inode) -> Result<Vec<Range<u64>>> {
+        let mut out = Vec::new();
+        if inode.size() == 0 {
+            return Ok(out);
+        }
+        for e in self.map_range(inode, 0, inode.size())? {
+            match e.kind {
+                ExtentKind::Mapped { physical } => {
+                    out.push(physical..physical + e.length.min(inode.size() - e.logical));
+                }
+                ExtentKind::Compressed {
+                    physical,
+                    plen,
+                    inline: false,
+                    ..
+                } => out.push(physical..physical + plen),
+                ExtentKind::Compressed { inline: true, .. }
+                | ExtentKind::Inline { .. }
+                | ExtentKind::Hole => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// The fs-verity digest of a file from the image's level-0 hashes `leaves` (which must use
+    /// 4 KiB unsalted blocks of the same algorithm as `hasher`): only partial blocks and inline
+    /// tails are read and hashed.
+    pub fn file_digest_from_leaves(
+        &self,
+        inode: &Inode,
+        hasher: &BlockHasher,
+        leaves: &[u8],
+    ) -> Result<Digest> {
+        let d = hasher.params().digest_size();
+        let nblocks = inode.size().div_ceil(FILE_BLOCK);
+        // The size comes from the image: allocate fallibly, so an absurd one is an error, not an abort.
+        let too_large = || {
+            Error::corrupted(
+                format!("file of {} bytes is too large to hash here", inode.size()),
+                Location::nid(inode.nid()),
+            )
+        };
+        let leaves_len = usize::try_from(nblocks)
+            .ok()
+            .and_then(|n| n.checked_mul(d))
+            .ok_or_else(too_large)?;
+        let mut file_leaves = Vec::new();
+        file_leaves
+            .try_reserve_exact(leaves_len)
+            .map_err(|_| too_large())?;
+        file_leaves.resize(leaves_len, 0);
+        let mut have = Vec::new();
+        have.try_reserve_exact(leaves_len / d)
+            .map_err(|_| too_large())?;
+        have.resize(leaves_len / d, false);
+        for (fb, ib) in self.file_blocks(inode)? {
+            let src = leaves
+                .get(ib as usize * d..(ib as usize + 1) * d)
+                .ok_or_else(|| {
+                    Error::corrupted(
+                        format!("file block {fb} maps outside the image (block {ib})"),
+                        Location::nid(inode.nid()),
+                    )
+                })?;
+            file_leaves[fb as usize * d..][..d].copy_from_slice(src);
+            have[fb as usize] = true;
+        }
+        let mut buf = vec![0u8; FILE_BLOCK as usize];
+        for (b, _) in have.iter().enumerate().filter(|(_, h)| !**h) {
+            let off = b as u64 * FILE_BLOCK;
+            let n = (inode.size() - off).min(FILE_BLOCK) as usize;
+            let got = self.read(inode, off, &mut buf[..n])?;
+            if got != n {
+                return Err(Error::corrupted(
+                    format!("short read at {off}"),
+                    Location::nid(inode.nid()),
+                ));
+            }
+            hasher.hash_block_into(&buf[..n], &mut file_leaves[b * d..][..d]);
+        }
+        Ok(
+            Tree::from_leaf_hashes(hasher.params(), inode.size(), &file_leaves)
+                .map_err(|e| verity_error(inode, e))?
+                .digest(),
+        )
+    }
+
+    /// Digests of every regular file, computed by reading (in parallel), sorted by nid.
+    pub fn compute_file_digests(&self, alg: HashAlg) -> Result<Vec<(u64, Digest)>> {
+        let nids: Vec<u64> = self.regular_files()?.into_keys().collect();
+        nids.par_iter()
+            .map(|&nid| {
+                let inode = self.inode(nid)?;
+                Ok((nid, self.file_digest_by_reading(&inode, alg)?))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,194 @@
+//! [`Image::walk`]: the one tree walk every command and the FUSE layer use: depth first, in
+//! directory order, each directory entered once.
+//!
+//! The walk reports each directory when it enters it, with all its entries ([`WalkEvent::Dir`]: what
+//! `ls -R` prints), then each entry in on-disk order ([`WalkEvent::Entry`], with its inode loaded:
+//! what `find` and `getfattr -R` visit), entering a subdirectory as soon as its entry is met
+//! (pre-order). The visitor prunes with [`Visit::Skip`] and stops the walk by returning `Err`.
+
+use crate::dir::DirEntry;
+use crate::error::Error;
+use crate::image::Image;
+use crate::inode::Inode;
+use std::collections::HashSet;
+
+/// An entry met by [`Image::walk`].
+#[derive(Debug)]
+pub struct WalkEntry<'a> {
+    /// Its path: the walk's starting path joined with every name below it.
+    pub path: &'a [u8],
+    /// The directory entry.
+    pub entry: &'a DirEntry,
+    /// The inode it names.
+    pub inode: &'a Inode,
+    /// 1 for the entries of the starting directory, 2 below them, ...
+    pub depth: usize,
+    /// A directory the walk has entered before: a hard-linked directory, or a cycle in a damaged
+    /// image. It is not entered again.
+    pub revisited: bool,
+}
+
+/// What [`Image::walk`] met.
+#[derive(Debug)]
+pub enum WalkEvent<'a> {
+    /// A directory the walk enters, with all its entries in on-disk order ("." and ".." included),
+    /// before any of them is visited.
+    Dir {
+        /// Its path.
+        path: &'a [u8],
+        /// Its inode.
+        inode: &'a Inode,
+        /// Its entries.
+        entries: &'a [DirEntry],
+        /// 0 for the starting directory.
+        depth: usize,
+    },
+    /// An entry (never "." or "..").
+    Entry(WalkEntry<'a>),
+    /// A directory that could not be listed, or an entry whose inode could not be loaded (`path`
+    /// says which). The walk goes on with the next entry.
+    Error {
+        /// Where.
+        path: &'a [u8],
+        /// The entry whose inode could not be loaded; `None` for a directory that could not be
+        /// listed.
+        entry: Option<&'a DirEntry>,
+        /// What went wrong.
+        error: Error,
+    },
+}
+
+/// What the walk does after an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Visit {
+    /// Go on, into the entry if it is a directory not entered before.
+    Continue,
+    /// Go on, but not into this directory.
+    Skip,
+}
+
+/// `prefix` joined with `name` by one '/' (none after a prefix that ends in '/' or is empty).
+pub fn join_path(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = prefix.to_vec();
+    push_name(&mut p, name);
+    p
+}
+
+fn push_name(path: &mut Vec<u8>, name: &[u8]) {
+    if !path.is_empty() && !path.ends_with(b"/") {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+}
+
+/// A directory being walked: its entries, the next one, and the length of the path at it.
+struct Open {
+    entries: Vec<DirEntry>,
+    next: usize,
+    path_len: usize,
+}
+
+impl Image {
+    /// Walks the tree below directory `top`, whose path is `top_path` (for example `b"/"`, or `b""`
+    /// for paths relative to it); see the [module docs](crate::walk). Each directory is entered once;
+    /// one reached again is reported with [`WalkEntry::revisited`] and not entered. The visitor's
+    /// answer to a [`WalkEvent::Dir`] or [`WalkEvent::Error`] is ignored unless it is `Err`.
+    pub fn walk<E>(
+        &self,
+        top: &Inode,
+        top_path: &[u8],
+        visit: &mut dyn FnMut(WalkEvent<'_>) -> Result<Visit, E>,
+    ) -> Result<(), E> {
+        let mut path = top_path.to_vec();
+        let mut entered: HashSet<u64> = HashSet::from([top.nid()]);
+        let mut stack: Vec<Open> = Vec::new();
+        if let Some(open) = self.enter(top, &path, 0, visit)? {
+            stack.push(open);
+        }
+        while let Some(open) = stack.last_mut() {
+            path.truncate(open.path_len);
+            let Some(entry) = open.entries.get(open.next).cloned() else {
+                stack.pop();
+                continue;
+            };
+            open.next += 1;
+            if entry.name == b"." || entry.name == b".." {
+                continue;
+            }
+            push_name(&mut path, &entry.name);
+            let inode = match self.inode(entry.nid) {
+                Ok(i) => i,
+                Err(error) => {
+                    visit(WalkEvent::Error {
+                        path: &path,
+                        entry: Some(&entry),
+                        error,
+                    })?;
+                    continue;
+                }
+            };
+            let revisited = inode.is_dir() && entered.contains(&entry.nid);
+            let depth = stack.len();
+            let step = visit(WalkEvent::Entry(WalkEntry {
+                path: &path,
+                entry: &entry,
+                inode: &inode,
+                depth,
+                revisited,
+            }))?;
+            if step == Visit::Continue && inode.is_dir() && !revisited {
+                entered.insert(entry.nid);
+                if let Some(open) = self.enter(&inode, &path, depth, visit)? {
+                    stack.push(open);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists directory `dir` and reports it: `None` when it cannot be listed (reported as an error).
+    fn enter<E>(
+        &self,
+        dir: &Inode,
+        path: &[u8],
+        depth: usize,
+        visit: &mut dyn FnMut(WalkEvent<'_>) -> Result<Visit, E>,
+    ) -> Result<Option<Open>, E> {
+        match self.read_dir_all(dir) {
+            Ok(entries) => {
+                visit(WalkEvent::Dir {
+                    path,
+                    inode: dir,
+                    entries: &entries,
+                    depth,
+                })?;
+                Ok(Some(Open {
+                    entries,
+                    next: 0,
+                    path_len: path.len(),
+                }))
+            }
+            Err(error) => {
+                visit(WalkEvent::Error {
+                    path,
+                    entry: None,
+                    error,
+                })?;
+                Ok(None)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join_path;
+
+    #[test]
+    fn joins_with_one_slash() {
+        assert_eq!(join_path(b"", b"a"), b"a");
+        assert_eq!(join_path(b"/", b"a"), b"/a");
+        assert_eq!(join_path(b"/a", b"b"), b"/a/b");
+        assert_eq!(join_path(b"a/", b"b"), b"a/b");
+    }
+}

@@ -1,0 +1,9 @@
+//! The input is a per-file digest section: `FileDigestSection::parse`, and what parses must
+//! re-encode to the same bytes (`sealfs_fuzz::harness::file_digests`). Must not panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    sealfs_fuzz::harness::file_digests(data);
+});
