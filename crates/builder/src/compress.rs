@@ -14,6 +14,11 @@
 //! file's last covers at least one block of data), and a pcluster of more than one block needs a
 //! NONHEAD lcluster in its extent to record its block count.
 
+#![allow(
+    unsafe_code,
+    reason = "liblz4's destSize and HC-state calls, which no safe binding offers, through their C API"
+)]
+
 // Links liblz4, whose destSize functions are declared below.
 use lz4_sys as _;
 use sealfs_format::{self as fmt, BLKSZ};
@@ -332,6 +337,7 @@ mod tests {
 
     /// What liblz4's one-shot `LZ4_compress_HC_destSize` (full clear of a fresh state) gives.
     fn reference_hc(level: c_int, input: &[u8], room: usize) -> Option<(usize, Vec<u8>)> {
+        // SAFETY: a pure function of the library.
         let size = unsafe { LZ4_sizeofStateHC() } as usize;
         let mut state = vec![0u64; size.div_ceil(8)];
         let mut dst = vec![0u8; room];

@@ -12,10 +12,8 @@ use sealfs_format::{self as fmt, S_IFDIR, S_IFMT};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::{self, File};
-use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// Index of an inode in [`Tree::inodes`].
@@ -394,30 +392,18 @@ fn data_ranges(path: &Path, md: &fs::Metadata) -> Result<Option<Vec<(u64, u64)>>
         return Ok(None);
     }
     let file = File::open(path).map_err(|e| BuildError::io_listed(path, "open", e))?;
-    let fd = file.as_raw_fd();
     let mut ranges = Vec::new();
     let mut pos = 0u64;
     while pos < size {
-        // SAFETY: lseek on an owned, open descriptor has no memory effects.
-        let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
-        if data < 0 {
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::ENXIO) => break, // no more data
-                Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => return Ok(None),
-                _ => return Err(BuildError::io(path, "find data (SEEK_DATA)", err)),
-            }
-        }
-        // SAFETY: as above.
-        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
-        if hole < 0 {
-            return Err(BuildError::io(
-                path,
-                "find hole (SEEK_HOLE)",
-                io::Error::last_os_error(),
-            ));
-        }
-        let (start, end) = (data as u64, (hole as u64).min(size));
+        let data = match rustix::fs::seek(&file, rustix::fs::SeekFrom::Data(pos)) {
+            Ok(d) => d,
+            Err(rustix::io::Errno::NXIO) => break, // no more data
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::OPNOTSUPP) => return Ok(None),
+            Err(e) => return Err(BuildError::io(path, "find data (SEEK_DATA)", e.into())),
+        };
+        let hole = rustix::fs::seek(&file, rustix::fs::SeekFrom::Hole(data))
+            .map_err(|e| BuildError::io(path, "find hole (SEEK_HOLE)", e.into()))?;
+        let (start, end) = (data, hole.min(size));
         if start >= size {
             break;
         }
@@ -434,8 +420,7 @@ fn read_xattrs(path: &Path, warnings: &mut Vec<String>) -> Result<Vec<Xattr>> {
         what: "NUL in path".into(),
     })?;
     let names = xattr_call(path, "list xattrs", |buf| {
-        // SAFETY: cpath is NUL-terminated; buf is a valid writable buffer of the given length.
-        unsafe { libc::llistxattr(cpath.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }
+        rustix::fs::llistxattr(cpath.as_c_str(), buf)
     })?;
     let mut out = Vec::new();
     for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
@@ -449,15 +434,7 @@ fn read_xattrs(path: &Path, warnings: &mut Vec<String>) -> Result<Vec<Xattr>> {
         };
         let cname = CString::new(name).expect("names from listxattr hold no NUL");
         let value = xattr_call(path, "read xattr", |buf| {
-            // SAFETY: both strings are NUL-terminated; buf is a valid writable buffer of the given length.
-            unsafe {
-                libc::lgetxattr(
-                    cpath.as_ptr(),
-                    cname.as_ptr(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                )
-            }
+            rustix::fs::lgetxattr(cpath.as_c_str(), cname.as_c_str(), buf)
         })?;
         if value.len() > fmt::EROFS_XATTR_VALUE_MAX {
             return Err(BuildError::Unsupported {
@@ -481,32 +458,27 @@ fn read_xattrs(path: &Path, warnings: &mut Vec<String>) -> Result<Vec<Xattr>> {
 }
 
 /// Runs a size-query-then-fill xattr syscall, retrying if the data grew in between.
-fn xattr_call(path: &Path, op: &'static str, call: impl Fn(&mut [u8]) -> isize) -> Result<Vec<u8>> {
+fn xattr_call(
+    path: &Path,
+    op: &'static str,
+    call: impl Fn(&mut [u8]) -> rustix::io::Result<usize>,
+) -> Result<Vec<u8>> {
+    use rustix::io::Errno;
     loop {
-        let n = call(&mut []);
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::ENODATA) {
-                return Ok(Vec::new());
+        let n = match call(&mut []) {
+            Ok(n) => n,
+            Err(Errno::NODATA | Errno::NOTSUP) => return Ok(Vec::new()),
+            Err(e) => return Err(BuildError::io_listed(path, op, e.into())),
+        };
+        let mut buf = vec![0u8; n];
+        match call(&mut buf) {
+            Ok(m) => {
+                buf.truncate(m);
+                return Ok(buf);
             }
-            if matches!(err.raw_os_error(), Some(libc::ENOTSUP)) {
-                return Ok(Vec::new());
-            }
-            return Err(BuildError::io_listed(path, op, err));
+            Err(Errno::RANGE) => continue,
+            Err(Errno::NODATA) => return Ok(Vec::new()),
+            Err(e) => return Err(BuildError::io_listed(path, op, e.into())),
         }
-        let mut buf = vec![0u8; n as usize];
-        let m = call(&mut buf);
-        if m < 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::ERANGE) {
-                continue;
-            }
-            if err.raw_os_error() == Some(libc::ENODATA) {
-                return Ok(Vec::new());
-            }
-            return Err(BuildError::io_listed(path, op, err));
-        }
-        buf.truncate(m as usize);
-        return Ok(buf);
     }
 }

@@ -7,6 +7,11 @@
 //! file system is unmounted or it gets SIGINT, SIGTERM or SIGHUP, which unmount it (lazily, as
 //! libfuse does: processes still holding files keep them).
 
+#![allow(
+    unsafe_code,
+    reason = "daemonizing (fork, sigwait, syslog) and the statistics ioctl have no safe binding"
+)]
+
 use crate::open::ImageArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;

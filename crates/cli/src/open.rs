@@ -1,5 +1,5 @@
 //! The options every reading command shares (`--digest`, `--sidecar`, `--verify`, cache sizes),
-//! translated into [`sealfs_reader::OpenOptions`]; opening itself is [`sealfs_reader::open`].
+//! translated into [`sealfs_reader::OpenOptions`]; opening itself is [`sealfs_reader::open()`].
 
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
@@ -35,7 +35,7 @@ pub struct ImageArgs {
     pub block_cache: Option<usize>,
 }
 
-/// An image opened for reading (see [`sealfs_reader::open`]).
+/// An image opened for reading (see [`sealfs_reader::open()`]).
 pub type OpenImage = OpenedImage;
 
 /// The CLI's form of an open error: the image's faults exit 1 (as [`crate::read::ImageFault`]), the

@@ -8,6 +8,11 @@
 //!
 //! Needs root, loop devices, FUSE and erofs-utils: prints `SKIP:` otherwise (a failure under CI=true).
 
+#![allow(
+    unsafe_code,
+    reason = "statfs of the mount and signals to the daemon, which std does not offer"
+)]
+
 mod common;
 
 use common::compare::{check_xattr_filter, compare_trees, Expect};

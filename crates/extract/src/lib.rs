@@ -54,7 +54,6 @@
 //! `trusted.*`/`security.*` xattrs) is counted and warned about, but leaves the run complete, as
 //! `tar` and `rsync` treat it.
 
-#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod error;

@@ -53,7 +53,7 @@ impl std::fmt::Debug for Image {
 impl Image {
     /// Opens the EROFS bytes of any byte source **without verification**, with default options: no
     /// block is checked against a seal, so this is for plain images and for reading a damaged image
-    /// on purpose. A sealed image is opened verified with [`crate::open`].
+    /// on purpose. A sealed image is opened verified with [`crate::open()`].
     pub fn open_unverified<R: ReadAt + 'static>(source: R) -> Result<Image> {
         Image::open_unverified_with(source, &Options::default())
     }

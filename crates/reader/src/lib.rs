@@ -25,7 +25,7 @@
 //!   `xattr.c` including the name bloom filter fast path, inodes decode as `erofs_read_inode` does.
 //!
 //! One module per on-disk concept, as in the kernel: [`superblock`], [`inode`], [`dir`], [`namei`],
-//! [`xattr`], [`data`], [`zmap`], [`decompress`]; plus [`open`] and [`seal`] (the verified entry
+//! [`xattr`], [`data`], [`zmap`], [`decompress`]; plus [`mod@open`] and [`seal`] (the verified entry
 //! point), [`source`] (byte and block sources),
 //! [`stats`] and [`error`].
 //!
@@ -39,7 +39,7 @@
 //!
 //! # Opening an image
 //!
-//! [`open`] is the entry point: it finds the seal (trailer or sidecar, [`seal`]), checks it against
+//! [`open()`] is the entry point: it finds the seal (trailer or sidecar, [`seal`]), checks it against
 //! the digest the caller expects, detects kernel fs-verity offload, and returns the [`Image`] whose
 //! every read is verified together with the [`Trust`] it established. Reading without verification
 //! is asked for by name: [`VerifyMode::None`], or [`Image::open_unverified`] on raw EROFS bytes.
@@ -59,8 +59,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-#![warn(missing_docs)]
-
 pub mod cache;
 pub mod check;
 pub mod data;
@@ -76,6 +74,7 @@ pub mod seal;
 pub mod source;
 pub mod stats;
 pub mod superblock;
+mod sys;
 pub mod verified;
 pub mod walk;
 pub mod xattr;

@@ -6,7 +6,7 @@
 //! agrees with the header, that every section lies inside the file, that the seal is where its flags
 //! say (attached or sidecar), that the EROFS bytes it covers are all there, and that the tree has the
 //! size the parameters give. What it returns is still only *self-consistent*: authenticity comes from
-//! a digest (or key) given from outside, which [`crate::open`] compares with [`Seal::digest`].
+//! a digest (or key) given from outside, which [`crate::open()`] compares with [`Seal::digest`].
 
 use crate::source::ReadAt;
 use sealfs_format::{self as fmt, FromBytes, SealError, SealFooter, SealHeader};

@@ -97,7 +97,6 @@ impl ReadAt for std::fs::File {
     }
 
     fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
-        use std::os::unix::io::AsRawFd;
         if reqs.len() > 1 {
             // Every range but the largest (the data) is hinted, so that its pages are read while the
             // data is; the data range itself is left to `pread`, whose sequential readahead then
@@ -112,15 +111,7 @@ impl ReadAt for std::fs::File {
                 if Some(i) == largest {
                     continue;
                 }
-                // SAFETY: posix_fadvise only hints the kernel about an open descriptor's ranges.
-                unsafe {
-                    libc::posix_fadvise(
-                        self.as_raw_fd(),
-                        *offset as i64,
-                        buf.len() as i64,
-                        libc::POSIX_FADV_WILLNEED,
-                    )
-                };
+                advise_willneed(self, *offset, buf.len() as u64);
             }
         }
         for (offset, buf) in reqs.iter_mut() {
@@ -194,16 +185,13 @@ impl ReadAt for SplitFile {
 /// `POSIX_FADV_WILLNEED` on a range: the kernel starts reading it.
 #[cfg(unix)]
 fn advise_willneed(file: &std::fs::File, offset: u64, len: u64) {
-    use std::os::unix::io::AsRawFd;
-    // SAFETY: posix_fadvise only hints the kernel about an open descriptor's range.
-    unsafe {
-        libc::posix_fadvise(
-            file.as_raw_fd(),
-            offset as i64,
-            len as i64,
-            libc::POSIX_FADV_WILLNEED,
-        )
-    };
+    // Only a hint: an error (a file system without readahead) changes nothing.
+    let _ = rustix::fs::fadvise(
+        file,
+        offset,
+        std::num::NonZeroU64::new(len),
+        rustix::fs::Advice::WillNeed,
+    );
 }
 
 impl<T: ReadAt + ?Sized> ReadAt for &T {

@@ -14,6 +14,11 @@
 //! makes the reader allocate more than a bounded amount at once (the largest legitimate buffer is
 //! a 12 MiB decoded extent).
 
+#![allow(
+    unsafe_code,
+    reason = "a counting global allocator bounds what a malformed image makes the reader allocate"
+)]
+
 use sealfs_format::{superblock_checksum, superblock_checksum_len, EROFS_FEATURE_COMPAT_SB_CHKSUM};
 use sealfs_reader::{ExtentKind, Follow, Image, Options};
 use sealfs_testsupport::build::{build_image, timestamp};

@@ -4,6 +4,8 @@
 //! symlink; names are raw bytes. Each lookup in the mount goes through the kernel's binary search
 //! over the directory blocks, so a misordered directory shows up as a missing path.
 
+#![allow(unsafe_code, reason = "lseek(SEEK_DATA/SEEK_HOLE) to compare holes")]
+
 use crate::{show, sys};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, Metadata};

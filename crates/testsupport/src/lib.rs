@@ -22,6 +22,8 @@
 //! Test crates take it as a dev-dependency. The reader's tests use the builder through it: the
 //! reader never depends on the builder, its tests may.
 
+#![allow(missing_docs, reason = "test helpers, not published")]
+
 pub mod compare;
 pub mod erofs_utils;
 pub mod fixture;

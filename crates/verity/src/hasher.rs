@@ -164,7 +164,7 @@ impl BlockHasher {
             {
                 let (a, b) = blocks.split_at(bs);
                 let (oa, ob) = o.split_at_mut(32);
-                #[allow(unsafe_code)]
+                #[allow(unsafe_code, reason = "the call into the SHA-NI two-way hasher")]
                 // SAFETY: x2 is only set when sha256x2::available() said the
                 // CPU has the needed features.
                 unsafe {

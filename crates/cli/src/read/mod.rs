@@ -1,7 +1,7 @@
 //! The reading commands: `ls`, `cat`, `stat`, `getfattr`, `extract` and `inspect`.
 //!
 //! Each one opens the image through [`crate::open::ImageArgs`] (so it reads through whatever checks the
-//! open established: see [`crate::open::Trust`]) and uses the reader's API only: paths are resolved with
+//! open established: see [`sealfs_reader::Trust`]) and uses the reader's API only: paths are resolved with
 //! the kernel's lookup, directories iterated with its checks, data read through the block source.
 //!
 //! Paths in the image are raw bytes: names that are not UTF-8 are written out as they are, and error
@@ -214,6 +214,10 @@ pub fn layout_name(layout: DataLayout) -> &'static str {
 }
 
 /// Broken-down local time (the `TZ` rules of the C library) and its UTC offset in seconds.
+#[allow(
+    unsafe_code,
+    reason = "localtime_r, for `ls -l` times in the TZ rules of the C library, has no safe binding"
+)]
 fn local_time(sec: i64) -> Option<(libc::tm, i64)> {
     let t = sec as libc::time_t;
     // SAFETY: `tm` is plain data; localtime_r only writes it.
