@@ -140,7 +140,7 @@ impl fmt::Display for Warning {
             } => write!(
                 f,
                 "{path}: {} {major}:{minor} not created: only root can make devices",
-                type_name(*file_type)
+                file_type.name()
             ),
             Warning::Removed { path } => {
                 write!(
@@ -159,18 +159,5 @@ impl fmt::Display for Warning {
                 "{count} trusted.*/security.* xattrs not set: only root may set them"
             ),
         }
-    }
-}
-
-/// The file type as `stat` names it.
-fn type_name(ft: FileType) -> &'static str {
-    match ft {
-        FileType::Regular => "regular file",
-        FileType::Directory => "directory",
-        FileType::CharDevice => "character special file",
-        FileType::BlockDevice => "block special file",
-        FileType::Fifo => "fifo",
-        FileType::Socket => "socket",
-        FileType::Symlink => "symbolic link",
     }
 }

@@ -336,26 +336,7 @@ fn open_dest(dest: &Path, overwrite: bool) -> Result<OwnedFd, ExtractError> {
     Ok(fd)
 }
 
-/// A raw name or path made readable for messages (non-UTF-8 bytes and controls escaped).
-pub(crate) fn show(bytes: &[u8]) -> String {
-    let mut s = String::new();
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\n' => s.push_str("\\n"),
-                '\t' => s.push_str("\\t"),
-                '\r' => s.push_str("\\r"),
-                '\\' => s.push_str("\\\\"),
-                c if c.is_control() => s.push_str(&format!("\\x{:02x}", c as u32)),
-                c => s.push(c),
-            }
-        }
-        for b in chunk.invalid() {
-            s.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    s
-}
+pub(crate) use sealfs_reader::show_path as show;
 
 /// `path` joined with `name` (no doubled '/').
 pub(crate) fn join(path: &[u8], name: &[u8]) -> Vec<u8> {

@@ -40,6 +40,19 @@ pub enum FileType {
 }
 
 impl FileType {
+    /// The type as `stat(1)` names it ("regular file", "directory", "symbolic link", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            FileType::Regular => "regular file",
+            FileType::Directory => "directory",
+            FileType::CharDevice => "character special file",
+            FileType::BlockDevice => "block special file",
+            FileType::Fifo => "fifo",
+            FileType::Socket => "socket",
+            FileType::Symlink => "symbolic link",
+        }
+    }
+
     /// The type of an `i_mode`, or `None` for a bogus `S_IFMT`.
     pub fn from_mode(mode: u16) -> Option<FileType> {
         Some(match mode & S_IFMT {

@@ -39,7 +39,7 @@ fn cat_one(img: &Image, path: &[u8], buf: &mut [u8], out: &mut impl Write) -> Re
             return Err(fault(format!(
                 "{}: not a regular file ({}): it has no data in the image",
                 show(path),
-                super::type_name(ft)
+                ft.name()
             )))
         }
     }

@@ -100,26 +100,7 @@ impl Status {
     }
 }
 
-/// A raw name or path made readable for messages (non-UTF-8 bytes and controls escaped).
-pub fn show(bytes: &[u8]) -> String {
-    let mut s = String::new();
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\n' => s.push_str("\\n"),
-                '\t' => s.push_str("\\t"),
-                '\r' => s.push_str("\\r"),
-                '\\' => s.push_str("\\\\"),
-                c if c.is_control() => s.push_str(&format!("\\x{:02x}", c as u32)),
-                c => s.push(c),
-            }
-        }
-        for b in chunk.invalid() {
-            s.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    s
-}
+pub use sealfs_reader::show_path as show;
 
 /// The bytes of a command-line path.
 pub fn arg_bytes(arg: &OsStr) -> &[u8] {
@@ -139,19 +120,6 @@ pub fn join(path: &[u8], name: &[u8]) -> Vec<u8> {
     }
     p.extend_from_slice(name);
     p
-}
-
-/// The file type as `stat` names it.
-pub fn type_name(ft: FileType) -> &'static str {
-    match ft {
-        FileType::Regular => "regular file",
-        FileType::Directory => "directory",
-        FileType::CharDevice => "character special file",
-        FileType::BlockDevice => "block special file",
-        FileType::Fifo => "fifo",
-        FileType::Socket => "socket",
-        FileType::Symlink => "symbolic link",
-    }
 }
 
 /// A short type name for JSON.

@@ -4,7 +4,7 @@
 //! Like `stat`, a symlink is described itself unless `-L` follows it. EROFS keeps one time per inode;
 //! the kernel shows it as access, modification and change time alike.
 
-use super::{format_time, layout_name, mode_string, resolve, show, type_key, type_name, TimeStyle};
+use super::{format_time, layout_name, mode_string, resolve, show, type_key, TimeStyle};
 use crate::open::ImageArgs;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -118,7 +118,7 @@ fn text(path: &[u8], inode: &Inode, target: Option<&[u8]>, xattrs: usize) -> Str
         st.size,
         st.blocks,
         st.blksize,
-        type_name(inode.file_type()),
+        inode.file_type().name(),
         st.ino,
         st.nlink,
         st.mode & 0o7777,
