@@ -457,28 +457,62 @@ fn read_xattrs(path: &Path, warnings: &mut Vec<String>) -> Result<Vec<Xattr>> {
     Ok(out)
 }
 
-/// Runs a size-query-then-fill xattr syscall, retrying if the data grew in between.
+/// Runs an xattr syscall that fills a buffer (list or value), growing the buffer on ERANGE.
 fn xattr_call(
     path: &Path,
     op: &'static str,
     call: impl Fn(&mut [u8]) -> rustix::io::Result<usize>,
 ) -> Result<Vec<u8>> {
     use rustix::io::Errno;
+    // One call into a buffer that usually fits (no size query first); a list or value that does
+    // not fit is ERANGE, and the buffer grows up to the kernel's limit (64 KiB for both).
+    let mut size = 1024;
     loop {
-        let n = match call(&mut []) {
-            Ok(n) => n,
-            Err(Errno::NODATA | Errno::NOTSUP) => return Ok(Vec::new()),
-            Err(e) => return Err(BuildError::io_listed(path, op, e.into())),
-        };
-        let mut buf = vec![0u8; n];
+        let mut buf = vec![0u8; size];
         match call(&mut buf) {
-            Ok(m) => {
-                buf.truncate(m);
+            Ok(n) => {
+                buf.truncate(n);
                 return Ok(buf);
             }
-            Err(Errno::RANGE) => continue,
-            Err(Errno::NODATA) => return Ok(Vec::new()),
+            Err(Errno::RANGE) if size < 1 << 20 => size *= 4,
+            Err(Errno::NODATA | Errno::NOTSUP) => return Ok(Vec::new()),
             Err(e) => return Err(BuildError::io_listed(path, op, e.into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: the xattr reads once asked for the size with an empty buffer, which the rustix
+    /// calls answer with 0 bytes read; every xattr was then silently left out. Values and name
+    /// lists larger than the first 1 KiB buffer must come back whole.
+    #[test]
+    fn read_xattrs_gets_large_values_and_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"x").unwrap();
+        let big: Vec<u8> = (0..1500u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let flags = rustix::fs::XattrFlags::empty();
+        if rustix::fs::setxattr(&f, "user.big", &big, flags).is_err() {
+            println!("SKIP: the temporary directory's file system takes no user xattrs");
+            return;
+        }
+        let mut names = vec![b"user.big".to_vec()];
+        for i in 0..22 {
+            let name = format!("user.a_long_attribute_name_to_fill_the_list_{i:02}");
+            rustix::fs::setxattr(&f, name.as_str(), b"v", flags).unwrap();
+            names.push(name.into_bytes());
+        }
+        let mut warnings = Vec::new();
+        let got = read_xattrs(&f, &mut warnings).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(got.len(), names.len(), "every xattr read");
+        let value = got
+            .iter()
+            .find(|x| x.suffix == b"big")
+            .map(|x| x.value.clone());
+        assert_eq!(value, Some(big));
     }
 }
