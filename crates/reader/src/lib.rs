@@ -97,7 +97,7 @@ pub use source::{BlockSource, PlainBlocks, ReadAt, SubRange};
 pub use stats::StatsSnapshot;
 pub use superblock::{ComprInfo, SuperInfo};
 pub use verified::{kernel_verity_digest, SealInfo, VerifiedBlocks, VerifyStats};
-pub use walk::{join_path, show_path, Visit, WalkEntry, WalkEvent};
+pub use walk::{join_path, show_path, ReadAhead, Visit, WalkEntry, WalkEvent};
 pub use xattr::{LongPrefix, XattrBody};
 pub use zmap::Compression;
 

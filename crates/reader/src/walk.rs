@@ -7,10 +7,24 @@
 //! (pre-order). The visitor prunes with [`Visit::Skip`] and stops the walk by returning `Err`.
 
 use crate::dir::DirEntry;
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::image::Image;
 use crate::inode::Inode;
-use std::collections::HashSet;
+use rayon::prelude::*;
+use std::collections::{HashMap, HashSet};
+
+/// Inodes whose metadata blocks [`Image::read_ahead`] reads together (see
+/// [`Image::prefetch_inodes`]).
+const INODE_BATCH: usize = 32;
+
+/// A subtree's directory listings and inodes, read ahead by [`Image::read_ahead`] for a walk that
+/// will visit all of them ([`Image::walk_read_ahead`]).
+#[derive(Debug, Default)]
+pub struct ReadAhead {
+    dirs: HashMap<u64, Result<Vec<DirEntry>>>,
+    /// `None`: the inode could not be read (the walk reads it again for the error).
+    inodes: HashMap<u64, Option<Inode>>,
+}
 
 /// An entry met by [`Image::walk`].
 #[derive(Debug)]
@@ -53,6 +67,8 @@ pub enum WalkEvent<'a> {
         /// The entry whose inode could not be loaded; `None` for a directory that could not be
         /// listed.
         entry: Option<&'a DirEntry>,
+        /// The entry's depth (as [`WalkEntry::depth`]), or the directory's (0 for the start).
+        depth: usize,
         /// What went wrong.
         error: Error,
     },
@@ -119,12 +135,25 @@ impl Image {
         &self,
         top: &Inode,
         top_path: &[u8],
-        visit: &mut dyn FnMut(WalkEvent<'_>) -> Result<Visit, E>,
-    ) -> Result<(), E> {
+        visit: &mut dyn FnMut(WalkEvent<'_>) -> std::result::Result<Visit, E>,
+    ) -> std::result::Result<(), E> {
+        self.walk_read_ahead(top, top_path, ReadAhead::default(), visit)
+    }
+
+    /// [`Image::walk`], taking listings and inodes from `ahead` where it has them (each once) and
+    /// reading the rest as the walk reaches them.
+    pub fn walk_read_ahead<E>(
+        &self,
+        top: &Inode,
+        top_path: &[u8],
+        mut ahead: ReadAhead,
+        visit: &mut dyn FnMut(WalkEvent<'_>) -> std::result::Result<Visit, E>,
+    ) -> std::result::Result<(), E> {
+        let ahead = &mut ahead;
         let mut path = top_path.to_vec();
         let mut entered: HashSet<u64> = HashSet::from([top.nid()]);
         let mut stack: Vec<Open> = Vec::new();
-        if let Some(open) = self.enter(top, &path, 0, visit)? {
+        if let Some(open) = self.enter(top, &path, 0, ahead, visit)? {
             stack.push(open);
         }
         while let Some(open) = stack.last_mut() {
@@ -138,12 +167,18 @@ impl Image {
                 continue;
             }
             push_name(&mut path, &entry.name);
-            let inode = match self.inode(entry.nid) {
+            // Hard links name an inode again: it stays in `ahead`.
+            let inode = match ahead.inodes.get(&entry.nid) {
+                Some(Some(i)) => Ok(i.clone()),
+                _ => self.inode(entry.nid),
+            };
+            let inode = match inode {
                 Ok(i) => i,
                 Err(error) => {
                     visit(WalkEvent::Error {
                         path: &path,
                         entry: Some(&entry),
+                        depth: stack.len(),
                         error,
                     })?;
                     continue;
@@ -160,12 +195,68 @@ impl Image {
             }))?;
             if step == Visit::Continue && inode.is_dir() && !revisited {
                 entered.insert(entry.nid);
-                if let Some(open) = self.enter(&inode, &path, depth, visit)? {
+                if let Some(open) = self.enter(&inode, &path, depth, ahead, visit)? {
                     stack.push(open);
                 }
             }
         }
         Ok(())
+    }
+
+    /// Reads the directories below `top` (to `max_depth` levels) and the inodes their entries name,
+    /// breadth first: the order the builder stores inodes in, so the inodes of one level are read
+    /// in order of their position, [`INODE_BATCH`] at a time with their metadata blocks fetched
+    /// (and verified) together, in parallel on the current rayon pool. Each directory is read once,
+    /// however often it is named. Nothing is checked here; the walk reports what failed.
+    pub fn read_ahead(&self, top: &Inode, max_depth: usize) -> ReadAhead {
+        let mut ahead = ReadAhead::default();
+        if !top.is_dir() {
+            return ahead;
+        }
+        let mut level = vec![top.clone()];
+        let mut seen = HashSet::from([top.nid()]);
+        for depth in 0..=max_depth {
+            if level.is_empty() {
+                break;
+            }
+            let listed: Vec<(u64, Result<Vec<DirEntry>>)> = level
+                .par_iter()
+                .map(|d| (d.nid(), self.read_dir_all(d)))
+                .collect();
+            level.clear();
+            if depth < max_depth {
+                let mut nids: Vec<u64> = listed
+                    .iter()
+                    .filter_map(|(_, r)| r.as_ref().ok())
+                    .flatten()
+                    .filter(|e| e.name != b"." && e.name != b"..")
+                    .filter(|e| !ahead.inodes.contains_key(&e.nid))
+                    .map(|e| e.nid)
+                    .collect();
+                nids.sort_unstable();
+                nids.dedup();
+                let decoded: Vec<(u64, Option<Inode>)> = nids
+                    .par_chunks(INODE_BATCH)
+                    .flat_map_iter(|chunk| {
+                        self.prefetch_inodes(chunk);
+                        chunk
+                            .iter()
+                            .map(|&nid| (nid, self.inode(nid).ok()))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                for (nid, inode) in decoded {
+                    if let Some(i) = inode.as_ref().filter(|i| i.is_dir()) {
+                        if seen.insert(nid) {
+                            level.push(i.clone());
+                        }
+                    }
+                    ahead.inodes.insert(nid, inode);
+                }
+            }
+            ahead.dirs.extend(listed);
+        }
+        ahead
     }
 
     /// Lists directory `dir` and reports it: `None` when it cannot be listed (reported as an error).
@@ -174,9 +265,14 @@ impl Image {
         dir: &Inode,
         path: &[u8],
         depth: usize,
-        visit: &mut dyn FnMut(WalkEvent<'_>) -> Result<Visit, E>,
-    ) -> Result<Option<Open>, E> {
-        match self.read_dir_all(dir) {
+        ahead: &mut ReadAhead,
+        visit: &mut dyn FnMut(WalkEvent<'_>) -> std::result::Result<Visit, E>,
+    ) -> std::result::Result<Option<Open>, E> {
+        let listing = ahead
+            .dirs
+            .remove(&dir.nid())
+            .unwrap_or_else(|| self.read_dir_all(dir));
+        match listing {
             Ok(entries) => {
                 visit(WalkEvent::Dir {
                     path,
@@ -194,6 +290,7 @@ impl Image {
                 visit(WalkEvent::Error {
                     path,
                     entry: None,
+                    depth,
                     error,
                 })?;
                 Ok(None)
