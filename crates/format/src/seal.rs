@@ -620,3 +620,153 @@ mod tests {
         assert_eq!(h.digest[..32], [9; 32]);
     }
 }
+
+/// Magic of the signature section (`docs/format.md` §10), in a seal or a detached `IMAGE.sig` file.
+pub const SIGNATURES_MAGIC: [u8; 8] = *b"SEALSIG1";
+/// Bytes of an Ed25519 public key in a signature entry.
+pub const SIGNATURE_KEY_SIZE: usize = 32;
+/// Bytes of an Ed25519 signature in a signature entry.
+pub const SIGNATURE_SIZE: usize = 64;
+/// Longest statement a signature entry may carry.
+pub const STATEMENT_MAX_SIZE: usize = 4096;
+
+/// Header of the signature section: `count` entries follow, each the 32-byte Ed25519 public key, a
+/// `le32` statement length, the statement bytes, and the 64-byte Ed25519 signature over them.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct SignaturesHeader {
+    /// [`SIGNATURES_MAGIC`].
+    pub magic: [u8; 8],
+    /// Number of entries (at least 1).
+    pub count: LeU32,
+    /// Reserved, zero.
+    pub reserved: [u8; 4],
+}
+
+const _: () = assert!(core::mem::size_of::<SignaturesHeader>() == 16);
+
+/// Size of [`SignaturesHeader`].
+pub const SIGNATURES_HEADER_SIZE: usize = core::mem::size_of::<SignaturesHeader>();
+
+/// One entry of a signature section, as stored (nothing here is checked cryptographically).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignatureEntryRef<'a> {
+    /// The signer's Ed25519 public key.
+    pub public_key: &'a [u8; SIGNATURE_KEY_SIZE],
+    /// The statement bytes that were signed.
+    pub statement: &'a [u8],
+    /// The Ed25519 signature over `statement`.
+    pub signature: &'a [u8; SIGNATURE_SIZE],
+}
+
+/// Parses a signature section: the magic, the reserved bytes zero, at least one entry, statements of
+/// at most [`STATEMENT_MAX_SIZE`] bytes, and entries that fill the section exactly: exactly the
+/// sections [`encode_signatures`] writes.
+pub fn parse_signatures(bytes: &[u8]) -> Result<Vec<SignatureEntryRef<'_>>, SealError> {
+    let damaged = |what: &str| Err(SealError::Damaged(format!("signature section: {what}")));
+    let Some(header) = bytes.get(..SIGNATURES_HEADER_SIZE) else {
+        return damaged("shorter than its header");
+    };
+    let h = SignaturesHeader::read_from_bytes(header).expect("16 bytes");
+    if h.magic != SIGNATURES_MAGIC {
+        return damaged("bad magic");
+    }
+    if h.reserved != [0; 4] {
+        return damaged("reserved bytes are not zero");
+    }
+    let count = h.count.get() as usize;
+    if count == 0 {
+        return damaged("no entries");
+    }
+    let min_entry = SIGNATURE_KEY_SIZE + 4 + SIGNATURE_SIZE;
+    if count > (bytes.len() - SIGNATURES_HEADER_SIZE) / min_entry {
+        return damaged("more entries than fit");
+    }
+    let mut rest = &bytes[SIGNATURES_HEADER_SIZE..];
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let Some((key, r)) = rest.split_first_chunk::<SIGNATURE_KEY_SIZE>() else {
+            return damaged("truncated entry");
+        };
+        let Some((len, r)) = r.split_first_chunk::<4>() else {
+            return damaged("truncated entry");
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > STATEMENT_MAX_SIZE {
+            return damaged("statement longer than 4096 bytes");
+        }
+        let Some((statement, r)) = r.split_at_checked(len) else {
+            return damaged("truncated entry");
+        };
+        let Some((signature, r)) = r.split_first_chunk::<SIGNATURE_SIZE>() else {
+            return damaged("truncated entry");
+        };
+        out.push(SignatureEntryRef {
+            public_key: key,
+            statement,
+            signature,
+        });
+        rest = r;
+    }
+    if !rest.is_empty() {
+        return damaged("bytes after the last entry");
+    }
+    Ok(out)
+}
+
+/// Encodes a signature section from entries (at least one; statements of at most
+/// [`STATEMENT_MAX_SIZE`] bytes).
+pub fn encode_signatures(entries: &[SignatureEntryRef<'_>]) -> Vec<u8> {
+    assert!(!entries.is_empty(), "a signature section has entries");
+    let header = SignaturesHeader {
+        magic: SIGNATURES_MAGIC,
+        count: (entries.len() as u32).into(),
+        reserved: [0; 4],
+    };
+    let mut out = header.as_bytes().to_vec();
+    for e in entries {
+        assert!(e.statement.len() <= STATEMENT_MAX_SIZE, "statement too long");
+        out.extend_from_slice(e.public_key);
+        out.extend_from_slice(&(e.statement.len() as u32).to_le_bytes());
+        out.extend_from_slice(e.statement);
+        out.extend_from_slice(e.signature);
+    }
+    out
+}
+
+#[cfg(test)]
+mod signature_tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_every_truncation_fails_cleanly() {
+        let (k1, k2, s1, s2) = ([1u8; 32], [2u8; 32], [3u8; 64], [4u8; 64]);
+        let entries = [
+            SignatureEntryRef {
+                public_key: &k1,
+                statement: b"one\n",
+                signature: &s1,
+            },
+            SignatureEntryRef {
+                public_key: &k2,
+                statement: b"",
+                signature: &s2,
+            },
+        ];
+        let bytes = encode_signatures(&entries);
+        assert_eq!(parse_signatures(&bytes).unwrap(), entries);
+        for n in 0..bytes.len() {
+            assert!(parse_signatures(&bytes[..n]).is_err(), "truncated to {n}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(parse_signatures(&longer).is_err());
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut b = bytes.clone();
+                b[i] ^= 1 << bit;
+                let _ = parse_signatures(&b); // never panics
+            }
+        }
+    }
+}

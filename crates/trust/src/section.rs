@@ -1,0 +1,156 @@
+//! Signature entries, the signature section, and the check a reader makes with its keys.
+
+use crate::{Fingerprint, PublicKey, Statement};
+use sealfs_format as fmt;
+use sealfs_verity::{Digest, Params};
+
+/// One signature: a key, the statement bytes it signed, the Ed25519 signature.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    /// The signer's raw public key.
+    pub public_key: [u8; 32],
+    /// The statement bytes that were signed.
+    pub statement: Vec<u8>,
+    /// The Ed25519 signature over `statement`.
+    pub signature: [u8; 64],
+}
+
+impl Signature {
+    /// The signer's fingerprint.
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of(&self.public_key)
+    }
+
+    /// Whether the signature verifies with the key it names (it says nothing about whether that key
+    /// is trusted).
+    pub fn verifies(&self) -> bool {
+        PublicKey::from_bytes(&self.public_key)
+            .is_ok_and(|k| k.verify(&self.statement, &self.signature))
+    }
+}
+
+/// Encodes a signature section (`docs/format.md` §10.3) from at least one signature.
+pub fn encode_section(signatures: &[Signature]) -> Vec<u8> {
+    let refs: Vec<_> = signatures
+        .iter()
+        .map(|s| fmt::SignatureEntryRef {
+            public_key: &s.public_key,
+            statement: &s.statement,
+            signature: &s.signature,
+        })
+        .collect();
+    fmt::encode_signatures(&refs)
+}
+
+/// Parses a signature section; the error text says what is wrong.
+pub fn parse_section(bytes: &[u8]) -> Result<Vec<Signature>, String> {
+    let entries = fmt::parse_signatures(bytes).map_err(|e| match e {
+        fmt::SealError::Damaged(what) => what,
+        other => other.to_string(),
+    })?;
+    Ok(entries
+        .into_iter()
+        .map(|e| Signature {
+            public_key: *e.public_key,
+            statement: e.statement.to_vec(),
+            signature: *e.signature,
+        })
+        .collect())
+}
+
+/// Why the signatures did not authenticate an image.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// There is no signature at all.
+    #[error("not signed")]
+    NotSigned,
+    /// Every signature is by a key not given.
+    #[error("signed only by unknown keys (fingerprints {})", list(.0))]
+    UnknownKeys(Vec<Fingerprint>),
+    /// A signature by a given key verifies, but its statement is for another image (or other seal
+    /// parameters).
+    #[error("the statement signed by {fingerprint} names another image (digest {digest}; its {field} differs from this seal's)")]
+    OtherImage {
+        /// The signer.
+        fingerprint: Fingerprint,
+        /// The digest the statement names.
+        digest: Digest,
+        /// The first field that differs.
+        field: &'static str,
+    },
+    /// A signature by a given key does not verify, or what it signed is not a statement.
+    #[error("damaged signature by key {fingerprint}: {what}")]
+    Damaged {
+        /// The signer.
+        fingerprint: Fingerprint,
+        /// What is wrong.
+        what: String,
+    },
+    /// The signature section (or `IMAGE.sig`) cannot be parsed.
+    #[error("damaged signature section: {0}")]
+    Section(String),
+}
+
+fn list(f: &[Fingerprint]) -> String {
+    f.iter()
+        .map(|f| f.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The one check at open: some signature by one of `keys` verifies over a statement that binds this
+/// seal (`params`, `digest`, `erofs_length`). On success, the signer and its statement; otherwise
+/// why not, the most telling reason first (a damaged signature by a given key, then a statement for
+/// another image, then unknown keys, then none at all).
+pub fn authenticate(
+    signatures: &[Signature],
+    keys: &[PublicKey],
+    params: &Params,
+    digest: &Digest,
+    erofs_length: u64,
+) -> Result<(Fingerprint, Statement), Refusal> {
+    if signatures.is_empty() {
+        return Err(Refusal::NotSigned);
+    }
+    let mut damaged = None;
+    let mut other = None;
+    let mut unknown = Vec::new();
+    for sig in signatures {
+        let fingerprint = sig.fingerprint();
+        let Some(key) = keys.iter().find(|k| k.to_bytes() == sig.public_key) else {
+            if !unknown.contains(&fingerprint) {
+                unknown.push(fingerprint);
+            }
+            continue;
+        };
+        if !key.verify(&sig.statement, &sig.signature) {
+            damaged.get_or_insert(Refusal::Damaged {
+                fingerprint,
+                what: "the signature does not verify over its statement".into(),
+            });
+            continue;
+        }
+        let statement = match Statement::parse(&sig.statement) {
+            Ok(s) => s,
+            Err(e) => {
+                damaged.get_or_insert(Refusal::Damaged {
+                    fingerprint,
+                    what: e.to_string(),
+                });
+                continue;
+            }
+        };
+        match statement.binds(params, digest, erofs_length) {
+            Ok(()) => return Ok((fingerprint, statement)),
+            Err(field) => {
+                other.get_or_insert(Refusal::OtherImage {
+                    fingerprint,
+                    digest: statement.digest,
+                    field,
+                });
+            }
+        }
+    }
+    Err(damaged.or(other).unwrap_or(Refusal::UnknownKeys(unknown)))
+}
