@@ -6,6 +6,7 @@ mod open;
 mod progress;
 mod read;
 mod seal;
+mod sign;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,16 @@ enum Command {
     Build(build::BuildArgs),
     /// Seal an existing plain EROFS image, in place or into a sidecar; prints its digest.
     Seal(seal::SealCmd),
+    /// Make an Ed25519 key pair: OUT (private, PEM PKCS#8, mode 0600) and OUT.pub; prints its
+    /// fingerprint.
+    Keygen(sign::KeygenArgs),
+    /// Sign a sealed image's statement (digest and seal parameters) with a key, into its seal or
+    /// IMAGE.sig; the image digest does not change.
+    #[command(disable_version_flag = true)]
+    Sign(sign::SignArgs),
+    /// Print the statement `sign` signs for an image (to sign it with another tool).
+    #[command(disable_version_flag = true)]
+    Statement(sign::StatementCmd),
     /// Print the image digest (fs-verity digest of the EROFS bytes), computed from the bytes.
     Digest(verify::DigestArgs),
     /// Re-hash every block and check the Merkle tree, the trailer and optionally the digest.
@@ -55,6 +66,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Build(args) => build::run(args),
         Command::Seal(args) => seal::run(args),
+        Command::Keygen(args) => sign::run_keygen(args),
+        Command::Sign(args) => sign::run_sign(args),
+        Command::Statement(args) => sign::run_statement(args),
         Command::Digest(args) => verify::run_digest(args),
         Command::Verify(args) => verify::run_verify(args),
         Command::Ls(args) => read::finish(read::ls::run(args)),

@@ -16,7 +16,7 @@ use crate::open::ImageArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use sealfs_fuse::{FileCheck, Logger, SealFs, STATS_IOCTL, STATS_IOCTL_SIZE};
-use sealfs_reader::{Checker, FileDigests, Trust};
+use sealfs_reader::{Authority, Checker, FileDigests, Trust};
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -236,6 +236,11 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         .with_context(|| args.mountpoint.display().to_string())?;
     let config = fuse_config(&args, source_name(&args.image.image))?;
     let trust = match &opened.trust {
+        Trust::Authenticated {
+            digest,
+            authority: Authority::Key { fingerprint },
+            ..
+        } => format!("{digest} (authenticated: signed by {fingerprint})"),
         Trust::Authenticated { digest, .. } => format!("{digest} (authenticated)"),
         Trust::SelfConsistent { digest, .. } => format!("{digest} (self-consistent)"),
         Trust::Unverified => "none".to_string(),

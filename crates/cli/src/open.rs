@@ -19,6 +19,8 @@ pub struct ImageArgs {
     /// Read the seal from this sidecar file.
     #[arg(long, value_name = "PATH", global = true)]
     pub sidecar: Option<PathBuf>,
+    #[command(flatten)]
+    pub keys: KeyArgs,
     /// `none` trusts the image: no block is checked against the seal. `double` (`mount` only) also
     /// checks each regular file whole against its own recorded digest before its first read.
     #[arg(long, value_name = "MODE", default_value = "default", value_parser = ["default", "none", "double"], global = true)]
@@ -35,6 +37,44 @@ pub struct ImageArgs {
     pub block_cache: Option<usize>,
 }
 
+/// Keys that may vouch for an image (every reading command and `verify` take them).
+#[derive(Args, Clone, Debug, Default)]
+pub struct KeyArgs {
+    /// A public key (PEM, as `openssl pkey -pubout` writes it) whose signature authenticates the
+    /// image; repeatable. The image must carry a signature by one of the keys given.
+    #[arg(long = "key", value_name = "PUB", global = true)]
+    pub key: Vec<PathBuf>,
+    /// A directory of public keys: every `*.pub` file in it counts as a `--key`.
+    #[arg(long, value_name = "DIR", global = true)]
+    pub keyring: Option<PathBuf>,
+    /// Read detached signatures from this file [default: IMAGE.sig when it exists].
+    #[arg(long, value_name = "PATH", global = true)]
+    pub signatures: Option<PathBuf>,
+}
+
+impl KeyArgs {
+    /// The keys given (`--key` and `--keyring`); an unreadable key is an error (exit 2).
+    pub fn load(&self) -> Result<Vec<sealfs_trust::PublicKey>> {
+        let mut paths = self.key.clone();
+        if let Some(dir) = &self.keyring {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map_err(|e| anyhow!("--keyring {}: {e}", dir.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "pub") && p.is_file())
+                .collect();
+            if found.is_empty() {
+                bail!("--keyring {}: no *.pub key in it", dir.display());
+            }
+            found.sort();
+            paths.extend(found);
+        }
+        paths
+            .iter()
+            .map(|p| sealfs_trust::PublicKey::read(p).map_err(|e| anyhow!("--key: {e}")))
+            .collect()
+    }
+}
+
 /// An image opened for reading (see [`sealfs_reader::open()`]).
 pub type OpenImage = OpenedImage;
 
@@ -42,7 +82,9 @@ pub type OpenImage = OpenedImage;
 /// rest 2; a reader error stays in the chain (exit 1).
 pub fn open_error(e: OpenError) -> anyhow::Error {
     match e {
-        OpenError::Seal(_) | OpenError::DigestMismatch { .. } => crate::read::fault(e.to_string()),
+        OpenError::Seal(_) | OpenError::DigestMismatch { .. } | OpenError::Signature { .. } => {
+            crate::read::fault(e.to_string())
+        }
         e => anyhow::Error::new(e),
     }
 }
@@ -67,6 +109,8 @@ impl ImageArgs {
         Ok(OpenOptions {
             digest,
             sidecar: self.sidecar.clone().map(Into::into),
+            keys: self.keys.load()?,
+            signatures: self.keys.signatures.clone().map(Into::into),
             verify: match self.verify.as_str() {
                 "none" => VerifyMode::None,
                 "double" => VerifyMode::Double,

@@ -28,6 +28,7 @@ fn problem_json(p: &Problem) -> serde_json::Value {
             serde_json::json!({"kind": "tree_block", "level": level, "index": index, "message": message})
         }
         Problem::Trailer(_) => serde_json::json!({"kind": "trailer", "message": message}),
+        Problem::Signature(_) => serde_json::json!({"kind": "signature", "message": message}),
         Problem::Digest { expected, actual } => {
             serde_json::json!({"kind": "digest", "expected": expected.to_string(), "actual": actual.to_string(), "message": message})
         }
@@ -46,6 +47,8 @@ pub struct VerifyArgs {
     /// Read the seal from this sidecar file.
     #[arg(long, value_name = "PATH")]
     sidecar: Option<PathBuf>,
+    #[command(flatten)]
+    keys: crate::open::KeyArgs,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -65,9 +68,18 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             }
         };
+    let keys = match args.keys.load() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("sealfs: error: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let options = CheckOptions {
         digest: expected,
         sidecar: args.sidecar.clone().map(Into::into),
+        keys,
+        signatures: args.keys.signatures.clone().map(Into::into),
         max_problems: args.max_problems,
     };
     let outcome = match check::check(&args.image, &options, &progress) {
@@ -96,6 +108,7 @@ fn report(args: &VerifyArgs, o: &Report) {
             "verified": ok,
             "sealed": o.sealed,
             "authenticated": ok && o.authenticated,
+            "signed_by": o.signed_by.map(|f| f.to_string()),
             "digest": o.digest.map(|d| d.to_string()),
             "problems": o.problems.iter().map(problem_json).collect::<Vec<_>>(),
         });
@@ -105,11 +118,18 @@ fn report(args: &VerifyArgs, o: &Report) {
     for p in &o.problems {
         match p {
             Problem::Trailer(what) => eprintln!("{what}"),
+            Problem::Signature(_) => eprintln!("{}: {p}", args.image.display()),
             _ => eprintln!("{}: {p}", args.image.display()),
         }
     }
     let digest = o.digest.map_or("-".to_string(), |d| d.to_string());
     match (ok, o.authenticated) {
+        (true, true) if o.signed_by.is_some() => println!(
+            "{}: verified {digest}: authenticated: signed by {}{}",
+            args.image.display(),
+            o.signed_by.expect("checked"),
+            if args.digest.is_some() { " (and matches --digest)" } else { "" }
+        ),
         (true, true) => println!("{}: verified {digest}: authenticated (matches --digest)", args.image.display()),
         (true, false) => println!(
             "{}: self-consistent {digest}: every block matches the seal, but the seal is not authenticated (give --digest)",

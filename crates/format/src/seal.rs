@@ -725,7 +725,10 @@ pub fn encode_signatures(entries: &[SignatureEntryRef<'_>]) -> Vec<u8> {
     };
     let mut out = header.as_bytes().to_vec();
     for e in entries {
-        assert!(e.statement.len() <= STATEMENT_MAX_SIZE, "statement too long");
+        assert!(
+            e.statement.len() <= STATEMENT_MAX_SIZE,
+            "statement too long"
+        );
         out.extend_from_slice(e.public_key);
         out.extend_from_slice(&(e.statement.len() as u32).to_le_bytes());
         out.extend_from_slice(e.statement);

@@ -64,6 +64,8 @@ pub enum Problem {
     },
     /// The trailer is damaged or inconsistent.
     Trailer(String),
+    /// Keys were given and the signatures do not authenticate the image with any of them.
+    Signature(sealfs_trust::Refusal),
     /// The image is not the one the expected digest names.
     Digest {
         /// The digest given.
@@ -105,6 +107,7 @@ impl std::fmt::Display for Problem {
                 write!(f, "Merkle tree level {level} block {index} is damaged")
             }
             Problem::Trailer(what) => write!(f, "{what}"),
+            Problem::Signature(refusal) => write!(f, "{refusal}"),
             Problem::Digest { expected, actual } => {
                 write!(f, "digest mismatch: expected {expected}, image is {actual}")
             }
@@ -119,6 +122,11 @@ pub struct CheckOptions {
     pub digest: Option<Digest>,
     /// Read the seal from this sidecar.
     pub sidecar: Option<Source>,
+    /// Keys that may vouch for the image (see [`crate::OpenOptions::keys`]): when given, a signature
+    /// by one of them must bind the seal, else [`Problem::Signature`].
+    pub keys: Vec<sealfs_trust::PublicKey>,
+    /// Detached signatures (see [`crate::OpenOptions::signatures`]).
+    pub signatures: Option<Source>,
     /// Stop listing Merkle problems after this many.
     pub max_problems: usize,
 }
@@ -128,6 +136,8 @@ impl Default for CheckOptions {
         CheckOptions {
             digest: None,
             sidecar: None,
+            keys: Vec::new(),
+            signatures: None,
             max_problems: 100,
         }
     }
@@ -141,8 +151,10 @@ pub struct Report {
     /// The image's digest, computed from its bytes (for a sealed image, what its seal names), when
     /// the check got that far.
     pub digest: Option<Digest>,
-    /// An expected digest was given (the image is authenticated when there are no problems).
+    /// An expected digest or keys were given (the image is authenticated when there are no problems).
     pub authenticated: bool,
+    /// The key whose signature authenticated the image, when keys were given and one did.
+    pub signed_by: Option<sealfs_trust::Fingerprint>,
     /// The image has a seal (or was meant to have one: a damaged seal counts).
     pub sealed: bool,
     /// Things the check could not do, which are not problems of the image's content (for example
@@ -222,12 +234,14 @@ pub fn check(
     options: &CheckOptions,
     progress: &dyn Progress,
 ) -> Result<Report, OpenError> {
-    let c = match open_for_check(source.into(), options.sidecar.as_ref()) {
+    let source = source.into();
+    let c = match open_for_check(source.clone(), options.sidecar.as_ref()) {
         Err(OpenError::Seal(what)) => {
             return Ok(Report {
                 problems: vec![Problem::Trailer(what)],
                 digest: None,
                 authenticated: false,
+                signed_by: None,
                 sealed: true,
                 notes: Vec::new(),
             })
@@ -237,6 +251,12 @@ pub fn check(
     };
     match &c.found {
         Found::Plain(len) => {
+            if !options.keys.is_empty() {
+                return Err(OpenError::Refused(format!(
+                    "{}: not sealed, so it carries no signature to check against the keys",
+                    c.name
+                )));
+            }
             let Some(expected) = &options.digest else {
                 return Err(OpenError::Refused(format!(
                     "{}: not sealed; give --digest to check it against a known digest",
@@ -257,6 +277,7 @@ pub fn check(
                 problems,
                 digest: Some(actual),
                 authenticated: true,
+                signed_by: None,
                 sealed: false,
                 notes: Vec::new(),
             })
@@ -300,10 +321,29 @@ pub fn check(
                     });
                 }
             }
+            let mut signed_by = None;
+            if !options.keys.is_empty() {
+                let checked =
+                    crate::open::gather_signatures(seal, &source, options.signatures.as_ref())
+                        .and_then(|all| {
+                            sealfs_trust::authenticate(
+                                &all,
+                                &options.keys,
+                                &seal.params,
+                                &actual,
+                                seal.erofs_length(),
+                            )
+                        });
+                match checked {
+                    Ok((fingerprint, _)) => signed_by = Some(fingerprint),
+                    Err(refusal) => problems.push(Problem::Signature(refusal)),
+                }
+            }
             Ok(Report {
                 problems,
                 digest: Some(actual),
-                authenticated: options.digest.is_some(),
+                authenticated: options.digest.is_some() || !options.keys.is_empty(),
+                signed_by,
                 sealed: true,
                 notes,
             })

@@ -114,6 +114,12 @@ pub enum VerifyMode {
 pub enum Authority {
     /// The caller gave the expected digest ([`OpenOptions::digest`]), and the seal names it.
     Digest,
+    /// A signature by one of the caller's keys ([`OpenOptions::keys`]) verifies over a statement
+    /// that binds this seal (if a digest was given too, it also matched).
+    Key {
+        /// The signer's fingerprint.
+        fingerprint: sealfs_trust::Fingerprint,
+    },
 }
 
 /// Who checks each block.
@@ -188,6 +194,15 @@ impl std::fmt::Display for Trust {
                 authority: Authority::Digest,
                 checker,
             } => write!(f, "authenticated (digest given{}): {digest}", by(checker)),
+            Trust::Authenticated {
+                digest,
+                authority: Authority::Key { fingerprint },
+                checker,
+            } => write!(
+                f,
+                "authenticated (signed by {fingerprint}{}): {digest}",
+                by(checker)
+            ),
             Trust::SelfConsistent { digest, checker } => {
                 write!(f, "self-consistent only{}: {digest}", by(checker))
             }
@@ -205,6 +220,14 @@ pub struct OpenOptions {
     pub digest: Option<Digest>,
     /// Read the seal from this sidecar instead of the end of the image.
     pub sidecar: Option<Source>,
+    /// Keys that may vouch for the image: when any is given, some signature by one of them must
+    /// verify over a statement that binds this seal ([`Authority::Key`]), else opening fails with
+    /// [`OpenError::Signature`]. Checked once, at open.
+    pub keys: Vec<sealfs_trust::PublicKey>,
+    /// Detached signatures (a signature section, as `sealfs sign --detached` writes them). Without
+    /// it, `IMAGE.sig` beside a [`Source::Path`] image is read when it exists. They are considered
+    /// together with the seal's own signatures.
+    pub signatures: Option<Source>,
     /// How reads are checked.
     pub verify: VerifyMode,
     /// Verified image blocks kept in memory (metadata and small reads).
@@ -224,6 +247,8 @@ impl Default for OpenOptions {
         OpenOptions {
             digest: None,
             sidecar: None,
+            keys: Vec::new(),
+            signatures: None,
             verify: VerifyMode::Full,
             cache_blocks: reader.cache_blocks,
             cluster_cache_bytes: reader.cluster_cache_bytes,
@@ -242,6 +267,18 @@ impl OpenOptions {
     /// The image must have this digest.
     pub fn digest(mut self, digest: Digest) -> OpenOptions {
         self.digest = Some(digest);
+        self
+    }
+
+    /// Accept the image when one of these keys signed it.
+    pub fn keys(mut self, keys: impl IntoIterator<Item = sealfs_trust::PublicKey>) -> OpenOptions {
+        self.keys.extend(keys);
+        self
+    }
+
+    /// Detached signatures are read from this source.
+    pub fn signatures(mut self, signatures: impl Into<Source>) -> OpenOptions {
+        self.signatures = Some(signatures.into());
         self
     }
 
@@ -317,6 +354,59 @@ fn open_source(source: &Source) -> Result<Opened, OpenError> {
     }
 }
 
+/// Every signature for `seal`: its own section, and the detached ones (`options.signatures`, else
+/// `IMAGE.sig` beside a path image when it exists).
+pub fn gather_signatures(
+    seal: &Seal,
+    source: &Source,
+    detached: Option<&Source>,
+) -> Result<Vec<sealfs_trust::Signature>, sealfs_trust::Refusal> {
+    use sealfs_trust::Refusal;
+    let mut all = seal.signatures()?;
+    let detached_bytes = match (detached, source) {
+        (Some(Source::Path(p)), _) => {
+            Some(std::fs::read(p).map_err(|e| Refusal::Section(format!("{}: {e}", p.display())))?)
+        }
+        (Some(Source::Reader { reader, name }), _) => {
+            let mut b = vec![0u8; reader.len() as usize];
+            reader
+                .read_exact_at(&mut b, 0)
+                .map_err(|e| Refusal::Section(format!("{name}: {e}")))?;
+            Some(b)
+        }
+        (None, Source::Path(p)) => {
+            let sig = sealfs_trust::detached_path(p);
+            match std::fs::read(&sig) {
+                Ok(b) => Some(b),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(Refusal::Section(format!("{}: {e}", sig.display()))),
+            }
+        }
+        (None, Source::Reader { .. }) => None,
+    };
+    if let Some(bytes) = detached_bytes {
+        all.extend(sealfs_trust::parse_section(&bytes).map_err(Refusal::Section)?);
+    }
+    Ok(all)
+}
+
+fn authenticate_seal(
+    seal: &Seal,
+    digest: &Digest,
+    source: &Source,
+    options: &OpenOptions,
+) -> Result<sealfs_trust::Fingerprint, sealfs_trust::Refusal> {
+    let all = gather_signatures(seal, source, options.signatures.as_ref())?;
+    sealfs_trust::authenticate(
+        &all,
+        &options.keys,
+        &seal.params,
+        digest,
+        seal.erofs_length(),
+    )
+    .map(|(fingerprint, _)| fingerprint)
+}
+
 /// Opens an image: finds and checks its seal, compares the digest, and returns the image whose every
 /// block read is verified, with the [`Trust`] established. A plain (unsealed) image opens
 /// [`Trust::Unverified`], unless a digest is expected, which is then refused: reads could not be
@@ -356,6 +446,23 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
                 "{name}: not sealed, so --digest cannot be checked while reading; seal it or use `sealfs verify --digest`"
             )))
         }
+        (None, None) if verify && !options.keys.is_empty() => {
+            return Err(OpenError::Refused(format!(
+                "{name}: not sealed, so a signature cannot be checked while reading; seal and sign it"
+            )))
+        }
+        _ => None,
+    };
+    // Keys: one check at open, none per read.
+    let signer = match (&seal, &sealed_digest) {
+        (Some(seal), Some(digest)) if !options.keys.is_empty() => Some(
+            authenticate_seal(seal, digest, &source, options).map_err(|refusal| {
+                OpenError::Signature {
+                    name: name.clone(),
+                    refusal: Box::new(refusal),
+                }
+            })?,
+        ),
         _ => None,
     };
     let file_digests = if options.verify == VerifyMode::Double {
@@ -390,6 +497,13 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
         Checker::Reader
     };
     let trust = match sealed_digest {
+        Some(digest) if signer.is_some() => Trust::Authenticated {
+            digest,
+            authority: Authority::Key {
+                fingerprint: signer.expect("checked"),
+            },
+            checker,
+        },
         Some(digest) if options.digest.is_some() => Trust::Authenticated {
             digest,
             authority: Authority::Digest,

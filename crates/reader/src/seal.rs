@@ -55,6 +55,15 @@ pub enum OpenError {
     /// per-file checks of an image without per-file digests). The text says what.
     #[error("{0}")]
     Refused(String),
+    /// Keys were given, and the image's signatures do not authenticate it with any of them: not
+    /// signed, signed only by other keys, a statement for another image, or a damaged signature.
+    #[error("{name}: {refusal}")]
+    Signature {
+        /// The image.
+        name: String,
+        /// Which of those.
+        refusal: Box<sealfs_trust::Refusal>,
+    },
     /// The EROFS bytes could not be opened (superblock or root inode damaged, or a block failed
     /// verification).
     #[error("{name}: open: {source}")]
@@ -72,7 +81,9 @@ impl OpenError {
     /// a damaged or truncated seal, a digest mismatch, unreadable EROFS metadata.
     pub fn is_image_fault(&self) -> bool {
         match self {
-            OpenError::Seal(_) | OpenError::DigestMismatch { .. } => true,
+            OpenError::Seal(_) | OpenError::DigestMismatch { .. } | OpenError::Signature { .. } => {
+                true
+            }
             OpenError::Image { source, .. } => !matches!(source, crate::Error::Io { .. }),
             OpenError::Io { .. } | OpenError::NotErofs { .. } | OpenError::Refused(_) => false,
         }
@@ -145,6 +156,22 @@ impl Seal {
         self.source
             .read_exact_at(&mut tree, self.header.tree_offset.get())?;
         Ok(tree)
+    }
+
+    /// The signatures the seal carries (its signature section; empty when it has none), as stored:
+    /// nothing is verified here (see [`sealfs_trust::authenticate`]).
+    pub fn signatures(&self) -> Result<Vec<sealfs_trust::Signature>, sealfs_trust::Refusal> {
+        let h = &self.header;
+        if h.sig_length.get() == 0 {
+            return Ok(Vec::new());
+        }
+        let len = usize::try_from(h.sig_length.get())
+            .map_err(|_| sealfs_trust::Refusal::Section("too large".into()))?;
+        let mut bytes = vec![0u8; len];
+        self.source
+            .read_exact_at(&mut bytes, h.sig_offset.get())
+            .map_err(|e| sealfs_trust::Refusal::Section(format!("cannot read it: {e}")))?;
+        sealfs_trust::parse_section(&bytes).map_err(sealfs_trust::Refusal::Section)
     }
 
     /// The per-file digest section, checked against the header's CRC and parsed; `None` when the seal

@@ -9,7 +9,7 @@ use crate::open::{ImageArgs, OpenImage};
 use anyhow::{Context, Result};
 use clap::Args;
 use sealfs_format::{self as fmt};
-use sealfs_reader::{Checker, Trust, Visit, WalkEvent};
+use sealfs_reader::{Authority, Checker, Trust, Visit, WalkEvent};
 use sealfs_reader::{FileType, Image};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
@@ -179,6 +179,14 @@ fn count(img: &Image) -> Result<Counts> {
 /// The trust level, in one sentence.
 fn trust_text(trust: &Trust) -> (&'static str, String) {
     match trust {
+        Trust::Authenticated {
+            digest: d,
+            authority: Authority::Key { fingerprint },
+            ..
+        } => (
+            "authenticated",
+            format!("authenticated: signed by {fingerprint}, whose statement names {d}, and every block read is checked against it"),
+        ),
         Trust::Authenticated { digest: d, .. } => (
             "authenticated",
             format!("authenticated: the seal's digest equals --digest {d}, and every block read is checked against it"),
@@ -245,6 +253,15 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
     if let Some((_, _, Err(e), _)) = &seal {
         status.error(&fault(format!("{}: {e}", args.image.image.display())));
     }
+
+    let signatures = match &opened.seal {
+        Some(s) => signature_list(s, &args.image),
+        None => Ok(Vec::new()),
+    };
+    if let Err(e) = &signatures {
+        status.error(&fault(format!("{}: {e}", args.image.image.display())));
+    }
+    let signatures = signatures.unwrap_or_default();
 
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -314,6 +331,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
             },
             "counts": counts_json,
             "seal": seal_json,
+            "signatures": signatures.iter().map(SigInfo::json).collect::<Vec<_>>(),
         });
         writeln!(out, "{v}")?;
         out.flush()?;
@@ -437,9 +455,127 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
                     Err(e) => format!("unreadable: {e}"),
                 },
             );
+            line(
+                "signatures",
+                if signatures.is_empty() {
+                    "none".into()
+                } else {
+                    signatures.len().to_string()
+                },
+            );
+            for sig in &signatures {
+                line("  signed by", sig.text());
+            }
         }
     }
     out.write_all(t.as_bytes())?;
     out.flush()?;
     Ok(status.code())
+}
+
+/// One signature, as `inspect` shows it.
+struct SigInfo {
+    fingerprint: sealfs_trust::Fingerprint,
+    /// Where it was found.
+    location: &'static str,
+    /// It verifies with the key it names.
+    valid: bool,
+    /// One of the keys given.
+    trusted: bool,
+    statement: Result<sealfs_trust::Statement, String>,
+    /// The statement binds this seal.
+    binds: bool,
+}
+
+impl SigInfo {
+    fn text(&self) -> String {
+        let mut t = format!(
+            "{} ({}, {}{})",
+            self.fingerprint,
+            self.location,
+            if self.valid { "valid" } else { "DAMAGED" },
+            if self.trusted { ", key given" } else { "" }
+        );
+        match &self.statement {
+            Ok(s) => {
+                t.push_str(&format!(": {}", s.digest));
+                if !self.binds {
+                    t.push_str(" (ANOTHER IMAGE)");
+                }
+                for (k, v) in [("name", &s.name), ("version", &s.version)] {
+                    if let Some(v) = v {
+                        t.push_str(&format!(", {k} {v:?}"));
+                    }
+                }
+                if let Some(c) = s.created {
+                    t.push_str(&format!(", created {c}"));
+                }
+            }
+            Err(e) => t.push_str(&format!(": {e}")),
+        }
+        t
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let statement = self.statement.as_ref().ok().map(|s| {
+            json!({
+                "digest": s.digest.to_string(),
+                "hash_algorithm": s.digest.alg().name(),
+                "block_size": s.block_size,
+                "salt": hex(&s.salt),
+                "erofs_length": s.erofs_length,
+                "name": s.name,
+                "version": s.version,
+                "created": s.created,
+            })
+        });
+        json!({
+            "fingerprint": self.fingerprint.to_string(),
+            "location": self.location,
+            "valid": self.valid,
+            "key_given": self.trusted,
+            "binds_this_image": self.binds,
+            "statement": statement,
+            "statement_error": self.statement.as_ref().err(),
+        })
+    }
+}
+
+/// The signatures of the seal and the detached ones, each checked with the key it names (whether
+/// that key is trusted is what `--key` decides).
+fn signature_list(seal: &sealfs_reader::Seal, args: &ImageArgs) -> Result<Vec<SigInfo>> {
+    let keys = args.keys.load()?;
+    let own = seal.signatures().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let source = sealfs_reader::Source::Path(args.image.clone());
+    let detached = args
+        .keys
+        .signatures
+        .clone()
+        .map(sealfs_reader::Source::Path);
+    let all = sealfs_reader::open::gather_signatures(seal, &source, detached.as_ref())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let digest = seal.digest();
+    Ok(all
+        .into_iter()
+        .enumerate()
+        .map(|(i, sig)| {
+            let statement =
+                sealfs_trust::Statement::parse(&sig.statement).map_err(|e| e.to_string());
+            let binds = statement
+                .as_ref()
+                .is_ok_and(|s| s.binds(&seal.params, &digest, seal.erofs_length()).is_ok());
+            SigInfo {
+                fingerprint: sig.fingerprint(),
+                location: if i < own.len() {
+                    "in the seal"
+                } else {
+                    "detached"
+                },
+                valid: sig.verifies(),
+                trusted: keys.iter().any(|k| k.to_bytes() == sig.public_key),
+                statement,
+                binds,
+            }
+        })
+        .collect())
 }
