@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # package:command pairs the tests use.
 needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetup-bin:veritysetup
        attr:getfattr squashfs-tools:mksquashfs fuse3:fusermount3 fio:fio util-linux:setpriv
-       qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4)
+       qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl)
 missing=()
 for pair in "${needs[@]}"; do
   command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")

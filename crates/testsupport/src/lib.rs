@@ -99,6 +99,7 @@ pub fn package_of(tool: &str) -> &'static str {
         "getfattr" | "setfattr" => "attr",
         "fio" => "fio",
         "mount" | "umount" | "losetup" => "util-linux",
+        "openssl" => "openssl",
         _ => "unknown package",
     }
 }
