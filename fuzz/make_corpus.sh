@@ -8,9 +8,11 @@
 #                                   64 KiB pclusters; one damaged data byte; one plain image)
 #   fuzz/corpus/seal_trailer/       some of those sealed files
 #   fuzz/corpus/file_digests/       their per-file digest sections (the distinct ones)
+#   fuzz/corpus/signatures/         signature sections (`sealfs sign --detached`; fresh keys, so
+#                                   these seeds alone are not byte-reproducible)
 #
 # Usage: fuzz/make_corpus.sh [all|seal]   (from anywhere; needs target/release/sealfs; `all` also
-#        needs mkfs.erofs and setfattr; `seal` regenerates only the three seal targets' seeds)
+#        needs mkfs.erofs and setfattr; `seal` regenerates only the seal targets' seeds)
 # The images are reproducible (fixed timestamps, UUIDs and uids), so re-running gives the same bytes
 # as long as the builders do not change. Seeds are named <builder>-<tree>-<options>.
 set -euo pipefail
@@ -98,8 +100,21 @@ for name in sorted(os.listdir(src)):
     seen.add(sec)
     open(os.path.join(dst, name), "wb").write(sec)
 EOF
-ls -l "$sout" "$tout" "$fout"
-du -sh "$sout" "$tout" "$fout"
+# Signature sections: IMAGE.sig files, which hold exactly the bytes of a seal's section.
+gout=$here/corpus/signatures
+rm -rf "$gout"
+mkdir -p "$gout"
+for k in k1 k2; do "$sealfs" keygen "$work/$k" >/dev/null; done
+for name in sealfs-small sealfs-small-salt-vbs1k; do cp "$sout/$name" "$work/$name"; done
+"$sealfs" sign "$work/sealfs-small" --key "$work/k1" --detached >/dev/null 2>&1
+cp "$work/sealfs-small.sig" "$gout/one-signature"
+"$sealfs" sign "$work/sealfs-small" --key "$work/k2" --detached --name "base image" --version 1.0 \
+    --created 1764000000 >/dev/null 2>&1
+cp "$work/sealfs-small.sig" "$gout/two-keys-all-fields"
+"$sealfs" sign "$work/sealfs-small-salt-vbs1k" --key "$work/k1" --detached --name salted >/dev/null 2>&1
+cp "$work/sealfs-small-salt-vbs1k.sig" "$gout/salt-vbs1k"
+ls -l "$sout" "$tout" "$fout" "$gout"
+du -sh "$sout" "$tout" "$fout" "$gout"
 [ "$what" = seal ] && exit 0
 
 command -v mkfs.erofs >/dev/null || { echo "mkfs.erofs is needed" >&2; exit 1; }

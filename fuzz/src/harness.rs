@@ -5,7 +5,7 @@
 //! and is also compiled into the stable test `crates/reader/tests/fuzz_corpus.rs` with
 //! `#[path = "../../../fuzz/src/harness.rs"]`, so the fuzzers and the normal test suite cannot
 //! drift apart. It must therefore build on stable Rust and use nothing but `std`, `sealfs_reader`,
-//! `sealfs_format` and `sealfs_verity` (all dependencies of the reader crate).
+//! `sealfs_format`, `sealfs_verity` and `sealfs_trust` (all dependencies of the reader crate).
 //!
 //! Every operation's result is ignored: errors are fine, a panic (or a hang, or an allocation the
 //! image size does not justify) is a bug. The walk's own work is bounded (entries, inodes, bytes
@@ -482,6 +482,61 @@ pub fn file_digests(data: &[u8]) {
         data.len(),
         encoded.len()
     );
+}
+
+// ----- signatures ----------------------------------------------------------------------------
+
+/// The `signatures` target: the input is a signature section (the seal's, or a detached
+/// `IMAGE.sig`). If [`sealfs_trust::parse_section`] accepts it, [`sealfs_trust::encode_section`] of
+/// its entries must give back the very same bytes; every statement that parses must re-encode to
+/// its bytes; and the check at open ([`sealfs_trust::authenticate`]), with the entries' own keys
+/// and the first statement's parameters, must not panic.
+pub fn signatures(data: &[u8]) {
+    let sigs = match sealfs_trust::parse_section(data) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = e.len();
+            return;
+        }
+    };
+    assert!(
+        sealfs_trust::encode_section(&sigs) == data,
+        "signature section does not round-trip"
+    );
+    let mut keys = Vec::new();
+    let mut bound = None;
+    for sig in &sigs {
+        let _ = (sig.fingerprint().to_string(), sig.verifies());
+        if let Ok(k) = sealfs_trust::PublicKey::from_bytes(&sig.public_key) {
+            keys.push(k);
+        }
+        match sealfs_trust::Statement::parse(&sig.statement) {
+            Ok(st) => {
+                assert!(
+                    st.encode() == sig.statement,
+                    "statement does not round-trip"
+                );
+                if bound.is_none() {
+                    bound = Params::new(st.digest.alg(), st.block_size as usize, &st.salt)
+                        .ok()
+                        .map(|p| (p, st.digest, st.erofs_length));
+                }
+            }
+            Err(e) => {
+                let _ = e.to_string();
+            }
+        }
+    }
+    let (params, digest, len) = bound.unwrap_or((
+        Params::default(),
+        Digest::new(HashAlg::Sha256, &[0; 32]).expect("32 bytes"),
+        0,
+    ));
+    for keys in [&keys[..], &[]] {
+        if let Err(r) = sealfs_trust::authenticate(&sigs, keys, &params, &digest, len) {
+            let _ = r.to_string();
+        }
+    }
 }
 
 // ----- sealed_open ---------------------------------------------------------------------------
