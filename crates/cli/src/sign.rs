@@ -143,6 +143,28 @@ pub fn run_sign(args: SignArgs) -> Result<ExitCode> {
         Ok(st) => st,
         Err(e) => return sign_error(e),
     };
+    // A signature vouches for the bytes: check every block against the seal before signing it.
+    let options = sealfs_reader::check::CheckOptions {
+        sidecar: args.fields.sidecar.clone().map(Into::into),
+        ..Default::default()
+    };
+    let report = sealfs_reader::check::check(
+        &args.image,
+        &options,
+        &crate::progress::TermProgress::new(false),
+    )
+    .map_err(|e| anyhow!(e))?;
+    if !report.is_verified() {
+        for p in &report.problems {
+            eprintln!("{}: {p}", args.image.display());
+        }
+        eprintln!(
+            "sealfs: error: {}: does not match its seal ({} problem(s)); not signed",
+            args.image.display(),
+            report.problems.len()
+        );
+        return Ok(ExitCode::from(1));
+    }
     let target = SignTarget {
         image: args.image.clone(),
         sidecar: args.fields.sidecar.clone(),

@@ -431,6 +431,13 @@ fn tampering_rotation_and_refusals() {
     assert_eq!(fs::read(d.join("out/etc/hostname")).unwrap(), b"signed\n");
     assert!(temp_leftovers(d).is_empty());
 
+    // A damaged image is not signed (sign checks every block first).
+    let damaged = d.join("damaged.img");
+    fs::copy(&other, &damaged).unwrap();
+    flip(&damaged, 4096 + 100);
+    refused(&["sign", s(&damaged), "--key", s(&k1)], "not signed");
+    assert!(!Path::new(&format!("{}.sig", s(&damaged))).exists());
+
     // Not sealed: nothing to sign.
     let plain = image(d, "plain.img", b"p", &["--no-seal"]);
     refused(&["sign", s(&plain), "--key", s(&k1)], "not sealed");
