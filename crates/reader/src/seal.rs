@@ -355,29 +355,10 @@ pub fn find_seal(
             image_len - erofs_len
         ));
     }
-    let alg = match HashAlg::from_id(header.hash_algorithm) {
-        Ok(a) => a,
+    let params = match sealfs_verity::seal_params(&header) {
+        Ok((params, _)) => params,
         Err(e) => return damaged(format!("{where_}: {e}")),
     };
-    let params = match Params::from_log_block_size(alg, header.log_blocksize, header.salt()) {
-        Ok(p) => p,
-        Err(e) => return damaged(format!("{where_}: seal parameters: {e}")),
-    };
-    // The descriptor must be one the kernel could have produced (unused bytes and `sig_size` zero,
-    // which the kernel zeroes before hashing), and the header's copy of the digest must be its hash.
-    if let Err(e) = sealfs_verity::Descriptor::from_bytes(&header.descriptor) {
-        return damaged(format!("{where_}: descriptor: {e}"));
-    }
-    if header.descriptor[4..8] != [0; 4] {
-        return damaged(format!("{where_}: descriptor: non-zero sig_size"));
-    }
-    let digest = sealfs_verity::file_digest(&params, &header.descriptor);
-    let d = digest.as_bytes().len();
-    if header.digest[..d] != *digest.as_bytes() || header.digest[d..].iter().any(|&b| b != 0) {
-        return damaged(format!(
-            "{where_}: the header's digest field is not the hash of its descriptor"
-        ));
-    }
     let geometry = TreeGeometry::new(&params, erofs_len);
     if geometry.tree_size() != header.tree_length.get() {
         return damaged(format!(

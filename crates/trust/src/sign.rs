@@ -5,7 +5,7 @@
 
 use crate::{encode_section, parse_section, Fingerprint, Signature, SigningKey, Statement};
 use sealfs_format::{self as fmt, FromBytes, SealError, SealFooter, SealHeader};
-use sealfs_verity::{Digest, HashAlg, Params};
+use sealfs_verity::{Digest, Params};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -118,18 +118,8 @@ fn read_seal(image: &Path, sidecar: Option<&Path>) -> Result<SealFile, SignError
             }
         )));
     }
-    let bad = |e: &dyn std::fmt::Display| SignError::Seal(format!("{name}: {e}"));
-    let alg = HashAlg::from_id(header.hash_algorithm).map_err(|e| bad(&e))?;
-    let params = Params::from_log_block_size(alg, header.log_blocksize, header.salt())
-        .map_err(|e| bad(&e))?;
-    sealfs_verity::Descriptor::from_bytes(&header.descriptor).map_err(|e| bad(&e))?;
-    let digest = sealfs_verity::file_digest(&params, &header.descriptor);
-    let d = digest.as_bytes().len();
-    if header.digest[..d] != *digest.as_bytes() {
-        return Err(bad(
-            &"the header's digest field is not the hash of its descriptor",
-        ));
-    }
+    let (params, digest) =
+        sealfs_verity::seal_params(&header).map_err(|e| SignError::Seal(format!("{name}: {e}")))?;
     Ok(SealFile {
         path: path.to_path_buf(),
         header,

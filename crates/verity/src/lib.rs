@@ -80,6 +80,7 @@ mod error;
 mod geometry;
 mod hasher;
 mod params;
+mod seal;
 #[cfg(target_arch = "x86_64")]
 mod sha256x2;
 mod tree;
@@ -91,6 +92,7 @@ pub use error::{Error, Result};
 pub use geometry::{HashLocation, TreeGeometry, KERNEL_MAX_LEVELS};
 pub use hasher::BlockHasher;
 pub use params::{Params, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, MAX_SALT_SIZE, MIN_BLOCK_SIZE};
+pub use seal::seal_params;
 pub use tree::{build_tree, Tree, TreeBuilder};
 #[cfg(unix)]
 pub use tree::{build_tree_from_file, leaf_hashes_from_file, leaf_hashes_from_reader};
