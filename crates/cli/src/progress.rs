@@ -56,8 +56,8 @@ impl Progress for TermProgress {
     }
 }
 
-/// The libraries each have their own progress hook (the reader's check, extraction); the terminal
-/// shows them all the same way.
+/// The read side (checking, extraction) has its own progress hook, as the builder does (the two
+/// never depend on each other); the terminal shows both the same way.
 macro_rules! forward_progress {
     ($($trait:path),*) => {$(
         impl $trait for TermProgress {
@@ -76,7 +76,4 @@ macro_rules! forward_progress {
     )*};
 }
 
-forward_progress!(
-    sealfs_reader::check::Progress,
-    sealfs_extract::ExtractProgress
-);
+forward_progress!(sealfs_reader::check::Progress);

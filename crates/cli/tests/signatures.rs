@@ -11,19 +11,20 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-fn sealfs(args: &[&str]) -> Output {
-    let out = Command::new(sealfs_bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+/// Runs `program args`, printing what it said (for the test log).
+fn logged(program: &str, cmd: &mut Command, args: &[&str]) -> Output {
+    let out = cmd.args(args).stdin(Stdio::null()).output().unwrap();
     println!(
-        "sealfs {args:?} -> {:?}\n{}{}",
+        "{program} {args:?} -> {:?}\n{}{}",
         out.status.code(),
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+fn sealfs(args: &[&str]) -> Output {
+    logged("sealfs", &mut Command::new(sealfs_bin()), args)
 }
 
 fn ok(args: &[&str]) -> String {
@@ -45,14 +46,7 @@ fn refused(args: &[&str], why: &str) {
 }
 
 fn openssl(args: &[&str]) -> Output {
-    let out = Command::new("openssl").args(args).output().unwrap();
-    println!(
-        "openssl {args:?} -> {:?}\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    logged("openssl", &mut Command::new("openssl"), args)
 }
 
 fn openssl_ok(args: &[&str]) {

@@ -101,26 +101,12 @@ impl Default for ExtractOptions {
     }
 }
 
+/// A progress hook that shows nothing.
+pub use sealfs_reader::check::NoProgress;
 /// Progress of an extraction: one step (`"extracting"`, the file data) whose total is the bytes of
-/// the regular files to write; `advance` is called from worker threads.
-pub trait ExtractProgress: Sync {
-    /// A step starts; `total` is its amount of work in bytes, if known.
-    fn begin(&self, step: &'static str, total: Option<u64>);
-    /// `n` more bytes of the step are done (written, or holes skipped).
-    fn advance(&self, n: u64);
-    /// The step is over.
-    fn end(&self);
-}
-
-/// An [`ExtractProgress`] that shows nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoProgress;
-
-impl ExtractProgress for NoProgress {
-    fn begin(&self, _step: &'static str, _total: Option<u64>) {}
-    fn advance(&self, _n: u64) {}
-    fn end(&self) {}
-}
+/// the regular files to write; `advance` is called from worker threads. The reader's read-side
+/// progress hook, shared with whole-image checking.
+pub use sealfs_reader::check::Progress as ExtractProgress;
 
 /// What an extraction did.
 #[derive(Debug, Default)]

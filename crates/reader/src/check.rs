@@ -17,7 +17,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
-/// A progress hook for long steps (hashing an image).
+/// The read side's progress hook for long steps (hashing an image, extracting it); `advance` may be
+/// called from worker threads.
 pub trait Progress: Sync {
     /// A step starts; `total` is its size in bytes when known.
     fn begin(&self, step: &'static str, total: Option<u64>);
@@ -28,6 +29,7 @@ pub trait Progress: Sync {
 }
 
 /// A [`Progress`] that shows nothing.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct NoProgress;
 
 impl Progress for NoProgress {
