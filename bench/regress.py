@@ -12,7 +12,8 @@ Workloads (page cache warm; every image is built once, by NEW, and read by both)
                                                              mount each run (nothing in the FUSE
                                                              page cache), verified
 After one untimed round, RUNS rounds; in each round the order of OLD and NEW alternates (A B, B A, ...).
-Prints a Markdown table (median, min, max, NEW/OLD ratio) and writes bench/results/regress-<stamp>.csv.
+Prints a Markdown table (median, min, max, NEW/OLD ratio), writes bench/results/regress-<stamp>.csv
+and the chart docs/bench-regress.png (`bench/regress.py --plot CSV` redraws it from a CSV).
 """
 import csv
 import os
@@ -25,7 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RUNS = int(os.environ.get("RUNS", "5"))
-OLD = os.environ["OLD"]
+OLD = os.environ.get("OLD", "")
 NEW = os.environ.get("NEW", os.path.join(REPO, "target/release/sealfs"))
 CORPUS = os.environ.get("CORPUS_DIR", os.path.join(HERE, ".corpus"))
 WORKLOADS = os.environ.get("WORKLOADS", "digest verify extract fuse-seq").split()
@@ -45,7 +46,40 @@ def version(binary):
     return sh([binary, "--version"]).strip()
 
 
+def plot(csv_path, out_png):
+    """Median time of OLD and NEW per workload, min-max whiskers, from a CSV this script wrote."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(csv.DictReader(open(csv_path)))
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.38
+    for k, (binary, color) in enumerate([("old", "#7f7f7f"), ("new", "#2b7bba")]):
+        med, lo, hi = [], [], []
+        for w in workloads:
+            t = [float(r["seconds"]) for r in rows if r["workload"] == w and r["binary"] == binary]
+            m = statistics.median(t)
+            med.append(m)
+            lo.append(m - min(t))
+            hi.append(max(t) - m)
+        xs = [i + (k - 0.5) * width for i in range(len(workloads))]
+        ax.bar(xs, med, width, yerr=[lo, hi], capsize=3, color=color,
+               label="previous release" if binary == "old" else "this change")
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_ylabel("seconds (median, min-max)")
+    ax.set_title(f"sealfs old vs new, interleaved ({os.path.basename(csv_path)})", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--plot":
+        plot(sys.argv[2], os.path.join(REPO, "docs", "bench-regress.png"))
+        return
     work = tempfile.mkdtemp(prefix="sealfs-regress-", dir=os.environ.get("WORK_DIR", "/var/tmp"))
     big = os.path.join(CORPUS, "big", "linux.tar")
     linux = os.path.join(CORPUS, "linux", "linux-source-6.1")
@@ -134,6 +168,7 @@ def main():
         print(f"| {wl} | {cell('old')} | {cell('new')} | {med['new'] / med['old']:.3f} |")
     print()
     print(f"raw: {os.path.relpath(out, REPO)}")
+    plot(out, os.path.join(REPO, "docs", "bench-regress.png"))
 
 
 if __name__ == "__main__":
