@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 src="${1:-crates}"
 img="${2:-${TMPDIR:-/tmp}/sealfs-demo.img}"
+. scripts/deps.sh
+install_packages $(build_deps_missing)
 cargo build --release --quiet -p sealfs-cli
 digest=$(./target/release/sealfs build "$src" "$img")
 # Read it back with sealfs itself (every block verified against the digest), no root needed:

@@ -6,11 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+. scripts/deps.sh
+
 # package:command pairs the tests use.
 needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetup-bin:veritysetup
        attr:getfattr squashfs-tools:mksquashfs fuse3:fusermount3 fio:fio util-linux:setpriv
-       qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl)
-missing=()
+       qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl dmsetup:dmsetup
+       mount:losetup binutils:objcopy)
+missing=($(build_deps_missing))
 for pair in "${needs[@]}"; do
   command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")
 done
@@ -18,13 +21,7 @@ done
 if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
   missing+=(busybox-static)
 fi
-if ((${#missing[@]})); then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "installing: ${missing[*]}" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+install_packages "${missing[@]}"
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
 
 cargo fmt --all -- --check

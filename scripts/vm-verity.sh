@@ -6,12 +6,13 @@
 #
 # STAGING_DIR holds what the guest sees: it becomes an ext4 file system made with the `verity`
 # feature, mounted read-write at /mnt in the guest, where /mnt/guest.sh is run with busybox sh. The
-# guest has busybox, `sealfs` (the binary in $SEALFS) and `fsverity` (fsverity-utils) in its PATH.
+# guest has busybox, `sealfs` (the binary in $SEALFS), `fsverity` (fsverity-utils), and `dmsetup` and
+# `losetup` (util-linux) in its PATH, and the loop, device-mapper, dm-verity and EROFS modules loaded.
 # Everything the guest prints reaches standard output (serial console); the last line is
 # "GUEST-EXIT <status of guest.sh>". Exits 0 when the guest ran to its end, whatever the status.
 #
 # Needs qemu-system-x86_64 (qemu-system-x86), /bin/busybox statically linked (busybox-static),
-# mkfs.ext4 (e2fsprogs), fsverity (fsverity) and apt-get: the kernel is the newest
+# mkfs.ext4 (e2fsprogs), fsverity (fsverity), dmsetup (dmsetup), losetup, objcopy and apt-get: the kernel is the newest
 # `linux-image-*-cloud-amd64` Debian package (needs CONFIG_FS_VERITY=y and ext4 built in), downloaded
 # once into $VM_CACHE (default target/vm-kernel).
 set -euo pipefail
@@ -22,16 +23,20 @@ SEALFS="${SEALFS:-$here/target/release/sealfs}"
 VM_CACHE="${VM_CACHE:-$here/target/vm-kernel}"
 die() { printf 'vm-verity: %s\n' "$*" >&2; exit 2; }
 
-for tool in qemu-system-x86_64 mkfs.ext4 fsverity apt-get dpkg-deb; do
+for tool in qemu-system-x86_64 mkfs.ext4 fsverity dmsetup losetup objcopy apt-get dpkg-deb; do
     command -v "$tool" >/dev/null || die "$tool not found"
 done
 [[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1 || die "/bin/busybox missing or not static (apt-get install busybox-static)"
 [[ -x "$SEALFS" ]] || die "no sealfs binary at $SEALFS"
 [[ -f "$staging/guest.sh" ]] || die "$staging/guest.sh missing"
 
-# --- kernel: vmlinuz and the loop module, from the Debian cloud kernel package ---------------------
-if [[ ! -f "$VM_CACHE/.done" ]]; then
-    rm -rf "$VM_CACHE" && mkdir -p "$VM_CACHE/deb"
+# --- kernel: vmlinuz and the modules the tests need, from the Debian cloud kernel package ---------
+# The loop driver (the ext4 image lives in the initramfs), SHA-512 for fs-verity's --hash-alg=sha512,
+# and for kernel-verified mounts device-mapper with dm-verity and EROFS: modules in the cloud kernel,
+# kept with what they depend on, in load order (modules.order).
+MODULES="loop sha512_generic dm-verity erofs"
+if [[ ! -f "$VM_CACHE/.done-v2" ]]; then
+    rm -rf "$VM_CACHE" && mkdir -p "$VM_CACHE/deb" "$VM_CACHE/modules"
     pick() { apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}'; }
     pkg="$(pick)"
     if [[ -z "$pkg" ]]; then
@@ -42,17 +47,25 @@ if [[ ! -f "$VM_CACHE/.done" ]]; then
     (cd "$VM_CACHE/deb" && apt-get download "$pkg" >&2 2>/dev/null) || die "apt-get download $pkg failed"
     dpkg-deb -x "$VM_CACHE"/deb/*.deb "$VM_CACHE/x"
     cp "$VM_CACHE"/x/boot/vmlinuz-* "$VM_CACHE/vmlinuz"
-    grep -q '^CONFIG_FS_VERITY=y' "$VM_CACHE"/x/boot/config-* || die "$pkg has no CONFIG_FS_VERITY"
-    # The loop driver (the ext4 image lives in the initramfs) and SHA-512 for fs-verity's
-    # --hash-alg=sha512, which the cloud kernel builds as modules.
-    for mod in loop sha512_generic; do
-        ko="$(find "$VM_CACHE/x/lib/modules" -name "$mod.ko" | head -n1)"
-        [[ -n "$ko" ]] || die "$pkg has no uncompressed $mod.ko"
-        cp "$ko" "$VM_CACHE/$mod.ko"
+    for opt in CONFIG_FS_VERITY=y CONFIG_DM_VERITY= CONFIG_EROFS_FS=; do
+        grep -q "^$opt" "$VM_CACHE"/x/boot/config-* || die "$pkg has no $opt"
     done
+    # A module's dependencies, from its .modinfo section (no modules.dep in the package).
+    deps_of() { objcopy -O binary --only-section=.modinfo "$1" /dev/stdout | tr '\0' '\n' | sed -n 's/^depends=//p' | tr ',' ' '; }
+    find_ko() { find "$VM_CACHE/x/lib/modules" \( -name "$1.ko" -o -name "${1//-/_}.ko" -o -name "${1//_/-}.ko" \) | head -n1; }
+    add() {
+        local ko; ko="$(find_ko "$1")"
+        [[ -n "$ko" ]] || die "$pkg has no uncompressed $1.ko"
+        local base; base="$(basename "$ko")"
+        grep -qx "$base" "$VM_CACHE/modules.order" 2>/dev/null && return 0
+        for dep in $(deps_of "$ko"); do add "$dep"; done
+        cp "$ko" "$VM_CACHE/modules/"
+        echo "$base" >>"$VM_CACHE/modules.order"
+    }
+    for mod in $MODULES; do add "$mod"; done
     echo "$pkg" >"$VM_CACHE/PACKAGE"
     rm -rf "$VM_CACHE/x" "$VM_CACHE/deb"
-    touch "$VM_CACHE/.done"
+    touch "$VM_CACHE/.done-v2"
 fi
 
 # --- initramfs: busybox, sealfs and fsverity with their libraries, the ext4 image -------------------
@@ -62,14 +75,15 @@ root="$work/root"
 mkdir -p "$root"/{bin,dev,proc,sys,mnt,tmp}
 cp /bin/busybox "$root/bin/"
 strip -o "$root/bin/sealfs" "$SEALFS"
-cp "$(command -v fsverity)" "$root/bin/"
-for bin in "$root/bin/sealfs" "$root/bin/fsverity"; do
+cp "$(command -v fsverity)" "$(command -v dmsetup)" "$(command -v losetup)" "$root/bin/"
+for bin in "$root/bin/sealfs" "$root/bin/fsverity" "$root/bin/dmsetup" "$root/bin/losetup"; do
     ldd "$bin" | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
         mkdir -p "$root$(dirname "$lib")"
         cp -L "$lib" "$root$lib"
     done
 done
-cp "$VM_CACHE/loop.ko" "$VM_CACHE/sha512_generic.ko" "$root/"
+mkdir -p "$root/modules"
+cp "$VM_CACHE"/modules/*.ko "$VM_CACHE/modules.order" "$root/modules/"
 # Room for the staged files, their fs-verity trees and ext4's own metadata.
 size_kib=$(( $(du -sk "$staging" | cut -f1) * 3 / 2 + 16384 ))
 mkfs.ext4 -q -F -O verity -b 4096 -d "$staging" "$root/fs.ext4" "${size_kib}k"
@@ -80,8 +94,7 @@ export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-insmod /loop.ko
-insmod /sha512_generic.ko
+while read -r ko; do insmod "/modules/$ko" || echo "GUEST: insmod $ko failed"; done </modules/modules.order
 mount -t ext4 -o loop /fs.ext4 /mnt || echo "GUEST: cannot mount the ext4 image"
 echo GUEST-START
 cd /mnt && sh /mnt/guest.sh

@@ -1,6 +1,7 @@
 //! The `sealfs` command: parse the command line, turn it into validated options, run.
 
 mod build;
+mod kernel;
 mod mount;
 mod open;
 mod progress;
@@ -51,11 +52,14 @@ enum Command {
     Getfattr(read::getfattr::GetfattrArgs),
     /// Extract the tree (or a subtree) into a directory, never writing outside it.
     Extract(read::extract::ExtractArgs),
-    /// Describe an image: superblock, contents, seal, and what was established about it.
+    /// Describe an image: superblock, contents, seal, signatures, and what was established about
+    /// it; given the mount point of a --kernel mount, the devices under it.
     Inspect(read::inspect::InspectArgs),
-    /// Serve the image read-only over FUSE, every block verified (a daemon unless --foreground).
+    /// Serve the image read-only over FUSE, every block verified (a daemon unless --foreground); or
+    /// with --kernel, mount it with the kernel's EROFS on dm-verity or fs-verity.
     Mount(mount::MountArgs),
-    /// Unmount a sealfs FUSE mount (also a stale one whose daemon died).
+    /// Unmount a sealfs mount: FUSE (also a stale one whose daemon died) or --kernel (with its
+    /// dm-verity mapping and loop devices, also when a crash left them behind unmounted).
     Umount(mount::UmountArgs),
     /// Show the counters of a running mount: cache hits, bytes read and verified, failures.
     Stats(mount::StatsArgs),

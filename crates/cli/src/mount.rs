@@ -48,12 +48,24 @@ pub struct MountArgs {
     /// Append log lines (failed reads, once each) to this file instead of syslog or stderr.
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
+    /// Let the kernel mount the image (EROFS) and check every block itself, instead of serving it
+    /// over FUSE: `dm-verity` (a read-only loop device of the image under a dm-verity mapping whose
+    /// tree is the seal's), `fs-verity` (a detached image: fs-verity is turned on for the file with
+    /// the seal's parameters and the kernel's digest must be the authenticated one), or `auto`
+    /// (fs-verity where a detached image's file system has it, dm-verity otherwise). Needs root
+    /// and --digest or --key; `sealfs umount` takes down the mount and its devices.
+    #[arg(long, value_name = "HOW", num_args = 0..=1, default_missing_value = "auto", require_equals = true)]
+    kernel: Option<String>,
+    /// With --kernel: what dm-verity does when a block fails its check: `eio` (the read fails),
+    /// `panic` or `restart` the machine.
+    #[arg(long, value_name = "ACTION", requires = "kernel", value_parser = ["eio", "panic", "restart"])]
+    on_corruption: Option<String>,
 }
 
 /// Arguments of `sealfs umount`.
 #[derive(Args)]
 pub struct UmountArgs {
-    /// Where a sealfs image is mounted.
+    /// Where a sealfs image is mounted (or was: what a --kernel mount left behind is removed).
     mountpoint: PathBuf,
     /// Detach now, finish when the last file is closed (`umount -l`).
     #[arg(short = 'l', long)]
@@ -228,6 +240,22 @@ fn file_check(digests: Arc<FileDigests>) -> FileCheck {
 
 /// Runs `sealfs mount`.
 pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
+    if let Some(how) = &args.kernel {
+        if args.foreground
+            || !args.options.is_empty()
+            || args.threads.is_some()
+            || args.log.is_some()
+        {
+            bail!("--foreground, -o, --threads and --log are for FUSE mounts, not --kernel");
+        }
+        let on_corruption = match &args.on_corruption {
+            Some(s) => s
+                .parse()
+                .map_err(|e: String| anyhow!("--on-corruption: {e}"))?,
+            None => Default::default(),
+        };
+        return crate::kernel::mount(&args.image, &args.mountpoint, how, on_corruption);
+    }
     // A daemon serves many lookups over time: keep the metadata of a large tree verified in memory.
     args.image.block_cache.get_or_insert(MOUNT_BLOCK_CACHE);
     let opened = args.image.open_any()?;
@@ -396,55 +424,19 @@ fn absolute_mountpoint(mp: &Path) -> Result<PathBuf> {
         .join(name))
 }
 
-/// The filesystem type mounted at `mp` (from /proc/self/mountinfo), if anything is.
-fn mounted_type(mp: &Path) -> Result<Option<String>> {
-    let info = std::fs::read("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-    let mut found = None;
-    for line in info.split(|&b| b == b'\n') {
-        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-        let Some(sep) = fields.iter().position(|f| *f == b"-") else {
-            continue;
-        };
-        if fields.len() < 5 || fields.len() <= sep + 1 {
-            continue;
-        }
-        if unescape_mountinfo(fields[4]) == mp.as_os_str().as_bytes() {
-            // The last mount on a path is the visible one.
-            found = Some(String::from_utf8_lossy(fields[sep + 1]).into_owned());
-        }
-    }
-    Ok(found)
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space and so on).
-fn unescape_mountinfo(s: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        if s[i] == b'\\' && i + 3 < s.len() && s[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            let v = (s[i + 1] - b'0') as u32 * 64
-                + (s[i + 2] - b'0') as u32 * 8
-                + (s[i + 3] - b'0') as u32;
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(s[i]);
-            i += 1;
-        }
-    }
-    out
-}
-
 /// Runs `sealfs umount`.
 pub fn run_umount(args: UmountArgs) -> Result<ExitCode> {
     let mp = absolute_mountpoint(&args.mountpoint)?;
-    match mounted_type(&mp)? {
-        Some(t) if t == "fuse.sealfs" => {}
-        Some(t) => bail!("{}: a {t} mount, not sealfs", mp.display()),
-        None => bail!("{}: not mounted", mp.display()),
+    let mounted = sealfs_kernel::sysfs::mount_at(&mp).context("reading /proc/self/mountinfo")?;
+    match mounted.map(|m| m.fstype) {
+        Some(t) if t == "fuse.sealfs" => {
+            unmount(&mp, args.lazy)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(t) if t.starts_with("fuse") => bail!("{}: a {t} mount, not sealfs", mp.display()),
+        // A kernel mount, or what one left behind.
+        _ => crate::kernel::umount(&mp, args.lazy),
     }
-    unmount(&mp, args.lazy)?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Asks the daemon serving `path` for its statistics.
@@ -498,12 +490,6 @@ fn print_flat(out: &mut dyn Write, prefix: &str, v: &serde_json::Value) -> std::
 mod tests {
     use super::*;
     use std::ffi::OsStr;
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape_mountinfo(br"/a\040b\134c"), b"/a b\\c".to_vec());
-        assert_eq!(unescape_mountinfo(br"/x\04"), br"/x\04".to_vec());
-    }
 
     #[test]
     fn os_str_names_pass_through() {

@@ -87,6 +87,19 @@ impl Params {
         &self.salt[..usize::from(self.salt_len)]
     }
 
+    /// The salt as dm-verity must be given it to hash as fs-verity does: fs-verity hashes
+    /// `H(padded salt ‖ block)` with the salt zero-padded to the hash's compression block size
+    /// (64 bytes for SHA-256, 128 for SHA-512), dm-verity (format 1) `H(salt ‖ block)` with the
+    /// salt as given; so dm-verity's salt is the padded one. Empty when there is no salt.
+    pub fn dm_verity_salt(&self) -> Vec<u8> {
+        if self.salt().is_empty() {
+            return Vec::new();
+        }
+        let mut padded = self.salt().to_vec();
+        padded.resize(self.alg.compression_block_size(), 0);
+        padded
+    }
+
     /// Digest size of the hash algorithm, in bytes.
     pub const fn digest_size(&self) -> usize {
         self.alg.digest_size()

@@ -216,6 +216,9 @@ fn uuid_text(u: &[u8; 16]) -> String {
 
 /// Runs `sealfs inspect`.
 pub fn run(args: InspectArgs) -> Result<ExitCode> {
+    if args.image.image.is_dir() {
+        return crate::kernel::inspect(&args.image.image, args.json);
+    }
     let opened: OpenImage = args.image.open()?;
     let img = &opened.image;
     let sb = img.superblock();
