@@ -75,8 +75,13 @@ root="$work/root"
 mkdir -p "$root"/{bin,dev,proc,sys,mnt,tmp}
 cp /bin/busybox "$root/bin/"
 strip -o "$root/bin/sealfs" "$SEALFS"
+# VM_EXTRA_BINS: more host programs for the guest, in /usr/local/bin (call them by that path: busybox
+# sh runs its own applet of the same name first; benchmarks use coreutils' date for ns times).
+mkdir -p "$root/usr/local/bin"
+for b in ${VM_EXTRA_BINS:-}; do cp "$(command -v "$b")" "$root/usr/local/bin/"; done
 cp "$(command -v fsverity)" "$(command -v dmsetup)" "$(command -v losetup)" "$root/bin/"
-for bin in "$root/bin/sealfs" "$root/bin/fsverity" "$root/bin/dmsetup" "$root/bin/losetup"; do
+for bin in "$root"/bin/* "$root"/usr/local/bin/*; do
+    [[ -e "$bin" && "$bin" != "$root/bin/busybox" ]] || continue
     ldd "$bin" | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
         mkdir -p "$root$(dirname "$lib")"
         cp -L "$lib" "$root$lib"
@@ -90,7 +95,7 @@ mkfs.ext4 -q -F -O verity -b 4096 -d "$staging" "$root/fs.ext4" "${size_kib}k"
 cat >"$root/init" <<'EOF'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
-export PATH=/bin
+export PATH=/bin:/usr/local/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev

@@ -30,13 +30,12 @@ fn veritysetup(dir: &Path, data: &[u8], params: &Params) -> (String, Vec<u8>) {
     let hash_path = dir.join("hash");
     fs::write(&data_path, data).unwrap();
     let _ = fs::remove_file(&hash_path);
+    // dm-verity prepends the salt as given: the salt `sealfs mount --kernel` hands it is padded
+    // the way fs-verity pads it.
     let salt = if params.salt().is_empty() {
         "-".to_owned()
     } else {
-        // dm-verity prepends the salt as given: pad it the way fs-verity does.
-        let mut padded = params.salt().to_vec();
-        padded.resize(params.alg().compression_block_size(), 0);
-        hex(&padded)
+        hex(&params.dm_verity_salt())
     };
     let bs = params.block_size();
     let stdout = run_ok(
