@@ -239,6 +239,10 @@ pub struct OpenOptions {
     /// Ask the kernel whether it enforces fs-verity on the image file with the image digest, and if so
     /// hash nothing here (on by default; only [`Source::Path`] images can be asked).
     pub kernel_offload: bool,
+    /// Where verified blocks are kept across processes (a cache directory for remote images); it is
+    /// consulted before fetching and given every block fetched and verified. Nothing unverified is
+    /// ever stored, and what it returns is verified again.
+    pub store: Option<Arc<dyn crate::store::StoreProvider>>,
 }
 
 impl Default for OpenOptions {
@@ -254,6 +258,7 @@ impl Default for OpenOptions {
             cluster_cache_bytes: reader.cluster_cache_bytes,
             hash_cache_blocks: DEFAULT_HASH_CACHE_BLOCKS,
             kernel_offload: true,
+            store: None,
         }
     }
 }
@@ -532,10 +537,17 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
             } else {
                 reader.clone()
             };
-            let blocks = Arc::new(
+            let mut blocks =
                 VerifiedBlocks::new(reader, tree, seal.info(), options.hash_cache_blocks)
-                    .map_err(open_err)?,
-            );
+                    .map_err(open_err)?;
+            if let Some(store) = options
+                .store
+                .as_ref()
+                .and_then(|p| p.store_for(&seal.digest(), &seal.info()))
+            {
+                blocks = blocks.with_store(store);
+            }
+            let blocks = Arc::new(blocks);
             let image = Image::open_blocks(blocks.clone(), &reader_options).map_err(open_err)?;
             // The superblock, now verified, must claim the bytes the seal covers: a seal over fewer
             // blocks than the file system uses would leave the rest unchecked by a kernel mount.

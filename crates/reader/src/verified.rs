@@ -17,6 +17,7 @@
 use crate::cache::Lru;
 use crate::error::{Error, Location, Result};
 use crate::source::{BlockSource, ReadAt};
+use crate::store::{BlockStore, Region};
 use sealfs_verity::{BlockHasher, Digest, Params, TreeGeometry};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -138,6 +139,37 @@ pub struct VerifyStats {
     pub hash_bytes: AtomicU64,
     /// Blocks that failed verification.
     pub failures: AtomicU64,
+    /// Blocks (data and hash) taken from the persistent store instead of fetched.
+    pub store_hits: AtomicU64,
+    /// Blocks the store returned that failed verification (forgotten, then fetched).
+    pub store_discards: AtomicU64,
+}
+
+/// The blocks one read took from the store, to forget if the read fails its checks.
+#[derive(Default)]
+struct StoreUse {
+    /// Runs of data blocks: (first, count).
+    data: Vec<(u64, u64)>,
+    /// Tree blocks.
+    tree: Vec<u64>,
+}
+
+/// Runs of consecutive `true` (or `false`) entries of `mask`: (start, end) index pairs.
+fn runs(mask: &[bool], want: bool) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < mask.len() {
+        if mask[i] == want {
+            let start = i;
+            while i < mask.len() && mask[i] == want {
+                i += 1;
+            }
+            out.push((start, i));
+        } else {
+            i += 1;
+        }
+    }
+    out
 }
 
 /// A verifying block source over a data source and a tree source (the same file for an attached seal).
@@ -150,6 +182,8 @@ pub struct VerifiedBlocks {
     hasher: BlockHasher,
     /// Verified hash blocks by tree block index, and the ones being fetched.
     cache: Mutex<HashCache>,
+    /// Verified blocks kept across processes, consulted before fetching.
+    store: Option<Arc<dyn BlockStore>>,
     stats: VerifyStats,
 }
 
@@ -207,8 +241,15 @@ impl VerifiedBlocks {
             same_source,
             geometry,
             seal,
+            store: None,
             stats: VerifyStats::default(),
         })
+    }
+
+    /// Consults `store` before fetching, and gives it every block fetched and verified.
+    pub fn with_store(mut self, store: Arc<dyn BlockStore>) -> Self {
+        self.store = Some(store);
+        self
     }
 
     /// The counters.
@@ -301,6 +342,41 @@ impl BlockSource for VerifiedBlocks {
     }
 
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<()> {
+        let Some(store) = &self.store else {
+            return self.read_checked(first, buf, None, &mut StoreUse::default());
+        };
+        let mut used = StoreUse::default();
+        match self.read_checked(first, buf, Some(&**store), &mut used) {
+            // A block from the store failed its check (a torn write, a damaged cache file): forget
+            // what this read took from the store and fetch it all again.
+            Err(Error::Verification { .. }) if !used.data.is_empty() || !used.tree.is_empty() => {
+                let mut n = 0;
+                for &(b, count) in &used.data {
+                    store.discard(Region::Data, b, count);
+                    n += count;
+                }
+                for &b in &used.tree {
+                    store.discard(Region::Tree, b, 1);
+                }
+                n += used.tree.len() as u64;
+                self.stats.store_discards.fetch_add(n, Relaxed);
+                self.stats.failures.fetch_sub(1, Relaxed);
+                self.read_checked(first, buf, None, &mut StoreUse::default())
+            }
+            other => other,
+        }
+    }
+}
+
+impl VerifiedBlocks {
+    /// One read: plan, take what the store has, fetch the rest in one batch, verify, keep.
+    fn read_checked(
+        &self,
+        first: u64,
+        buf: &mut [u8],
+        store: Option<&dyn BlockStore>,
+        used: &mut StoreUse,
+    ) -> Result<()> {
         let bs = self.bs();
         let n = (buf.len() / bs) as u64;
         let g = &self.geometry;
@@ -314,16 +390,63 @@ impl BlockSource for VerifiedBlocks {
             mut claims,
         } = self.plan(first, first + n);
 
-        // One batch: the data and every missing hash block.
+        // What the store holds: whole data blocks, and missing hash blocks.
+        let whole_avail = avail / bs;
+        let mut data_stored = vec![false; whole_avail];
         let mut hash_bufs: Vec<Vec<u8>> = missing.iter().map(|_| vec![0u8; bs]).collect();
+        let mut hash_stored = vec![false; missing.len()];
+        if let Some(store) = store {
+            if whole_avail > 0 {
+                data_stored = store.get(Region::Data, first, &mut buf[..whole_avail * bs]);
+                data_stored.resize(whole_avail, false);
+                for (a, b) in runs(&data_stored, true) {
+                    used.data.push((first + a as u64, (b - a) as u64));
+                }
+            }
+            for (i, (_, block)) in missing.iter().enumerate() {
+                if store.get(Region::Tree, *block, &mut hash_bufs[i]).first() == Some(&true) {
+                    hash_stored[i] = true;
+                    used.tree.push(*block);
+                }
+            }
+            let hits = data_stored
+                .iter()
+                .chain(&hash_stored)
+                .filter(|&&h| h)
+                .count();
+            self.stats.store_hits.fetch_add(hits as u64, Relaxed);
+        }
+
+        // One batch: the data and every missing hash block the store did not have.
         {
             let (data_part, zero_tail) = buf.split_at_mut(avail);
             zero_tail.fill(0);
             let mut hashes: Vec<(u64, &mut [u8])> = missing
                 .iter()
                 .zip(hash_bufs.iter_mut())
-                .map(|((_, b), v)| (self.seal.tree_offset + b * bs as u64, v.as_mut_slice()))
+                .zip(&hash_stored)
+                .filter(|(_, &stored)| !stored)
+                .map(|(((_, b), v), _)| (self.seal.tree_offset + b * bs as u64, v.as_mut_slice()))
                 .collect();
+            // The data not in the store, as runs of blocks (the partial last block always fetched).
+            let mut fetch: Vec<(usize, usize)> = runs(&data_stored, false);
+            if avail > whole_avail * bs {
+                match fetch.last_mut() {
+                    Some(last) if last.1 == whole_avail => last.1 = whole_avail + 1,
+                    _ => fetch.push((whole_avail, whole_avail + 1)),
+                }
+            }
+            let mut data_reqs: Vec<(u64, &mut [u8])> = Vec::new();
+            let mut rest = data_part;
+            let mut at = 0usize;
+            for (a, b) in fetch {
+                let (_, tail) = rest.split_at_mut(a * bs - at);
+                let len = (b * bs).min(avail) - a * bs;
+                let (piece, tail) = tail.split_at_mut(len);
+                data_reqs.push((start + (a * bs) as u64, piece));
+                rest = tail;
+                at = a * bs + len;
+            }
             let io = |e: std::io::Error| Error::Io {
                 at: Location {
                     offset: Some(start),
@@ -331,24 +454,28 @@ impl BlockSource for VerifiedBlocks {
                 },
                 source: e,
             };
-            self.stats.batches.fetch_add(1, Relaxed);
+            let fetched_hashes = hashes.len();
+            let fetched_data: usize = data_reqs.iter().map(|(_, b)| b.len()).sum();
+            if !hashes.is_empty() || !data_reqs.is_empty() {
+                self.stats.batches.fetch_add(1, Relaxed);
+            }
             if self.same_source {
-                hashes.push((start, data_part));
+                hashes.append(&mut data_reqs);
                 self.data.read_batch(&mut hashes).map_err(io)?;
             } else {
                 self.tree.read_batch(&mut hashes).map_err(io)?;
-                self.data
-                    .read_batch(&mut [(start, data_part)])
-                    .map_err(io)?;
+                self.data.read_batch(&mut data_reqs).map_err(io)?;
             }
+            self.stats
+                .data_bytes
+                .fetch_add(fetched_data as u64, Relaxed);
+            self.stats
+                .hash_bytes
+                .fetch_add((fetched_hashes * bs) as u64, Relaxed);
+            self.stats
+                .hash_blocks_read
+                .fetch_add(fetched_hashes as u64, Relaxed);
         }
-        self.stats.data_bytes.fetch_add(avail as u64, Relaxed);
-        self.stats
-            .hash_bytes
-            .fetch_add((missing.len() * bs) as u64, Relaxed);
-        self.stats
-            .hash_blocks_read
-            .fetch_add(missing.len() as u64, Relaxed);
 
         // Verify fetched hash blocks top-down; parents come from this batch, the cache, or the read
         // fetching them (waited for only now, after this read's own I/O).
@@ -404,6 +531,9 @@ impl BlockSource for VerifiedBlocks {
                     None,
                 ));
             }
+            if let (Some(store), false) = (store, hash_stored[i]) {
+                store.put(Region::Tree, block, &bytes);
+            }
             known.insert(block, bytes.clone());
             claims.publish(block, bytes);
         }
@@ -445,6 +575,11 @@ impl BlockSource for VerifiedBlocks {
             }
         }
         self.stats.blocks_verified.fetch_add(n, Relaxed);
+        if let Some(store) = store {
+            for (a, b) in runs(&data_stored, false) {
+                store.put(Region::Data, first + a as u64, &buf[a * bs..b * bs]);
+            }
+        }
         Ok(())
     }
 }

@@ -1,0 +1,487 @@
+//! A persistent cache of verified image blocks: a directory shared by every command and mount that
+//! reads the same image (a remote one, typically), bounded in size, safe against crashes.
+//!
+//! Layout: one directory per image digest (`sha256-<hex>/`), holding a `meta` file (what the seal
+//! says: algorithm, block size, salt, lengths, root) and chunk files of [`CHUNK_BLOCKS`] blocks
+//! each, `d<index>` for EROFS blocks and `t<index>` for Merkle tree blocks. A chunk file starts with
+//! a 4 KiB header (magic, block size, a bitmap of the blocks present) followed by its blocks at
+//! fixed places (sparse where absent).
+//!
+//! Rules that make it safe:
+//! - Only verified blocks are written (the reader's [`sealfs_reader::VerifiedBlocks`] calls
+//!   [`BlockStore::put`] after the check), and everything read back is verified again before use; a
+//!   block torn by a crash, or damaged on disk, fails that check, is forgotten
+//!   ([`BlockStore::discard`]) and fetched again. So no fsync is needed and none is done.
+//! - Writers of the same chunk (several processes) serialize on an advisory lock of the chunk file;
+//!   readers take no lock.
+//! - The size bound is kept by deleting whole chunk files, least recently used first (a chunk's
+//!   modification time is its last use, refreshed at most once a minute per process). Pruning runs
+//!   on a background thread when a write takes the cache past its bound; a reader that has a chunk
+//!   open keeps reading it, one that opens it afterwards finds it gone and fetches.
+
+use rustix::fs::FlockOperation;
+use sealfs_reader::{BlockStore, Region, SealInfo, StoreProvider};
+use sealfs_verity::Digest;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Blocks per chunk file (256 KiB of 4 KiB blocks).
+pub const CHUNK_BLOCKS: u64 = 64;
+/// Bytes before a chunk's first block: magic, block size, bitmap.
+const HEADER: u64 = 4096;
+const MAGIC: &[u8; 8] = b"SEALFSC1";
+/// A chunk's modification time is refreshed at most this often by one process.
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+/// Default size bound: 2 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
+
+/// The usual cache directory: `$SEALFS_CACHE_DIR`, else `$XDG_CACHE_HOME/sealfs`, else
+/// `~/.cache/sealfs`.
+pub fn default_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SEALFS_CACHE_DIR") {
+        return d.into();
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Path::new(&d).join("sealfs");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    Path::new(&home).join(".cache/sealfs")
+}
+
+/// Bytes the cache takes, shared by its stores.
+#[derive(Debug)]
+struct Usage {
+    bytes: AtomicU64,
+    pruning: AtomicBool,
+}
+
+/// A cache directory with a size bound; hands out one [`BlockStore`] per image.
+#[derive(Clone, Debug)]
+pub struct DiskCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    usage: Arc<Usage>,
+}
+
+/// What one image has in the cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageUsage {
+    /// The image digest (`sha256:<hex>`), from the directory name.
+    pub digest: String,
+    /// Chunk files.
+    pub chunks: u64,
+    /// Blocks present (data and tree).
+    pub blocks: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+}
+
+/// What [`DiskCache::prune`] removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Chunk files deleted.
+    pub chunks: u64,
+    /// Bytes freed.
+    pub bytes: u64,
+    /// Bytes left.
+    pub left: u64,
+}
+
+/// A chunk file found on disk.
+struct ChunkFile {
+    path: PathBuf,
+    modified: SystemTime,
+    bytes: u64,
+}
+
+impl DiskCache {
+    /// The cache in `dir` (created if missing), kept under `max_bytes`.
+    pub fn open(dir: impl Into<PathBuf>, max_bytes: u64) -> io::Result<DiskCache> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir)?;
+        let cache = DiskCache {
+            dir,
+            max_bytes,
+            usage: Arc::new(Usage {
+                bytes: AtomicU64::new(0),
+                pruning: AtomicBool::new(false),
+            }),
+        };
+        let total = cache.chunk_files()?.iter().map(|c| c.bytes).sum();
+        cache.usage.bytes.store(total, Relaxed);
+        Ok(cache)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The size bound in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// The store of the image with `digest` whose blocks are `block_size` bytes (whether or not
+    /// anything is cached for it yet).
+    pub fn image(&self, digest: &Digest, block_size: usize) -> ImageStore {
+        ImageStore {
+            dir: self.dir.join(dir_name(digest)),
+            bs: block_size as u64,
+            cache: self.clone(),
+            touched: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// What every image has in the cache, and the total.
+    pub fn usage(&self) -> io::Result<(Vec<ImageUsage>, u64)> {
+        let mut images = Vec::new();
+        let mut total = 0;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let Some(digest) = digest_of_dir(&entry.file_name().to_string_lossy()) else {
+                continue;
+            };
+            let mut u = ImageUsage {
+                digest,
+                chunks: 0,
+                blocks: 0,
+                bytes: 0,
+            };
+            for c in std::fs::read_dir(entry.path())? {
+                let c = c?;
+                if !is_chunk_name(&c.file_name().to_string_lossy()) {
+                    continue;
+                }
+                let Ok(f) = File::open(c.path()) else {
+                    continue;
+                };
+                let md = f.metadata()?;
+                u.chunks += 1;
+                u.bytes += md.blocks() * 512;
+                u.blocks += u64::from(read_header(&f).map_or(0, |(_, bits)| bits.count_ones()));
+            }
+            total += u.bytes;
+            images.push(u);
+        }
+        images.sort_by(|a, b| a.digest.cmp(&b.digest));
+        Ok((images, total))
+    }
+
+    /// Deletes chunk files, least recently used first, until the cache takes at most `target` bytes.
+    pub fn prune(&self, target: u64) -> io::Result<Pruned> {
+        let mut chunks = self.chunk_files()?;
+        chunks.sort_by_key(|c| c.modified);
+        let mut total: u64 = chunks.iter().map(|c| c.bytes).sum();
+        let mut pruned = Pruned::default();
+        for c in chunks {
+            if total <= target {
+                break;
+            }
+            match std::fs::remove_file(&c.path) {
+                Ok(()) => {
+                    total -= c.bytes;
+                    pruned.chunks += 1;
+                    pruned.bytes += c.bytes;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => total -= c.bytes,
+                Err(e) => return Err(e),
+            }
+        }
+        pruned.left = total;
+        self.usage.bytes.store(total, Relaxed);
+        Ok(pruned)
+    }
+
+    /// Every chunk file of every image.
+    fn chunk_files(&self) -> io::Result<Vec<ChunkFile>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            if digest_of_dir(&entry.file_name().to_string_lossy()).is_none() {
+                continue;
+            }
+            let Ok(dir) = std::fs::read_dir(entry.path()) else {
+                continue;
+            };
+            for c in dir {
+                let c = c?;
+                if !is_chunk_name(&c.file_name().to_string_lossy()) {
+                    continue;
+                }
+                let Ok(md) = c.metadata() else { continue };
+                out.push(ChunkFile {
+                    path: c.path(),
+                    modified: md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    bytes: md.blocks() * 512,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Counts `bytes` more; past the bound, prunes to 90% of it on a background thread (one at a time).
+    fn grew(&self, bytes: u64) {
+        let now = self.usage.bytes.fetch_add(bytes, Relaxed) + bytes;
+        if now <= self.max_bytes || self.usage.pruning.swap(true, Relaxed) {
+            return;
+        }
+        let cache = self.clone();
+        std::thread::spawn(move || {
+            let _ = cache.prune(cache.max_bytes / 10 * 9);
+            cache.usage.pruning.store(false, Relaxed);
+        });
+    }
+
+    /// Waits until no background prune runs (for tests and commands that report usage).
+    pub fn settle(&self) {
+        while self.usage.pruning.load(Relaxed) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl StoreProvider for DiskCache {
+    fn store_for(&self, digest: &Digest, seal: &SealInfo) -> Option<Arc<dyn BlockStore>> {
+        let store = self.image(digest, seal.params.block_size());
+        store.write_meta(digest, seal).ok()?;
+        Some(Arc::new(store))
+    }
+}
+
+/// `sha256-<hex>`.
+fn dir_name(digest: &Digest) -> String {
+    format!("{}-{}", digest.alg(), digest.to_hex())
+}
+
+/// `sha256:<hex>` from a directory name, if it is one.
+fn digest_of_dir(name: &str) -> Option<String> {
+    let (alg, hex) = name.split_once('-')?;
+    let ok = matches!(alg, "sha256" | "sha512") && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    ok.then(|| format!("{alg}:{hex}"))
+}
+
+fn is_chunk_name(name: &str) -> bool {
+    name.len() == 13
+        && matches!(name.as_bytes()[0], b'd' | b't')
+        && name[1..].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A chunk's block size and bitmap, if its header is one.
+fn read_header(f: &File) -> Option<(u32, u64)> {
+    let mut h = [0u8; 24];
+    f.read_exact_at(&mut h, 0).ok()?;
+    if &h[..8] != MAGIC {
+        return None;
+    }
+    let bs = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+    let bits = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
+    Some((bs, bits))
+}
+
+fn write_header(f: &File, bs: u32, bits: u64) -> io::Result<()> {
+    let mut h = [0u8; 24];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&bs.to_le_bytes());
+    h[16..24].copy_from_slice(&bits.to_le_bytes());
+    f.write_all_at(&h, 0)
+}
+
+/// The cached blocks of one image.
+#[derive(Debug)]
+pub struct ImageStore {
+    dir: PathBuf,
+    /// Block size in bytes.
+    bs: u64,
+    cache: DiskCache,
+    /// When this process last refreshed each chunk's modification time.
+    touched: Mutex<HashMap<(Region, u64), Instant>>,
+}
+
+impl ImageStore {
+    /// The directory of this image's chunks.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn chunk_path(&self, region: Region, chunk: u64) -> PathBuf {
+        let tag = match region {
+            Region::Data => 'd',
+            Region::Tree => 't',
+        };
+        self.dir.join(format!("{tag}{chunk:012x}"))
+    }
+
+    /// Records what the seal says, once (for `sealfs cache` listings and checks).
+    fn write_meta(&self, digest: &Digest, seal: &SealInfo) -> io::Result<()> {
+        let path = self.dir.join("meta");
+        if path.exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.dir)?;
+        let salt: String = seal
+            .params
+            .salt()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let text = format!(
+            "digest {digest}\nhash_algorithm {}\nblock_size {}\nsalt {}\ndata_length {}\ntree_offset {}\nroot {}\n",
+            seal.params.alg(),
+            seal.params.block_size(),
+            if salt.is_empty() { "-" } else { &salt },
+            seal.data_length,
+            seal.tree_offset,
+            seal.root.to_hex(),
+        );
+        let tmp = self.dir.join(format!(".meta.{}", std::process::id()));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(tmp, path)
+    }
+
+    /// Refreshes a chunk's modification time (its last use) unless this process did lately.
+    fn touch(&self, region: Region, chunk: u64, f: &File) {
+        let mut t = self.touched.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if t.get(&(region, chunk))
+            .is_some_and(|&at| now - at < TOUCH_EVERY)
+        {
+            return;
+        }
+        t.insert((region, chunk), now);
+        let _ = f.set_modified(SystemTime::now());
+    }
+
+    /// Splits blocks `first..first + n` into per-chunk pieces: (chunk, first index in it, count,
+    /// offset of the piece in the caller's blocks).
+    fn pieces(first: u64, n: u64) -> impl Iterator<Item = (u64, u64, u64, u64)> {
+        let mut b = first;
+        let end = first + n;
+        std::iter::from_fn(move || {
+            if b >= end {
+                return None;
+            }
+            let chunk = b / CHUNK_BLOCKS;
+            let at = b % CHUNK_BLOCKS;
+            let count = (CHUNK_BLOCKS - at).min(end - b);
+            let piece = (chunk, at, count, b - first);
+            b += count;
+            Some(piece)
+        })
+    }
+}
+
+impl BlockStore for ImageStore {
+    fn get(&self, region: Region, first: u64, buf: &mut [u8]) -> Vec<bool> {
+        let bs = self.bs;
+        let n = buf.len() as u64 / bs;
+        let mut hits = vec![false; n as usize];
+        for (chunk, at, count, off) in Self::pieces(first, n) {
+            let Ok(f) = File::open(self.chunk_path(region, chunk)) else {
+                continue;
+            };
+            let Some((fbs, bits)) = read_header(&f) else {
+                continue;
+            };
+            if u64::from(fbs) != bs {
+                continue;
+            }
+            let mut any = false;
+            for i in 0..count {
+                if bits & (1 << (at + i)) == 0 {
+                    continue;
+                }
+                let k = (off + i) as usize;
+                let dst = &mut buf[k * bs as usize..(k + 1) * bs as usize];
+                if f.read_exact_at(dst, HEADER + (at + i) * bs).is_ok() {
+                    hits[k] = true;
+                    any = true;
+                }
+            }
+            if any {
+                self.touch(region, chunk, &f);
+            }
+        }
+        hits
+    }
+
+    fn put(&self, region: Region, first: u64, bytes: &[u8]) {
+        let _ = self.put_blocks(region, first, bytes, self.bs);
+    }
+
+    fn discard(&self, region: Region, first: u64, count: u64) {
+        for (chunk, at, n, _) in Self::pieces(first, count) {
+            let Ok(f) = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(self.chunk_path(region, chunk))
+            else {
+                continue;
+            };
+            if rustix::fs::flock(&f, FlockOperation::LockExclusive).is_err() {
+                continue;
+            }
+            if let Some((bs, bits)) = read_header(&f) {
+                let mask = if n == 64 {
+                    u64::MAX
+                } else {
+                    ((1u64 << n) - 1) << at
+                };
+                let _ = write_header(&f, bs, bits & !mask);
+            }
+        }
+    }
+}
+
+impl ImageStore {
+    fn put_blocks(&self, region: Region, first: u64, bytes: &[u8], bs: u64) -> io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let n = bytes.len() as u64 / bs;
+        let mut grown = 0;
+        for (chunk, at, count, off) in Self::pieces(first, n) {
+            let path = self.chunk_path(region, chunk);
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .open(&path)?;
+            rustix::fs::flock(&f, FlockOperation::LockExclusive)?;
+            let before = f.metadata()?.blocks() * 512;
+            let bits = match read_header(&f) {
+                Some((fbs, bits)) if u64::from(fbs) == bs => bits,
+                _ => 0,
+            };
+            let mut new_bits = bits;
+            for i in 0..count {
+                if bits & (1 << (at + i)) != 0 {
+                    continue;
+                }
+                let k = (off + i) as usize;
+                f.write_all_at(
+                    &bytes[k * bs as usize..(k + 1) * bs as usize],
+                    HEADER + (at + i) * bs,
+                )?;
+                new_bits |= 1 << (at + i);
+            }
+            if new_bits != bits {
+                // The blocks first, then the bits: a crash in between loses blocks, never claims
+                // them; and a claimed block torn by a crash fails its check when read.
+                write_header(&f, bs as u32, new_bits)?;
+                grown += (f.metadata()?.blocks() * 512).saturating_sub(before);
+            }
+            drop(f);
+        }
+        if grown > 0 {
+            self.cache.grew(grown);
+        }
+        Ok(())
+    }
+}

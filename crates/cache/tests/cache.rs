@@ -1,0 +1,251 @@
+//! The persistent cache against its promises, through the reader's public open: what is cached
+//! reads back with the network gone; a damaged or torn cached block is caught, forgotten and fetched
+//! again, never returned; a damaged response never enters the cache; the size bound holds under a
+//! workload larger than it. The expected bytes are the source files and the image file as written.
+
+use sealfs_cache::DiskCache;
+use sealfs_reader::{open, Follow, OpenOptions, ReadAt, Source};
+use sealfs_testsupport::rng::Rng;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// The image bytes, as a remote object would serve them: counts requests; "offline" fails every
+/// read outside the last 64 KiB (the seal trailer, which the open reads first); one offset can be
+/// served damaged.
+struct Remote {
+    bytes: Vec<u8>,
+    offline: AtomicBool,
+    damage_at: AtomicU64,
+    requests: AtomicU64,
+}
+
+impl Remote {
+    fn new(bytes: Vec<u8>) -> Arc<Remote> {
+        Arc::new(Remote {
+            bytes,
+            offline: AtomicBool::new(false),
+            damage_at: AtomicU64::new(u64::MAX),
+            requests: AtomicU64::new(0),
+        })
+    }
+}
+
+impl ReadAt for Remote {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let tail = self.bytes.len() as u64 - 65536;
+        if self.offline.load(Relaxed) && offset + buf.len() as u64 <= tail {
+            return Err(std::io::Error::other("offline"));
+        }
+        self.requests.fetch_add(1, Relaxed);
+        let n = self.bytes.as_slice().read_at(buf, offset)?;
+        let d = self.damage_at.load(Relaxed);
+        if (offset..offset + n as u64).contains(&d) {
+            buf[(d - offset) as usize] ^= 0x20;
+        }
+        Ok(n)
+    }
+
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+}
+
+/// A tree of 48 files of 8-96 KiB and one of 3 MiB, random content; returns (name, bytes).
+fn make_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut rng = Rng::new(7);
+    let mut files = Vec::new();
+    std::fs::create_dir_all(dir).unwrap();
+    for i in 0..48 {
+        let len = 8192 + (rng.below(88) as usize) * 1024;
+        files.push((format!("f{i:02}"), rng.bytes(len)));
+    }
+    files.push(("big".to_string(), rng.bytes(3 << 20)));
+    for (name, bytes) in &files {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    files
+}
+
+/// Files by name.
+type Files = Vec<(String, Vec<u8>)>;
+
+fn build(dir: &Path) -> (Files, Vec<u8>, sealfs_verity::Digest) {
+    let files = make_tree(&dir.join("src"));
+    let img = dir.join("image");
+    let summary = sealfs_builder::build(
+        &dir.join("src"),
+        &img,
+        &sealfs_builder::BuildOptions::default(),
+        &sealfs_builder::NoProgress,
+    )
+    .unwrap();
+    (
+        files,
+        std::fs::read(&img).unwrap(),
+        summary.seal.unwrap().digest,
+    )
+}
+
+fn options(cache: &DiskCache, digest: sealfs_verity::Digest) -> OpenOptions {
+    let mut o = OpenOptions::new().digest(digest);
+    o.store = Some(Arc::new(cache.clone()));
+    // Small in-memory caches, so that rereads go to the store.
+    o.cache_blocks = 8;
+    o.cluster_cache_bytes = 0;
+    o.hash_cache_blocks = 8;
+    o
+}
+
+/// Reads every file through a fresh open; returns the files that failed or differ.
+fn read_all(remote: &Arc<Remote>, opts: &OpenOptions, files: &[(String, Vec<u8>)]) -> Vec<String> {
+    let source = Source::reader(remote.clone(), "remote");
+    let opened = match open(source, opts) {
+        Ok(o) => o,
+        Err(e) => return vec![format!("open: {e}")],
+    };
+    let mut bad = Vec::new();
+    for (name, want) in files {
+        let got = opened
+            .image
+            .resolve(format!("/{name}"), Follow::All)
+            .and_then(|ino| opened.image.read_vec(&ino, 0, want.len() + 1));
+        match got {
+            Ok(got) if &got == want => {}
+            Ok(_) => bad.push(format!("{name}: WRONG BYTES")),
+            Err(e) => bad.push(format!("{name}: {e}")),
+        }
+    }
+    bad
+}
+
+/// Every block the cache claims holds the image's bytes at that place (data blocks from offset 0,
+/// tree blocks from the tree offset).
+fn cache_holds_only_image_bytes(cache: &Path, image: &[u8], tree_offset: u64) -> usize {
+    let mut checked = 0;
+    for img_dir in std::fs::read_dir(cache).unwrap() {
+        let img_dir = img_dir.unwrap().path();
+        for chunk in std::fs::read_dir(&img_dir).unwrap() {
+            let path = chunk.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            let base = match name.as_bytes()[0] {
+                b'd' => 0,
+                b't' => tree_offset,
+                _ => continue,
+            };
+            let index = u64::from_str_radix(&name[1..], 16).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            let bits = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+            for i in 0..64u64 {
+                if bits & (1 << i) == 0 {
+                    continue;
+                }
+                let at = (4096 + i * 4096) as usize;
+                let off = (base + (index * 64 + i) * 4096) as usize;
+                assert_eq!(
+                    &bytes[at..at + 4096],
+                    &image[off..off + 4096],
+                    "{name} block {i} is not the image's block at {off}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    checked
+}
+
+fn tree_offset(image: &[u8]) -> u64 {
+    let opened = open(
+        Source::reader(Arc::new(image.to_vec()), "image"),
+        &OpenOptions::new(),
+    )
+    .unwrap();
+    opened.seal.unwrap().header.tree_offset.get()
+}
+
+#[test]
+fn cached_image_reads_offline_and_damage_is_refetched_never_returned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, image, digest) = build(dir.path());
+    let cache = DiskCache::open(dir.path().join("cache"), 1 << 30).unwrap();
+    let opts = options(&cache, digest);
+    let remote = Remote::new(image.clone());
+
+    // Cold: everything fetched and verified, and kept.
+    assert_eq!(read_all(&remote, &opts, &files), Vec::<String>::new());
+    let cold = remote.requests.swap(0, Relaxed);
+    let blocks = cache_holds_only_image_bytes(cache.dir(), &image, tree_offset(&image));
+    println!("cold read: {cold} requests, {blocks} blocks cached");
+    assert!(blocks * 4096 >= files.iter().map(|f| f.1.len()).sum::<usize>());
+
+    // Offline: the same reads come from the cache alone (only the seal trailer is read remotely).
+    remote.offline.store(true, Relaxed);
+    assert_eq!(read_all(&remote, &opts, &files), Vec::<String>::new());
+    println!(
+        "offline reread: {} requests (trailer only)",
+        remote.requests.load(Relaxed)
+    );
+
+    // A cached block damaged on disk (as a torn write would leave it): offline, the read that needs
+    // it fails its check, the others still read; online, it is forgotten and fetched again.
+    let big_at = image
+        .windows(64)
+        .position(|w| w == &files.last().unwrap().1[1 << 20..(1 << 20) + 64])
+        .unwrap() as u64;
+    let chunk = dir
+        .path()
+        .join("cache")
+        .join(format!("{}-{}", digest.alg(), digest.to_hex()))
+        .join(format!("d{:012x}", big_at / 4096 / 64));
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let pos = 4096 + ((big_at / 4096) % 64) as usize * 4096 + (big_at % 4096) as usize + 5;
+    bytes[pos] ^= 0xff;
+    std::fs::write(&chunk, &bytes).unwrap();
+    let bad = read_all(&remote, &opts, &files);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].starts_with("big: ") && !bad[0].contains("WRONG"),
+        "{bad:?}"
+    );
+    remote.offline.store(false, Relaxed);
+    assert_eq!(read_all(&remote, &opts, &files), Vec::<String>::new());
+    cache_holds_only_image_bytes(cache.dir(), &image, tree_offset(&image));
+
+    // A damaged response (one flipped byte in big, fresh cache): that read fails, nothing of it is
+    // cached, the other files read; once the network is healthy again it reads.
+    let cache2 = DiskCache::open(dir.path().join("cache2"), 1 << 30).unwrap();
+    let opts2 = options(&cache2, digest);
+    remote.damage_at.store(big_at + 777, Relaxed);
+    let bad = read_all(&remote, &opts2, &files);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].starts_with("big: ") && !bad[0].contains("WRONG"));
+    cache_holds_only_image_bytes(cache2.dir(), &image, tree_offset(&image));
+    remote.damage_at.store(u64::MAX, Relaxed);
+    assert_eq!(read_all(&remote, &opts2, &files), Vec::<String>::new());
+}
+
+#[test]
+fn the_size_bound_holds_under_a_larger_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, image, digest) = build(dir.path());
+    let bound = 1 << 20; // the image is about 7 MiB
+    let cache = DiskCache::open(dir.path().join("cache"), bound).unwrap();
+    let opts = options(&cache, digest);
+    let remote = Remote::new(image.clone());
+    for _ in 0..2 {
+        assert_eq!(read_all(&remote, &opts, &files), Vec::<String>::new());
+    }
+    cache.settle();
+    let (images, total) = cache.usage().unwrap();
+    println!(
+        "after two passes over a {} byte image: {total} bytes cached ({images:?})",
+        image.len()
+    );
+    assert!(total <= bound, "{total} bytes cached, bound {bound}");
+    assert!(total > 0, "nothing cached");
+    cache_holds_only_image_bytes(cache.dir(), &image, tree_offset(&image));
+    // Pruning to zero empties it; reads still work.
+    let pruned = cache.prune(0).unwrap();
+    assert_eq!(pruned.left, 0);
+    assert_eq!(read_all(&remote, &opts, &files), Vec::<String>::new());
+}

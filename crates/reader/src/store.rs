@@ -1,0 +1,41 @@
+//! Persistent stores of verified blocks ([`BlockStore`]): a cache that outlives the process (for
+//! images read over a network), consulted by [`crate::VerifiedBlocks`] before it fetches.
+//!
+//! A store is only ever given blocks that were verified, and everything it returns is verified
+//! again like fetched bytes, so a torn or lost write (a crash mid-fill) is caught, forgotten
+//! ([`BlockStore::discard`]) and fetched again; a store can never make the reader return an
+//! unverified byte.
+
+use crate::verified::SealInfo;
+use sealfs_verity::Digest;
+use std::sync::Arc;
+
+/// Which of an image's two block spaces a block belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Region {
+    /// EROFS blocks, by block index from offset 0.
+    Data,
+    /// Merkle tree blocks, by index in the stored tree (root level first).
+    Tree,
+}
+
+/// Verified blocks of one image, kept across processes.
+pub trait BlockStore: Send + Sync {
+    /// Copies the blocks `first..first + buf.len() / block size` of `region` it holds into their
+    /// places in `buf`; returns, per block, whether it had it (the others are left as they were).
+    fn get(&self, region: Region, first: u64, buf: &mut [u8]) -> Vec<bool>;
+
+    /// Keeps `bytes` (whole, verified blocks) as blocks `first..` of `region`. Best effort: a store
+    /// that cannot write drops them.
+    fn put(&self, region: Region, first: u64, bytes: &[u8]);
+
+    /// Forgets blocks it returned that failed verification.
+    fn discard(&self, region: Region, first: u64, count: u64);
+}
+
+/// Hands out the [`BlockStore`] of an image once its seal is known (a cache directory, say, with
+/// one store per image digest).
+pub trait StoreProvider: Send + Sync + std::fmt::Debug {
+    /// The store for the image with `digest`, whose tree `seal` describes; `None` to not cache it.
+    fn store_for(&self, digest: &Digest, seal: &SealInfo) -> Option<Arc<dyn BlockStore>>;
+}
