@@ -485,3 +485,155 @@ impl ImageStore {
         Ok(())
     }
 }
+
+/// What [`DiskCache::verify`] found for one image.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// The image digest.
+    pub digest: String,
+    /// Blocks (data and tree) that match the tree up to the root.
+    pub verified: u64,
+    /// Blocks that do not: forgotten.
+    pub damaged: u64,
+    /// Blocks whose path to the root is not cached, so they cannot be checked here (the reader
+    /// checks them when it reads them).
+    pub unverifiable: u64,
+    /// Why the image could not be checked at all (no or bad `meta`).
+    pub error: Option<String>,
+}
+
+/// The seal facts `meta` records.
+struct Meta {
+    digest: Digest,
+    params: sealfs_verity::Params,
+    data_length: u64,
+    root: Digest,
+}
+
+fn read_meta(dir: &Path) -> Result<Meta, String> {
+    let text = std::fs::read_to_string(dir.join("meta")).map_err(|e| format!("meta: {e}"))?;
+    let get = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
+            .ok_or_else(|| format!("meta: no {key}"))
+    };
+    let bad = |what: &str| format!("meta: bad {what}");
+    let digest: Digest = get("digest")?.parse().map_err(|_| bad("digest"))?;
+    let alg: sealfs_verity::HashAlg = get("hash_algorithm")?
+        .parse()
+        .map_err(|_| bad("hash_algorithm"))?;
+    let bs: usize = get("block_size")?.parse().map_err(|_| bad("block_size"))?;
+    let salt_hex = get("salt")?;
+    let salt: Vec<u8> = if salt_hex == "-" {
+        Vec::new()
+    } else {
+        (0..salt_hex.len() / 2)
+            .map(|i| u8::from_str_radix(salt_hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad("salt"))?
+    };
+    let params = sealfs_verity::Params::new(alg, bs, &salt).map_err(|_| bad("parameters"))?;
+    let data_length = get("data_length")?
+        .parse()
+        .map_err(|_| bad("data_length"))?;
+    let root = Digest::from_hex(alg, get("root")?).map_err(|_| bad("root"))?;
+    Ok(Meta {
+        digest,
+        params,
+        data_length,
+        root,
+    })
+}
+
+impl DiskCache {
+    /// Checks every cached block of every image against its tree (tree blocks from the root down,
+    /// data blocks against their level-0 entries); damaged ones are forgotten.
+    pub fn verify(&self) -> io::Result<Vec<Checked>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let Some(digest) = digest_of_dir(&entry.file_name().to_string_lossy()) else {
+                continue;
+            };
+            let mut c = Checked {
+                digest,
+                ..Checked::default()
+            };
+            match read_meta(&entry.path()) {
+                Ok(meta) => self.verify_image(&meta, &mut c),
+                Err(e) => c.error = Some(e),
+            }
+            out.push(c);
+        }
+        out.sort_by(|a, b| a.digest.cmp(&b.digest));
+        Ok(out)
+    }
+
+    fn verify_image(&self, meta: &Meta, c: &mut Checked) {
+        let g = sealfs_verity::TreeGeometry::new(&meta.params, meta.data_length);
+        let hasher = sealfs_verity::BlockHasher::new(&meta.params);
+        let bs = meta.params.block_size();
+        let store = self.image(&meta.digest, bs);
+        let mut known: HashMap<u64, Vec<u8>> = HashMap::new();
+        let mut block = vec![0u8; bs];
+        for level in (0..g.num_levels()).rev() {
+            let start = g.level_start(level);
+            for b in start..start + g.level_blocks(level) {
+                if store.get(Region::Tree, b, &mut block).first() != Some(&true) {
+                    continue;
+                }
+                let digest = hasher.hash_block(&block);
+                let ok = if level + 1 == g.num_levels() {
+                    Some(digest.as_bytes() == meta.root.as_bytes())
+                } else {
+                    let loc = g
+                        .hash_location(level + 1, b - start)
+                        .expect("parent inside the tree");
+                    known
+                        .get(&loc.block)
+                        .map(|parent| g.stored_digest(parent, loc) == Some(digest.as_bytes()))
+                };
+                match ok {
+                    Some(true) => {
+                        c.verified += 1;
+                        known.insert(b, block.clone());
+                    }
+                    Some(false) => {
+                        c.damaged += 1;
+                        store.discard(Region::Tree, b, 1);
+                    }
+                    None => c.unverifiable += 1,
+                }
+            }
+        }
+        let whole = meta.data_length / bs as u64;
+        let mut chunk = vec![0u8; CHUNK_BLOCKS as usize * bs];
+        for first in (0..whole).step_by(CHUNK_BLOCKS as usize) {
+            let n = (whole - first).min(CHUNK_BLOCKS) as usize;
+            let hits = store.get(Region::Data, first, &mut chunk[..n * bs]);
+            for (k, hit) in hits.iter().enumerate() {
+                if !hit {
+                    continue;
+                }
+                let b = first + k as u64;
+                let digest = hasher.hash_block(&chunk[k * bs..(k + 1) * bs]);
+                let want = if g.num_levels() == 0 {
+                    Some(meta.root.as_bytes())
+                } else {
+                    let loc = g.hash_location(0, b).expect("data block inside the tree");
+                    known
+                        .get(&loc.block)
+                        .and_then(|hb| g.stored_digest(hb, loc))
+                };
+                match want {
+                    Some(w) if w == digest.as_bytes() => c.verified += 1,
+                    Some(_) => {
+                        c.damaged += 1;
+                        store.discard(Region::Data, b, 1);
+                    }
+                    None => c.unverifiable += 1,
+                }
+            }
+        }
+    }
+}

@@ -211,6 +211,17 @@ fn cached_image_reads_offline_and_damage_is_refetched_never_returned() {
     assert_eq!(read_all(&remote, &opts, &files), Vec::<String>::new());
     cache_holds_only_image_bytes(cache.dir(), &image, tree_offset(&image));
 
+    // `verify` finds a damaged block without a read needing it, and forgets it.
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    bytes[pos + 4096] ^= 0x01;
+    std::fs::write(&chunk, &bytes).unwrap();
+    let checked = cache.verify().unwrap();
+    println!("verify: {checked:?}");
+    assert_eq!(checked.len(), 1);
+    assert_eq!((checked[0].damaged, checked[0].unverifiable), (1, 0));
+    assert_eq!(checked[0].verified as usize, blocks - 1);
+    cache_holds_only_image_bytes(cache.dir(), &image, tree_offset(&image));
+
     // A damaged response (one flipped byte in big, fresh cache): that read fails, nothing of it is
     // cached, the other files read; once the network is healthy again it reads.
     let cache2 = DiskCache::open(dir.path().join("cache2"), 1 << 30).unwrap();

@@ -1,6 +1,7 @@
 //! The `sealfs` command: parse the command line, turn it into validated options, run.
 
 mod build;
+mod cache;
 mod kernel;
 mod mount;
 mod open;
@@ -63,6 +64,9 @@ enum Command {
     Umount(mount::UmountArgs),
     /// Show the counters of a running mount: cache hits, bytes read and verified, failures.
     Stats(mount::StatsArgs),
+    /// The persistent cache of verified blocks remote images are read through: stats, prune,
+    /// verify.
+    Cache(cache::CacheCmd),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +88,7 @@ fn main() -> ExitCode {
         Command::Mount(args) => read::finish(mount::run_mount(args)),
         Command::Umount(args) => mount::run_umount(args),
         Command::Stats(args) => mount::run_stats(args),
+        Command::Cache(args) => cache::run(args),
     };
     match result {
         Ok(code) => code,
