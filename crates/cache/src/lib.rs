@@ -415,6 +415,25 @@ impl BlockStore for ImageStore {
         let _ = self.put_blocks(region, first, bytes, self.bs);
     }
 
+    fn has(&self, region: Region, first: u64, count: u64) -> Vec<bool> {
+        let mut out = vec![false; count as usize];
+        for (chunk, at, n, off) in Self::pieces(first, count) {
+            let Ok(f) = File::open(self.chunk_path(region, chunk)) else {
+                continue;
+            };
+            let Some((fbs, bits)) = read_header(&f) else {
+                continue;
+            };
+            if u64::from(fbs) != self.bs {
+                continue;
+            }
+            for i in 0..n {
+                out[(off + i) as usize] = bits & (1 << (at + i)) != 0;
+            }
+        }
+        out
+    }
+
     fn discard(&self, region: Region, first: u64, count: u64) {
         for (chunk, at, n, _) in Self::pieces(first, count) {
             let Ok(f) = OpenOptions::new()

@@ -17,7 +17,10 @@ struct Remote {
     bytes: Vec<u8>,
     offline: AtomicBool,
     damage_at: AtomicU64,
+    /// Ranges read.
     requests: AtomicU64,
+    /// Batches (one round trip each, for a remote source that sends a batch's ranges at once).
+    batches: AtomicU64,
 }
 
 impl Remote {
@@ -27,6 +30,7 @@ impl Remote {
             offline: AtomicBool::new(false),
             damage_at: AtomicU64::new(u64::MAX),
             requests: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
         })
     }
 }
@@ -48,6 +52,14 @@ impl ReadAt for Remote {
 
     fn len(&self) -> u64 {
         self.bytes.len() as u64
+    }
+
+    fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> std::io::Result<()> {
+        self.batches.fetch_add(1, Relaxed);
+        for (offset, buf) in reqs.iter_mut() {
+            self.read_exact_at(buf, *offset)?;
+        }
+        Ok(())
     }
 }
 
@@ -135,6 +147,9 @@ fn cache_holds_only_image_bytes(cache: &Path, image: &[u8], tree_offset: u64) ->
             };
             let index = u64::from_str_radix(&name[1..], 16).unwrap();
             let bytes = std::fs::read(&path).unwrap();
+            if bytes.len() < 24 {
+                continue; // being created by a background fetch: claims nothing yet
+            }
             let bits = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
             for i in 0..64u64 {
                 if bits & (1 << i) == 0 {
@@ -241,7 +256,9 @@ fn the_size_bound_holds_under_a_larger_workload() {
     let (files, image, digest) = build(dir.path());
     let bound = 1 << 20; // the image is about 7 MiB
     let cache = DiskCache::open(dir.path().join("cache"), bound).unwrap();
-    let opts = options(&cache, digest);
+    let mut opts = options(&cache, digest);
+    // No background fetching, so that nothing is still being added when the bound is checked.
+    opts.readahead_blocks = (0, 0);
     let remote = Remote::new(image.clone());
     for _ in 0..2 {
         assert_eq!(read_all(&remote, &opts, &files), Vec::<String>::new());
@@ -259,4 +276,73 @@ fn the_size_bound_holds_under_a_larger_workload() {
     let pruned = cache.prune(0).unwrap();
     assert_eq!(pruned.left, 0);
     assert_eq!(read_all(&remote, &opts, &files), Vec::<String>::new());
+}
+
+/// Round trips (batches) and ranges a cold pass makes: `stat` of 2,000 small files, then a 4 MiB
+/// file read in 128 KiB pieces (as a FUSE mount reads), with the given readahead.
+fn cold_requests(readahead: (u64, u64)) -> [(u64, u64); 2] {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("many")).unwrap();
+    let mut rng = Rng::new(3);
+    for i in 0..2000 {
+        std::fs::write(src.join(format!("many/file{i:04}")), rng.bytes(20)).unwrap();
+    }
+    let big = rng.bytes(4 << 20);
+    std::fs::write(src.join("big"), &big).unwrap();
+    let img = dir.path().join("image");
+    let summary = sealfs_builder::build(
+        &src,
+        &img,
+        &sealfs_builder::BuildOptions::default(),
+        &sealfs_builder::NoProgress,
+    )
+    .unwrap();
+    let remote = Remote::new(std::fs::read(&img).unwrap());
+    let cache = DiskCache::open(dir.path().join("cache"), 1 << 30).unwrap();
+    let mut opts = options(&cache, summary.seal.unwrap().digest);
+    opts.readahead_blocks = readahead;
+    let opened = open(Source::reader(remote.clone(), "remote"), &opts).unwrap();
+    let image = &opened.image;
+    let take = || {
+        (
+            remote.batches.swap(0, Relaxed),
+            remote.requests.swap(0, Relaxed),
+        )
+    };
+    take();
+    for i in 0..2000 {
+        let ino = image
+            .resolve(format!("/many/file{i:04}"), Follow::All)
+            .unwrap();
+        assert_eq!(ino.size(), 20);
+    }
+    let stat = take();
+    let ino = image.resolve("/big", Follow::All).unwrap();
+    let mut buf = vec![0u8; 128 << 10];
+    for k in 0..32u64 {
+        let n = image.read(&ino, k * (128 << 10), &mut buf).unwrap();
+        assert_eq!(
+            &buf[..n],
+            &big[(k as usize) << 17..((k as usize + 1) << 17)]
+        );
+    }
+    [stat, take()]
+}
+
+#[test]
+fn misses_fetch_neighbours_and_sequential_reads_are_fetched_ahead() {
+    let off = cold_requests((0, 0));
+    let on = cold_requests((16, 512));
+    println!(
+        "(round trips, ranges) for stat of 2000 files, then 4 MiB sequential: readahead off {off:?}, on {on:?}"
+    );
+    assert!(
+        on[0].0 * 3 <= off[0].0,
+        "stat: {on:?} with readahead, {off:?} without"
+    );
+    assert!(
+        on[1].0 * 3 <= off[1].0,
+        "sequential: {on:?} with readahead, {off:?} without"
+    );
 }

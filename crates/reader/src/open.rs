@@ -243,6 +243,10 @@ pub struct OpenOptions {
     /// consulted before fetching and given every block fetched and verified. Nothing unverified is
     /// ever stored, and what it returns is verified again.
     pub store: Option<Arc<dyn crate::store::StoreProvider>>,
+    /// With a store: the fewest blocks a read that misses fetches (the next ones the store lacks
+    /// come along; 0 turns this off) and the most a sequential reader has fetched ahead
+    /// ([`VerifiedBlocks::start_readahead`]).
+    pub readahead_blocks: (u64, u64),
 }
 
 impl Default for OpenOptions {
@@ -259,6 +263,7 @@ impl Default for OpenOptions {
             hash_cache_blocks: DEFAULT_HASH_CACHE_BLOCKS,
             kernel_offload: true,
             store: None,
+            readahead_blocks: (16, 2048),
         }
     }
 }
@@ -548,6 +553,10 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
                 blocks = blocks.with_store(store);
             }
             let blocks = Arc::new(blocks);
+            if options.readahead_blocks.0 > 0 {
+                let (min, max) = options.readahead_blocks;
+                blocks.start_readahead(min, max, 2);
+            }
             let image = Image::open_blocks(blocks.clone(), &reader_options).map_err(open_err)?;
             // The superblock, now verified, must claim the bytes the seal covers: a seal over fewer
             // blocks than the file system uses would leave the rest unchecked by a kernel mount.

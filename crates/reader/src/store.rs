@@ -31,6 +31,9 @@ pub trait BlockStore: Send + Sync {
 
     /// Forgets blocks it returned that failed verification.
     fn discard(&self, region: Region, first: u64, count: u64);
+
+    /// Which of the blocks `first..first + count` of `region` it holds (without reading them).
+    fn has(&self, region: Region, first: u64, count: u64) -> Vec<bool>;
 }
 
 /// Hands out the [`BlockStore`] of an image once its seal is known (a cache directory, say, with

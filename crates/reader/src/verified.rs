@@ -21,7 +21,7 @@ use crate::store::{BlockStore, Region};
 use sealfs_verity::{BlockHasher, Digest, Params, TreeGeometry};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
 /// A verified hash block from the cache: (tree block index, bytes).
 type CachedBlock = (u64, Arc<[u8]>);
@@ -96,6 +96,10 @@ fn lock(cache: &Mutex<HashCache>) -> MutexGuard<'_, HashCache> {
     cache.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn lock_any<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// What a read needs from the tree, as planned.
 struct Plan<'a> {
     /// Hash blocks to fetch in this read's batch: (level, tree block index), lowest level first.
@@ -143,7 +147,36 @@ pub struct VerifyStats {
     pub store_hits: AtomicU64,
     /// Blocks the store returned that failed verification (forgotten, then fetched).
     pub store_discards: AtomicU64,
+    /// Blocks fetched beyond what reads asked for (the miss window and sequential readahead), into
+    /// the store.
+    pub readahead_blocks: AtomicU64,
 }
+
+/// A sequential stream of reads, for readahead.
+#[derive(Clone, Copy, Debug)]
+struct Stream {
+    /// Where the next read of the stream would start.
+    next: u64,
+    /// Blocks to keep fetched ahead of it.
+    window: u64,
+    /// Where what was asked to be fetched ahead ends.
+    ahead_end: u64,
+}
+
+/// Readahead into the store: its settings, the streams seen, the background fetchers' queue.
+struct Readahead {
+    min: u64,
+    max: u64,
+    streams: Mutex<Vec<Stream>>,
+    queue: Mutex<mpsc::Sender<(u64, u64)>>,
+    /// Ranges the background fetchers are fetching: a read that needs one waits for it rather
+    /// than fetching the same blocks again.
+    inflight: Mutex<Vec<(u64, u64)>>,
+    landed: Condvar,
+}
+
+/// Streams tracked at once (a FUSE mount reads several files in parallel).
+const STREAMS: usize = 16;
 
 /// The blocks one read took from the store, to forget if the read fails its checks.
 #[derive(Default)]
@@ -184,6 +217,8 @@ pub struct VerifiedBlocks {
     cache: Mutex<HashCache>,
     /// Verified blocks kept across processes, consulted before fetching.
     store: Option<Arc<dyn BlockStore>>,
+    /// Readahead into the store, once started.
+    readahead: OnceLock<Readahead>,
     stats: VerifyStats,
 }
 
@@ -242,8 +277,158 @@ impl VerifiedBlocks {
             geometry,
             seal,
             store: None,
+            readahead: OnceLock::new(),
             stats: VerifyStats::default(),
         })
+    }
+
+    /// With a store: a read that misses fetches at least `min_blocks` blocks, the following ones
+    /// the store lacks coming along in the same request (so neighbouring metadata arrives
+    /// together: a cold `ls -lR` costs a request per `min_blocks` blocks of inodes, not one per
+    /// inode); and a sequential stream of reads has up to `max_blocks` fetched ahead of it into the
+    /// store by `threads` background fetchers, its window doubling while it stays sequential.
+    /// Blocks fetched ahead are verified and stored like any others, never returned unverified.
+    pub fn start_readahead(self: &Arc<Self>, min_blocks: u64, max_blocks: u64, threads: usize) {
+        if self.store.is_none() {
+            return;
+        }
+        let (tx, rx) = mpsc::channel::<(u64, u64)>();
+        let ra = Readahead {
+            min: min_blocks.max(1),
+            max: max_blocks.max(min_blocks.max(1)),
+            streams: Mutex::new(Vec::new()),
+            queue: Mutex::new(tx),
+            inflight: Mutex::new(Vec::new()),
+            landed: Condvar::new(),
+        };
+        if self.readahead.set(ra).is_err() {
+            return;
+        }
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..threads.max(1) {
+            let me: Weak<VerifiedBlocks> = Arc::downgrade(self);
+            let rx = rx.clone();
+            std::thread::spawn(move || loop {
+                let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                let Ok((start, end)) = job else { return };
+                let Some(vb) = me.upgrade() else { return };
+                vb.fetch_ahead(start, end);
+                // Queued as in flight by `follow_stream`; landed (or failed: the reads fetch it).
+                if let Some(ra) = vb.readahead.get() {
+                    let mut inflight = lock_any(&ra.inflight);
+                    if let Some(i) = inflight.iter().position(|&r| r == (start, end)) {
+                        inflight.swap_remove(i);
+                    }
+                    ra.landed.notify_all();
+                }
+            });
+        }
+    }
+
+    /// Fetches the blocks of `start..end` the store lacks, verified, into the store.
+    fn fetch_ahead(&self, start: u64, end: u64) {
+        let Some(store) = self.store.as_deref() else {
+            return;
+        };
+        let bs = self.bs();
+        const PIECE: u64 = 256;
+        let mut b = start;
+        while b < end {
+            let e = (b + PIECE).min(end);
+            let has = store.has(Region::Data, b, e - b);
+            // The first run of missing blocks of this piece, fetched as one read.
+            let Some(skip) = has.iter().position(|h| !h) else {
+                b = e;
+                continue;
+            };
+            let lead = has[skip..].iter().take_while(|h| !**h).count() as u64;
+            let from = b + skip as u64;
+            let mut scratch = vec![0u8; lead as usize * bs];
+            if self
+                .read_checked(from, &mut scratch, Some(store), &mut StoreUse::default())
+                .is_ok()
+            {
+                self.stats.readahead_blocks.fetch_add(lead, Relaxed);
+            }
+            b = from + lead;
+        }
+    }
+
+    /// Whole data blocks (a partial last block is never fetched ahead or stored).
+    fn whole_blocks(&self) -> u64 {
+        self.seal.data_length / self.bs() as u64
+    }
+
+    /// The miss window: when blocks `first..first + n` are not all stored and fewer than the
+    /// minimum, reads them with the missing blocks after them (up to the minimum) in one request.
+    /// `true` when it did (and `buf` holds the blocks asked for).
+    fn read_with_miss_window(&self, first: u64, buf: &mut [u8], store: &dyn BlockStore) -> bool {
+        let Some(ra) = self.readahead.get() else {
+            return false;
+        };
+        let bs = self.bs();
+        let n = (buf.len() / bs) as u64;
+        let whole = self.whole_blocks();
+        if n >= ra.min || first + n > whole {
+            return false;
+        }
+        let end = (first + ra.min).min(whole);
+        let has = store.has(Region::Data, first, end - first);
+        if has[..n as usize].iter().all(|h| *h) {
+            return false;
+        }
+        let extra = has[n as usize..].iter().take_while(|h| !**h).count() as u64;
+        if extra == 0 {
+            return false;
+        }
+        let mut big = vec![0u8; ((n + extra) as usize) * bs];
+        if self
+            .read_checked(first, &mut big, Some(store), &mut StoreUse::default())
+            .is_err()
+        {
+            return false; // the plain read reports what failed, for the blocks asked for only
+        }
+        buf.copy_from_slice(&big[..buf.len()]);
+        self.stats.readahead_blocks.fetch_add(extra, Relaxed);
+        true
+    }
+
+    /// After a read of `first..first + n`: follow sequential streams, and queue what their windows
+    /// need fetched ahead.
+    fn follow_stream(&self, first: u64, n: u64) {
+        let Some(ra) = self.readahead.get() else {
+            return;
+        };
+        let whole = self.whole_blocks();
+        let mut streams = ra.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(s) = streams.iter_mut().find(|s| s.next == first) else {
+            if streams.len() == STREAMS {
+                streams.remove(0);
+            }
+            streams.push(Stream {
+                next: first + n,
+                window: ra.min,
+                ahead_end: first + n,
+            });
+            return;
+        };
+        s.next = first + n;
+        s.window = (s.window * 2).min(ra.max);
+        // Keep at least half a window fetched ahead.
+        if s.ahead_end >= s.next + s.window / 2 {
+            return;
+        }
+        let start = s.ahead_end.max(s.next);
+        let end = (s.next + s.window).min(whole);
+        if end <= start {
+            return;
+        }
+        s.ahead_end = end;
+        drop(streams);
+        lock_any(&ra.inflight).push((start, end));
+        if lock_any(&ra.queue).send((start, end)).is_err() {
+            lock_any(&ra.inflight).retain(|&r| r != (start, end));
+        }
     }
 
     /// Consults `store` before fetching, and gives it every block fetched and verified.
@@ -345,8 +530,24 @@ impl BlockSource for VerifiedBlocks {
         let Some(store) = &self.store else {
             return self.read_checked(first, buf, None, &mut StoreUse::default());
         };
+        let n = (buf.len() / self.bs()) as u64;
+        if let Some(ra) = self.readahead.get() {
+            // Blocks being fetched ahead: wait for them instead of fetching them twice.
+            let mut inflight = lock_any(&ra.inflight);
+            while inflight.iter().any(|&(a, b)| a < first + n && first < b) {
+                inflight = ra.landed.wait(inflight).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        if self.read_with_miss_window(first, buf, &**store) {
+            self.follow_stream(first, n);
+            return Ok(());
+        }
         let mut used = StoreUse::default();
-        match self.read_checked(first, buf, Some(&**store), &mut used) {
+        let result = self.read_checked(first, buf, Some(&**store), &mut used);
+        if result.is_ok() {
+            self.follow_stream(first, n);
+        }
+        match result {
             // A block from the store failed its check (a torn write, a damaged cache file): forget
             // what this read took from the store and fetch it all again.
             Err(Error::Verification { .. }) if !used.data.is_empty() || !used.tree.is_empty() => {
@@ -461,10 +662,16 @@ impl VerifiedBlocks {
             }
             if self.same_source {
                 hashes.append(&mut data_reqs);
-                self.data.read_batch(&mut hashes).map_err(io)?;
+                if !hashes.is_empty() {
+                    self.data.read_batch(&mut hashes).map_err(io)?;
+                }
             } else {
-                self.tree.read_batch(&mut hashes).map_err(io)?;
-                self.data.read_batch(&mut data_reqs).map_err(io)?;
+                if !hashes.is_empty() {
+                    self.tree.read_batch(&mut hashes).map_err(io)?;
+                }
+                if !data_reqs.is_empty() {
+                    self.data.read_batch(&mut data_reqs).map_err(io)?;
+                }
             }
             self.stats
                 .data_bytes
