@@ -346,3 +346,80 @@ fn misses_fetch_neighbours_and_sequential_reads_are_fetched_ahead() {
         "sequential: {on:?} with readahead, {off:?} without"
     );
 }
+
+/// Waits until the background fetchers of `opened` have been idle for a while.
+fn quiesce(opened: &sealfs_reader::OpenedImage) {
+    let vb = opened.verified.as_ref().unwrap();
+    let mut last = u64::MAX;
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = vb.stats().readahead_blocks.load(Relaxed);
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+#[test]
+fn prefetched_files_and_a_replayed_profile_read_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, image, digest) = build(dir.path());
+    let remote = Remote::new(image.clone());
+
+    // Every file hinted: fetched ahead, verified, stored; then readable with the network gone.
+    let cache = DiskCache::open(dir.path().join("cache"), 1 << 30).unwrap();
+    let opts = options(&cache, digest);
+    let opened = open(Source::reader(remote.clone(), "remote"), &opts).unwrap();
+    let inodes: Vec<_> = files
+        .iter()
+        .map(|(n, _)| opened.image.resolve(format!("/{n}"), Follow::All).unwrap())
+        .collect();
+    opened.image.prefetch_files(&inodes);
+    quiesce(&opened);
+    drop(opened);
+    remote.offline.store(true, Relaxed);
+    assert_eq!(read_all(&remote, &opts, &files), Vec::<String>::new());
+    cache_holds_only_image_bytes(cache.dir(), &image, tree_offset(&image));
+    remote.offline.store(false, Relaxed);
+
+    // A profile recorded while reading ten files, replayed into a fresh cache: those ten read
+    // offline, the big file (not in the profile) does not.
+    let cache_a = DiskCache::open(dir.path().join("a"), 1 << 30).unwrap();
+    let opened = open(
+        Source::reader(remote.clone(), "remote"),
+        &options(&cache_a, digest),
+    )
+    .unwrap();
+    opened.verified.as_ref().unwrap().record_profile();
+    for (name, want) in &files[..10] {
+        let ino = opened
+            .image
+            .resolve(format!("/{name}"), Follow::All)
+            .unwrap();
+        assert_eq!(&opened.image.read_vec(&ino, 0, want.len()).unwrap(), want);
+    }
+    let profile = opened.verified.as_ref().unwrap().profile();
+    assert!(!profile.is_empty());
+    drop(opened);
+    let cache_b = DiskCache::open(dir.path().join("b"), 1 << 30).unwrap();
+    let opts_b = options(&cache_b, digest);
+    let opened = open(Source::reader(remote.clone(), "remote"), &opts_b).unwrap();
+    opened.image.prefetch(&profile);
+    quiesce(&opened);
+    drop(opened);
+    remote.offline.store(true, Relaxed);
+    let bad = read_all(&remote, &opts_b, &files);
+    println!(
+        "offline after replaying a {}-range profile: {bad:?}",
+        profile.len()
+    );
+    assert!(bad.iter().all(|b| !b.contains("WRONG")), "{bad:?}");
+    for (name, _) in &files[..10] {
+        assert!(
+            !bad.iter().any(|b| b.starts_with(&format!("{name}:"))),
+            "{name} was in the profile but does not read offline: {bad:?}"
+        );
+    }
+    assert!(bad.iter().any(|b| b.starts_with("big:")), "{bad:?}");
+}

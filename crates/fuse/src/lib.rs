@@ -416,6 +416,9 @@ impl SealFs {
                 "data_bytes_read": load(&vs.data_bytes),
                 "hash_bytes_read": load(&vs.hash_bytes),
                 "failures": load(&vs.failures),
+                "store_hits": load(&vs.store_hits),
+                "store_discards": load(&vs.store_discards),
+                "readahead_blocks": load(&vs.readahead_blocks),
             });
         }
         v

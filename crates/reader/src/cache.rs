@@ -287,6 +287,11 @@ impl Blocks {
         }
     }
 
+    /// Passes a prefetch hint (byte ranges, in order of use) to the source.
+    pub(crate) fn hint_source(&self, ranges: &[std::ops::Range<u64>]) {
+        self.src.prefetch(ranges);
+    }
+
     pub(crate) fn set_erofs_bits(&mut self, bits: u8) {
         self.erofs_bits = bits;
     }

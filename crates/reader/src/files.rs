@@ -114,6 +114,27 @@ impl Image {
         Ok(out)
     }
 
+    /// Hints that these byte ranges of the image will be read soon, in this order (see
+    /// [`crate::BlockSource::prefetch`]); a no-op for a local image.
+    pub fn prefetch(&self, ranges: &[Range<u64>]) {
+        self.blocks.hint_source(ranges);
+    }
+
+    /// Hints that these files will be read soon, in this order: their data blocks and pclusters
+    /// are fetched ahead where the source can (a remote image with a store). Files whose storage
+    /// cannot be mapped are skipped (their reads report it).
+    pub fn prefetch_files<'a>(&self, inodes: impl IntoIterator<Item = &'a Inode>) {
+        let mut ranges = Vec::new();
+        for inode in inodes {
+            if inode.is_file() {
+                ranges.extend(self.file_storage(inode).unwrap_or_default());
+            }
+        }
+        if !ranges.is_empty() {
+            self.prefetch(&ranges);
+        }
+    }
+
     /// The fs-verity digest of a file from the image's level-0 hashes `leaves` (which must use
     /// 4 KiB unsalted blocks of the same algorithm as `hasher`): only partial blocks and inline
     /// tails are read and hashed.

@@ -291,6 +291,10 @@ pub trait BlockSource: Send + Sync {
     /// Reads the consecutive blocks `first ..` into `buf`, whose length is a whole number of blocks.
     /// The caller guarantees that every block starts before [`BlockSource::len`].
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// Hints that the byte ranges will be read soon, in this order: a source that can fetch them
+    /// ahead (a remote image with a store) starts doing so in the background. The default ignores it.
+    fn prefetch(&self, _ranges: &[std::ops::Range<u64>]) {}
 }
 
 /// A [`BlockSource`] over any [`ReadAt`], without verification.

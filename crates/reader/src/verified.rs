@@ -168,11 +168,44 @@ struct Readahead {
     min: u64,
     max: u64,
     streams: Mutex<Vec<Stream>>,
-    queue: Mutex<mpsc::Sender<(u64, u64)>>,
+    queue: Mutex<mpsc::Sender<Job>>,
     /// Ranges the background fetchers are fetching: a read that needs one waits for it rather
     /// than fetching the same blocks again.
     inflight: Mutex<Vec<(u64, u64)>>,
     landed: Condvar,
+}
+
+/// Blocks `.0..1` to fetch ahead; `.2`: registered as in flight when queued (a stream's window,
+/// which the stream's next reads wait for) rather than when started (a long prefetch list, which
+/// reads must not queue behind).
+type Job = (u64, u64, bool);
+
+/// What was read, in the order first read, for an access profile.
+#[derive(Default)]
+struct Recording {
+    /// Blocks already recorded (a bit per block).
+    seen: Vec<u64>,
+    /// Runs of blocks, in the order first read.
+    runs: Vec<(u64, u64)>,
+}
+
+impl Recording {
+    fn add(&mut self, first: u64, n: u64) {
+        for b in first..first + n {
+            let (w, bit) = ((b / 64) as usize, b % 64);
+            if w >= self.seen.len() {
+                self.seen.resize(w + 1, 0);
+            }
+            if self.seen[w] & (1 << bit) != 0 {
+                continue;
+            }
+            self.seen[w] |= 1 << bit;
+            match self.runs.last_mut() {
+                Some((f, c)) if *f + *c == b => *c += 1,
+                _ => self.runs.push((b, 1)),
+            }
+        }
+    }
 }
 
 /// Streams tracked at once (a FUSE mount reads several files in parallel).
@@ -219,6 +252,8 @@ pub struct VerifiedBlocks {
     store: Option<Arc<dyn BlockStore>>,
     /// Readahead into the store, once started.
     readahead: OnceLock<Readahead>,
+    /// The access profile being recorded, if one is.
+    recording: Mutex<Option<Recording>>,
     stats: VerifyStats,
 }
 
@@ -278,6 +313,7 @@ impl VerifiedBlocks {
             seal,
             store: None,
             readahead: OnceLock::new(),
+            recording: Mutex::new(None),
             stats: VerifyStats::default(),
         })
     }
@@ -292,7 +328,7 @@ impl VerifiedBlocks {
         if self.store.is_none() {
             return;
         }
-        let (tx, rx) = mpsc::channel::<(u64, u64)>();
+        let (tx, rx) = mpsc::channel::<Job>();
         let ra = Readahead {
             min: min_blocks.max(1),
             max: max_blocks.max(min_blocks.max(1)),
@@ -310,19 +346,42 @@ impl VerifiedBlocks {
             let rx = rx.clone();
             std::thread::spawn(move || loop {
                 let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                let Ok((start, end)) = job else { return };
+                let Ok((start, end, registered)) = job else {
+                    return;
+                };
                 let Some(vb) = me.upgrade() else { return };
-                vb.fetch_ahead(start, end);
-                // Queued as in flight by `follow_stream`; landed (or failed: the reads fetch it).
-                if let Some(ra) = vb.readahead.get() {
-                    let mut inflight = lock_any(&ra.inflight);
-                    if let Some(i) = inflight.iter().position(|&r| r == (start, end)) {
-                        inflight.swap_remove(i);
-                    }
-                    ra.landed.notify_all();
+                let Some(ra) = vb.readahead.get() else { return };
+                if !registered {
+                    lock_any(&ra.inflight).push((start, end));
                 }
+                vb.fetch_ahead(start, end);
+                // Landed (or failed: the reads fetch it themselves).
+                let mut inflight = lock_any(&ra.inflight);
+                if let Some(i) = inflight.iter().position(|&r| r == (start, end)) {
+                    inflight.swap_remove(i);
+                }
+                ra.landed.notify_all();
             });
         }
+    }
+
+    /// Starts recording which data blocks are read, in the order first read (an access profile).
+    pub fn record_profile(&self) {
+        *lock_any(&self.recording) = Some(Recording::default());
+    }
+
+    /// The byte ranges read since [`Self::record_profile`], in the order first read, adjacent ones
+    /// merged; empty when not recording.
+    pub fn profile(&self) -> Vec<std::ops::Range<u64>> {
+        let bs = self.bs() as u64;
+        let rec = lock_any(&self.recording);
+        let Some(rec) = rec.as_ref() else {
+            return Vec::new();
+        };
+        rec.runs
+            .iter()
+            .map(|&(f, n)| f * bs..((f + n) * bs).min(self.seal.data_length))
+            .collect()
     }
 
     /// Fetches the blocks of `start..end` the store lacks, verified, into the store.
@@ -426,7 +485,7 @@ impl VerifiedBlocks {
         s.ahead_end = end;
         drop(streams);
         lock_any(&ra.inflight).push((start, end));
-        if lock_any(&ra.queue).send((start, end)).is_err() {
+        if lock_any(&ra.queue).send((start, end, true)).is_err() {
             lock_any(&ra.inflight).retain(|&r| r != (start, end));
         }
     }
@@ -522,11 +581,46 @@ impl BlockSource for VerifiedBlocks {
         self.seal.params.log_block_size()
     }
 
+    /// Queues the ranges (as whole blocks, in order, adjacent ones merged) for the background
+    /// fetchers, when readahead into a store is on.
+    fn prefetch(&self, ranges: &[std::ops::Range<u64>]) {
+        let Some(ra) = self.readahead.get() else {
+            return;
+        };
+        let bs = self.bs() as u64;
+        let whole = self.whole_blocks();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for r in ranges {
+            let (a, b) = (r.start / bs, r.end.div_ceil(bs).min(whole));
+            if a >= b {
+                continue;
+            }
+            match runs.last_mut() {
+                Some((_, end)) if *end == a => *end = b,
+                _ => runs.push((a, b)),
+            }
+        }
+        let queue = lock_any(&ra.queue);
+        for (a, b) in runs {
+            // In pieces, so that reads never wait long behind one.
+            let mut s = a;
+            while s < b {
+                let e = (s + 256).min(b);
+                let _ = queue.send((s, e, false));
+                s = e;
+            }
+        }
+    }
+
     fn len(&self) -> u64 {
         self.seal.data_length
     }
 
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<()> {
+        if let Some(rec) = lock_any(&self.recording).as_mut() {
+            let n = (buf.len() / self.bs()) as u64;
+            rec.add(first, n.min(self.whole_blocks().saturating_sub(first)));
+        }
         let Some(store) = &self.store else {
             return self.read_checked(first, buf, None, &mut StoreUse::default());
         };
