@@ -22,6 +22,9 @@ if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
   missing+=(busybox-static)
 fi
 install_packages "${missing[@]}"
+# Peer tools newer than Debian stable ships (erofs-utils 1.9), built once into target/oracles/.
+./scripts/build-oracles.sh >/dev/null
+
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
 
 cargo fmt --all -- --check

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the peer tools the tests and benchmarks compare against, newer than Debian stable ships,
+# once, into target/oracles/ (kept across runs; delete it to rebuild):
+#
+#   target/oracles/erofs-utils/bin/{mkfs.erofs,fsck.erofs,dump.erofs,erofsfuse}   erofs-utils 1.9.x
+#
+# The source comes from a package registry: the Debian source package of the newest release in
+# Debian testing (deb-src, through apt with a private list, so the system's apt sources are not
+# touched), built here with the build dependencies from Debian stable. Prints the directory.
+#
+#   scripts/build-oracles.sh            (as root, or with sudo for apt-get install)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/deps.sh
+out="$PWD/target/oracles"
+mkdir -p "$out"
+
+erofs="$out/erofs-utils"
+if [[ ! -x "$erofs/bin/mkfs.erofs" ]]; then
+  missing=()
+  for p in autoconf automake libtool pkg-config liblz4-dev liblzma-dev zlib1g-dev libzstd-dev \
+           uuid-dev libfuse3-dev libdeflate-dev dpkg-dev; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  install_packages "${missing[@]}"
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  mkdir -p "$work/lists/partial"
+  echo 'deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian testing main' >"$work/src.list"
+  apt_opts=(-o "Dir::Etc::sourcelist=$work/src.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$work/lists")
+  apt-get "${apt_opts[@]}" update -qq >&2
+  (cd "$work" && apt-get "${apt_opts[@]}" source --download-only -qq erofs-utils >&2 2>/dev/null)
+  tar -xzf "$work"/erofs-utils_*.orig.tar.gz -C "$work"
+  src="$(find "$work" -maxdepth 1 -type d -name 'erofs-utils-*' | head -n1)"
+  [[ -n "$src" ]] || { echo "build-oracles: no erofs-utils source unpacked" >&2; exit 2; }
+  (
+    cd "$src"
+    ./autogen.sh >/dev/null 2>&1
+    ./configure -q --prefix="$erofs" --enable-lzma --with-libzstd --with-libdeflate --enable-fuse \
+      --without-selinux --disable-werror >/dev/null
+    make -s -j"$(nproc)" >/dev/null 2>&1
+    make -s install >/dev/null
+  ) >&2
+  "$erofs/bin/mkfs.erofs" --version >&2 2>&1 || true
+fi
+echo "$out"

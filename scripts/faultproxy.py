@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""A fault-injecting HTTP proxy for the remote-image tests: forwards every request to an upstream
+server (nginx, an S3 server) and, as a control file says, spoils some responses on the way back.
+
+    faultproxy.py UPSTREAM_PORT CONTROL_FILE [PORT_FILE]
+
+Listens on 127.0.0.1 (a free port, written to PORT_FILE and printed). For each request it reads
+CONTROL_FILE (JSON, absent or empty = no faults), e.g.
+
+    {"latency_ms": 20, "fail": 2, "status": 503, "drop": 0, "truncate": 0, "flip": 1,
+     "only_ranges": true}
+
+- latency_ms: delay before answering every request;
+- fail: answer the next N requests with `status` (default 503) and no body;
+- drop: close the connection without an answer for the next N requests;
+- truncate: send the next N bodies cut in half (the headers promise the whole length);
+- flip: flip one byte in the middle of the next N bodies;
+- only_ranges: count and spoil only requests with a Range header (so an open's HEAD is spared).
+
+Counters go down as faults are used and are written back to CONTROL_FILE, so a test can set a
+fault, run a command and see that it was used. Every request is logged to stderr as one line:
+METHOD PATH RANGE -> STATUS FAULT.
+"""
+
+import http.client
+import http.server
+import json
+import os
+import socketserver
+import sys
+import threading
+import time
+
+UPSTREAM = int(sys.argv[1])
+CONTROL = sys.argv[2]
+PORT_FILE = sys.argv[3] if len(sys.argv) > 3 else None
+LOCK = threading.Lock()
+
+
+def take_fault(has_range):
+    """The fault for this request, decrementing its counter (under a lock, read-modify-write)."""
+    with LOCK:
+        try:
+            with open(CONTROL) as f:
+                c = json.load(f)
+        except (OSError, ValueError):
+            return {}, 0
+        latency = c.get("latency_ms", 0)
+        if c.get("only_ranges") and not has_range:
+            return {}, latency
+        for kind in ("drop", "fail", "truncate", "flip"):
+            if c.get(kind, 0) > 0:
+                c[kind] -= 1
+                tmp = CONTROL + ".tmp"
+                with open(tmp, "w") as f:
+                    json.dump(c, f)
+                os.replace(tmp, CONTROL)
+                return {"kind": kind, "status": c.get("status", 503)}, latency
+        return {}, latency
+
+
+class Proxy(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def forward(self):
+        rng = self.headers.get("Range")
+        fault, latency = take_fault(rng is not None)
+        if latency:
+            time.sleep(latency / 1000)
+        kind = fault.get("kind", "-")
+        if kind == "drop":
+            sys.stderr.write(f"{self.command} {self.path} {rng} -> dropped\n")
+            self.close_connection = True
+            try:
+                self.connection.shutdown(2)
+            except OSError:
+                pass
+            return
+        if kind == "fail":
+            status = fault["status"]
+            sys.stderr.write(f"{self.command} {self.path} {rng} -> {status} fail\n")
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        length = int(self.headers.get("Content-Length", 0) or 0)
+        body = self.rfile.read(length) if length else None
+        up = http.client.HTTPConnection("127.0.0.1", UPSTREAM, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+        up.request(self.command, self.path, body=body, headers=headers)
+        resp = up.getresponse()
+        data = resp.read()
+        up.close()
+        sys.stderr.write(f"{self.command} {self.path} {rng} -> {resp.status} {kind}\n")
+        self.send_response(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("connection", "transfer-encoding", "content-length"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        if kind == "flip" and data:
+            mid = len(data) // 2
+            data = data[:mid] + bytes([data[mid] ^ 0x40]) + data[mid + 1:]
+        if kind == "truncate" and data:
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        self.wfile.write(data)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = forward
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def main():
+    srv = Server(("127.0.0.1", 0), Proxy)
+    port = srv.server_address[1]
+    if PORT_FILE:
+        with open(PORT_FILE + ".tmp", "w") as f:
+            f.write(str(port))
+        os.replace(PORT_FILE + ".tmp", PORT_FILE)
+    print(port, flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
