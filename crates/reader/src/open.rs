@@ -247,6 +247,9 @@ pub struct OpenOptions {
     /// come along; 0 turns this off) and the most a sequential reader has fetched ahead
     /// ([`VerifiedBlocks::start_readahead`]).
     pub readahead_blocks: (u64, u64),
+    /// Fetch each read's hash blocks in a second request after its data instead of in the same
+    /// batch: only for measuring what batching saves (off by default).
+    pub dependent_hash_fetch: bool,
 }
 
 impl Default for OpenOptions {
@@ -264,6 +267,7 @@ impl Default for OpenOptions {
             kernel_offload: true,
             store: None,
             readahead_blocks: (16, 2048),
+            dependent_hash_fetch: false,
         }
     }
 }
@@ -545,6 +549,7 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
             let mut blocks =
                 VerifiedBlocks::new(reader, tree, seal.info(), options.hash_cache_blocks)
                     .map_err(open_err)?;
+            blocks = blocks.with_dependent_hash_fetch(options.dependent_hash_fetch);
             if let Some(store) = options
                 .store
                 .as_ref()

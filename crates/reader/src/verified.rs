@@ -254,6 +254,8 @@ pub struct VerifiedBlocks {
     readahead: OnceLock<Readahead>,
     /// The access profile being recorded, if one is.
     recording: Mutex<Option<Recording>>,
+    /// Fetch hash blocks in a second batch after the data (for measuring what batching saves).
+    dependent_hash_fetch: bool,
     stats: VerifyStats,
 }
 
@@ -314,6 +316,7 @@ impl VerifiedBlocks {
             store: None,
             readahead: OnceLock::new(),
             recording: Mutex::new(None),
+            dependent_hash_fetch: false,
             stats: VerifyStats::default(),
         })
     }
@@ -488,6 +491,13 @@ impl VerifiedBlocks {
         if lock_any(&ra.queue).send((start, end, true)).is_err() {
             lock_any(&ra.inflight).retain(|&r| r != (start, end));
         }
+    }
+
+    /// Fetches a read's missing hash blocks in a second request after its data, as readers that do
+    /// not batch them do: only for measuring what fetching them together saves.
+    pub fn with_dependent_hash_fetch(mut self, on: bool) -> Self {
+        self.dependent_hash_fetch = on;
+        self
     }
 
     /// Consults `store` before fetching, and gives it every block fetched and verified.
@@ -754,17 +764,18 @@ impl VerifiedBlocks {
             if !hashes.is_empty() || !data_reqs.is_empty() {
                 self.stats.batches.fetch_add(1, Relaxed);
             }
-            if self.same_source {
+            if self.same_source && !self.dependent_hash_fetch {
                 hashes.append(&mut data_reqs);
                 if !hashes.is_empty() {
                     self.data.read_batch(&mut hashes).map_err(io)?;
                 }
             } else {
-                if !hashes.is_empty() {
-                    self.tree.read_batch(&mut hashes).map_err(io)?;
-                }
+                // Data first, then the hashes that check it.
                 if !data_reqs.is_empty() {
                     self.data.read_batch(&mut data_reqs).map_err(io)?;
+                }
+                if !hashes.is_empty() {
+                    self.tree.read_batch(&mut hashes).map_err(io)?;
                 }
             }
             self.stats
