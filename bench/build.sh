@@ -9,6 +9,8 @@
 #                               tools to compare, run interleaved A B C A B C ...
 #                               (e.g. TOOLS="mkfs.erofs mksquashfs" before sealfs can build)
 #   SEALFS=target/release/sealfs  the sealfs binary
+#   MKFS_EROFS=mkfs.erofs       the mkfs.erofs to compare with (e.g. target/oracles/erofs-utils/bin/mkfs.erofs,
+#                               erofs-utils 1.9 from scripts/build-oracles.sh); the report names its version
 #   CORPUS_DIR=bench/.corpus    corpus cache (bench/corpus.sh fills it if empty)
 #   WORK_DIR=$CORPUS_DIR        where the images are written (a temporary folder is made
 #                               inside; it must be a real disk, not tmpfs)
@@ -38,6 +40,7 @@ CORPUS_DIR="${CORPUS_DIR:-$here/.corpus}"
 WORK_DIR="${WORK_DIR:-$CORPUS_DIR}"
 SRC="$CORPUS_DIR/linux/linux-source-6.1"
 PY="${PYTHON:-python3}"
+MKFS_EROFS="${MKFS_EROFS:-mkfs.erofs}"   # e.g. target/oracles/erofs-utils/bin/mkfs.erofs (1.9, scripts/build-oracles.sh)
 
 log() { printf '[build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { printf 'build: error: %s\n' "$*" >&2; exit 1; }
@@ -60,9 +63,9 @@ for t in "${tools[@]}"; do
             version[$t]="$("$SEALFS" --version 2>&1 | head -n1)"
             ;;
         mkfs.erofs)
-            command -v mkfs.erofs >/dev/null || die "mkfs.erofs not found (apt-get install erofs-utils)"
+            command -v "$MKFS_EROFS" >/dev/null || die "mkfs.erofs not found (apt-get install erofs-utils)"
             # erofs-utils 1.5 has no -V but prints its banner before complaining.
-            version[$t]="$(mkfs.erofs -V 2>/dev/null | head -n1 || true)"
+            version[$t]="$({ "$MKFS_EROFS" --version 2>/dev/null || "$MKFS_EROFS" -V 2>/dev/null || true; } | head -n1)"
             [[ -n "${version[$t]}" ]] || version[$t]="erofs-utils $(dpkg-query -W -f '${Version}' erofs-utils 2>/dev/null || echo '?')"
             ;;
         mksquashfs)
@@ -108,7 +111,7 @@ build_cmd() { # tool out -> sets cmd array
     case "$1" in
         sealfs) cmd=("$SEALFS" build -q -T 0 "$SRC" "$2") ;;
         sealfs-noseal) cmd=("$SEALFS" build -q --no-seal -T 0 "$SRC" "$2") ;;
-        mkfs.erofs) cmd=(mkfs.erofs -T0 --quiet "$2" "$SRC") ;;
+        mkfs.erofs) cmd=("$MKFS_EROFS" -T0 --quiet "$2" "$SRC") ;;
         mksquashfs) cmd=(mksquashfs "$SRC" "$2" -noappend -noI -noId -noD -noF -noX
             -mkfs-time 0 -all-time 0 -no-progress -quiet) ;;
     esac

@@ -14,6 +14,8 @@
 #   ZSTD_LEVEL=3                zstd level for sealfs and mksquashfs (sealfs' default; mksquashfs'
 #                               own default is 15, far slower, so it is set explicitly)
 #   SEALFS=target/release/sealfs  the sealfs binary
+#   MKFS_EROFS=mkfs.erofs       the mkfs.erofs to compare with (e.g. target/oracles/erofs-utils/bin/mkfs.erofs,
+#                               erofs-utils 1.9 from scripts/build-oracles.sh); the report names its version
 #   CORPUS_DIR=bench/.corpus    corpus cache (bench/corpus.sh fills it if empty)
 #   WORK_DIR=$CORPUS_DIR        where the images are written (a temporary folder is made
 #                               inside; it must be a real disk, not tmpfs)
@@ -46,6 +48,7 @@ CORPUS_DIR="${CORPUS_DIR:-$here/.corpus}"
 WORK_DIR="${WORK_DIR:-$CORPUS_DIR}"
 SRC="$CORPUS_DIR/linux/linux-source-6.1"
 PY="${PYTHON:-python3}"
+MKFS_EROFS="${MKFS_EROFS:-mkfs.erofs}"   # e.g. target/oracles/erofs-utils/bin/mkfs.erofs (1.9, scripts/build-oracles.sh)
 
 log() { printf '[zbuild %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { printf 'zbuild: error: %s\n' "$*" >&2; exit 1; }
@@ -68,9 +71,9 @@ for t in "${tools[@]}"; do
             version[$t]="$("$SEALFS" --version 2>&1 | head -n1)"
             ;;
         mkfs.erofs-*)
-            command -v mkfs.erofs >/dev/null || die "mkfs.erofs not found (apt-get install erofs-utils)"
+            command -v "$MKFS_EROFS" >/dev/null || die "mkfs.erofs not found (apt-get install erofs-utils)"
             # erofs-utils 1.5 has no -V but prints its banner before complaining.
-            version[$t]="$(mkfs.erofs -V 2>/dev/null | head -n1 || true)"
+            version[$t]="$({ "$MKFS_EROFS" --version 2>/dev/null || "$MKFS_EROFS" -V 2>/dev/null || true; } | head -n1)"
             [[ -n "${version[$t]}" ]] || version[$t]="erofs-utils $(dpkg-query -W -f '${Version}' erofs-utils 2>/dev/null || echo '?')"
             ;;
         mksquashfs-*)
@@ -122,7 +125,7 @@ build_cmd() { # tool out -> sets cmd array
     case "$t" in
         sealfs-lz4hc-*) cmd=("$SEALFS" build -q -T 0 -z "lz4hc,$LZ4HC_LEVEL" -C "$c" "$SRC" "$2") ;;
         sealfs-zstd-*) cmd=("$SEALFS" build -q -T 0 -z "zstd,$ZSTD_LEVEL" -C "$c" "$SRC" "$2") ;;
-        mkfs.erofs-lz4hc-*) cmd=(mkfs.erofs -T0 --quiet "-zlz4hc,$LZ4HC_LEVEL" "-C$c" "$2" "$SRC") ;;
+        mkfs.erofs-lz4hc-*) cmd=("$MKFS_EROFS" -T0 --quiet "-zlz4hc,$LZ4HC_LEVEL" "-C$c" "$2" "$SRC") ;;
         mksquashfs-lz4hc-*) cmd=(mksquashfs "$SRC" "$2" -noappend -comp lz4 -Xhc -b "$c"
             -mkfs-time 0 -all-time 0 -no-progress -quiet) ;;
         mksquashfs-zstd-*) cmd=(mksquashfs "$SRC" "$2" -noappend -comp zstd
