@@ -3,6 +3,7 @@
 # once, into target/oracles/ (kept across runs; delete it to rebuild):
 #
 #   target/oracles/erofs-utils/bin/{mkfs.erofs,fsck.erofs,dump.erofs,erofsfuse}   erofs-utils 1.9.x
+#   target/oracles/toxiproxy-server     only with the argument `toxiproxy` (bench/remote.py's link)
 #
 # The source comes from a package registry: the Debian source package of the newest release in
 # Debian testing (deb-src, through apt with a private list, so the system's apt sources are not
@@ -42,5 +43,10 @@ if [[ ! -x "$erofs/bin/mkfs.erofs" ]]; then
     make -s install >/dev/null
   ) >&2
   "$erofs/bin/mkfs.erofs" --version >&2 2>&1 || true
+fi
+if [[ " $* " == *" toxiproxy "* && ! -x "$out/toxiproxy-server" ]]; then
+  command -v go >/dev/null || { echo "build-oracles: go not found (toxiproxy is a Go program)" >&2; exit 2; }
+  GOBIN="$out/gobin" go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0 >&2
+  mv "$out/gobin/server" "$out/toxiproxy-server"
 fi
 echo "$out"

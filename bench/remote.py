@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Remote images over an emulated wide-area link: `sealfs mount URL` against what a user would do
+today (rclone mounting the HTTP directory, the kernel mounting the image file through it,
+unverified), and against sealfs fetching hash blocks only after the data (dependent requests).
+
+    bench/remote.py [TABLE...]     (as root; RUNS=3, SEALFS=target/release/sealfs, CORPUS_DIR=bench/.corpus)
+
+TABLE is any of seq, cat, ls (default: all):
+  seq   cold sequential read of `big` (linux.tar, 1.36 GB, lz4hc 64 KiB clusters) through the mount;
+        reported as MB/s and as a share of the link rate;
+  cat   cold `cat` of 2,000 random files (fixed seed) of the `linux` tree image (uncompressed);
+  ls    cold `ls -lR` of the `linux` tree image.
+
+The link: nginx serves the images on 127.0.0.1; toxiproxy (Go, built once into target/oracles)
+sits in front of it with 10 ms latency each way (20 ms round trip) and 1 Gbit/s downstream. The
+issue asks for `tc netem` in a network namespace; this machine's kernel has no sch_netem
+(CONFIG_NET_SCH_NETEM is not set), so a userspace proxy is the closest honest stand-in: it delays
+every chunk of data in each direction, which a request/response protocol sees as round-trip time.
+
+Cold means: the page cache dropped, a fresh mount, and an empty sealfs cache directory (sealfs)
+or an empty rclone VFS cache (rclone). Tools run interleaved, one untimed warm-up round first,
+median (min-max) of RUNS. Bytes fetched come from nginx's access log ($body_bytes_sent).
+
+Writes bench/results/remote-<stamp>.csv and prints a Markdown table for docs/benchmarks.md.
+"""
+import csv
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RUNS = int(os.environ.get("RUNS", "3"))
+SEALFS = os.environ.get("SEALFS", os.path.join(REPO, "target/release/sealfs"))
+CORPUS = os.environ.get("CORPUS_DIR", os.path.join(HERE, ".corpus"))
+TOXIPROXY = os.environ.get("TOXIPROXY", os.path.join(REPO, "target/oracles/toxiproxy-server"))
+LINK_MBPS = 125.0  # 1 Gbit/s
+ROWS = []
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw).stdout
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def drop_caches():
+    subprocess.run(["sync"])
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def wait_port(port, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+class Nginx:
+    def __init__(self, root, work):
+        self.port = free_port()
+        self.log = os.path.join(work, "access.log")
+        conf = os.path.join(work, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"""daemon off; worker_processes 2; pid {work}/nginx.pid; error_log {work}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log {self.log} bytes; log_format bytes '$request_method $status $body_bytes_sent';
+  client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;
+  uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi;
+  sendfile on; tcp_nopush on; keepalive_requests 100000;
+  server {{ listen 127.0.0.1:{self.port}; root {root}; autoindex on; }}
+}}
+""")
+        self.proc = subprocess.Popen(["nginx", "-c", conf, "-e", f"{work}/error.log"], stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+
+    def bytes_sent(self):
+        total = 0
+        try:
+            for line in open(self.log):
+                parts = line.split()
+                if len(parts) == 3 and parts[2].isdigit():
+                    total += int(parts[2])
+        except OSError:
+            pass
+        return total
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+class Link:
+    """toxiproxy in front of nginx: 10 ms each way, 1 Gbit/s downstream."""
+
+    def __init__(self, upstream):
+        self.api = free_port()
+        self.port = free_port()
+        self.proc = subprocess.Popen([TOXIPROXY, "-host", "127.0.0.1", "-port", str(self.api)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.api)
+        self.post("/proxies", {"name": "wan", "listen": f"127.0.0.1:{self.port}",
+                               "upstream": f"127.0.0.1:{upstream}", "enabled": True})
+        for stream in ("downstream", "upstream"):
+            self.post("/proxies/wan/toxics", {"name": f"latency_{stream}", "type": "latency",
+                                              "stream": stream, "attributes": {"latency": 10, "jitter": 0}})
+        self.post("/proxies/wan/toxics", {"name": "bandwidth", "type": "bandwidth", "stream": "downstream",
+                                          "attributes": {"rate": int(LINK_MBPS * 1000)}})
+        wait_port(self.port)
+
+    def post(self, path, body):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.api}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        urllib.request.urlopen(req).read()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+class Tool:
+    """One way of reading a remote image: sealfs (batched or dependent hash fetches) or rclone + kernel."""
+
+    def __init__(self, name, kind, url, digest=None, env=None):
+        self.name, self.kind, self.url, self.digest, self.env = name, kind, url, digest, env or {}
+        self.mp = tempfile.mkdtemp(prefix="sealfs-remote-mnt-")
+        self.inner = tempfile.mkdtemp(prefix="sealfs-remote-img-")
+        self.cache = tempfile.mkdtemp(prefix="sealfs-remote-cache-")
+
+    def mount(self):
+        shutil.rmtree(self.cache, ignore_errors=True)
+        os.makedirs(self.cache)
+        if self.kind == "sealfs":
+            env = dict(os.environ, **self.env)
+            sh([SEALFS, "mount", "--digest", self.digest, "--cache-dir", self.cache, self.url, self.mp], env=env)
+            target = self.mp
+        else:
+            base, name = self.url.rsplit("/", 1)
+            sh(["rclone", "mount", ":http:", self.inner, "--http-url", base + "/", "--read-only",
+                "--vfs-cache-mode", "full", "--cache-dir", self.cache, "--daemon"])
+            deadline = time.time() + 10
+            while not os.path.ismount(self.inner):
+                if time.time() > deadline:
+                    raise RuntimeError("rclone did not mount")
+                time.sleep(0.05)
+            sh(["mount", "-t", "erofs", "-o", "ro", os.path.join(self.inner, name), self.mp])
+            target = self.mp
+        deadline = time.time() + 10
+        while not os.path.ismount(target):
+            if time.time() > deadline:
+                raise RuntimeError(f"{self.name}: not mounted")
+            time.sleep(0.02)
+
+    def umount(self):
+        if os.path.ismount(self.mp):
+            if self.kind == "sealfs":
+                sh([SEALFS, "umount", self.mp])
+            else:
+                sh(["umount", self.mp])
+        if os.path.ismount(self.inner):
+            sh(["fusermount3", "-u", self.inner])
+        time.sleep(0.2)
+
+
+def run(table, tools, op, nginx):
+    for rnd in range(RUNS + 1):
+        for t in tools:
+            t.umount()
+            drop_caches()
+            t.mount()
+            before = nginx.bytes_sent()
+            start = time.perf_counter()
+            used = op(t)
+            secs = time.perf_counter() - start
+            fetched = nginx.bytes_sent() - before
+            t.umount()
+            if rnd > 0:
+                ROWS.append((table, rnd, t.name, secs, used, fetched))
+                print(f"{table} round {rnd} {t.name}: {secs:.2f} s, {used} bytes used, {fetched} fetched", file=sys.stderr)
+
+
+def read_all(path):
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                return n
+            n += len(b)
+
+
+def main():
+    tables = sys.argv[1:] or ["seq", "cat", "ls"]
+    if os.geteuid() != 0:
+        sys.exit("remote.py: run as root (mounts, drop_caches)")
+    for tool in ("nginx", "rclone", "fusermount3"):
+        if not shutil.which(tool):
+            sys.exit(f"remote.py: {tool} not found")
+    if not os.access(TOXIPROXY, os.X_OK):
+        sys.exit(f"remote.py: no toxiproxy at {TOXIPROXY} (scripts/build-oracles.sh builds it)")
+    work = tempfile.mkdtemp(prefix="sealfs-remote-bench-", dir=CORPUS)
+    www = os.path.join(work, "www")
+    os.makedirs(www)
+    digests = {}
+    if "seq" in tables:
+        digests["big"] = sh([SEALFS, "build", "-q", "-T", "0", "-z", "lz4hc", "-C", "65536",
+                             os.path.join(CORPUS, "big"), os.path.join(www, "big.sealfs")]).strip()
+    if "cat" in tables or "ls" in tables:
+        digests["linux"] = sh([SEALFS, "build", "-q", "-T", "0", os.path.join(CORPUS, "linux"),
+                               os.path.join(www, "linux.sealfs")]).strip()
+    nginx = Nginx(www, work)
+    link = Link(nginx.port)
+    try:
+        def tools(image):
+            url = f"http://127.0.0.1:{link.port}/{image}.sealfs"
+            return [
+                Tool("sealfs", "sealfs", url, digests[image]),
+                Tool("sealfs, dependent hash fetches", "sealfs", url, digests[image],
+                     {"SEALFS_DEPENDENT_HASH_FETCH": "1"}),
+                Tool("rclone + kernel (unverified)", "rclone", url),
+            ]
+        if "seq" in tables:
+            run("seq", tools("big"), lambda t: read_all(os.path.join(t.mp, "linux.tar")), nginx)
+        if "cat" in tables or "ls" in tables:
+            src = os.path.join(CORPUS, "linux")
+            files = []
+            for root, _, names in os.walk(src):
+                for n in names:
+                    p = os.path.join(root, n)
+                    if os.path.isfile(p) and not os.path.islink(p):
+                        files.append(os.path.relpath(p, src))
+            files.sort()
+            pick = random.Random(42).sample(files, 2000)
+        if "cat" in tables:
+            run("cat", tools("linux"), lambda t: sum(read_all(os.path.join(t.mp, f)) for f in pick), nginx)
+        if "ls" in tables:
+            def ls(t):
+                out = subprocess.run(["ls", "-lR", t.mp], stdout=subprocess.PIPE, check=True).stdout
+                return len(out)
+            run("ls", tools("linux"), ls, nginx)
+    finally:
+        link.stop()
+        nginx.stop()
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    with open(os.path.join(HERE, "results", f"remote-{stamp}.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["table", "round", "tool", "seconds", "bytes_used", "bytes_fetched"])
+        w.writerows(ROWS)
+    print("| workload | tool | seconds, median (min-max) | MB/s | bytes fetched per byte used |")
+    print("|---|---|---|---|---|")
+    for table in tables:
+        for name in dict.fromkeys(r[2] for r in ROWS if r[0] == table):
+            rs = [r for r in ROWS if r[0] == table and r[2] == name]
+            secs = [r[3] for r in rs]
+            med = statistics.median(secs)
+            used = statistics.median(r[4] for r in rs)
+            fetched = statistics.median(r[5] for r in rs)
+            rate = used / med / 1e6 if table != "ls" else float("nan")
+            share = f" ({rate / LINK_MBPS * 100:.0f}% of the link)" if table == "seq" else ""
+            print(f"| {table} | {name} | {med:.2f} ({min(secs):.2f}-{max(secs):.2f}) | {rate:.1f}{share} | "
+                  f"{fetched / used:.2f} |" if used else f"| {table} | {name} | {med:.2f} | | |")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
