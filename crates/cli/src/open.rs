@@ -1,26 +1,33 @@
 //! The options every reading command shares (`--digest`, `--sidecar`, `--verify`, cache sizes),
-//! translated into [`sealfs_reader::OpenOptions`]; opening itself is [`sealfs_reader::open()`].
+//! translated into [`sealfs_reader::OpenOptions`]; opening itself is [`sealfs_remote::open()`] (a
+//! path, or an `http://`, `https://` or `s3://` URL, with the remote trust rule).
 
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
-use sealfs_reader::{OpenError, OpenOptions, OpenedImage, VerifyMode};
+use sealfs_reader::{OpenError, OpenOptions, OpenedImage, Source, VerifyMode};
+use sealfs_remote::RemoteTrust;
 use sealfs_verity::Digest;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Options every reading command takes.
 #[derive(Args, Clone, Debug)]
 pub struct ImageArgs {
-    /// The image (sealed or plain EROFS).
+    /// The image (sealed or plain EROFS): a path, or an `http://`, `https://` or `s3://` URL (read
+    /// lazily with range requests; needs --digest, --key or --self-consistent).
     pub image: PathBuf,
     /// The digest the image must have (`sha256:<hex>`); a different image is an error. Without it the
     /// image is only checked against its own seal (self-consistent, not authenticated).
     #[arg(long, value_name = "DIGEST", global = true)]
     pub digest: Option<String>,
-    /// Read the seal from this sidecar file.
+    /// Read the seal from this sidecar file (a path or a URL).
     #[arg(long, value_name = "PATH", global = true)]
     pub sidecar: Option<PathBuf>,
     #[command(flatten)]
     pub keys: KeyArgs,
+    /// Read a remote image (a URL) without --digest or --key: every block is still checked, but only
+    /// against the image's own seal, which whoever can change the object can change too.
+    #[arg(long, global = true)]
+    pub self_consistent: bool,
     /// `none` trusts the image: no block is checked against the seal. `double` (`mount` only) also
     /// checks each regular file whole against its own recorded digest before its first read.
     #[arg(long, value_name = "MODE", default_value = "default", value_parser = ["default", "none", "double"], global = true)]
@@ -47,7 +54,8 @@ pub struct KeyArgs {
     /// A directory of public keys: every `*.pub` file in it counts as a `--key`.
     #[arg(long, value_name = "DIR", global = true)]
     pub keyring: Option<PathBuf>,
-    /// Read detached signatures from this file [default: IMAGE.sig when it exists].
+    /// Read detached signatures from this file or URL [default: IMAGE.sig beside a local image, when
+    /// it exists].
     #[arg(long, value_name = "PATH", global = true)]
     pub signatures: Option<PathBuf>,
 }
@@ -108,9 +116,9 @@ impl ImageArgs {
             .map_err(|e| anyhow!("--digest: {e}"))?;
         Ok(OpenOptions {
             digest,
-            sidecar: self.sidecar.clone().map(Into::into),
+            sidecar: self.sidecar.as_deref().map(location).transpose()?,
             keys: self.keys.load()?,
-            signatures: self.keys.signatures.clone().map(Into::into),
+            signatures: self.keys.signatures.as_deref().map(location).transpose()?,
             verify: match self.verify.as_str() {
                 "none" => VerifyMode::None,
                 "double" => VerifyMode::Double,
@@ -128,6 +136,30 @@ impl ImageArgs {
     /// Opens the image as the options say, `--verify=double` included (its per-file digests are
     /// loaded; checking files with them is the caller's part).
     pub fn open_any(&self) -> Result<OpenImage> {
-        sealfs_reader::open(&self.image, &self.options()?).map_err(open_error)
+        let trust = if self.self_consistent {
+            RemoteTrust::AllowSelfConsistent
+        } else {
+            RemoteTrust::RequireAuthority
+        };
+        let opened =
+            sealfs_remote::open(&self.image, &self.options()?, trust).map_err(open_error)?;
+        if self.is_remote() && !opened.trust.is_authenticated() {
+            eprintln!(
+                "sealfs: note: {}: {} (no --digest or --key)",
+                self.image.display(),
+                opened.trust
+            );
+        }
+        Ok(opened)
     }
+
+    /// Whether the image is a URL.
+    pub fn is_remote(&self) -> bool {
+        self.image.to_str().is_some_and(sealfs_remote::is_remote)
+    }
+}
+
+/// The source for a path or URL given with an option (`--sidecar`, `--signatures`, `verify`'s image).
+pub fn location(p: &Path) -> Result<Source> {
+    sealfs_remote::source(p).map_err(anyhow::Error::new)
 }
