@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetup-bin:veritysetup
        attr:getfattr squashfs-tools:mksquashfs fuse3:fusermount3 fio:fio util-linux:setpriv
        qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl dmsetup:dmsetup
-       mount:losetup binutils:objcopy)
+       mount:losetup binutils:objcopy nginx:nginx)
 missing=($(build_deps_missing))
 for pair in "${needs[@]}"; do
   command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")
@@ -23,6 +23,21 @@ if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
 fi
 install_packages "${missing[@]}"
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
+
+# The S3 server of the remote-image tests (crates/cli/tests/remote.rs): versitygw, a Go program,
+# built once into target/oracles/ (the tests look for it there). Without Go the build is skipped
+# and those tests print SKIP (or fail under CI=true).
+versitygw_version=v1.8.0
+if [ ! -x target/oracles/versitygw ]; then
+  go=$(command -v go || echo /usr/local/go/bin/go)
+  if [ -x "$go" ]; then
+    echo "building versitygw $versitygw_version into target/oracles/" >&2
+    GOBIN="$PWD/target/oracles" "$go" install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version" ||
+      echo "versitygw could not be built; the S3 tests will say so" >&2
+  else
+    echo "go not found: the S3 tests will say so" >&2
+  fi
+fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
