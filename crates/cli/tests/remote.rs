@@ -348,3 +348,38 @@ fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
     assert!(hashes <= data, "hash requests only beside data requests");
     assert!(data >= BIG / (1 << 20), "the file's data");
 }
+
+/// `sealfs mount URL` forks its daemon after opening the image: the daemon must build its own
+/// client (the parent's runtime threads and connections do not exist in it; reads used to hang).
+#[test]
+fn a_daemon_mount_of_a_url_reads_after_the_fork() {
+    if !oracle_guard(root_env().and_then(|()| {
+        Path::new("/dev/fuse")
+            .exists()
+            .then_some(())
+            .ok_or_else(|| "/dev/fuse missing (no FUSE)".to_string())
+    })) {
+        return;
+    }
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let local = images.local("z");
+    let digest = String::from_utf8(sealfs_ok(&["digest", s(&local)]).stdout).unwrap();
+    let mnt = images.dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let url = http.url("z");
+    let o = sealfs_run(&["mount", "--digest", digest.trim(), &url, s(&mnt)], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Read in a child with a time limit, so that a hang fails the test instead of stalling it.
+    let read = run(Command::new("timeout")
+        .args(["60", "cat"])
+        .arg(mnt.join("big")));
+    let listed = run(Command::new("timeout").args(["60", "ls"]).arg(&mnt));
+    let umount = sealfs_run(&["umount", s(&mnt)], &[]);
+    assert!(read.status.success(), "cat through the mount: {read:?}");
+    assert!(read.stdout == pseudo_random(BIG, 7), "the file's bytes");
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("big"));
+    assert!(umount.status.success(), "{umount:?}");
+}

@@ -42,7 +42,7 @@ use std::io;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Why a remote object could not be opened or read. Every message names the URL.
@@ -178,7 +178,8 @@ pub fn is_remote(location: &str) -> bool {
 /// One object at a URL, pinned to the ETag it had when opened, read with range requests.
 pub struct RemoteObject {
     url: String,
-    store: Arc<dyn ObjectStore>,
+    /// The client and its runtime, for this process (rebuilt in a forked child).
+    io: Mutex<Arc<Io>>,
     path: ObjectPath,
     len: u64,
     etag: Option<String>,
@@ -187,7 +188,37 @@ pub struct RemoteObject {
     tail: Bytes,
     options: RemoteOptions,
     stats: RemoteStats,
+}
+
+/// A store client and the runtime its requests run on, in the process that made them.
+struct Io {
+    pid: u32,
+    store: Arc<dyn ObjectStore>,
     runtime: tokio::runtime::Runtime,
+}
+
+impl Io {
+    fn new(url: &str, options: &RemoteOptions) -> Result<(Io, ObjectPath), RemoteError> {
+        let (store, path) = store_for(url, options)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("sealfs-remote")
+            .enable_all()
+            .build()
+            .map_err(|e| RemoteError::BadUrl {
+                url: url.to_string(),
+                reason: format!("cannot start the I/O runtime: {e}"),
+            })?;
+        let pid = std::process::id();
+        Ok((
+            Io {
+                pid,
+                store,
+                runtime,
+            },
+            path,
+        ))
+    }
 }
 
 impl std::fmt::Debug for RemoteObject {
@@ -302,16 +333,8 @@ impl RemoteObject {
     /// Opens the object at `url`: one suffix-range request gives its length, its ETag (pinned from
     /// now on) and its last [`RemoteOptions::tail_bytes`] bytes.
     pub fn open_with(url: &str, options: RemoteOptions) -> Result<RemoteObject, RemoteError> {
-        let (store, path) = store_for(url, &options)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("sealfs-remote")
-            .enable_all()
-            .build()
-            .map_err(|e| RemoteError::BadUrl {
-                url: url.to_string(),
-                reason: format!("cannot start the I/O runtime: {e}"),
-            })?;
+        let (io, path) = Io::new(url, &options)?;
+        let (store, runtime) = (&io.store, &io.runtime);
         let stats = RemoteStats::default();
         let request_err = |what: &str, source: object_store::Error| match source {
             object_store::Error::NotFound { .. } => RemoteError::NotFound {
@@ -362,7 +385,7 @@ impl RemoteObject {
         })?;
         Ok(RemoteObject {
             url: url.to_string(),
-            store,
+            io: Mutex::new(Arc::new(io)),
             path,
             len: meta.size,
             etag: meta.e_tag,
@@ -370,8 +393,19 @@ impl RemoteObject {
             tail,
             options,
             stats,
-            runtime,
         })
+    }
+
+    /// The client for this process. A forked child (a mount daemon forks after opening) has none
+    /// of its parent's runtime threads, and must not share its connections: it builds its own.
+    fn io(&self) -> Result<Arc<Io>, RemoteError> {
+        let mut current = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        if current.pid != std::process::id() {
+            let (fresh, _) = Io::new(&self.url, &self.options)?;
+            // The parent's runtime cannot be shut down here (its threads live in the parent only).
+            std::mem::forget(std::mem::replace(&mut *current, Arc::new(fresh)));
+        }
+        Ok(current.clone())
     }
 
     /// The URL.
@@ -403,7 +437,11 @@ impl RemoteObject {
 
     /// Fetches one range, retrying short or broken bodies; a failure is checked against the
     /// object's current ETag, so that a changed object is reported as such.
-    async fn fetch(&self, range: Range<u64>) -> Result<Bytes, RemoteError> {
+    async fn fetch(
+        &self,
+        store: &dyn ObjectStore,
+        range: Range<u64>,
+    ) -> Result<Bytes, RemoteError> {
         let mut backoff = self.options.initial_backoff;
         let mut attempt = 0;
         loop {
@@ -415,7 +453,7 @@ impl RemoteObject {
                 ..GetOptions::default()
             };
             let outcome: Result<std::convert::Infallible, RemoteError> =
-                match self.store.get_opts(&self.path, get).await {
+                match store.get_opts(&self.path, get).await {
                     Ok(r) => {
                         if r.meta.e_tag.is_some() && r.meta.e_tag != self.etag {
                             return Err(self.changed(r.meta.e_tag));
@@ -440,7 +478,7 @@ impl RemoteObject {
                         // Conditions that cannot succeed on a retry; object_store has already retried
                         // the transient ones (timeouts, connections, 5xx).
                         let err = self.request_error(&range, e);
-                        return Err(self.check_changed(err).await);
+                        return Err(self.check_changed(store, err).await);
                     }
                 };
             let err: RemoteError = match outcome {
@@ -448,7 +486,7 @@ impl RemoteObject {
                 Err(e) => e,
             };
             if attempt >= self.options.retries {
-                return Err(self.check_changed(err).await);
+                return Err(self.check_changed(store, err).await);
             }
             attempt += 1;
             self.stats.retries.fetch_add(1, Relaxed);
@@ -480,12 +518,12 @@ impl RemoteObject {
 
     /// `err`, or [`RemoteError::Changed`] when the object's ETag is no longer the pinned one (or the
     /// object is gone).
-    async fn check_changed(&self, err: RemoteError) -> RemoteError {
+    async fn check_changed(&self, store: &dyn ObjectStore, err: RemoteError) -> RemoteError {
         if self.etag.is_none() {
             return err;
         }
         self.stats.requests.fetch_add(1, Relaxed);
-        match self.store.head(&self.path).await {
+        match store.head(&self.path).await {
             Ok(meta) if meta.e_tag != self.etag => self.changed(meta.e_tag),
             Err(object_store::Error::NotFound { .. }) => self.changed(Some("(deleted)".into())),
             _ => err,
@@ -538,9 +576,11 @@ impl RemoteObject {
         }
         self.stats.round_trips.fetch_add(1, Relaxed);
         let ranges: Vec<Range<u64>> = spans.iter().map(|(r, _)| r.clone()).collect();
-        let fetched: Vec<(usize, Bytes)> = self.runtime.block_on(
+        let io = self.io()?;
+        let store = &*io.store;
+        let fetched: Vec<(usize, Bytes)> = io.runtime.block_on(
             stream::iter(ranges.into_iter().enumerate())
-                .map(|(k, r)| async move { self.fetch(r).await.map(|b| (k, b)) })
+                .map(|(k, r)| async move { self.fetch(store, r).await.map(|b| (k, b)) })
                 .buffer_unordered(self.options.max_in_flight.max(1))
                 .try_collect(),
         )?;
