@@ -8,8 +8,9 @@
 //!   [`RemoteOptions::tail_bytes`] bytes. Its answer gives the object's length and its ETag (and
 //!   version, where the store has them), and the bytes themselves are kept: the seal's footer and
 //!   header lie at the end of the image, so finding the seal costs that one request. Every later
-//!   range request is conditional on the pinned ETag (`If-Match`), and the ETag of each answer is
-//!   compared too; a changed object is [`RemoteError::Changed`], never bytes of two objects mixed.
+//!   range request is conditional on the pinned ETag (`If-Match`), and the size and ETag of each
+//!   answer are compared too (for a store that gives no ETag, size and modification time); a
+//!   changed object is [`RemoteError::Changed`], never bytes of two objects mixed.
 //! - **One batch, one round trip.** [`ReadAt::read_batch`] (which the verifying layer calls with a
 //!   read's data blocks *and* every missing Merkle hash block at once) sorts the ranges, coalesces
 //!   those less than [`RemoteOptions::coalesce_gap`] apart into one request, and issues the requests
@@ -35,7 +36,8 @@ use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig,
+    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt,
+    RetryConfig,
 };
 use sealfs_reader::{OpenError, OpenOptions, OpenedImage, ReadAt, Source};
 use std::io;
@@ -83,14 +85,15 @@ pub enum RemoteError {
         #[source]
         source: object_store::Error,
     },
-    /// The object is not the one that was opened: its ETag changed.
-    #[error("{url}: the object changed since it was opened: ETag {was}, now {now}")]
+    /// The object is not the one that was opened: its ETag (or, for a store without ETags, its
+    /// size or modification time) changed, or it is gone.
+    #[error("{url}: the object changed since it was opened: {was}, now {now}")]
     Changed {
         /// The URL.
         url: String,
-        /// The ETag pinned at open.
+        /// What identified the object at open (`ETag "..." (N bytes)`).
         was: String,
-        /// The ETag the store has now (`unknown` when it did not say).
+        /// What the store says now, in the same form (or `deleted`).
         now: String,
     },
     /// The store answered with fewer (or other) bytes than asked for, after the retries.
@@ -184,6 +187,8 @@ pub struct RemoteObject {
     len: u64,
     etag: Option<String>,
     version: Option<String>,
+    /// What identified the object at open: ETag, version, size and modification time.
+    pinned: ObjectMeta,
     /// The last bytes of the object, fetched at open.
     tail: Bytes,
     options: RemoteOptions,
@@ -319,6 +324,14 @@ fn store_for(
     }
 }
 
+/// What identifies an object's version, as messages show it.
+fn identity(m: &ObjectMeta) -> String {
+    match &m.e_tag {
+        Some(etag) => format!("ETag {etag} ({} bytes)", m.size),
+        None => format!("{} bytes modified {} (no ETag)", m.size, m.last_modified),
+    }
+}
+
 /// A request's range (`a..b`), as messages show it.
 fn show(range: &Range<u64>) -> String {
     format!("bytes {}..{}", range.start, range.end)
@@ -388,8 +401,9 @@ impl RemoteObject {
             io: Mutex::new(Arc::new(io)),
             path,
             len: meta.size,
-            etag: meta.e_tag,
-            version: meta.version,
+            etag: meta.e_tag.clone(),
+            version: meta.version.clone(),
+            pinned: meta,
             tail,
             options,
             stats,
@@ -455,8 +469,8 @@ impl RemoteObject {
             let outcome: Result<std::convert::Infallible, RemoteError> =
                 match store.get_opts(&self.path, get).await {
                     Ok(r) => {
-                        if r.meta.e_tag.is_some() && r.meta.e_tag != self.etag {
-                            return Err(self.changed(r.meta.e_tag));
+                        if !self.same_object(&r.meta) {
+                            return Err(self.changed(&r.meta));
                         }
                         let got = r.range.clone();
                         match r.bytes().await {
@@ -508,24 +522,36 @@ impl RemoteObject {
         }
     }
 
-    fn changed(&self, now: Option<String>) -> RemoteError {
+    /// Whether `meta` (of an answer) describes the object opened: the same size, and the same ETag
+    /// (when the store gives ETags) or else the same modification time (`If-Unmodified-Since` is
+    /// not sent: servers compare it with sub-second times and refuse the unchanged object).
+    fn same_object(&self, meta: &ObjectMeta) -> bool {
+        meta.size == self.pinned.size
+            && match (&self.pinned.e_tag, &meta.e_tag) {
+                (Some(was), Some(now)) => was == now,
+                (Some(_), None) => true, // an answer without the header, under If-Match
+                (None, _) => meta.last_modified == self.pinned.last_modified,
+            }
+    }
+
+    fn changed(&self, now: &ObjectMeta) -> RemoteError {
         RemoteError::Changed {
             url: self.url.clone(),
-            was: self.etag.clone().unwrap_or_else(|| "(none)".into()),
-            now: now.unwrap_or_else(|| "unknown".into()),
+            was: identity(&self.pinned),
+            now: identity(now),
         }
     }
 
-    /// `err`, or [`RemoteError::Changed`] when the object's ETag is no longer the pinned one (or the
-    /// object is gone).
+    /// `err`, or [`RemoteError::Changed`] when the object is no longer the one opened (or is gone).
     async fn check_changed(&self, store: &dyn ObjectStore, err: RemoteError) -> RemoteError {
-        if self.etag.is_none() {
-            return err;
-        }
         self.stats.requests.fetch_add(1, Relaxed);
         match store.head(&self.path).await {
-            Ok(meta) if meta.e_tag != self.etag => self.changed(meta.e_tag),
-            Err(object_store::Error::NotFound { .. }) => self.changed(Some("(deleted)".into())),
+            Ok(meta) if !self.same_object(&meta) => self.changed(&meta),
+            Err(object_store::Error::NotFound { .. }) => RemoteError::Changed {
+                url: self.url.clone(),
+                was: identity(&self.pinned),
+                now: "deleted".into(),
+            },
             _ => err,
         }
     }

@@ -165,7 +165,7 @@ fn a_replaced_object_fails_with_the_etag_error_and_never_mixes_bytes() {
     println!("{err}");
     assert!(
         err.contains(&format!(
-            "{}: the object changed since it was opened: ETag {etag}, now",
+            "{}: the object changed since it was opened: ETag {etag} (",
             server.url("img")
         )),
         "{err}"
