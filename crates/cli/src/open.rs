@@ -5,9 +5,10 @@
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use sealfs_reader::{OpenError, OpenOptions, OpenedImage, Source, VerifyMode};
-use sealfs_remote::RemoteTrust;
+use sealfs_remote::{RemoteObject, RemoteTrust};
 use sealfs_verity::Digest;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Options every reading command takes.
 #[derive(Args, Clone, Debug)]
@@ -100,10 +101,16 @@ pub fn open_error(e: OpenError) -> anyhow::Error {
 impl ImageArgs {
     /// Opens the image as the options say (`--verify=double` is refused: it is `mount`'s).
     pub fn open(&self) -> Result<OpenImage> {
+        self.refuse_double()?;
+        self.open_any()
+    }
+
+    /// `--verify=double` is `mount`'s alone.
+    pub fn refuse_double(&self) -> Result<()> {
         if self.verify == "double" {
             bail!("--verify=double (each file also checked against its own recorded digest) is offered by `sealfs mount` only");
         }
-        self.open_any()
+        Ok(())
     }
 
     /// The library's options for these arguments.
@@ -136,13 +143,19 @@ impl ImageArgs {
     /// Opens the image as the options say, `--verify=double` included (its per-file digests are
     /// loaded; checking files with them is the caller's part).
     pub fn open_any(&self) -> Result<OpenImage> {
+        self.open_counted().map(|(opened, _)| opened)
+    }
+
+    /// [`ImageArgs::open_any`], with the remote object read when the image is a URL (its request
+    /// counters).
+    pub fn open_counted(&self) -> Result<(OpenImage, Option<Arc<RemoteObject>>)> {
         let trust = if self.self_consistent {
             RemoteTrust::AllowSelfConsistent
         } else {
             RemoteTrust::RequireAuthority
         };
-        let opened =
-            sealfs_remote::open(&self.image, &self.options()?, trust).map_err(open_error)?;
+        let (opened, remote) = sealfs_remote::open_counted(&self.image, &self.options()?, trust)
+            .map_err(open_error)?;
         if self.is_remote() && !opened.trust.is_authenticated() {
             eprintln!(
                 "sealfs: note: {}: {} (no --digest or --key)",
@@ -150,7 +163,7 @@ impl ImageArgs {
                 opened.trust
             );
         }
-        Ok(opened)
+        Ok((opened, remote))
     }
 
     /// Whether the image is a URL.

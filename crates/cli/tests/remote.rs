@@ -320,7 +320,10 @@ fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
     let local = images.local("plain");
     let digest = String::from_utf8(sealfs_ok(&["digest", s(&local)]).stdout).unwrap();
     let url = http.url("plain");
-    let o = sealfs_run(&["cat", "--digest", digest.trim(), &url, "/big"], &[]);
+    let o = sealfs_run(
+        &["cat", "--stats", "--digest", digest.trim(), &url, "/big"],
+        &[],
+    );
     assert!(o.status.success());
     assert!(o.stdout == pseudo_random(BIG, 7), "the file's bytes");
     let erofs_length = sealfs_reader::open(&local, &sealfs_reader::OpenOptions::new())
@@ -345,6 +348,19 @@ fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
         log.len()
     );
     assert!(log[0].contains("bytes=-65536"), "{log:?}");
+    // The counters `cat --stats` shows agree with the server's log.
+    let stats = String::from_utf8_lossy(&o.stderr);
+    let counter = |name: &str| -> usize {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {stats}"))
+    };
+    assert_eq!(counter("remote_requests "), log.len(), "{stats}");
+    // Hash requests add no round trip: one at open, then one per data request.
+    let round_trips = counter("remote_round_trips ");
+    println!("round trips: {round_trips}");
+    assert_eq!(round_trips, 1 + data, "{stats}");
     assert!(hashes <= data, "hash requests only beside data requests");
     assert!(data >= BIG / (1 << 20), "the file's data");
 }

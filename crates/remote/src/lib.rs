@@ -680,6 +680,16 @@ pub fn open(
     options: &OpenOptions,
     trust: RemoteTrust,
 ) -> Result<OpenedImage, OpenError> {
+    open_counted(location, options, trust).map(|(opened, _)| opened)
+}
+
+/// [`open`], also returning the [`RemoteObject`] read when `location` is a URL (its counters:
+/// requests, round trips, bytes fetched).
+pub fn open_counted(
+    location: impl AsRef<Path>,
+    options: &OpenOptions,
+    trust: RemoteTrust,
+) -> Result<(OpenedImage, Option<Arc<RemoteObject>>), OpenError> {
     let location = location.as_ref();
     let remote = location.to_str().is_some_and(is_remote);
     if remote
@@ -699,8 +709,14 @@ pub fn open(
         what: "open",
         source: e.into_io(),
     };
-    let source = source(location).map_err(to_open)?;
-    sealfs_reader::open(source, options)
+    let (source, object) = match location.to_str() {
+        Some(url) if remote => {
+            let object = Arc::new(RemoteObject::open(url).map_err(to_open)?);
+            (Source::reader(object.clone(), url), Some(object))
+        }
+        _ => (Source::Path(location.to_path_buf()), None),
+    };
+    Ok((sealfs_reader::open(source, options)?, object))
 }
 
 #[cfg(test)]
