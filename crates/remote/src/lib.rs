@@ -324,6 +324,31 @@ fn store_for(
     }
 }
 
+/// The requests of one batch, as spans of the object to fetch: sorted by offset, a range less than
+/// `gap` bytes after the span before joins it unless the span would grow past `max` bytes. Each
+/// span lists the requests (by their index in `wanted`'s first field) it serves.
+fn coalesce(
+    mut wanted: Vec<(usize, Range<u64>)>,
+    gap: u64,
+    max: u64,
+) -> Vec<(Range<u64>, Vec<usize>)> {
+    wanted.sort_by_key(|(_, r)| r.start);
+    let mut spans: Vec<(Range<u64>, Vec<usize>)> = Vec::new();
+    for (i, range) in wanted {
+        match spans.last_mut() {
+            Some((span, members))
+                if range.start <= span.end.saturating_add(gap)
+                    && range.end.max(span.end) - span.start <= max =>
+            {
+                span.end = span.end.max(range.end);
+                members.push(i);
+            }
+            _ => spans.push((range, vec![i])),
+        }
+    }
+    spans
+}
+
 /// What identifies an object's version, as messages show it.
 fn identity(m: &ObjectMeta) -> String {
     match &m.e_tag {
@@ -580,23 +605,15 @@ impl RemoteObject {
                 None => order.push(i),
             }
         }
-        order.sort_by_key(|&i| reqs[i].0);
-        // Coalesce: spans of the object, each serving a run of requests.
-        let mut spans: Vec<(Range<u64>, Vec<usize>)> = Vec::new();
-        for i in order {
-            let range = reqs[i].0..reqs[i].0 + reqs[i].1.len() as u64;
-            match spans.last_mut() {
-                Some((span, members))
-                    if range.start <= span.end + self.options.coalesce_gap
-                        && range.end.max(span.end) - span.start
-                            <= self.options.max_request_bytes =>
-                {
-                    span.end = span.end.max(range.end);
-                    members.push(i);
-                }
-                _ => spans.push((range, vec![i])),
-            }
-        }
+        let wanted: Vec<(usize, Range<u64>)> = order
+            .into_iter()
+            .map(|i| (i, reqs[i].0..reqs[i].0 + reqs[i].1.len() as u64))
+            .collect();
+        let spans = coalesce(
+            wanted,
+            self.options.coalesce_gap,
+            self.options.max_request_bytes,
+        );
         if spans.is_empty() {
             return Ok(());
         }
@@ -722,6 +739,35 @@ pub fn open_counted(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Data and the hash blocks beside it become one request when close; far ones stay apart (but
+    /// are fetched concurrently); overlapping and unsorted requests are served; spans stop at `max`.
+    #[test]
+    fn close_ranges_are_coalesced_and_far_ones_kept_apart() {
+        let k = 1 << 10;
+        let spans = coalesce(
+            vec![
+                (0, 1000 * k..1004 * k), // a hash block near the end
+                (1, 0..256 * k),         // data
+                (2, 260 * k..264 * k),   // 4 KiB after the data
+                (3, 100 * k..104 * k),   // inside the data
+                (4, 1070 * k..1074 * k), // 66 KiB after the hash block: apart
+            ],
+            64 * k,
+            8 << 20,
+        );
+        assert_eq!(
+            spans,
+            vec![
+                (0..264 * k, vec![1, 3, 2]),
+                (1000 * k..1004 * k, vec![0]),
+                (1070 * k..1074 * k, vec![4]),
+            ]
+        );
+        let spans = coalesce(vec![(0, 0..6 * k), (1, 6 * k..12 * k)], 64 * k, 8 * k);
+        assert_eq!(spans.len(), 2, "a span grows no larger than max");
+        assert!(coalesce(Vec::new(), 64 * k, 8 * k).is_empty());
+    }
 
     #[test]
     fn urls_and_paths_are_told_apart() {
