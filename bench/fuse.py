@@ -223,7 +223,7 @@ def rand_table(imgs):
     of the lz4hc linux.tar: read IOPS, cluster cache on (default 64 MiB) vs off."""
     mounts = [
         Mount("sealfs lz4hc, cache on", "sealfs", imgs["big-lz4hc.sealfs"]),
-        Mount("sealfs lz4hc, cache off", "sealfs", imgs["big-lz4hc.sealfs"], ["--cache-size", "0"]),
+        Mount("sealfs lz4hc, cache off", "sealfs", imgs["big-lz4hc.sealfs"], ["--cluster-cache", "0"]),
         Mount("squashfuse lz4hc", "squashfuse", imgs["big-lz4hc.sqfs"]),
         Mount("sealfs uncompressed", "sealfs", imgs["big.sealfs"]),
     ]

@@ -3,7 +3,11 @@
 # once, into target/oracles/ (kept across runs; delete it to rebuild):
 #
 #   target/oracles/erofs-utils/bin/{mkfs.erofs,fsck.erofs,dump.erofs,erofsfuse}   erofs-utils 1.9.x
+#   target/oracles/versitygw            the S3 server of the remote-image tests (Go, v1.8.0)
 #   target/oracles/toxiproxy-server     only with the argument `toxiproxy` (bench/remote.py's link)
+#
+# Go programs come from the Go module proxy (a package registry). Without Go, versitygw is skipped
+# and the S3 tests say so (SKIP, or a failure under CI=true).
 #
 # The source comes from a package registry: the Debian source package of the newest release in
 # Debian testing (deb-src, through apt with a private list, so the system's apt sources are not
@@ -44,9 +48,19 @@ if [[ ! -x "$erofs/bin/mkfs.erofs" ]]; then
   ) >&2
   "$erofs/bin/mkfs.erofs" --version >&2 2>&1 || true
 fi
+go=$(command -v go || echo /usr/local/go/bin/go)
+if [[ ! -x "$out/versitygw" ]]; then
+  if [[ -x "$go" ]]; then
+    echo "building versitygw v1.8.0 into $out" >&2
+    GOBIN="$out" "$go" install github.com/versity/versitygw/cmd/versitygw@v1.8.0 >&2 ||
+      echo "build-oracles: versitygw could not be built; the S3 tests will say so" >&2
+  else
+    echo "build-oracles: go not found; the S3 tests will say so" >&2
+  fi
+fi
 if [[ " $* " == *" toxiproxy "* && ! -x "$out/toxiproxy-server" ]]; then
-  command -v go >/dev/null || { echo "build-oracles: go not found (toxiproxy is a Go program)" >&2; exit 2; }
-  GOBIN="$out/gobin" go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0 >&2
+  [[ -x "$go" ]] || { echo "build-oracles: go not found (toxiproxy is a Go program)" >&2; exit 2; }
+  GOBIN="$out/gobin" "$go" install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0 >&2
   mv "$out/gobin/server" "$out/toxiproxy-server"
 fi
 echo "$out"

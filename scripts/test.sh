@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetup-bin:veritysetup
        attr:getfattr squashfs-tools:mksquashfs fuse3:fusermount3 fio:fio util-linux:setpriv
        qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl dmsetup:dmsetup
-       mount:losetup binutils:objcopy)
+       mount:losetup binutils:objcopy nginx:nginx)
 missing=($(build_deps_missing))
 for pair in "${needs[@]}"; do
   command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")
@@ -22,7 +22,8 @@ if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
   missing+=(busybox-static)
 fi
 install_packages "${missing[@]}"
-# Peer tools newer than Debian stable ships (erofs-utils 1.9), built once into target/oracles/.
+# Peer tools newer than Debian stable ships (erofs-utils 1.9) and the S3 server of the remote-image
+# tests (versitygw), built once into target/oracles/.
 ./scripts/build-oracles.sh >/dev/null
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }

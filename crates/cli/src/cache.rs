@@ -19,12 +19,16 @@ pub struct CacheArgs {
 }
 
 impl CacheArgs {
+    /// The cache directory.
+    pub fn dir(&self) -> PathBuf {
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(sealfs_cache::default_dir)
+    }
+
     /// Opens (creating) the cache directory.
     pub fn open(&self) -> Result<sealfs_cache::DiskCache> {
-        let dir = self
-            .cache_dir
-            .clone()
-            .unwrap_or_else(sealfs_cache::default_dir);
+        let dir = self.dir();
         sealfs_cache::DiskCache::open(
             &dir,
             self.cache_size.unwrap_or(sealfs_cache::DEFAULT_MAX_BYTES),

@@ -33,6 +33,9 @@ pub fn mount(
             image.verify
         );
     }
+    if image.is_remote() {
+        bail!("--kernel needs a local image file (the kernel reads it through a loop device); mount a URL over FUSE");
+    }
     if image.digest.is_none() && image.keys.key.is_empty() && image.keys.keyring.is_none() {
         bail!("--kernel needs the image authenticated: give --digest or --key (or --keyring)");
     }

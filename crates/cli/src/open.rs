@@ -1,33 +1,48 @@
-//! The options every reading command shares (`--digest`, `--sidecar`, `--verify`, cache sizes),
-//! translated into [`sealfs_reader::OpenOptions`]; opening itself is [`sealfs_reader::open()`].
+//! The options every reading command shares (`--digest`, `--sidecar`, `--verify`, cache sizes, the
+//! persistent cache of remote images),
+//! translated into [`sealfs_reader::OpenOptions`]; opening itself is [`sealfs_remote::open()`] (a
+//! path, or an `http://`, `https://` or `s3://` URL, with the remote trust rule).
 
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
-use sealfs_reader::{OpenError, OpenOptions, OpenedImage, VerifyMode};
+use sealfs_reader::{OpenError, OpenOptions, OpenedImage, Source, VerifyMode};
+use sealfs_remote::{RemoteObject, RemoteTrust};
 use sealfs_verity::Digest;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Options every reading command takes.
 #[derive(Args, Clone, Debug)]
 pub struct ImageArgs {
-    /// The image (sealed or plain EROFS).
+    /// The image (sealed or plain EROFS): a path, or an `http://`, `https://` or `s3://` URL (read
+    /// lazily with range requests; needs --digest, --key or --self-consistent).
     pub image: PathBuf,
     /// The digest the image must have (`sha256:<hex>`); a different image is an error. Without it the
     /// image is only checked against its own seal (self-consistent, not authenticated).
     #[arg(long, value_name = "DIGEST", global = true)]
     pub digest: Option<String>,
-    /// Read the seal from this sidecar file.
+    /// Read the seal from this sidecar file (a path or a URL).
     #[arg(long, value_name = "PATH", global = true)]
     pub sidecar: Option<PathBuf>,
     #[command(flatten)]
     pub keys: KeyArgs,
+    /// Read a remote image (a URL) without --digest or --key: every block is still checked, but only
+    /// against the image's own seal, which whoever can change the object can change too.
+    #[arg(long, global = true)]
+    pub self_consistent: bool,
     /// `none` trusts the image: no block is checked against the seal. `double` (`mount` only) also
     /// checks each regular file whole against its own recorded digest before its first read.
     #[arg(long, value_name = "MODE", default_value = "default", value_parser = ["default", "none", "double"], global = true)]
     pub verify: String,
     /// Bytes of decompressed clusters kept in memory (0 turns the cache off).
     #[arg(long, value_name = "BYTES", default_value_t = sealfs_reader::DEFAULT_CLUSTER_CACHE_BYTES, global = true)]
-    pub cache_size: usize,
+    pub cluster_cache: usize,
+    /// Where a remote image's verified blocks are kept across commands and mounts, and how much.
+    #[command(flatten)]
+    pub cache: crate::cache::CacheArgs,
+    /// Read a remote image without the persistent cache (every block fetched when needed).
+    #[arg(long, global = true)]
+    pub no_cache: bool,
     /// Verified Merkle hash blocks kept in memory (each 4 KiB covers 512 KiB of data).
     #[arg(long, value_name = "BLOCKS", default_value_t = sealfs_reader::verified::DEFAULT_HASH_CACHE_BLOCKS, global = true)]
     pub hash_cache_blocks: usize,
@@ -47,7 +62,8 @@ pub struct KeyArgs {
     /// A directory of public keys: every `*.pub` file in it counts as a `--key`.
     #[arg(long, value_name = "DIR", global = true)]
     pub keyring: Option<PathBuf>,
-    /// Read detached signatures from this file [default: IMAGE.sig when it exists].
+    /// Read detached signatures from this file or URL [default: IMAGE.sig beside a local image, when
+    /// it exists].
     #[arg(long, value_name = "PATH", global = true)]
     pub signatures: Option<PathBuf>,
 }
@@ -92,10 +108,16 @@ pub fn open_error(e: OpenError) -> anyhow::Error {
 impl ImageArgs {
     /// Opens the image as the options say (`--verify=double` is refused: it is `mount`'s).
     pub fn open(&self) -> Result<OpenImage> {
+        self.refuse_double()?;
+        self.open_any()
+    }
+
+    /// `--verify=double` is `mount`'s alone.
+    pub fn refuse_double(&self) -> Result<()> {
         if self.verify == "double" {
             bail!("--verify=double (each file also checked against its own recorded digest) is offered by `sealfs mount` only");
         }
-        self.open_any()
+        Ok(())
     }
 
     /// The library's options for these arguments.
@@ -108,9 +130,9 @@ impl ImageArgs {
             .map_err(|e| anyhow!("--digest: {e}"))?;
         Ok(OpenOptions {
             digest,
-            sidecar: self.sidecar.clone().map(Into::into),
+            sidecar: self.sidecar.as_deref().map(location).transpose()?,
             keys: self.keys.load()?,
-            signatures: self.keys.signatures.clone().map(Into::into),
+            signatures: self.keys.signatures.as_deref().map(location).transpose()?,
             verify: match self.verify.as_str() {
                 "none" => VerifyMode::None,
                 "double" => VerifyMode::Double,
@@ -119,8 +141,17 @@ impl ImageArgs {
             cache_blocks: self
                 .block_cache
                 .unwrap_or(sealfs_reader::DEFAULT_CACHE_BLOCKS),
-            cluster_cache_bytes: self.cache_size,
+            cluster_cache_bytes: self.cluster_cache,
             hash_cache_blocks: self.hash_cache_blocks,
+            // Remote images read through the persistent cache of verified blocks, which the
+            // readahead fills; local files need neither.
+            store: if self.is_remote() && !self.no_cache {
+                Some(Arc::new(self.cache.open()?))
+            } else {
+                None
+            },
+            // Only for measuring what fetching hash blocks with the data saves (bench/remote.py).
+            dependent_hash_fetch: std::env::var_os("SEALFS_DEPENDENT_HASH_FETCH").is_some(),
             ..OpenOptions::default()
         })
     }
@@ -128,6 +159,43 @@ impl ImageArgs {
     /// Opens the image as the options say, `--verify=double` included (its per-file digests are
     /// loaded; checking files with them is the caller's part).
     pub fn open_any(&self) -> Result<OpenImage> {
-        sealfs_reader::open(&self.image, &self.options()?).map_err(open_error)
+        self.open_counted().map(|(opened, _)| opened)
     }
+
+    /// [`ImageArgs::open_any`], with the remote object read when the image is a URL (its request
+    /// counters).
+    pub fn open_counted(&self) -> Result<(OpenImage, Option<Arc<RemoteObject>>)> {
+        let trust = if self.self_consistent {
+            RemoteTrust::AllowSelfConsistent
+        } else {
+            RemoteTrust::RequireAuthority
+        };
+        // The tail of a remote image is kept beside its cached blocks, so a fully cached image
+        // opens offline too.
+        let remote_options = sealfs_remote::RemoteOptions {
+            tail_cache: (self.is_remote() && !self.no_cache).then(|| self.cache.dir()),
+            ..Default::default()
+        };
+        let (opened, remote) =
+            sealfs_remote::open_counted_with(&self.image, &self.options()?, trust, &remote_options)
+                .map_err(open_error)?;
+        if self.is_remote() && !opened.trust.is_authenticated() {
+            eprintln!(
+                "sealfs: note: {}: {} (no --digest or --key)",
+                self.image.display(),
+                opened.trust
+            );
+        }
+        Ok((opened, remote))
+    }
+
+    /// Whether the image is a URL.
+    pub fn is_remote(&self) -> bool {
+        self.image.to_str().is_some_and(sealfs_remote::is_remote)
+    }
+}
+
+/// The source for a path or URL given with an option (`--sidecar`, `--signatures`, `verify`'s image).
+pub fn location(p: &Path) -> Result<Source> {
+    sealfs_remote::source(p).map_err(anyhow::Error::new)
 }

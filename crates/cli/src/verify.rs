@@ -1,6 +1,7 @@
 //! `sealfs digest` and `sealfs verify`: re-hash the EROFS bytes and check them against the seal (the
 //! engine is [`sealfs_reader::check`]; this parses, prints and picks exit codes).
 
+use crate::open::location;
 use crate::progress::TermProgress;
 use anyhow::{anyhow, Result};
 use clap::Args;
@@ -38,13 +39,13 @@ fn problem_json(p: &Problem) -> serde_json::Value {
 /// Arguments of `sealfs verify`.
 #[derive(Args)]
 pub struct VerifyArgs {
-    /// The image.
+    /// The image: a path or an `http://`, `https://` or `s3://` URL.
     image: PathBuf,
     /// The digest the image must have (`sha256:<hex>`): without it, verify shows only that the image
     /// agrees with its own seal.
     #[arg(long, value_name = "DIGEST")]
     digest: Option<String>,
-    /// Read the seal from this sidecar file.
+    /// Read the seal from this sidecar file (a path or a URL).
     #[arg(long, value_name = "PATH")]
     sidecar: Option<PathBuf>,
     #[command(flatten)]
@@ -75,14 +76,28 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    let sources = (|| -> Result<_> {
+        Ok((
+            location(&args.image)?,
+            args.sidecar.as_deref().map(location).transpose()?,
+            args.keys.signatures.as_deref().map(location).transpose()?,
+        ))
+    })();
+    let (image, sidecar, signatures) = match sources {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sealfs: error: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let options = CheckOptions {
         digest: expected,
-        sidecar: args.sidecar.clone().map(Into::into),
+        sidecar,
         keys,
-        signatures: args.keys.signatures.clone().map(Into::into),
+        signatures,
         max_problems: args.max_problems,
     };
-    let outcome = match check::check(&args.image, &options, &progress) {
+    let outcome = match check::check(image, &options, &progress) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sealfs: error: {:#}", anyhow::Error::new(e));
@@ -142,9 +157,9 @@ fn report(args: &VerifyArgs, o: &Report) {
 /// Arguments of `sealfs digest`.
 #[derive(Args)]
 pub struct DigestArgs {
-    /// The image (sealed or plain).
+    /// The image (sealed or plain): a path or an `http://`, `https://` or `s3://` URL.
     image: PathBuf,
-    /// Read the seal from this sidecar file.
+    /// Read the seal from this sidecar file (a path or a URL).
     #[arg(long, value_name = "PATH")]
     sidecar: Option<PathBuf>,
     /// Hash algorithm for a plain image (a sealed one uses its seal's).
@@ -162,12 +177,13 @@ pub struct DigestArgs {
 pub fn run_digest(args: DigestArgs) -> Result<ExitCode> {
     let progress = TermProgress::new(false);
     let plain_alg: HashAlg = args.hash_alg.as_deref().unwrap_or("sha256").parse()?;
-    let sidecar = args.sidecar.clone().map(Into::into);
+    let image = location(&args.image)?;
+    let sidecar = args.sidecar.as_deref().map(location).transpose()?;
     let result = if args.files {
-        check::file_digests(&args.image, sidecar.as_ref(), plain_alg)
+        check::file_digests(image, sidecar.as_ref(), plain_alg)
             .map(|list| print_file_digests(&args, list))
     } else {
-        check::image_digest(&args.image, sidecar.as_ref(), plain_alg, &progress).map(|r| {
+        check::image_digest(image, sidecar.as_ref(), plain_alg, &progress).map(|r| {
             println!("{}", r.digest);
             match r.sealed {
                 Some(claimed) if claimed != r.digest => {

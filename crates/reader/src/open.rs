@@ -319,6 +319,8 @@ pub struct OpenedImage {
     pub seal: Option<Box<Seal>>,
     /// Bytes of EROFS data.
     pub erofs_length: u64,
+    /// Bytes of the image file or object (EROFS data, and the seal when it is attached).
+    pub image_length: u64,
     /// The verifying block source, when reads are verified here (its statistics).
     pub verified: Option<Arc<VerifiedBlocks>>,
     /// With [`VerifyMode::Double`]: the per-file digests the seal records.
@@ -430,6 +432,7 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
     let data = open_source(&source)?;
     let sidecar = options.sidecar.as_ref().map(open_source).transpose()?;
     let name = data.name.clone();
+    let image_length = data.reader.len();
     let found = find_seal(
         &data.reader,
         &name,
@@ -585,6 +588,7 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
         trust,
         seal,
         erofs_length,
+        image_length,
         verified,
         file_digests,
     })

@@ -168,7 +168,12 @@ struct Readahead {
     min: u64,
     max: u64,
     streams: Mutex<Vec<Stream>>,
-    queue: Mutex<mpsc::Sender<Job>>,
+    /// The fetchers' queue, with the process that started them: a forked child (a mount daemon)
+    /// has none of its parent's threads, so it starts its own on first use.
+    queue: Mutex<(u32, mpsc::Sender<Job>)>,
+    /// The verifying source, for fetchers started later.
+    me: Weak<VerifiedBlocks>,
+    threads: usize,
     /// Ranges the background fetchers are fetching: a read that needs one waits for it rather
     /// than fetching the same blocks again.
     inflight: Mutex<Vec<(u64, u64)>>,
@@ -259,6 +264,55 @@ pub struct VerifiedBlocks {
     stats: VerifyStats,
 }
 
+/// Starts `threads` background fetchers for `me`; returns their queue. They end when the queue's
+/// sender is dropped or `me` is gone.
+fn spawn_fetchers(me: &Weak<VerifiedBlocks>, threads: usize) -> mpsc::Sender<Job> {
+    let (tx, rx) = mpsc::channel::<Job>();
+    let rx = Arc::new(Mutex::new(rx));
+    for _ in 0..threads {
+        let me = me.clone();
+        let rx = rx.clone();
+        std::thread::spawn(move || loop {
+            let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+            let Ok((start, end, registered)) = job else {
+                return;
+            };
+            let Some(vb) = me.upgrade() else { return };
+            let Some(ra) = vb.readahead.get() else { return };
+            if !registered {
+                lock_any(&ra.inflight).push((start, end));
+            }
+            vb.fetch_ahead(start, end);
+            // Landed (or failed: the reads fetch it themselves).
+            let mut inflight = lock_any(&ra.inflight);
+            if let Some(i) = inflight.iter().position(|&r| r == (start, end)) {
+                inflight.swap_remove(i);
+            }
+            ra.landed.notify_all();
+        });
+    }
+    tx
+}
+
+impl Readahead {
+    /// Queues a job for the fetchers, starting them first in a process that has none of its own
+    /// (a forked child: what its parent had queued or had in flight is forgotten).
+    fn send(&self, job: Job) -> bool {
+        self.ensure_fetchers();
+        lock_any(&self.queue).1.send(job).is_ok()
+    }
+
+    /// Starts this process's fetchers if it has none (it is a forked child).
+    fn ensure_fetchers(&self) {
+        let mut q = lock_any(&self.queue);
+        let pid = std::process::id();
+        if q.0 != pid {
+            lock_any(&self.inflight).clear();
+            *q = (pid, spawn_fetchers(&self.me, self.threads));
+        }
+    }
+}
+
 /// Default number of hash blocks kept verified: 1024 (4 MiB of hashes, which cover 512 MiB of data
 /// at level 0 with SHA-256 and 4 KiB blocks).
 pub const DEFAULT_HASH_CACHE_BLOCKS: usize = 1024;
@@ -331,41 +385,18 @@ impl VerifiedBlocks {
         if self.store.is_none() {
             return;
         }
-        let (tx, rx) = mpsc::channel::<Job>();
+        let me = Arc::downgrade(self);
         let ra = Readahead {
             min: min_blocks.max(1),
             max: max_blocks.max(min_blocks.max(1)),
             streams: Mutex::new(Vec::new()),
-            queue: Mutex::new(tx),
+            queue: Mutex::new((std::process::id(), spawn_fetchers(&me, threads.max(1)))),
+            me,
+            threads: threads.max(1),
             inflight: Mutex::new(Vec::new()),
             landed: Condvar::new(),
         };
-        if self.readahead.set(ra).is_err() {
-            return;
-        }
-        let rx = Arc::new(Mutex::new(rx));
-        for _ in 0..threads.max(1) {
-            let me: Weak<VerifiedBlocks> = Arc::downgrade(self);
-            let rx = rx.clone();
-            std::thread::spawn(move || loop {
-                let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                let Ok((start, end, registered)) = job else {
-                    return;
-                };
-                let Some(vb) = me.upgrade() else { return };
-                let Some(ra) = vb.readahead.get() else { return };
-                if !registered {
-                    lock_any(&ra.inflight).push((start, end));
-                }
-                vb.fetch_ahead(start, end);
-                // Landed (or failed: the reads fetch it themselves).
-                let mut inflight = lock_any(&ra.inflight);
-                if let Some(i) = inflight.iter().position(|&r| r == (start, end)) {
-                    inflight.swap_remove(i);
-                }
-                ra.landed.notify_all();
-            });
-        }
+        let _ = self.readahead.set(ra);
     }
 
     /// Starts recording which data blocks are read, in the order first read (an access profile).
@@ -487,8 +518,9 @@ impl VerifiedBlocks {
         }
         s.ahead_end = end;
         drop(streams);
+        ra.ensure_fetchers();
         lock_any(&ra.inflight).push((start, end));
-        if lock_any(&ra.queue).send((start, end, true)).is_err() {
+        if !ra.send((start, end, true)) {
             lock_any(&ra.inflight).retain(|&r| r != (start, end));
         }
     }
@@ -610,13 +642,12 @@ impl BlockSource for VerifiedBlocks {
                 _ => runs.push((a, b)),
             }
         }
-        let queue = lock_any(&ra.queue);
         for (a, b) in runs {
             // In pieces, so that reads never wait long behind one.
             let mut s = a;
             while s < b {
                 let e = (s + 256).min(b);
-                let _ = queue.send((s, e, false));
+                ra.send((s, e, false));
                 s = e;
             }
         }

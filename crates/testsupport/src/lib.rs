@@ -14,6 +14,7 @@
 //! - fixture trees: [`fixture`] (the full tree of every case, root and tmpfs) and
 //!   [`small_fixture`] (the reader's tree, any filesystem), and with the `proptest` feature
 //!   `randtree` (random trees);
+//! - [`servers`]: real servers on loopback for remote images (nginx, versitygw for S3);
 //! - [`compare`]: a source tree against what the kernel shows of a mounted image;
 //! - with the `images` feature: the image crafters (`craft`, `layouts`, `zcraft`, `dircraft`) that
 //!   write EROFS bytes no builder writes, `walk` (an image walked through the reader, compared
@@ -29,6 +30,7 @@ pub mod erofs_utils;
 pub mod fixture;
 pub mod mount;
 pub mod rng;
+pub mod servers;
 pub mod small_fixture;
 pub mod sys;
 

@@ -63,7 +63,8 @@ fn cat_one(img: &Image, path: &[u8], buf: &mut [u8], out: &mut impl Write) -> Re
 
 /// Runs `sealfs cat`.
 pub fn run(args: CatArgs) -> Result<ExitCode> {
-    let opened = args.image.open()?;
+    args.image.refuse_double()?;
+    let (opened, remote) = args.image.open_counted()?;
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; CHUNK];
     let mut status = Status::default();
@@ -80,8 +81,26 @@ pub fn run(args: CatArgs) -> Result<ExitCode> {
     out.flush()?;
     if args.stats {
         print_stats(&opened);
+        if let Some(r) = remote {
+            print_remote_stats(&r);
+        }
     }
     Ok(status.code())
+}
+
+/// A remote image's counters, one `name value` per line.
+fn print_remote_stats(remote: &sealfs_remote::RemoteObject) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = remote.stats();
+    for (k, v) in [
+        ("remote_requests", &s.requests),
+        ("remote_round_trips", &s.round_trips),
+        ("remote_bytes_fetched", &s.bytes_fetched),
+        ("remote_retries", &s.retries),
+        ("remote_tail_hits", &s.tail_hits),
+    ] {
+        eprintln!("{k} {}", v.load(Relaxed));
+    }
 }
 
 /// The reader's (and, when reads are verified, the verifier's) statistics, one `name value` per line.
@@ -112,6 +131,9 @@ pub fn print_stats(opened: &crate::open::OpenImage) {
             ("data_bytes_read", v.data_bytes.load(Relaxed)),
             ("hash_bytes_read", v.hash_bytes.load(Relaxed)),
             ("verification_failures", v.failures.load(Relaxed)),
+            ("store_hits", v.store_hits.load(Relaxed)),
+            ("store_discards", v.store_discards.load(Relaxed)),
+            ("readahead_blocks", v.readahead_blocks.load(Relaxed)),
         ]);
     }
     for (k, v) in lines {

@@ -216,15 +216,13 @@ fn uuid_text(u: &[u8; 16]) -> String {
 
 /// Runs `sealfs inspect`.
 pub fn run(args: InspectArgs) -> Result<ExitCode> {
-    if args.image.image.is_dir() {
+    if !args.image.is_remote() && args.image.image.is_dir() {
         return crate::kernel::inspect(&args.image.image, args.json);
     }
     let opened: OpenImage = args.image.open()?;
     let img = &opened.image;
     let sb = img.superblock();
-    let file_size = std::fs::metadata(&args.image.image)
-        .with_context(|| format!("{}: stat", args.image.image.display()))?
-        .len();
+    let file_size = opened.image_length;
     let mut status = Status::default();
     let counts = match count(img) {
         Ok(c) => Some(c),
@@ -549,12 +547,19 @@ impl SigInfo {
 fn signature_list(seal: &sealfs_reader::Seal, args: &ImageArgs) -> Result<Vec<SigInfo>> {
     let keys = args.keys.load()?;
     let own = seal.signatures().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let source = sealfs_reader::Source::Path(args.image.clone());
+    // Only a local image has an `IMAGE.sig` looked for beside it; a URL names only its bytes.
+    let source = if args.is_remote() {
+        let name = args.image.display().to_string();
+        sealfs_reader::Source::reader(std::sync::Arc::new(Vec::new()), name)
+    } else {
+        sealfs_reader::Source::Path(args.image.clone())
+    };
     let detached = args
         .keys
         .signatures
-        .clone()
-        .map(sealfs_reader::Source::Path);
+        .as_deref()
+        .map(crate::open::location)
+        .transpose()?;
     let all = sealfs_reader::open::gather_signatures(seal, &source, detached.as_ref())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let digest = seal.digest();

@@ -1,0 +1,629 @@
+//! Remote images: every reading command on `http://` (a real nginx on loopback) and `s3://` (a real
+//! S3 server, versitygw, over a directory) equals the same command on the local file, for a plain
+//! and a compressed image, authenticated by `--digest` and by `--key`; a URL without either is
+//! refused (exit 2) unless `--self-consistent` is given, which then says what was established; and
+//! a cold `cat` of a large file fetches hash blocks only beside its data (counted in nginx's log).
+
+mod common;
+
+use common::servers::{nginx, versitygw, Server};
+use common::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const BIG: usize = 8 << 20;
+
+fn sealfs() -> Command {
+    let mut c = Command::new(sealfs_bin());
+    c.env("TZ", "UTC").env("LC_ALL", "C").stdin(Stdio::null());
+    // The persistent cache of remote images: this test process's own, not the user's.
+    c.env("SEALFS_CACHE_DIR", cache_dir());
+    c
+}
+
+/// A cache directory for this test process, removed at its end by nobody: under the temp dir.
+fn cache_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("sealfs-test-cache-{}", std::process::id()))
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Runs `sealfs ARGS` with `env`; prints the command.
+fn sealfs_run(args: &[&str], env: &[(&'static str, String)]) -> Output {
+    let mut c = sealfs();
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    run(&mut c)
+}
+
+fn sealfs_ok(args: &[&str]) -> Output {
+    let o = sealfs_run(args, &[]);
+    assert!(
+        o.status.success(),
+        "sealfs {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// The images and what authenticates them.
+struct Images {
+    dir: tempfile::TempDir,
+    /// Regular files of the tree (paths in the image).
+    files: Vec<String>,
+    /// Paths to `stat`: the root, directories, a few files and links.
+    paths: Vec<String>,
+    public_key: PathBuf,
+}
+
+impl Images {
+    fn local(&self, name: &str) -> PathBuf {
+        self.dir.path().join("www").join(name)
+    }
+}
+
+/// The small fixture tree plus an 8 MiB random file, built plain and compressed (lz4), both signed
+/// with an openssl-made Ed25519 key; the images in `www/`, a copy for S3 in `s3/bucket/`.
+fn images() -> Images {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = d.join("src");
+    fs::create_dir_all(&src).unwrap();
+    small_fixture::build(&src, 7, false);
+    fs::write(src.join("big"), pseudo_random(BIG, 7)).unwrap();
+    let www = d.join("www");
+    let bucket = d.join("s3/bucket");
+    fs::create_dir_all(&www).unwrap();
+    fs::create_dir_all(&bucket).unwrap();
+    let key = d.join("key.pem");
+    let public_key = d.join("key.pub");
+    for args in [
+        &["genpkey", "-algorithm", "ed25519", "-out", s(&key)][..],
+        &["pkey", "-in", s(&key), "-pubout", "-out", s(&public_key)][..],
+    ] {
+        let o = run(Command::new("openssl").args(args));
+        assert!(o.status.success(), "openssl {args:?}");
+    }
+    for (name, args) in [("plain", &[][..]), ("z", &["-z", "lz4", "-C", "65536"][..])] {
+        let img = www.join(name);
+        build_ok(&src, &img, args);
+        sealfs_ok(&["sign", s(&img), "--key", s(&key)]);
+        fs::copy(&img, bucket.join(name)).unwrap();
+    }
+    let mut files = Vec::new();
+    let mut paths = vec!["/".to_string()];
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        let mut entries: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap()).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let rel = format!("/{}", e.path().strip_prefix(&src).unwrap().display());
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                paths.push(rel.clone());
+                stack.push(e.path());
+            } else if t.is_file() && rel.is_ascii() {
+                files.push(rel.clone());
+            }
+            if paths.len() < 12 && !t.is_dir() && rel.is_ascii() {
+                paths.push(rel);
+            }
+        }
+    }
+    Images {
+        dir,
+        files,
+        paths,
+        public_key,
+    }
+}
+
+/// Starts nginx over `www` and, when it can be had, versitygw over `s3`; `None` (after SKIP)
+/// without nginx.
+fn servers(images: &Images) -> Option<(Server, Option<Server>)> {
+    if !oracle_guard(need_tool("openssl")) {
+        return None;
+    }
+    let d = images.dir.path();
+    let http = match nginx(&d.join("www"), &d.join("nginx")) {
+        Ok(s) => s,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return None;
+        }
+    };
+    let s3 = match versitygw(&d.join("s3"), d) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            oracle_guard(Err(e));
+            None
+        }
+    };
+    Some((http, s3))
+}
+
+/// What a command showed, with the image's name replaced by IMAGE.
+fn shown(o: &Output, image: &str) -> (Option<i32>, String, String) {
+    let clean = |b: &[u8]| String::from_utf8_lossy(b).replace(image, "IMAGE");
+    (o.status.code(), clean(&o.stdout), clean(&o.stderr))
+}
+
+/// `sealfs CMD [auth] IMAGE ARGS` on the local image and on the URL: the same exit code, output
+/// and messages (the image's name aside). Returns the local output.
+fn same(
+    cmd: &str,
+    local: &Path,
+    url: &str,
+    auth: &[String],
+    args: &[&str],
+    env: &[(&'static str, String)],
+) -> Output {
+    fn with<'a>(
+        cmd: &'a str,
+        auth: &'a [String],
+        image: &'a str,
+        args: &[&'a str],
+    ) -> Vec<&'a str> {
+        let mut a: Vec<&str> = vec![cmd];
+        a.extend(auth.iter().map(String::as_str));
+        a.push(image);
+        a.extend(args);
+        a
+    }
+    let ours = sealfs_run(&with(cmd, auth, s(local), args), &[]);
+    let theirs = sealfs_run(&with(cmd, auth, url, args), env);
+    assert!(
+        shown(&ours, s(local)) == shown(&theirs, url),
+        "sealfs {cmd} {args:?}: {url} differs from the local file\nlocal: {:?}\nremote: {:?}",
+        shown(&ours, s(local)),
+        shown(&theirs, url)
+    );
+    ours
+}
+
+/// Two extracted trees hold the same bytes: every regular file's content and every link's target
+/// (types, modes, owners and times are compared by the caller's `ls -lAR` listing).
+fn assert_same_trees(a: &Path, b: &Path) {
+    for e in fs::read_dir(a).unwrap() {
+        let e = e.unwrap();
+        let (x, y) = (e.path(), b.join(e.file_name()));
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            assert_same_trees(&x, &y);
+        } else if t.is_symlink() {
+            assert_eq!(
+                fs::read_link(&x).unwrap(),
+                fs::read_link(&y).unwrap(),
+                "{x:?}"
+            );
+        } else if t.is_file() {
+            assert!(
+                fs::read(&x).unwrap() == fs::read(&y).unwrap(),
+                "{x:?} differs"
+            );
+        }
+    }
+}
+
+/// Every reading command on `url` against the local image.
+fn every_command_equal(images: &Images, name: &str, url: &str, env: &[(&'static str, String)]) {
+    let local = images.local(name);
+    let digest = String::from_utf8(sealfs_ok(&["digest", s(&local)]).stdout).unwrap();
+    let digest = digest.trim().to_string();
+    let auths = [
+        vec!["--digest".to_string(), digest.clone()],
+        vec!["--key".to_string(), s(&images.public_key).to_string()],
+    ];
+    for auth in &auths {
+        println!("{url} ({name}) with {auth:?}");
+        let o = same("ls", &local, url, auth, &["-lAR", "/"], env);
+        assert!(o.status.success() && o.stdout.len() > 1000);
+        let files: Vec<&str> = images.files.iter().map(String::as_str).collect();
+        let o = same("cat", &local, url, auth, &files, env);
+        assert!(o.status.success() && o.stdout.len() > BIG);
+        for path in &images.paths {
+            let o = same("stat", &local, url, auth, &[path], env);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        let o = same("getfattr", &local, url, auth, &["-R", "-h", "/"], env);
+        assert!(o.status.success());
+        let o = same("inspect", &local, url, auth, &[], env);
+        let trust = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find(|l| l.contains("authenticated"))
+            .map(str::to_string);
+        assert!(trust.is_some(), "inspect shows the trust line");
+        let verify = same("verify", &local, url, auth, &[], env);
+        assert_eq!(verify.status.code(), Some(0));
+        // Extract both, and compare the trees byte for byte (content, modes, times, links).
+        let out = images.dir.path().join("out");
+        let _ = fs::remove_dir_all(&out);
+        fs::create_dir_all(&out).unwrap();
+        let (a, b) = (out.join("local"), out.join("remote"));
+        let mut args: Vec<&str> = vec!["extract"];
+        args.extend(auth.iter().map(String::as_str));
+        let ours = sealfs_run(&[&args[..], &[s(&local), s(&a)]].concat(), &[]);
+        let theirs = sealfs_run(&[&args[..], &[url, s(&b)]].concat(), env);
+        assert_eq!(ours.status.code(), Some(0));
+        assert_eq!(theirs.status.code(), Some(0), "{theirs:?}");
+        // The host's directory sizes depend on the order of creation: left out.
+        let listing = |dir: &Path| -> Vec<String> {
+            let out = run(Command::new("ls")
+                .args(["-lAR", "--time-style=+%s.%N"])
+                .current_dir(dir))
+            .stdout;
+            String::from_utf8_lossy(&out)
+                .lines()
+                .filter(|l| !l.starts_with("total "))
+                .map(|l| {
+                    let mut f: Vec<&str> = l.split_whitespace().collect();
+                    if l.starts_with('d') && f.len() > 4 {
+                        f[4] = "-";
+                    }
+                    f.join(" ")
+                })
+                .collect()
+        };
+        let (la, lb) = (listing(&a), listing(&b));
+        let differ: Vec<_> = la.iter().zip(&lb).filter(|(x, y)| x != y).collect();
+        assert!(la == lb, "extracted listings differ: {differ:?}");
+        assert_same_trees(&a, &b);
+    }
+    let o = same("digest", &local, url, &[], &[], env);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), digest);
+}
+
+#[test]
+fn every_reading_command_over_http_and_s3_equals_the_local_file() {
+    let images = images();
+    let Some((http, s3)) = servers(&images) else {
+        return;
+    };
+    for name in ["plain", "z"] {
+        every_command_equal(&images, name, &http.url(name), &[]);
+        if let Some(s3) = &s3 {
+            every_command_equal(&images, name, &format!("s3://bucket/{name}"), &s3.s3_env());
+        }
+    }
+}
+
+#[test]
+fn a_url_without_digest_or_key_is_refused_unless_self_consistent_is_asked_for() {
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let url = http.url("plain");
+    let o = sealfs_run(&["ls", &url, "/"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("a remote image is read only against an expected digest or key")
+            && err.contains("--self-consistent"),
+        "{err}"
+    );
+    assert!(http.requests().is_empty(), "refused before any request");
+    let o = sealfs_run(&["ls", "--self-consistent", &url, "/"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("{url}: self-consistent only")),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("big"));
+}
+
+#[test]
+fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let local = images.local("plain");
+    let digest = String::from_utf8(sealfs_ok(&["digest", s(&local)]).stdout).unwrap();
+    let url = http.url("plain");
+    let cold = tempfile::tempdir().unwrap();
+    let o = sealfs_run(
+        &[
+            "cat",
+            "--stats",
+            "--cache-dir",
+            s(cold.path()),
+            "--digest",
+            digest.trim(),
+            &url,
+            "/big",
+        ],
+        &[],
+    );
+    assert!(o.status.success());
+    assert!(o.stdout == pseudo_random(BIG, 7), "the file's bytes");
+    let erofs_length = sealfs_reader::open(&local, &sealfs_reader::OpenOptions::new())
+        .unwrap()
+        .erofs_length;
+    let log = http.requests();
+    let mut data = 0;
+    let mut hashes = 0;
+    for line in &log {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!((f[0], f[3]), ("GET", "206"), "{line}");
+        let range = f[2].strip_prefix("bytes=").unwrap();
+        match range.split_once('-').unwrap() {
+            ("", _) => {} // the suffix range at open
+            (a, _) if a.parse::<u64>().unwrap() < erofs_length => data += 1,
+            _ => hashes += 1,
+        }
+    }
+    println!(
+        "cold cat of 8 MiB: {} requests: 1 at open (suffix range), {data} for data (superblock, \
+         inodes, file), {hashes} for hash blocks only, each in the batch of a data request: {log:?}",
+        log.len()
+    );
+    assert!(log[0].contains("bytes=-65536"), "{log:?}");
+    // The counters `cat --stats` shows agree with the server's log.
+    let stats = String::from_utf8_lossy(&o.stderr);
+    let counter = |name: &str| -> usize {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {stats}"))
+    };
+    assert_eq!(counter("remote_requests "), log.len(), "{stats}");
+    // Hash requests add no round trip: one at open, then one per data request.
+    let round_trips = counter("remote_round_trips ");
+    println!("round trips: {round_trips}");
+    assert_eq!(round_trips, 1 + data, "{stats}");
+    assert!(hashes <= data, "hash requests only beside data requests");
+    assert!(data >= BIG / (1 << 20), "the file's data");
+}
+
+/// `sealfs mount URL` forks its daemon after opening the image: the daemon must build its own
+/// client (the parent's runtime threads and connections do not exist in it; reads used to hang).
+#[test]
+fn a_daemon_mount_of_a_url_reads_after_the_fork() {
+    if !oracle_guard(root_env().and_then(|()| {
+        Path::new("/dev/fuse")
+            .exists()
+            .then_some(())
+            .ok_or_else(|| "/dev/fuse missing (no FUSE)".to_string())
+    })) {
+        return;
+    }
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let local = images.local("z");
+    let digest = String::from_utf8(sealfs_ok(&["digest", s(&local)]).stdout).unwrap();
+    let mnt = images.dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let url = http.url("z");
+    let o = sealfs_run(&["mount", "--digest", digest.trim(), &url, s(&mnt)], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Read in a child with a time limit, so that a hang fails the test instead of stalling it.
+    let read = run(Command::new("timeout")
+        .args(["60", "cat"])
+        .arg(mnt.join("big")));
+    let listed = run(Command::new("timeout").args(["60", "ls"]).arg(&mnt));
+    let umount = sealfs_run(&["umount", s(&mnt)], &[]);
+    assert!(read.status.success(), "cat through the mount: {read:?}");
+    assert!(read.stdout == pseudo_random(BIG, 7), "the file's bytes");
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("big"));
+    assert!(umount.status.success(), "{umount:?}");
+}
+
+/// Two extracted trees hold the same regular files (by `sha256sum`), links (by target) and
+/// other entries (by type), as GNU findutils and coreutils see them.
+fn same_tree(a: &Path, b: &Path) {
+    let describe = |dir: &Path| {
+        let o = run(Command::new("sh")
+            .arg("-c")
+            .arg(
+                "find . -type f -print0 | sort -z | xargs -0 -r sha256sum; \
+                 find . ! -type f -printf '%y %p %l\\n' | sort",
+            )
+            .current_dir(dir));
+        assert!(o.status.success());
+        o.stdout
+    };
+    let (da, db) = (describe(a), describe(b));
+    assert!(!da.is_empty());
+    assert!(
+        da == db,
+        "trees differ:\n{}\n---\n{}",
+        String::from_utf8_lossy(&da),
+        String::from_utf8_lossy(&db)
+    );
+}
+
+/// `sealfs cache stats --json` of `dir`: (digest, blocks) per image, and the total bytes.
+fn cache_stats(dir: &Path) -> (Vec<(String, u64)>, u64) {
+    let o = sealfs_ok(&["cache", "stats", "--json", "--cache-dir", s(dir)]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let images = v["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["digest"].as_str().unwrap().to_string(),
+                i["blocks"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    (images, v["bytes"].as_u64().unwrap())
+}
+
+/// The persistent cache through the command line: a remote image read once reads again with the
+/// server gone (extract and ls equal the local file's); `sealfs cache verify` finds a damaged
+/// block and deletes it, after which the read that needs it fails (the server being gone) instead
+/// of returning it; a process killed while filling the cache leaves only blocks that verify; prune
+/// empties it.
+#[test]
+fn the_cache_serves_a_remote_image_offline_and_never_a_damaged_block() {
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let local = images.local("plain");
+    let digest = String::from_utf8(sealfs_ok(&["digest", s(&local)]).stdout).unwrap();
+    let digest = digest.trim();
+    let url = http.url("plain");
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let c = s(&cache);
+    let listing = |image: &str| {
+        let o = sealfs_run(
+            &[
+                "ls",
+                "-lR",
+                "--cache-dir",
+                c,
+                "--digest",
+                digest,
+                image,
+                "/",
+            ],
+            &[],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    let want_listing = listing(s(&local));
+    let extract = |image: &str, to: &Path| {
+        let o = sealfs_run(
+            &[
+                "extract",
+                "-q",
+                "--cache-dir",
+                c,
+                "--digest",
+                digest,
+                image,
+                s(to),
+            ],
+            &[],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let want = work.path().join("want");
+    extract(s(&local), &want);
+
+    // Online: extract fills the cache.
+    let first = work.path().join("first");
+    extract(&url, &first);
+    same_tree(&want, &first);
+    let (cached, bytes) = cache_stats(&cache);
+    println!("after one extract: {cached:?}, {bytes} bytes");
+    assert_eq!(cached.len(), 1);
+    assert_eq!(cached[0].0, digest);
+    assert!(cached[0].1 as usize * 4096 >= BIG, "{cached:?}");
+    let o = sealfs_run(&["cache", "verify", "--cache-dir", c], &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    // Offline: the server is gone; the same commands read from the cache alone.
+    drop(http);
+    let offline = work.path().join("offline");
+    extract(&url, &offline);
+    same_tree(&want, &offline);
+    assert!(listing(&url) == want_listing, "offline listing differs");
+
+    // A cached block damaged on disk: verify finds and deletes it (exit 1); with the server gone
+    // the read that needs it fails, and no damaged byte comes out.
+    let image = fs::read(&local).unwrap();
+    let big = pseudo_random(BIG, 7);
+    let at = image
+        .windows(64)
+        .position(|w| w == &big[BIG / 2..BIG / 2 + 64])
+        .unwrap();
+    let block = (at / 4096) as u64;
+    let chunk = cache
+        .join(digest.replace(':', "-"))
+        .join(format!("d{:012x}", block / 64));
+    let mut bytes = fs::read(&chunk).unwrap();
+    bytes[4096 + (block % 64) as usize * 4096 + at % 4096] ^= 0x10;
+    fs::write(&chunk, &bytes).unwrap();
+    let o = sealfs_run(&["cache", "verify", "--cache-dir", c], &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("1 damaged"), "{text}");
+    let o = sealfs_run(
+        &["cat", "--cache-dir", c, "--digest", digest, &url, "/big"],
+        &[],
+    );
+    assert!(
+        !o.status.success(),
+        "read a deleted block with the server gone"
+    );
+    assert!(
+        o.stdout.len() <= BIG / 2 && o.stdout[..] == big[..o.stdout.len()],
+        "wrong bytes before the failure"
+    );
+
+    // A process killed mid-fill: what it claimed verifies.
+    let images2 = self::images();
+    let Some((http2, _)) = servers(&images2) else {
+        return;
+    };
+    let url2 = http2.url("plain");
+    let digest2 =
+        String::from_utf8(sealfs_ok(&["digest", s(&images2.local("plain"))]).stdout).unwrap();
+    let cache2 = work.path().join("cache2");
+    for delay_ms in [20, 60, 150] {
+        let mut child = sealfs()
+            .args([
+                "cat",
+                "--cache-dir",
+                s(&cache2),
+                "--digest",
+                digest2.trim(),
+                &url2,
+                "/big",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let o = sealfs_run(&["cache", "verify", "--cache-dir", s(&cache2)], &[]);
+    println!(
+        "after three SIGKILLs mid-fill: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = sealfs_run(
+        &[
+            "cat",
+            "--cache-dir",
+            s(&cache2),
+            "--digest",
+            digest2.trim(),
+            &url2,
+            "/big",
+        ],
+        &[],
+    );
+    assert!(o.status.success() && o.stdout == pseudo_random(BIG, 7));
+
+    // Prune to nothing.
+    sealfs_ok(&["cache", "prune", "--to", "0", "--cache-dir", c]);
+    assert_eq!(cache_stats(&cache).1, 0);
+}

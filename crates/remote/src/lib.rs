@@ -1,0 +1,900 @@
+//! Remote sealfs images: a [`ReadAt`] over one object at an `http://`, `https://` or `s3://` URL,
+//! read lazily with range requests (through the `object_store` crate), and the entry point that
+//! opens an image at a path or a URL ([`open`]).
+//!
+//! # Design
+//!
+//! - **Pinned at open.** [`RemoteObject::open`] makes one request: a suffix range of the last
+//!   [`RemoteOptions::tail_bytes`] bytes. Its answer gives the object's length and its ETag (and
+//!   version, where the store has them), and the bytes themselves are kept: the seal's footer and
+//!   header lie at the end of the image, so finding the seal costs that one request. Every later
+//!   range request is conditional on the pinned ETag (`If-Match`), and the size and ETag of each
+//!   answer are compared too (for a store that gives no ETag, size and modification time); a
+//!   changed object is [`RemoteError::Changed`], never bytes of two objects mixed.
+//! - **One batch, one round trip.** [`ReadAt::read_batch`] (which the verifying layer calls with a
+//!   read's data blocks *and* every missing Merkle hash block at once) sorts the ranges, coalesces
+//!   those less than [`RemoteOptions::coalesce_gap`] apart into one request, and issues the requests
+//!   concurrently, at most [`RemoteOptions::max_in_flight`] at a time. Hash blocks therefore travel
+//!   with the data, never as a dependent request after it.
+//! - **Retries.** `object_store` retries timeouts, connection errors and 5xx answers with
+//!   exponential backoff ([`RemoteOptions::retries`]); a body shorter than asked for, or broken off,
+//!   is retried here the same way. After the retries the batch fails with an [`io::Error`] that
+//!   names the URL and range; other reads go on.
+//! - **A private runtime.** The [`ReadAt`] API is synchronous and is called from many threads (FUSE
+//!   workers among them); each call blocks on a small tokio runtime owned by the object.
+//! - **Trust.** Bytes from a server are only as good as the digest they are checked against:
+//!   [`open`] refuses a remote image unless a digest or a key is given, or the caller accepts
+//!   self-consistent reading by name ([`RemoteTrust::AllowSelfConsistent`]).
+//!
+//! S3 settings come from the usual environment variables (`AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL` or
+//! `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`); a custom endpoint is addressed path-style, and plain HTTP is
+//! allowed for a loopback endpoint. Without an access key, requests are sent unsigned (no instance
+//! metadata service is asked).
+
+use bytes::Bytes;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt,
+    RetryConfig,
+};
+use sealfs_reader::{OpenError, OpenOptions, OpenedImage, ReadAt, Source};
+use std::io;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Why a remote object could not be opened or read. Every message names the URL.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoteError {
+    /// The location is not a URL this crate reads, or is malformed.
+    #[error("{url}: {reason}")]
+    BadUrl {
+        /// The location given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store could not be set up (bad settings in the environment, for example).
+    #[error("{url}: {source}")]
+    Setup {
+        /// The URL.
+        url: String,
+        /// What `object_store` said.
+        #[source]
+        source: object_store::Error,
+    },
+    /// There is no object at the URL.
+    #[error("{url}: no such object")]
+    NotFound {
+        /// The URL.
+        url: String,
+    },
+    /// A request failed (after its retries).
+    #[error("{url}: {what}: {source}")]
+    Request {
+        /// The URL.
+        url: String,
+        /// What was asked for (the range).
+        what: String,
+        /// What `object_store` said.
+        #[source]
+        source: object_store::Error,
+    },
+    /// The object is not the one that was opened: its ETag (or, for a store without ETags, its
+    /// size or modification time) changed, or it is gone.
+    #[error("{url}: the object changed since it was opened: {was}, now {now}")]
+    Changed {
+        /// The URL.
+        url: String,
+        /// What identified the object at open (`ETag "..." (N bytes)`).
+        was: String,
+        /// What the store says now, in the same form (or `deleted`).
+        now: String,
+    },
+    /// The store answered with fewer (or other) bytes than asked for, after the retries.
+    #[error("{url}: bytes {}..{}: the answer held {got} bytes", range.start, range.end)]
+    Short {
+        /// The URL.
+        url: String,
+        /// The range asked for.
+        range: Range<u64>,
+        /// Bytes received.
+        got: u64,
+    },
+}
+
+impl RemoteError {
+    fn into_io(self) -> io::Error {
+        let kind = match &self {
+            RemoteError::NotFound { .. } => io::ErrorKind::NotFound,
+            RemoteError::Short { .. } => io::ErrorKind::UnexpectedEof,
+            RemoteError::BadUrl { .. } => io::ErrorKind::InvalidInput,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, self)
+    }
+}
+
+/// How a [`RemoteObject`] reads.
+#[derive(Clone, Debug)]
+pub struct RemoteOptions {
+    /// Bytes fetched from the end of the object at open and kept (the seal's footer and header, and
+    /// whatever else of the tail fits).
+    pub tail_bytes: u64,
+    /// Ranges of one batch less than this many bytes apart are fetched as one request (the bytes in
+    /// between are fetched and dropped).
+    pub coalesce_gap: u64,
+    /// A coalesced request grows no larger than this (larger ranges are still one request each).
+    pub max_request_bytes: u64,
+    /// Requests in flight at once, per batch.
+    pub max_in_flight: usize,
+    /// Retries of a failed request (timeouts, connection errors, 5xx, short bodies).
+    pub retries: usize,
+    /// The first backoff; each next one doubles, up to a second.
+    pub initial_backoff: Duration,
+    /// Time allowed for one request, connection included.
+    pub timeout: Duration,
+    /// A directory where the tail fetched at open is kept (with the object's size and ETag), so
+    /// that an image whose blocks are all in the persistent cache opens with the network gone: the
+    /// kept tail stands in for the request. The seal in it is checked against the expected digest
+    /// as always, and the first read that does need the network finds out whether the object
+    /// changed (its ETag).
+    pub tail_cache: Option<std::path::PathBuf>,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> RemoteOptions {
+        RemoteOptions {
+            tail_bytes: 64 << 10,
+            coalesce_gap: 64 << 10,
+            max_request_bytes: 8 << 20,
+            max_in_flight: 16,
+            retries: 5,
+            initial_backoff: Duration::from_millis(50),
+            timeout: Duration::from_secs(30),
+            tail_cache: None,
+        }
+    }
+}
+
+/// What a [`RemoteObject`] has done.
+#[derive(Debug, Default)]
+pub struct RemoteStats {
+    /// Range requests sent (the one at open included; retries included).
+    pub requests: AtomicU64,
+    /// Bytes received in answers.
+    pub bytes_fetched: AtomicU64,
+    /// Requests retried here (short or broken bodies); `object_store`'s own retries are not seen.
+    pub retries: AtomicU64,
+    /// Round trips: the request at open, and each read batch ([`ReadAt::read_batch`] or a single
+    /// read) that sent requests (concurrently; batches served from the tail send none).
+    pub round_trips: AtomicU64,
+    /// Ranges served from the tail fetched at open, without a request.
+    pub tail_hits: AtomicU64,
+}
+
+/// Whether `location` is a URL this crate reads (`http://`, `https://`, `s3://`) rather than a path.
+pub fn is_remote(location: &str) -> bool {
+    ["http://", "https://", "s3://"]
+        .iter()
+        .any(|s| location.len() > s.len() && location[..s.len()].eq_ignore_ascii_case(s))
+}
+
+/// One object at a URL, pinned to the ETag it had when opened, read with range requests.
+pub struct RemoteObject {
+    url: String,
+    /// The client and its runtime, for this process (rebuilt in a forked child).
+    io: Mutex<Arc<Io>>,
+    path: ObjectPath,
+    len: u64,
+    etag: Option<String>,
+    version: Option<String>,
+    /// What identified the object at open: ETag, version, size and modification time.
+    pinned: ObjectMeta,
+    /// The last bytes of the object, fetched at open.
+    tail: Bytes,
+    options: RemoteOptions,
+    stats: RemoteStats,
+}
+
+/// A store client and the runtime its requests run on, in the process that made them.
+struct Io {
+    pid: u32,
+    store: Arc<dyn ObjectStore>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Io {
+    fn new(url: &str, options: &RemoteOptions) -> Result<(Io, ObjectPath), RemoteError> {
+        let (store, path) = store_for(url, options)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("sealfs-remote")
+            .enable_all()
+            .build()
+            .map_err(|e| RemoteError::BadUrl {
+                url: url.to_string(),
+                reason: format!("cannot start the I/O runtime: {e}"),
+            })?;
+        let pid = std::process::id();
+        Ok((
+            Io {
+                pid,
+                store,
+                runtime,
+            },
+            path,
+        ))
+    }
+}
+
+impl std::fmt::Debug for RemoteObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteObject")
+            .field("url", &self.url)
+            .field("len", &self.len)
+            .field("etag", &self.etag)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The store and the object's path in it, for a URL.
+fn store_for(
+    url: &str,
+    options: &RemoteOptions,
+) -> Result<(Arc<dyn ObjectStore>, ObjectPath), RemoteError> {
+    let bad = |reason: String| RemoteError::BadUrl {
+        url: url.to_string(),
+        reason,
+    };
+    let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+    let retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: options.initial_backoff,
+            max_backoff: Duration::from_secs(1),
+            base: 2.0,
+        },
+        max_retries: options.retries,
+        retry_timeout: options.timeout * 2,
+    };
+    let client = ClientOptions::new()
+        .with_timeout(options.timeout)
+        .with_connect_timeout(options.timeout.min(Duration::from_secs(10)));
+    let setup = |source| RemoteError::Setup {
+        url: url.to_string(),
+        source,
+    };
+    let path = ObjectPath::from_url_path(parsed.path().trim_start_matches('/'))
+        .map_err(|e| bad(e.to_string()))?;
+    if path.as_ref().is_empty() {
+        return Err(bad("no object named".into()));
+    }
+    match parsed.scheme() {
+        "http" | "https" => {
+            let host = parsed
+                .host_str()
+                .ok_or_else(|| bad("no host".to_string()))?;
+            let base = match parsed.port() {
+                Some(p) => format!("{}://{host}:{p}", parsed.scheme()),
+                None => format!("{}://{host}", parsed.scheme()),
+            };
+            let store = object_store::http::HttpBuilder::new()
+                .with_url(base)
+                .with_retry(retry)
+                .with_client_options(client.with_allow_http(true))
+                .build()
+                .map_err(setup)?;
+            Ok((Arc::new(store), path))
+        }
+        "s3" => {
+            let bucket = parsed
+                .host_str()
+                .ok_or_else(|| bad("no bucket".to_string()))?;
+            let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+            let endpoint = env("AWS_ENDPOINT_URL").or_else(|| env("AWS_ENDPOINT"));
+            let loopback = endpoint.as_deref().is_some_and(|e| {
+                url::Url::parse(e).is_ok_and(|u| {
+                    u.scheme() == "http"
+                        && match u.host() {
+                            Some(url::Host::Ipv4(a)) => a.is_loopback(),
+                            Some(url::Host::Ipv6(a)) => a.is_loopback(),
+                            Some(url::Host::Domain(d)) => d == "localhost",
+                            None => false,
+                        }
+                })
+            });
+            let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry)
+                .with_client_options(client);
+            if let Some(e) = &endpoint {
+                builder = builder
+                    .with_endpoint(e)
+                    .with_virtual_hosted_style_request(false);
+            }
+            if loopback {
+                builder = builder.with_allow_http(true);
+            }
+            if env("AWS_ACCESS_KEY_ID").is_none() {
+                builder = builder.with_skip_signature(true);
+            }
+            Ok((Arc::new(builder.build().map_err(setup)?), path))
+        }
+        other => Err(bad(format!(
+            "`{other}://` is not read here (http, https and s3 are)"
+        ))),
+    }
+}
+
+/// The requests of one batch, as spans of the object to fetch: sorted by offset, a range less than
+/// `gap` bytes after the span before joins it unless the span would grow past `max` bytes. Each
+/// span lists the requests (by their index in `wanted`'s first field) it serves.
+fn coalesce(
+    mut wanted: Vec<(usize, Range<u64>)>,
+    gap: u64,
+    max: u64,
+) -> Vec<(Range<u64>, Vec<usize>)> {
+    wanted.sort_by_key(|(_, r)| r.start);
+    let mut spans: Vec<(Range<u64>, Vec<usize>)> = Vec::new();
+    for (i, range) in wanted {
+        match spans.last_mut() {
+            Some((span, members))
+                if range.start <= span.end.saturating_add(gap)
+                    && range.end.max(span.end) - span.start <= max =>
+            {
+                span.end = span.end.max(range.end);
+                members.push(i);
+            }
+            _ => spans.push((range, vec![i])),
+        }
+    }
+    spans
+}
+
+/// What identifies an object's version, as messages show it.
+fn identity(m: &ObjectMeta) -> String {
+    match &m.e_tag {
+        Some(etag) => format!("ETag {etag} ({} bytes)", m.size),
+        None => format!("{} bytes modified {} (no ETag)", m.size, m.last_modified),
+    }
+}
+
+/// A request's range (`a..b`), as messages show it.
+fn show(range: &Range<u64>) -> String {
+    format!("bytes {}..{}", range.start, range.end)
+}
+
+impl RemoteObject {
+    /// Opens the object at `url` with default options.
+    pub fn open(url: &str) -> Result<RemoteObject, RemoteError> {
+        RemoteObject::open_with(url, RemoteOptions::default())
+    }
+
+    /// Opens the object at `url`: one suffix-range request gives its length, its ETag (pinned from
+    /// now on) and its last [`RemoteOptions::tail_bytes`] bytes.
+    pub fn open_with(url: &str, options: RemoteOptions) -> Result<RemoteObject, RemoteError> {
+        let (io, path) = Io::new(url, &options)?;
+        let (store, runtime) = (&io.store, &io.runtime);
+        let stats = RemoteStats::default();
+        let request_err = |what: &str, source: object_store::Error| match source {
+            object_store::Error::NotFound { .. } => RemoteError::NotFound {
+                url: url.to_string(),
+            },
+            source => RemoteError::Request {
+                url: url.to_string(),
+                what: what.to_string(),
+                source,
+            },
+        };
+        let fetched = runtime.block_on(async {
+            stats.round_trips.fetch_add(1, Relaxed);
+            stats.requests.fetch_add(1, Relaxed);
+            let suffix = GetOptions {
+                range: Some(GetRange::Suffix(options.tail_bytes.max(1))),
+                ..GetOptions::default()
+            };
+            match store.get_opts(&path, suffix).await {
+                Ok(r) => {
+                    let (meta, range) = (r.meta.clone(), r.range.clone());
+                    let bytes = r
+                        .bytes()
+                        .await
+                        .map_err(|e| request_err("the tail of the object", e))?;
+                    if bytes.len() as u64 != range.end - range.start || range.end != meta.size {
+                        return Err(RemoteError::Short {
+                            url: url.to_string(),
+                            range,
+                            got: bytes.len() as u64,
+                        });
+                    }
+                    stats.bytes_fetched.fetch_add(bytes.len() as u64, Relaxed);
+                    Ok((meta, bytes))
+                }
+                Err(object_store::Error::NotFound { .. }) => Err(RemoteError::NotFound {
+                    url: url.to_string(),
+                }),
+                // An empty object has no range to give (416); ask for its metadata instead.
+                Err(e) => {
+                    stats.requests.fetch_add(1, Relaxed);
+                    match store.head(&path).await {
+                        Ok(meta) if meta.size == 0 => Ok((meta, Bytes::new())),
+                        _ => Err(request_err("the tail of the object", e)),
+                    }
+                }
+            }
+        });
+        let (meta, tail) = match (fetched, options.tail_cache.as_deref()) {
+            (Ok((meta, tail)), Some(dir)) => {
+                let _ = save_tail(dir, url, &meta, &tail);
+                (meta, tail)
+            }
+            (Ok(fetched), None) => fetched,
+            (Err(e @ RemoteError::NotFound { .. }), _) => return Err(e),
+            // Unreachable: the kept tail, if there is one, stands in.
+            (Err(e), Some(dir)) => match load_tail(dir, url, &path) {
+                Some(kept) => kept,
+                None => return Err(e),
+            },
+            (Err(e), None) => return Err(e),
+        };
+        Ok(RemoteObject {
+            url: url.to_string(),
+            io: Mutex::new(Arc::new(io)),
+            path,
+            len: meta.size,
+            etag: meta.e_tag.clone(),
+            version: meta.version.clone(),
+            pinned: meta,
+            tail,
+            options,
+            stats,
+        })
+    }
+
+    /// The client for this process. A forked child (a mount daemon forks after opening) has none
+    /// of its parent's runtime threads, and must not share its connections: it builds its own.
+    fn io(&self) -> Result<Arc<Io>, RemoteError> {
+        let mut current = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        if current.pid != std::process::id() {
+            let (fresh, _) = Io::new(&self.url, &self.options)?;
+            // The parent's runtime cannot be shut down here (its threads live in the parent only).
+            std::mem::forget(std::mem::replace(&mut *current, Arc::new(fresh)));
+        }
+        Ok(current.clone())
+    }
+
+    /// The URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The ETag pinned at open, if the store gave one.
+    pub fn etag(&self) -> Option<&str> {
+        self.etag.as_deref()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &RemoteStats {
+        &self.stats
+    }
+
+    /// Where the tail fetched at open starts.
+    fn tail_start(&self) -> u64 {
+        self.len - self.tail.len() as u64
+    }
+
+    /// The bytes of `range` if the tail fetched at open holds them all.
+    fn in_tail(&self, range: &Range<u64>) -> Option<&[u8]> {
+        let start = self.tail_start();
+        (range.start >= start && range.end <= self.len)
+            .then(|| &self.tail[(range.start - start) as usize..(range.end - start) as usize])
+    }
+
+    /// Fetches one range, retrying short or broken bodies; a failure is checked against the
+    /// object's current ETag, so that a changed object is reported as such.
+    async fn fetch(
+        &self,
+        store: &dyn ObjectStore,
+        range: Range<u64>,
+    ) -> Result<Bytes, RemoteError> {
+        let mut backoff = self.options.initial_backoff;
+        let mut attempt = 0;
+        loop {
+            self.stats.requests.fetch_add(1, Relaxed);
+            let get = GetOptions {
+                range: Some(GetRange::Bounded(range.clone())),
+                if_match: self.etag.clone(),
+                version: self.version.clone(),
+                ..GetOptions::default()
+            };
+            let outcome: Result<std::convert::Infallible, RemoteError> =
+                match store.get_opts(&self.path, get).await {
+                    Ok(r) => {
+                        if !self.same_object(&r.meta) {
+                            return Err(self.changed(&r.meta));
+                        }
+                        let got = r.range.clone();
+                        match r.bytes().await {
+                            Ok(b) => {
+                                self.stats.bytes_fetched.fetch_add(b.len() as u64, Relaxed);
+                                if got == range && b.len() as u64 == range.end - range.start {
+                                    return Ok(b);
+                                }
+                                Err(RemoteError::Short {
+                                    url: self.url.clone(),
+                                    range: range.clone(),
+                                    got: b.len() as u64,
+                                })
+                            }
+                            Err(e) => Err(self.request_error(&range, e)),
+                        }
+                    }
+                    Err(e) => {
+                        // Conditions that cannot succeed on a retry; object_store has already retried
+                        // the transient ones (timeouts, connections, 5xx).
+                        let err = self.request_error(&range, e);
+                        return Err(self.check_changed(store, err).await);
+                    }
+                };
+            let err: RemoteError = match outcome {
+                Ok(never) => match never {},
+                Err(e) => e,
+            };
+            if attempt >= self.options.retries {
+                return Err(self.check_changed(store, err).await);
+            }
+            attempt += 1;
+            self.stats.retries.fetch_add(1, Relaxed);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    fn request_error(&self, range: &Range<u64>, source: object_store::Error) -> RemoteError {
+        match source {
+            object_store::Error::NotFound { .. } => RemoteError::NotFound {
+                url: self.url.clone(),
+            },
+            source => RemoteError::Request {
+                url: self.url.clone(),
+                what: show(range),
+                source,
+            },
+        }
+    }
+
+    /// Whether `meta` (of an answer) describes the object opened: the same size, and the same ETag
+    /// (when the store gives ETags) or else the same modification time (`If-Unmodified-Since` is
+    /// not sent: servers compare it with sub-second times and refuse the unchanged object).
+    fn same_object(&self, meta: &ObjectMeta) -> bool {
+        meta.size == self.pinned.size
+            && match (&self.pinned.e_tag, &meta.e_tag) {
+                (Some(was), Some(now)) => was == now,
+                (Some(_), None) => true, // an answer without the header, under If-Match
+                (None, _) => meta.last_modified == self.pinned.last_modified,
+            }
+    }
+
+    fn changed(&self, now: &ObjectMeta) -> RemoteError {
+        RemoteError::Changed {
+            url: self.url.clone(),
+            was: identity(&self.pinned),
+            now: identity(now),
+        }
+    }
+
+    /// `err`, or [`RemoteError::Changed`] when the object is no longer the one opened (or is gone).
+    async fn check_changed(&self, store: &dyn ObjectStore, err: RemoteError) -> RemoteError {
+        self.stats.requests.fetch_add(1, Relaxed);
+        match store.head(&self.path).await {
+            Ok(meta) if !self.same_object(&meta) => self.changed(&meta),
+            Err(object_store::Error::NotFound { .. }) => RemoteError::Changed {
+                url: self.url.clone(),
+                was: identity(&self.pinned),
+                now: "deleted".into(),
+            },
+            _ => err,
+        }
+    }
+
+    /// Fetches the given ranges (sorted, coalesced, concurrently) and copies them into `reqs`.
+    fn read_ranges(&self, reqs: &mut [(u64, &mut [u8])]) -> Result<(), RemoteError> {
+        // Requests the tail cannot serve, by offset.
+        let mut order: Vec<usize> = Vec::new();
+        for (i, (offset, buf)) in reqs.iter_mut().enumerate() {
+            let range = *offset..*offset + buf.len() as u64;
+            if range.end > self.len {
+                return Err(RemoteError::Short {
+                    url: self.url.clone(),
+                    range,
+                    got: self.len.saturating_sub(*offset),
+                });
+            }
+            if buf.is_empty() {
+                continue;
+            }
+            match self.in_tail(&range) {
+                Some(bytes) => {
+                    buf.copy_from_slice(bytes);
+                    self.stats.tail_hits.fetch_add(1, Relaxed);
+                }
+                None => order.push(i),
+            }
+        }
+        let wanted: Vec<(usize, Range<u64>)> = order
+            .into_iter()
+            .map(|i| (i, reqs[i].0..reqs[i].0 + reqs[i].1.len() as u64))
+            .collect();
+        let spans = coalesce(
+            wanted,
+            self.options.coalesce_gap,
+            self.options.max_request_bytes,
+        );
+        if spans.is_empty() {
+            return Ok(());
+        }
+        self.stats.round_trips.fetch_add(1, Relaxed);
+        let ranges: Vec<Range<u64>> = spans.iter().map(|(r, _)| r.clone()).collect();
+        let io = self.io()?;
+        let store = &*io.store;
+        let fetched: Vec<(usize, Bytes)> = io.runtime.block_on(
+            stream::iter(ranges.into_iter().enumerate())
+                .map(|(k, r)| async move { self.fetch(store, r).await.map(|b| (k, b)) })
+                .buffer_unordered(self.options.max_in_flight.max(1))
+                .try_collect(),
+        )?;
+        for (k, bytes) in fetched {
+            let (span, members) = &spans[k];
+            for &i in members {
+                let (offset, buf) = &mut reqs[i];
+                let at = (*offset - span.start) as usize;
+                buf.copy_from_slice(&bytes[at..at + buf.len()]);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ReadAt for RemoteObject {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let n = (self.len.saturating_sub(offset)).min(buf.len() as u64) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        self.read_ranges(&mut [(offset, &mut buf[..n])])
+            .map_err(RemoteError::into_io)?;
+        Ok(n)
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
+        self.read_ranges(reqs).map_err(RemoteError::into_io)
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.read_ranges(&mut [(offset, buf)])
+            .map_err(RemoteError::into_io)
+    }
+}
+
+/// Where the tail of `url` is kept in `dir`.
+fn tail_file(dir: &Path, url: &str) -> std::path::PathBuf {
+    use sha2::Digest as _;
+    let h = sha2::Sha256::digest(url.as_bytes());
+    let name: String = h[..16].iter().map(|b| format!("{b:02x}")).collect();
+    dir.join("tails").join(name)
+}
+
+/// Keeps the tail and what identifies the object (size, ETag, version, modification time), written
+/// whole or not at all.
+fn save_tail(dir: &Path, url: &str, meta: &ObjectMeta, tail: &[u8]) -> io::Result<()> {
+    let path = tail_file(dir, url);
+    std::fs::create_dir_all(path.parent().expect("tails/ in the cache directory"))?;
+    let mut text = format!(
+        "sealfs-tail 1\nurl {url}\nsize {}\netag {}\nversion {}\nmodified {}\n\n",
+        meta.size,
+        meta.e_tag.as_deref().unwrap_or("-"),
+        meta.version.as_deref().unwrap_or("-"),
+        meta.last_modified.timestamp_nanos_opt().unwrap_or(0),
+    )
+    .into_bytes();
+    text.extend_from_slice(tail);
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(tmp, path)
+}
+
+/// The kept tail of `url`, if one is kept and reads back whole.
+fn load_tail(dir: &Path, url: &str, path: &ObjectPath) -> Option<(ObjectMeta, Bytes)> {
+    let bytes = std::fs::read(tail_file(dir, url)).ok()?;
+    let split = bytes.windows(2).position(|w| w == b"\n\n")?;
+    let head = std::str::from_utf8(&bytes[..split]).ok()?;
+    let tail = Bytes::copy_from_slice(&bytes[split + 2..]);
+    let field = |key: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+    };
+    if head.lines().next() != Some("sealfs-tail 1") || field("url") != Some(url) {
+        return None;
+    }
+    let size: u64 = field("size")?.parse().ok()?;
+    if tail.len() as u64 > size {
+        return None;
+    }
+    let opt = |v: &str| (v != "-").then(|| v.to_string());
+    let nanos: i64 = field("modified")?.parse().ok()?;
+    Some((
+        ObjectMeta {
+            location: path.clone(),
+            last_modified: chrono::DateTime::from_timestamp_nanos(nanos),
+            size,
+            e_tag: opt(field("etag")?),
+            version: opt(field("version")?),
+        },
+        tail,
+    ))
+}
+
+/// The [`Source`] for a location: a URL opens a [`RemoteObject`] (one request), anything else is a
+/// path.
+pub fn source(location: impl AsRef<Path>) -> Result<Source, RemoteError> {
+    let location = location.as_ref();
+    match location.to_str() {
+        Some(url) if is_remote(url) => {
+            let object = RemoteObject::open(url)?;
+            Ok(Source::reader(Arc::new(object), url))
+        }
+        _ => Ok(Source::Path(location.to_path_buf())),
+    }
+}
+
+/// Whether a remote image may be read without an expected digest or key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RemoteTrust {
+    /// A remote image must be opened with [`OpenOptions::digest`] or [`OpenOptions::keys`].
+    #[default]
+    RequireAuthority,
+    /// The caller accepts a remote image checked only against its own seal
+    /// ([`sealfs_reader::Trust::SelfConsistent`]).
+    AllowSelfConsistent,
+}
+
+/// Opens an image at a path or a URL, as [`sealfs_reader::open()`] does. A URL without a digest or
+/// key in `options` is refused ([`OpenError::Refused`]) unless `trust` allows self-consistent
+/// reading: whoever controls the server controls the seal. The sidecar and the detached signatures
+/// of `options` may be URLs too (see [`source`]).
+pub fn open(
+    location: impl AsRef<Path>,
+    options: &OpenOptions,
+    trust: RemoteTrust,
+) -> Result<OpenedImage, OpenError> {
+    open_counted(location, options, trust).map(|(opened, _)| opened)
+}
+
+/// [`open`], also returning the [`RemoteObject`] read when `location` is a URL (its counters:
+/// requests, round trips, bytes fetched).
+pub fn open_counted(
+    location: impl AsRef<Path>,
+    options: &OpenOptions,
+    trust: RemoteTrust,
+) -> Result<(OpenedImage, Option<Arc<RemoteObject>>), OpenError> {
+    open_counted_with(location, options, trust, &RemoteOptions::default())
+}
+
+/// [`open_counted`], with the remote object read as `remote` says (its tail kept for offline
+/// opens, say).
+pub fn open_counted_with(
+    location: impl AsRef<Path>,
+    options: &OpenOptions,
+    trust: RemoteTrust,
+    remote_options: &RemoteOptions,
+) -> Result<(OpenedImage, Option<Arc<RemoteObject>>), OpenError> {
+    let location = location.as_ref();
+    let remote = location.to_str().is_some_and(is_remote);
+    if remote
+        && options.digest.is_none()
+        && options.keys.is_empty()
+        && trust == RemoteTrust::RequireAuthority
+    {
+        return Err(OpenError::Refused(format!(
+            "{}: a remote image is read only against an expected digest or key: give --digest (the \
+             digest published with the image) or --key, or pass --self-consistent to read it checked \
+             only against its own seal (anyone who can change the object can change the seal)",
+            location.display()
+        )));
+    }
+    let to_open = |e: RemoteError| OpenError::Io {
+        name: location.display().to_string(),
+        what: "open",
+        source: e.into_io(),
+    };
+    let (source, object) = match location.to_str() {
+        Some(url) if remote => {
+            let object =
+                Arc::new(RemoteObject::open_with(url, remote_options.clone()).map_err(to_open)?);
+            (Source::reader(object.clone(), url), Some(object))
+        }
+        _ => (Source::Path(location.to_path_buf()), None),
+    };
+    Ok((sealfs_reader::open(source, options)?, object))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Data and the hash blocks beside it become one request when close; far ones stay apart (but
+    /// are fetched concurrently); overlapping and unsorted requests are served; spans stop at `max`.
+    #[test]
+    fn close_ranges_are_coalesced_and_far_ones_kept_apart() {
+        let k = 1 << 10;
+        let spans = coalesce(
+            vec![
+                (0, 1000 * k..1004 * k), // a hash block near the end
+                (1, 0..256 * k),         // data
+                (2, 260 * k..264 * k),   // 4 KiB after the data
+                (3, 100 * k..104 * k),   // inside the data
+                (4, 1070 * k..1074 * k), // 66 KiB after the hash block: apart
+            ],
+            64 * k,
+            8 << 20,
+        );
+        assert_eq!(
+            spans,
+            vec![
+                (0..264 * k, vec![1, 3, 2]),
+                (1000 * k..1004 * k, vec![0]),
+                (1070 * k..1074 * k, vec![4]),
+            ]
+        );
+        let spans = coalesce(vec![(0, 0..6 * k), (1, 6 * k..12 * k)], 64 * k, 8 * k);
+        assert_eq!(spans.len(), 2, "a span grows no larger than max");
+        assert!(coalesce(Vec::new(), 64 * k, 8 * k).is_empty());
+    }
+
+    #[test]
+    fn urls_and_paths_are_told_apart() {
+        for url in ["http://h/x", "HTTPS://h/x", "s3://b/k"] {
+            assert!(is_remote(url), "{url}");
+        }
+        for path in [
+            "image.sealfs",
+            "/srv/http:/x",
+            "http:/x",
+            "s3://",
+            "file:///x",
+        ] {
+            assert!(!is_remote(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn unknown_schemes_and_missing_objects_are_named() {
+        let err = store_for("ftp://h/x", &RemoteOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("ftp://h/x"), "{err}");
+        let err = store_for("http://h/", &RemoteOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("no object named"), "{err}");
+    }
+
+    #[test]
+    fn a_remote_image_without_digest_or_key_is_refused_before_any_request() {
+        // Port 9 (discard) on loopback: nothing is asked of it, the refusal comes first.
+        let err = open(
+            "http://127.0.0.1:9/img",
+            &OpenOptions::new(),
+            RemoteTrust::RequireAuthority,
+        )
+        .unwrap_err();
+        assert!(matches!(err, OpenError::Refused(_)), "{err}");
+        assert!(err.to_string().contains("--self-consistent"), "{err}");
+        assert!(!err.is_image_fault());
+    }
+}

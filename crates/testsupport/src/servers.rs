@@ -1,0 +1,199 @@
+//! Real servers on loopback for the remote-image tests, no mocks: `nginx` (Debian package) serving a
+//! directory with range requests and an access log of every request's method, range and status, and
+//! `versitygw` (an S3 gateway, a Go program that `scripts/test.sh` builds into `target/oracles/`)
+//! serving a directory with its posix backend, each subdirectory a bucket. Each listens on a free
+//! port of 127.0.0.1 and is killed when dropped.
+
+use crate::is_root;
+use std::fs;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free port on 127.0.0.1")
+}
+
+/// A server process the test started; killed (and reaped) on drop.
+pub struct Server {
+    child: Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// nginx: the access log, one `METHOD URI RANGE STATUS BYTES` line per request.
+    pub access_log: Option<PathBuf>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// `http://127.0.0.1:PORT/name`.
+    pub fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// The lines of the access log (nginx).
+    pub fn requests(&self) -> Vec<String> {
+        let log = self.access_log.as_ref().expect("an nginx server");
+        fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Empties the access log (nginx appends, so the next request starts it again).
+    pub fn clear_requests(&self) {
+        let log = self.access_log.as_ref().expect("an nginx server");
+        fs::write(log, b"").expect("truncate the access log");
+    }
+
+    fn wait_ready(mut self, what: &str, log: &Path) -> Result<Server, String> {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(15) {
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(self);
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!(
+                    "{what} exited ({status}): {}",
+                    fs::read_to_string(log).unwrap_or_default()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!("{what} did not listen on port {}", self.port))
+    }
+}
+
+/// Starts nginx serving `root` (its files by name) on a free port, with its configuration, pid file,
+/// logs and temporary directories in `work`. `Err` says why it cannot (not installed).
+pub fn nginx(root: &Path, work: &Path) -> Result<Server, String> {
+    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or("nginx not installed (Debian package nginx)")?;
+    let port = free_port();
+    let w = work.display();
+    // As root, nginx would switch its worker to `nobody`, who cannot read a private temporary
+    // directory; one process, no master, so that killing it ends the server.
+    let user = if is_root() { "user root;" } else { "" };
+    let conf = format!(
+        r#"daemon off;
+master_process off;
+{user}
+pid {w}/nginx.pid;
+error_log {w}/error.log;
+events {{ worker_connections 256; }}
+http {{
+  log_format ranges '$request_method $uri $http_range $status $body_bytes_sent';
+  access_log {w}/access.log ranges;
+  client_body_temp_path {w}/tmp;
+  proxy_temp_path {w}/tmp;
+  fastcgi_temp_path {w}/tmp;
+  uwsgi_temp_path {w}/tmp;
+  scgi_temp_path {w}/tmp;
+  server {{
+    listen 127.0.0.1:{port};
+    root {root};
+  }}
+}}
+"#,
+        root = root.display()
+    );
+    fs::create_dir_all(work.join("tmp")).map_err(|e| e.to_string())?;
+    let conf_path = work.join("nginx.conf");
+    fs::write(&conf_path, conf).map_err(|e| e.to_string())?;
+    let error_log = work.join("error.log");
+    let child = Command::new(nginx)
+        .arg("-c")
+        .arg(&conf_path)
+        .arg("-p")
+        .arg(work)
+        .arg("-e")
+        .arg(&error_log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("nginx: {e}"))?;
+    Server {
+        child,
+        port,
+        access_log: Some(work.join("access.log")),
+    }
+    .wait_ready("nginx", &error_log)
+}
+
+/// Where the versitygw binary is: `$SEALFS_VERSITYGW`, `target/oracles/versitygw` of this
+/// workspace (where `scripts/test.sh` builds it), or `versitygw` in `PATH`.
+pub fn versitygw_bin() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("SEALFS_VERSITYGW") {
+        return Ok(p.into());
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/oracles/versitygw");
+    if built.is_file() {
+        return Ok(built);
+    }
+    if crate::have_tool("versitygw") {
+        return Ok("versitygw".into());
+    }
+    Err(
+        "versitygw not built (scripts/test.sh builds it into target/oracles/ with `go install \
+         github.com/versity/versitygw/cmd/versitygw@v1.8.0`)"
+            .into(),
+    )
+}
+
+/// The access key and secret the S3 server is started with.
+pub const S3_ACCESS: (&str, &str) = ("sealfs-test", "sealfs-test-secret");
+
+/// Starts versitygw serving `root` over S3 on a free port (each directory of `root` is a bucket),
+/// its output in `work`. `Err` says why it cannot.
+pub fn versitygw(root: &Path, work: &Path) -> Result<Server, String> {
+    let bin = versitygw_bin()?;
+    let port = free_port();
+    let log = work.join("versitygw.log");
+    let out = fs::File::create(&log).map_err(|e| e.to_string())?;
+    let child = Command::new(bin)
+        .args(["--access", S3_ACCESS.0, "--secret", S3_ACCESS.1, "--port"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("posix")
+        .arg(root)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(out)
+        .spawn()
+        .map_err(|e| format!("versitygw: {e}"))?;
+    Server {
+        child,
+        port,
+        access_log: None,
+    }
+    .wait_ready("versitygw", &log)
+}
+
+impl Server {
+    /// The environment that points an S3 client at this server (versitygw).
+    pub fn s3_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", S3_ACCESS.0.to_string()),
+            ("AWS_SECRET_ACCESS_KEY", S3_ACCESS.1.to_string()),
+            (
+                "AWS_ENDPOINT_URL",
+                format!("http://127.0.0.1:{}", self.port),
+            ),
+            ("AWS_REGION", "us-east-1".to_string()),
+        ]
+    }
+}
