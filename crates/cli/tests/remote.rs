@@ -627,3 +627,265 @@ fn the_cache_serves_a_remote_image_offline_and_never_a_damaged_block() {
     sealfs_ok(&["cache", "prune", "--to", "0", "--cache-dir", c]);
     assert_eq!(cache_stats(&cache).1, 0);
 }
+
+/// Regular files under `dir` (relative paths, sorted), as `find -type f` lists them.
+fn regular_files(dir: &Path) -> Vec<String> {
+    let o = run(Command::new("find")
+        .args([".", "-type", "f", "-size", "+0"])
+        .current_dir(dir));
+    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.contains('\u{fffd}'))
+        .map(|l| l.trim_start_matches("./").to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `scripts/faultproxy.py` in front of `upstream`, spoiling answers as `control` says.
+struct FaultProxy {
+    child: std::process::Child,
+    port: u16,
+    control: PathBuf,
+    log: PathBuf,
+}
+
+impl FaultProxy {
+    fn start(upstream: &Server, dir: &Path) -> Result<FaultProxy, String> {
+        if !have_tool("python3") {
+            return Err("python3 not found".into());
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/faultproxy.py");
+        let control = dir.join("faults.json");
+        let port_file = dir.join("proxy.port");
+        let log = dir.join("proxy.log");
+        fs::write(&control, "{}").unwrap();
+        let child = Command::new("python3")
+            .arg(&script)
+            .arg(upstream.port.to_string())
+            .arg(&control)
+            .arg(&port_file)
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .map_err(|e| format!("python3 faultproxy.py: {e}"))?;
+        for _ in 0..500 {
+            if let Some(port) = fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|p| p.parse().ok())
+            {
+                return Ok(FaultProxy {
+                    child,
+                    port,
+                    control,
+                    log,
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Err("faultproxy.py did not start".into())
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Sets the faults (JSON), for range requests only (an open's suffix request is a range too).
+    fn set(&self, faults: &str) {
+        fs::write(&self.control, faults).unwrap();
+    }
+
+    /// The faults left unused.
+    fn left(&self) -> serde_json::Value {
+        serde_json::from_str(&fs::read_to_string(&self.control).unwrap()).unwrap()
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Faults on the way (503s, dropped connections, truncated bodies, latency): the reads are retried
+/// and return the right bytes. One flipped byte in an answer, through a mount: the reads that need
+/// it fail with EIO, the other files read, nothing of it is cached, and once the link is healthy
+/// the same file reads. The object replaced by another image under the mount: reads of what was
+/// not read yet fail, never returning the new object's bytes.
+#[test]
+fn faults_are_retried_or_fail_only_the_reads_they_touch() {
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let proxy = match FaultProxy::start(&http, work.path()) {
+        Ok(p) => p,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let digest =
+        String::from_utf8(sealfs_ok(&["digest", s(&images.local("plain"))]).stdout).unwrap();
+    let digest = digest.trim().to_string();
+    let url = proxy.url("plain");
+    let big = pseudo_random(BIG, 7);
+    let cat = |file: &str| sealfs_run(&["cat", "--no-cache", "--digest", &digest, &url, file], &[]);
+
+    for faults in [
+        r#"{"fail": 2, "status": 503, "only_ranges": true}"#,
+        r#"{"fail": 1, "status": 500, "only_ranges": true}"#,
+        r#"{"drop": 2, "only_ranges": true}"#,
+        r#"{"truncate": 2, "only_ranges": true}"#,
+        r#"{"latency_ms": 30}"#,
+    ] {
+        proxy.set(faults);
+        let o = cat("/big");
+        let left = proxy.left();
+        println!("{faults}: exit {:?}, left {left}", o.status.code());
+        assert!(
+            o.status.success() && o.stdout == big,
+            "{faults}: {}\n{}",
+            String::from_utf8_lossy(&o.stderr),
+            proxy.log()
+        );
+        for kind in ["fail", "drop", "truncate"] {
+            assert_eq!(
+                left.get(kind).and_then(|v| v.as_u64()).unwrap_or(0),
+                0,
+                "{faults}: {kind} not used"
+            );
+        }
+    }
+
+    // The rest needs a FUSE mount.
+    if !oracle_guard(root_env().and_then(|()| {
+        Path::new("/dev/fuse")
+            .exists()
+            .then_some(())
+            .ok_or_else(|| "/dev/fuse missing (no FUSE)".to_string())
+    })) {
+        return;
+    }
+    let mnt = work.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let cache = work.path().join("cache");
+    proxy.set("{}");
+    let o = sealfs_run(
+        &[
+            "mount",
+            "--digest",
+            &digest,
+            "--cache-dir",
+            s(&cache),
+            &url,
+            s(&mnt),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |name: &str| {
+        run(Command::new("timeout")
+            .args(["60", "cat"])
+            .arg(mnt.join(name)))
+    };
+    // Every answer with a byte flipped (nothing of big read or cached yet): the reads fail with
+    // EIO, and no wrong byte comes out.
+    proxy.set(r#"{"flip": 100000, "only_ranges": true}"#);
+    let bad = read("big");
+    assert!(
+        !bad.status.success(),
+        "flipped answers were read without error"
+    );
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("Input/output error"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert!(
+        bad.stdout.len() < BIG && bad.stdout[..] == big[..bad.stdout.len()],
+        "wrong bytes"
+    );
+    // The link healthy again: the other files and big itself read right.
+    proxy.set("{}");
+    let local_dir = work.path().join("local");
+    sealfs_ok(&[
+        "extract",
+        "-q",
+        "--digest",
+        &digest,
+        s(&images.local("plain")),
+        s(&local_dir),
+    ]);
+    let files = regular_files(&local_dir);
+    assert!(files.len() > 6, "{files:?}");
+    for name in files.iter().filter(|f| *f != "big").take(5) {
+        let want = fs::read(local_dir.join(name)).unwrap();
+        let got = read(name);
+        assert!(
+            got.status.success() && got.stdout == want,
+            "{name} through the mount"
+        );
+    }
+    let again = read("big");
+    assert!(
+        again.status.success() && again.stdout == big,
+        "big after the fault"
+    );
+    // Nothing unverified was cached.
+    let o = sealfs_run(&["cache", "verify", "--cache-dir", s(&cache)], &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    let umount = sealfs_run(&["umount", s(&mnt)], &[]);
+    assert!(umount.status.success());
+
+    // The object replaced by another image under a mount (without the persistent cache, so that
+    // what was not read yet must come from the server): reading it fails, it never returns the
+    // new object's bytes.
+    let o = sealfs_run(
+        &["mount", "--no-cache", "--digest", &digest, &url, s(&mnt)],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let first = read(&files[0]);
+    assert!(first.status.success());
+    let unread = files
+        .iter()
+        .skip(1)
+        .filter(|f| *f != "big")
+        .max_by_key(|f| fs::metadata(local_dir.join(f)).unwrap().len())
+        .unwrap()
+        .clone();
+    let served = images.local("plain");
+    let replacement = images.dir.path().join("replacement");
+    fs::copy(images.local("z"), &replacement).unwrap();
+    fs::rename(&replacement, &served).unwrap();
+    let after = read(&unread);
+    let umount = sealfs_run(&["umount", s(&mnt)], &[]);
+    assert!(umount.status.success());
+    {
+        assert!(
+            !after.status.success(),
+            "{unread} read after the object changed: {} bytes",
+            after.stdout.len()
+        );
+        let want = fs::read(local_dir.join(&unread)).unwrap();
+        assert!(after.stdout.len() < want.len() && after.stdout[..] == want[..after.stdout.len()]);
+        println!(
+            "after the object was replaced: exit {:?}, {}",
+            after.status.code(),
+            String::from_utf8_lossy(&after.stderr).trim()
+        );
+    }
+}
