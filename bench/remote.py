@@ -47,7 +47,10 @@ ROWS = []
 
 
 def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw).stdout
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stdout}")
+    return r.stdout
 
 
 def free_port():
@@ -81,10 +84,10 @@ class Nginx:
         self.log = os.path.join(work, "access.log")
         conf = os.path.join(work, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(f"""daemon off; worker_processes 2; pid {work}/nginx.pid; error_log {work}/error.log;
+            f.write(f"""daemon off; user root; worker_processes 2; pid {work}/nginx.pid; error_log {work}/error.log;
 events {{ worker_connections 1024; }}
 http {{
-  access_log {self.log} bytes; log_format bytes '$request_method $status $body_bytes_sent';
+  log_format bytes '$request_method $status $body_bytes_sent'; access_log {self.log} bytes;
   client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;
   uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi;
   sendfile on; tcp_nopush on; keepalive_requests 100000;

@@ -285,7 +285,14 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     let image = Arc::new(opened.image);
     let verified = opened.verified;
     let file_digests = opened.file_digests;
+    // A remote image's metadata is fetched in batches in the background (into the persistent
+    // cache), so that a cold `ls -lR` or `find` does not wait a round trip per directory.
+    let warm = args.image.is_remote() && !args.image.no_cache;
     let make_fs = move |log: Logger| {
+        if warm {
+            let image = image.clone();
+            std::thread::spawn(move || image.warm_metadata(16));
+        }
         let fs = SealFs::new(image, verified, trust, log);
         match file_digests {
             Some(digests) => fs.with_file_check(file_check(digests)),

@@ -203,6 +203,22 @@ impl Image {
         Ok(())
     }
 
+    /// Reads every directory and inode of the image once, on `threads` threads of its own, and
+    /// forgets them: for a remote image with a store, this brings the metadata into the store in
+    /// batches (a later `ls -lR` or `find` then reads it locally) while the caller goes on. Errors
+    /// are left for the reads that meet them.
+    pub fn warm_metadata(&self, threads: usize) {
+        let Ok(root) = self.root() else { return };
+        let Ok(pool) = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .thread_name(|i| format!("sealfs-warm-{i}"))
+            .build()
+        else {
+            return;
+        };
+        pool.install(|| drop(self.read_ahead(&root, usize::MAX)));
+    }
+
     /// Reads the directories below `top` (to `max_depth` levels) and the inodes their entries name,
     /// breadth first: the order the builder stores inodes in, so the inodes of one level are read
     /// in order of their position, [`INODE_BATCH`] at a time with their metadata blocks fetched
