@@ -23,6 +23,8 @@ if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
 fi
 install_packages "${missing[@]}"
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
+# mkfs.erofs 1.9 (MicroLZMA, DEFLATE, fragments: bookworm has 1.5), built once into target/oracles.
+./scripts/build-oracles.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings

@@ -68,6 +68,7 @@ pub mod error;
 pub mod files;
 mod image;
 pub mod inode;
+mod microlzma;
 pub mod namei;
 pub mod open;
 pub mod seal;

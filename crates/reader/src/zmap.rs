@@ -80,9 +80,9 @@ pub enum Compression {
     Interlaced,
     /// LZ4 block format (lz4 and lz4hc), right-aligned in its pcluster.
     Lz4,
-    /// MicroLZMA (decoding unsupported).
+    /// MicroLZMA, right-aligned in its pcluster.
     Lzma,
-    /// Raw DEFLATE (decoding unsupported).
+    /// Raw DEFLATE, right-aligned in its pcluster.
     Deflate,
     /// A Zstandard frame, right-aligned in its pcluster.
     Zstd,
