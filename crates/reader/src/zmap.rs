@@ -49,9 +49,19 @@
 //! Work is bounded: lookback and lookahead stop (unsupported) once they span more than a 12 MiB
 //! extent could, so a crafted index cannot make one map walk the whole file.
 //!
-//! Unsupported (an [`Error::Unsupported`]): fragments in the packed inode (`FRAGMENTS`: a whole-
-//! file fragment, or the tail extent of an inode with `FRAGMENT_PCLUSTER`; the other extents of
-//! such an inode map normally), encoded extents (`48BIT` with `Z_EROFS_ADVISE_EXTENTS`), compact
+//! **Fragments** (`FRAGMENTS`). A map header with bit 63 set makes the whole file one fragment:
+//! the other 63 bits are its offset in the packed inode (`z_fragmentoff`), nothing else of the
+//! header counts. With `FRAGMENT_PCLUSTER` the tail extent (found as for ztailpacking; a tail
+//! extent starting at lcluster 0 makes the whole file a fragment, as in
+//! `z_erofs_map_blocks_iter`) is a fragment at `h_fragmentoff`, to which FULL indexes add the
+//! tail head's block address as the high 32 bits; the other extents map normally. A fragment
+//! extent is mapped as [`crate::ExtentKind::Fragment`] and read from the packed inode (the
+//! superblock's `packed_nid`) at the fragment offset plus the position in the extent
+//! (`z_erofs_read_fragment`), through the packed inode's own extents and so the cluster cache;
+//! a fragment past the packed inode's end, in the packed inode itself or without
+//! `FRAGMENTS`/`packed_nid` is corrupted.
+//!
+//! Unsupported (an [`Error::Unsupported`]): encoded extents (`48BIT` with `Z_EROFS_ADVISE_EXTENTS`), compact
 //! indexes with 2-byte packs and `lclusterbits > 12`.
 
 use crate::error::{Error, Location, Result};
@@ -144,6 +154,9 @@ pub(crate) struct ZExtent {
     pub partial_ref: bool,
     /// Head lcluster of the extent.
     pub head_lcn: u64,
+    /// The extent is a fragment: its bytes are those of the packed inode from this offset
+    /// (`z_fragmentoff`); `physical`, `plen` and `algorithm` mean nothing then.
+    pub fragment: Option<u64>,
 }
 
 /// The checked map header and what the tail lookup found (`z_erofs_fill_inode_lazy`).
@@ -157,6 +170,8 @@ struct ZInfo {
     /// `h_idata_size` with INLINE_PCLUSTER (0: no inline tail).
     idata_size: u16,
     fragment: bool,
+    /// `z_fragmentoff`: where the fragment starts in the packed inode.
+    fragmentoff: u64,
     /// Head lcluster of the tail extent (ztailpacking or fragment inodes).
     tail_headlcn: u64,
     /// Position of the inline tail pcluster.
@@ -255,10 +270,20 @@ impl Image {
         self.blocks.read(hdr_pos, &mut raw, hat)?;
         let h = MapHeader::read_from_bytes(&raw).expect("8 bytes");
         if h.h_clusterbits & 0x80 != 0 {
-            return Err(Error::unsupported(
-                "whole-file fragment in the packed inode (FRAGMENTS)",
-                hat,
-            ));
+            // The whole file is a fragment; the other 63 bits of the header are its offset in the
+            // packed inode, and nothing else of the header is looked at.
+            return Ok(ZInfo {
+                hdr_pos,
+                compact: inode.layout == DataLayout::CompressedCompact,
+                advise: Z_EROFS_ADVISE_FRAGMENT_PCLUSTER,
+                algs: [0, 0],
+                lclusterbits: bits,
+                idata_size: 0,
+                fragment: true,
+                fragmentoff: u64::from_le_bytes(raw) ^ (1 << 63),
+                tail_headlcn: 0,
+                inline_pos: 0,
+            });
         }
         let advise = h.h_advise.get();
         let compact = inode.layout == DataLayout::CompressedCompact;
@@ -304,6 +329,9 @@ impl Image {
             lclusterbits: bits + (h.h_clusterbits & 15),
             idata_size,
             fragment,
+            // For a tail fragment `h_fragmentoff`; FULL indexes add the tail head's block number
+            // as the high 32 bits (found with the tail below).
+            fragmentoff: u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as u64,
             tail_headlcn: 0,
             inline_pos: 0,
         };
@@ -645,10 +673,19 @@ impl Image {
         let lcbits = zi.lclusterbits;
         let lcs = 1u64 << lcbits;
         if zi.fragment && !findtail && zi.tail_headlcn == 0 {
-            return Err(Error::unsupported(
-                "data in the packed inode (FRAGMENTS)",
-                at,
-            ));
+            // The whole file is one fragment (a whole-file fragment header, or a fragment tail
+            // extent that starts at lcluster 0), as in `z_erofs_map_blocks_iter`.
+            return Ok(ZExtent {
+                logical: 0,
+                length: inode.size,
+                physical: 0,
+                plen: 0,
+                algorithm: Compression::Plain,
+                inline: false,
+                partial_ref: false,
+                head_lcn: 0,
+                fragment: Some(zi.fragmentoff),
+            });
         }
         let ztailpacking = zi.idata_size != 0;
         let initial_lcn = ofs >> lcbits;
@@ -682,6 +719,10 @@ impl Image {
         let partial_ref = m.partialref;
         if findtail {
             zi.tail_headlcn = head_lcn;
+            if zi.fragment && !zi.compact {
+                // FULL indexes: the fragment offset is 64 bits, the high half in the tail head.
+                zi.fragmentoff |= m.pblk << 32;
+            }
         }
         let inline = ztailpacking && head_lcn == zi.tail_headlcn;
         let (physical, plen) = if inline {
@@ -707,12 +748,21 @@ impl Image {
                     inline: false,
                     partial_ref,
                     head_lcn,
+                    fragment: None,
                 });
             }
-            return Err(Error::unsupported(
-                format!("tail fragment at lcluster {head_lcn} in the packed inode (FRAGMENTS)"),
-                at,
-            ));
+            // The tail extent, to the end of the file, is in the packed inode.
+            return Ok(ZExtent {
+                logical: la,
+                length: inode.size.saturating_sub(la),
+                physical: 0,
+                plen: 0,
+                algorithm: Compression::Plain,
+                inline: false,
+                partial_ref,
+                head_lcn,
+                fragment: Some(zi.fragmentoff),
+            });
         } else {
             let physical = self.blkpos(m.pblk, at)?;
             let blocks = self.compressed_blocks(inode, zi, &mut m, at)?;
@@ -777,6 +827,7 @@ impl Image {
             inline,
             partial_ref,
             head_lcn,
+            fragment: None,
         })
     }
 }

@@ -1,5 +1,5 @@
 //! Images made by erofs-utils 1.9's `mkfs.erofs` with what 1.5 cannot write (MicroLZMA, DEFLATE,
-//! libdeflate) read back through the reader equal to the source, with random reads and with the
+//! libdeflate, fragments in the packed inode, alone and with dedupe) read back through the reader equal to the source, with random reads and with the
 //! cluster cache on and off, and equal to the kernel's mount of the same image (the oracle: Linux
 //! decodes these with its own MicroLZMA and DEFLATE decompressors).
 //!
@@ -64,15 +64,24 @@ fn build_tree(root: &Path) {
 struct Case {
     name: &'static str,
     args: &'static [&'static str],
-    /// An algorithm some extent must use.
-    algorithm: Compression,
+    /// An algorithm some extents must use.
+    algorithm: Option<Compression>,
+    /// Some files must have fragments in the packed inode.
+    fragments: bool,
 }
 
 fn cases() -> Vec<Case> {
     let c = |name, args, algorithm| Case {
         name,
         args,
+        algorithm: Some(algorithm),
+        fragments: false,
+    };
+    let f = |name, args, algorithm| Case {
+        name,
+        args,
         algorithm,
+        fragments: true,
     };
     vec![
         c("lzma", &["-zlzma"], Compression::Lzma),
@@ -96,6 +105,37 @@ fn cases() -> Vec<Case> {
             "libdeflate-12-64k",
             &["-zlibdeflate,level=12", "-C65536"],
             Compression::Deflate,
+        ),
+        // Fragments: tails (and small files) in the packed inode.
+        f(
+            "lz4hc-fragments",
+            &["-zlz4hc", "-Efragments"],
+            Some(Compression::Lz4),
+        ),
+        f(
+            "lzma-64k-fragments",
+            &["-zlzma", "-C65536", "-Efragments"],
+            Some(Compression::Lzma),
+        ),
+        f(
+            "zstd-all-fragments",
+            &["-zzstd", "-C65536", "-Eall-fragments"],
+            None,
+        ),
+        f(
+            "deflate-fragments-dedupe",
+            &["-zdeflate", "-C16384", "-Efragments,dedupe"],
+            Some(Compression::Deflate),
+        ),
+        f(
+            "lz4-fragments-ztailpacking-full",
+            &["-zlz4", "-Efragments,ztailpacking,legacy-compress"],
+            Some(Compression::Lz4),
+        ),
+        f(
+            "lzma-1m-all-fragments-dedupe",
+            &["-zlzma,level=9", "-C1048576", "-Eall-fragments,dedupe"],
+            None,
         ),
     ]
 }
@@ -172,7 +212,7 @@ fn check_case(mkfs: &Path, dir: &Path, src: &Tree, case: &Case, kernel: bool, rn
 
     // The case exercised what it is meant to.
     let files = files(&img, &tree);
-    let (mut compressed, mut extents, mut with_alg) = (0, 0, 0);
+    let (mut compressed, mut extents, mut with_alg, mut fragments) = (0, 0, 0, 0);
     for inode in files.values() {
         if !matches!(
             inode.layout(),
@@ -183,17 +223,58 @@ fn check_case(mkfs: &Path, dir: &Path, src: &Tree, case: &Case, kernel: bool, rn
         compressed += 1;
         for e in img.map_range(inode, 0, u64::MAX).unwrap() {
             extents += 1;
-            if let ExtentKind::Compressed { algorithm, .. } = e.kind {
-                with_alg += (algorithm == case.algorithm) as usize;
+            match e.kind {
+                ExtentKind::Compressed { algorithm, .. } => {
+                    with_alg += (Some(algorithm) == case.algorithm) as usize;
+                }
+                ExtentKind::Fragment { .. } => fragments += 1,
+                _ => {}
             }
         }
     }
     println!(
-        "{name}: {compressed} compressed files, {extents} extents, {with_alg} {:?}, {} bytes",
+        "{name}: {compressed} compressed files, {extents} extents, {with_alg} {:?}, {fragments} \
+         fragments, {} bytes",
         case.algorithm,
         fs::metadata(&img_path).unwrap().len()
     );
-    assert!(compressed >= 5 && with_alg >= 5, "{name}: too few");
+    assert!(compressed >= 5, "{name}: too few compressed files");
+    if case.algorithm.is_some() {
+        assert!(
+            with_alg >= 5,
+            "{name}: too few {:?} extents",
+            case.algorithm
+        );
+    }
+    assert_eq!(
+        fragments > 10,
+        case.fragments,
+        "{name}: {fragments} fragments"
+    );
+    if case.fragments {
+        // Reading every file once decodes each pcluster (the packed inode's and the files'
+        // own) at most once: a fragment cluster decoded for one small file serves the others.
+        let fresh = open_with(&img_path, 64 << 20);
+        let packed = fresh.inode(fresh.superblock().packed_nid).unwrap();
+        let mut pclusters = fresh.map_range(&packed, 0, u64::MAX).unwrap().len();
+        for inode in files.values() {
+            let mut buf = vec![0u8; inode.size() as usize];
+            assert_eq!(fresh.read(inode, 0, &mut buf).unwrap(), buf.len());
+            pclusters += fresh
+                .map_range(inode, 0, u64::MAX)
+                .unwrap()
+                .iter()
+                .filter(|e| matches!(e.kind, ExtentKind::Compressed { .. }))
+                .count();
+        }
+        let s = fresh.stats();
+        println!(
+            "{name}: {fragments} fragments, {} cluster misses, {} hits, at most {pclusters} \
+             pclusters",
+            s.cluster_misses, s.cluster_hits
+        );
+        assert!(s.cluster_misses as usize <= pclusters, "{name}: {s:?}");
+    }
 
     // Random reads, with the default cache, a tiny one and none.
     assert_no_diffs(name, &random_reads(&img, src, &files, rng));
@@ -221,7 +302,7 @@ fn check_case(mkfs: &Path, dir: &Path, src: &Tree, case: &Case, kernel: bool, rn
 }
 
 #[test]
-fn mkfs_1_9_lzma_and_deflate_images_read_like_the_kernel() {
+fn mkfs_1_9_lzma_deflate_and_fragment_images_read_like_the_kernel() {
     let mkfs = mkfs_erofs_1_9();
     if !oracle_guard(mkfs.as_ref().map(drop).map_err(Clone::clone)) {
         return;
