@@ -137,6 +137,13 @@ impl Image {
             DataLayout::ChunkBased => self.map_chunk(inode, offset, at),
             DataLayout::CompressedFull | DataLayout::CompressedCompact => {
                 let z = self.zmap(inode, offset)?;
+                if z.hole {
+                    return Ok(Extent {
+                        logical: z.logical,
+                        length: z.length,
+                        kind: ExtentKind::Hole,
+                    });
+                }
                 if let Some(offset) = z.fragment {
                     return Ok(Extent {
                         logical: z.logical,
@@ -332,6 +339,10 @@ impl Image {
         let zend = z.logical + z.length;
         let n = (zend.min(end) - pos) as usize;
         let from = (pos - z.logical) as usize;
+        if z.hole {
+            dst[..n].fill(0);
+            return Ok(n as u64);
+        }
         if let Some(offset) = z.fragment {
             self.read_fragment(inode, offset.saturating_add(from as u64), &mut dst[..n])?;
             return Ok(n as u64);

@@ -34,7 +34,8 @@
 //! ztailpacking, fragments in the packed inode, PLAIN and interlaced uncompressed pclusters, HEAD2,
 //! dedupe's partial references, legacy images without ZERO_PADDING), compact and extended inodes,
 //! every file type, shared and inline xattrs with short and plain long prefixes.
-//! Not yet (an [`Error::Unsupported`]): encoded extents (48BIT compressed inodes), extra devices, metadata compression
+//! Encoded extents (48BIT compressed inodes) and compressed directories read too.
+//! Not yet (an [`Error::Unsupported`]): extra devices, metadata compression
 //! (METABOX), long prefixes stored in the packed inode.
 //!
 //! # Opening an image

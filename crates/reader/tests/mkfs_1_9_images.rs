@@ -6,14 +6,14 @@
 //! `mkfs.erofs` 1.9 is found by `sealfs_testsupport::mkfs_erofs_1_9` (`$MKFS_EROFS`, or the build
 //! of `scripts/build-oracles.sh`); without it the test prints `SKIP` (and fails under CI).
 
-use sealfs_format::DataLayout;
+use sealfs_format::{DataLayout, Z_EROFS_ADVISE_EXTENTS};
 use sealfs_reader::{Compression, ExtentKind, Image, Inode, Options};
 use sealfs_testsupport::walk::{compare, scan_source, walk_image, Expect, Tree};
 use sealfs_testsupport::zcraft::text;
 use sealfs_testsupport::{
     assert_no_diffs, mkfs_erofs_1_9, mkfs_with, mount_env, mount_erofs, oracle_guard, show, Rng,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
@@ -137,7 +137,39 @@ fn cases() -> Vec<Case> {
             &["-zlzma,level=9", "-C1048576", "-Eall-fragments,dedupe"],
             None,
         ),
+        // Compressed directories (whole-file fragments). erofs-utils 1.9.3 reads its option
+        // backwards: `--zD=1` disables, a bare `--zD` enables.
+        c(
+            "lz4hc-compressed-dirs",
+            &["-zlz4hc", "--zD"],
+            Compression::Lz4,
+        ),
+        // The 48-bit layout: encoded extents (fixed-input pclusters at byte addresses).
+        c("lzma-48bit", &["-zlzma", "-E48bit"], Compression::Lzma),
+        c(
+            "lz4-48bit-ztail-dedupe",
+            &["-zlz4hc", "-C65536", "-E48bit,ztailpacking,dedupe"],
+            Compression::Lz4,
+        ),
+        c(
+            "deflate-48bit-16k",
+            &["-zdeflate", "-C16384", "-E48bit"],
+            Compression::Deflate,
+        ),
+        f(
+            "zstd-48bit-fragments",
+            &["-zzstd", "-E48bit,fragments"],
+            Some(Compression::Zstd),
+        ),
     ]
+}
+
+/// `h_advise` of a compressed inode, read from its map header.
+fn h_advise(img: &Image, inode: &Inode) -> u16 {
+    let pos = inode.data_offset().next_multiple_of(8);
+    let mut h = [0u8; 8];
+    img.read_raw(pos, &mut h).unwrap();
+    u16::from_le_bytes([h[4], h[5]])
 }
 
 /// Regular files of an image tree: path → inode.
@@ -213,6 +245,8 @@ fn check_case(mkfs: &Path, dir: &Path, src: &Tree, case: &Case, kernel: bool, rn
     // The case exercised what it is meant to.
     let files = files(&img, &tree);
     let (mut compressed, mut extents, mut with_alg, mut fragments) = (0, 0, 0, 0);
+    // Record sizes of inodes with encoded extents (48-bit layout).
+    let mut recsz = BTreeSet::new();
     for inode in files.values() {
         if !matches!(
             inode.layout(),
@@ -221,6 +255,11 @@ fn check_case(mkfs: &Path, dir: &Path, src: &Tree, case: &Case, kernel: bool, rn
             continue;
         }
         compressed += 1;
+        let advise = h_advise(&img, inode);
+        // (Bit 0 is COMPACTED_2B in compact indexes.)
+        if inode.layout() == DataLayout::CompressedFull && advise & Z_EROFS_ADVISE_EXTENTS != 0 {
+            recsz.insert(4 << ((advise >> 1) & 3));
+        }
         for e in img.map_range(inode, 0, u64::MAX).unwrap() {
             extents += 1;
             match e.kind {
@@ -239,6 +278,26 @@ fn check_case(mkfs: &Path, dir: &Path, src: &Tree, case: &Case, kernel: bool, rn
         fs::metadata(&img_path).unwrap().len()
     );
     assert!(compressed >= 5, "{name}: too few compressed files");
+    println!("{name}: encoded extent record sizes {recsz:?}");
+    assert_eq!(
+        !recsz.is_empty(),
+        case.args.iter().any(|a| a.contains("48bit")),
+        "{name}: encoded extents"
+    );
+    if case.args.contains(&"--zD") {
+        let dirs = tree
+            .values()
+            .filter(|n| n.mode & libc::S_IFMT == libc::S_IFDIR)
+            .map(|n| img.inode(n.nid).unwrap().layout())
+            .filter(|l| {
+                matches!(
+                    l,
+                    DataLayout::CompressedFull | DataLayout::CompressedCompact
+                )
+            })
+            .count();
+        assert!(dirs > 0, "{name}: no compressed directory");
+    }
     if case.algorithm.is_some() {
         assert!(
             with_alg >= 5,
@@ -315,7 +374,14 @@ fn mkfs_1_9_lzma_deflate_and_fragment_images_read_like_the_kernel() {
     build_tree(&src_path);
     let src = scan_source(&src_path);
     let mut rng = Rng::scrambled(23);
+    let only = std::env::var("CASE").ok();
     for case in cases() {
+        if only
+            .as_ref()
+            .is_some_and(|o| !case.name.contains(o.as_str()))
+        {
+            continue;
+        }
         check_case(&mkfs, dir.path(), &src, &case, kernel, &mut rng);
     }
 }
