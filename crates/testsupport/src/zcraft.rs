@@ -1,6 +1,6 @@
 //! A hand-built image with compressed inodes (mkfs.erofs 1.5 cannot write ZSTD): ZSTD, HEAD2,
-//! PLAIN and CBLKCNT extents in FULL indexes, and inodes that must fail (damaged LZMA, DEFLATE not listed,
-//! a pcluster whose first block is all zeros, a 13 MiB extent).
+//! PLAIN and CBLKCNT extents in FULL indexes, and inodes that must fail (damaged LZMA, DEFLATE not
+//! listed, a pcluster whose first block is all zeros, a 13 MiB extent).
 
 use crate::craft::{compact, dir_block, Craft, BS};
 use crate::Rng;
@@ -89,9 +89,9 @@ pub fn right_aligned(stream: &[u8], blocks: usize) -> Vec<u8> {
 /// - C `[26000, 30000)`: PLAIN (uncompressed) at 13,
 /// - D `[30000, 40000)`: LZ4 as HEAD2 at 14;
 ///
-/// and `/lzma` (LZMA: a pcluster that is no MicroLZMA stream), `/deflate` (DEFLATE, not listed), `/zpad` (a ZSTD pcluster
-/// whose first block is all zeros), `/huge` (a 13 MiB extent), and `/cdir`, an LZ4-compressed
-/// directory.
+/// and `/lzma` (LZMA: a pcluster that is no MicroLZMA stream), `/deflate` (DEFLATE, not listed),
+/// `/zpad` (a ZSTD pcluster whose first block is all zeros), `/huge` (a 13 MiB extent), and
+/// `/cdir`, an LZ4-compressed directory.
 pub fn zstd_image() -> (Craft, Vec<u8>) {
     let mut rng = Rng::scrambled(8);
     let mut c = Craft::new(NBLOCKS);
