@@ -385,3 +385,55 @@ fn mkfs_1_9_lzma_deflate_and_fragment_images_read_like_the_kernel() {
         check_case(&mkfs, dir.path(), &src, &case, kernel, &mut rng);
     }
 }
+
+/// Damaged fragment headers of a `-Eall-fragments` image: an offset that runs past the end of the
+/// packed inode, or an enormous one, is a corrupted image for that file (never a panic or wrong
+/// bytes); the other files still read.
+#[test]
+fn damaged_fragment_offsets_are_corrupted() {
+    let mkfs = mkfs_erofs_1_9();
+    if !oracle_guard(mkfs.as_ref().map(drop).map_err(Clone::clone)) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src_path = dir.path().join("src");
+    fs::create_dir(&src_path).unwrap();
+    build_tree(&src_path);
+    let src = scan_source(&src_path);
+    let img_path = dir.path().join("frag.erofs");
+    mkfs_with(
+        &mkfs.unwrap(),
+        &src_path,
+        &img_path,
+        &["-zlz4hc", "-Eall-fragments"],
+    )
+    .unwrap();
+    let bytes = fs::read(&img_path).unwrap();
+    let img = Image::open_unverified(bytes.clone()).unwrap();
+    let tree = walk_image(&img).unwrap();
+    let packed = img.inode(img.superblock().packed_nid).unwrap();
+    let victim = tree
+        .iter()
+        .find(|(p, n)| p.starts_with(b"sizes/text-") && n.content.is_some())
+        .map(|(p, n)| (p.clone(), img.inode(n.nid).unwrap()))
+        .unwrap();
+    let (vpath, vinode) = victim;
+    let hdr = vinode.data_offset().next_multiple_of(8) as usize;
+    let orig = u64::from_le_bytes(bytes[hdr..hdr + 8].try_into().unwrap());
+    assert_ne!(orig >> 63, 0, "/{}: a whole-file fragment", show(&vpath));
+    for off in [packed.size() - 10, packed.size(), u64::MAX >> 1] {
+        let mut bad = bytes.clone();
+        bad[hdr..hdr + 8].copy_from_slice(&(off | 1 << 63).to_le_bytes());
+        let img = Image::open_unverified(bad).unwrap();
+        let inode = img.inode(vinode.nid()).unwrap();
+        let e = img.read_vec(&inode, 0, 1 << 20).unwrap_err();
+        assert!(e.is_corrupted(), "offset {off:#x}: {e}");
+        assert!(e.to_string().contains("packed inode"), "{e}");
+        // Another file is unharmed.
+        let other = &tree[&b"text-200k"[..]];
+        let got = img
+            .read_vec(&img.inode(other.nid).unwrap(), 0, 1 << 20)
+            .unwrap();
+        assert_eq!(&got, src[&b"text-200k"[..]].content.as_ref().unwrap());
+    }
+}
