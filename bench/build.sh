@@ -9,7 +9,7 @@
 #                               tools to compare, run interleaved A B C A B C ...
 #                               (e.g. TOOLS="mkfs.erofs mksquashfs" before sealfs can build)
 #   SEALFS=target/release/sealfs  the sealfs binary
-#   MKFS_EROFS=mkfs.erofs       the mkfs.erofs to compare with (e.g. target/oracles/erofs-utils/bin/mkfs.erofs,
+#   MKFS_EROFS=mkfs.erofs       the mkfs.erofs to compare with (e.g. target/oracles/erofs-utils-1.9/bin/mkfs.erofs,
 #                               erofs-utils 1.9 from scripts/build-oracles.sh); the report names its version
 #   CORPUS_DIR=bench/.corpus    corpus cache (bench/corpus.sh fills it if empty)
 #   WORK_DIR=$CORPUS_DIR        where the images are written (a temporary folder is made
@@ -40,7 +40,7 @@ CORPUS_DIR="${CORPUS_DIR:-$here/.corpus}"
 WORK_DIR="${WORK_DIR:-$CORPUS_DIR}"
 SRC="$CORPUS_DIR/linux/linux-source-6.1"
 PY="${PYTHON:-python3}"
-MKFS_EROFS="${MKFS_EROFS:-mkfs.erofs}"   # e.g. target/oracles/erofs-utils/bin/mkfs.erofs (1.9, scripts/build-oracles.sh)
+MKFS_EROFS="${MKFS_EROFS:-mkfs.erofs}"   # e.g. target/oracles/erofs-utils-1.9/bin/mkfs.erofs (1.9, scripts/build-oracles.sh)
 
 log() { printf '[build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { printf 'build: error: %s\n' "$*" >&2; exit 1; }

@@ -12,7 +12,7 @@
 #                                   these seeds alone are not byte-reproducible)
 #
 # Usage: fuzz/make_corpus.sh [all|seal]   (from anywhere; needs target/release/sealfs; `all` also
-#        needs mkfs.erofs and setfattr; `seal` regenerates only the seal targets' seeds)
+#        needs mkfs.erofs, setfattr and erofs-utils 1.9 (built by scripts/build-oracles.sh); `seal` regenerates only the seal targets' seeds)
 # The images are reproducible (fixed timestamps, UUIDs and uids), so re-running gives the same bytes
 # as long as the builders do not change. Seeds are named <builder>-<tree>-<options>.
 set -euo pipefail
@@ -221,6 +221,25 @@ mkfs_img mkfs-comp-lz4 comp -zlz4
 mkfs_img mkfs-comp-lz4hc-ztail comp -zlz4hc -Eztailpacking
 mkfs_img mkfs-comp-lz4-legacy comp -zlz4 -Elegacy-compress
 mkfs_img mkfs-comp-lz4hc-c16k-blockmap comp -zlz4hc -C16384 -Eforce-inode-blockmap
+# erofs-utils 1.9 (scripts/build-oracles.sh, or $MKFS_EROFS): MicroLZMA, DEFLATE, fragments in the
+# packed inode (tails and whole files, compact and full indexes), dedupe.
+mkfs19=${MKFS_EROFS:-$root/target/oracles/erofs-utils-1.9/bin/mkfs.erofs}
+[ -x "$mkfs19" ] || "$root/scripts/build-oracles.sh"
+mkfs19_img() { # name tree [args...]
+    local name=$1 tree=$2
+    shift 2
+    "$mkfs19" --quiet -T0 -U 00000000-0000-0000-0000-000000000000 --all-root "$@" \
+        "$out/$name" "$work/$tree" >/dev/null
+}
+mkfs19_img mkfs19-comp-lzma comp -zlzma -Eztailpacking
+mkfs19_img mkfs19-comp-deflate comp -zdeflate,level=9 -C16384
+mkfs19_img mkfs19-comp-lzma-fragments comp -zlzma,dictsize=65536 -C65536 -Efragments
+mkfs19_img mkfs19-comp-zstd-all-fragments-dedupe comp -zzstd -Eall-fragments,dedupe
+mkfs19_img mkfs19-comp-lz4-fragments-full comp -zlz4 -Efragments,legacy-compress
+mkfs19_img mkfs19-comp-zstd-48bit-fragments comp -zzstd -C16384 -E48bit,fragments
+mkfs19_img mkfs19-comp-lzma-48bit-ztail comp -zlzma -E48bit,ztailpacking
+# (erofs-utils 1.9.3 reads --zD=1 as "off": a bare --zD compresses directories.)
+mkfs19_img mkfs19-many-lz4hc-dirs many -zlz4hc --zD
 
 # The verified target's seeds: each image in the honest-tree mode with a few parameter sets
 # (byte layout: see `verified_open_walk` in fuzz/src/harness.rs).

@@ -2,7 +2,7 @@
 # Builds the peer tools the tests and benchmarks compare against, newer than Debian stable ships,
 # once, into target/oracles/ (kept across runs; delete it to rebuild):
 #
-#   target/oracles/erofs-utils/bin/{mkfs.erofs,fsck.erofs,dump.erofs,erofsfuse}   erofs-utils 1.9.x
+#   target/oracles/erofs-utils-1.9/bin/{mkfs.erofs,fsck.erofs,dump.erofs,erofsfuse}   erofs-utils 1.9.x
 #   target/oracles/versitygw            the S3 server of the remote-image tests (Go, v1.8.0)
 #   target/oracles/toxiproxy-server     only with the argument `toxiproxy` (bench/remote.py's link)
 #
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 out="$PWD/target/oracles"
 mkdir -p "$out"
 
-erofs="$out/erofs-utils"
+erofs="$out/erofs-utils-1.9"
 if [[ ! -x "$erofs/bin/mkfs.erofs" ]]; then
   missing=()
   for p in autoconf automake libtool pkg-config liblz4-dev liblzma-dev zlib1g-dev libzstd-dev \

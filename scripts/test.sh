@@ -22,12 +22,11 @@ if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
   missing+=(busybox-static)
 fi
 install_packages "${missing[@]}"
-# Peer tools newer than Debian stable ships (erofs-utils 1.9) and the S3 server of the remote-image
-# tests (versitygw), built once into target/oracles/.
+# Peer tools newer than Debian stable ships (erofs-utils 1.9: MicroLZMA, DEFLATE, fragments; bookworm
+# has 1.5) and the S3 server of the remote-image tests (versitygw), built once into target/oracles/.
 ./scripts/build-oracles.sh >/dev/null
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
-
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --release -- --test-threads=1

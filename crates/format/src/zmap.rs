@@ -12,6 +12,18 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 pub const Z_EROFS_ADVISE_COMPACTED_2B: u16 = 0x0001;
 /// `h_advise` (FULL, 48BIT): encoded extents.
 pub const Z_EROFS_ADVISE_EXTENTS: u16 = 0x0001;
+/// `h_advise` bits 1-2 of an inode with encoded extents: the record size is `4 << value` bytes.
+pub const Z_EROFS_ADVISE_EXTRECSZ_BIT: u16 = 1;
+/// Mask of the record size field (after shifting by [`Z_EROFS_ADVISE_EXTRECSZ_BIT`]).
+pub const Z_EROFS_ADVISE_EXTRECSZ_MASK: u16 = 0x3;
+/// `z_erofs_extent.plen`: the extent is a partial reference to its pcluster (dedupe).
+pub const Z_EROFS_EXTENT_PLEN_PARTIAL: u32 = 1 << 27;
+/// `z_erofs_extent.plen`: bits from here are the format (0: by `h_advise`, else algorithm + 1,
+/// where 4 + 1 is SHIFTED and 5 + 1 INTERLACED).
+pub const Z_EROFS_EXTENT_PLEN_FMT_BIT: u32 = 28;
+/// `z_erofs_extent.plen`: the encoded length (`(Z_EROFS_PCLUSTER_MAX_SIZE << 1) - 1`).
+pub const Z_EROFS_EXTENT_PLEN_MASK: u32 = (2 << 20) - 1;
+
 /// `h_advise`: big pclusters for HEAD1 lclusters.
 pub const Z_EROFS_ADVISE_BIG_PCLUSTER_1: u16 = 0x0002;
 /// `h_advise`: big pclusters for PLAIN and HEAD2 lclusters.

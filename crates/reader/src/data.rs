@@ -15,7 +15,9 @@
 //!   pcluster ([`ExtentKind::Compressed`]) as the kernel's `z_erofs_map_blocks_fo` does; a read
 //!   decodes each extent it overlaps, whole, through the cluster cache ([`crate::decompress`]),
 //!   and copies the part it needs. Only the extents overlapping `[offset, offset + len)` are
-//!   mapped and decoded.
+//!   mapped and decoded. A fragment extent ([`ExtentKind::Fragment`]) is read from the packed
+//!   inode; reads of the packed inode decode whole extents (cached), which its other fragments
+//!   then share.
 
 use crate::cache::BlockRef;
 use crate::error::{Error, Location, Result};
@@ -24,7 +26,7 @@ use crate::inode::{FileType, Inode};
 use crate::zmap::Compression;
 use sealfs_format::{
     DataLayout, EROFS_BLOCK_MAP_ENTRY_SIZE, EROFS_CHUNK_FORMAT_48BIT, EROFS_CHUNK_FORMAT_INDEXES,
-    EROFS_FEATURE_INCOMPAT_DEVICE_TABLE, EROFS_NULL_ADDR,
+    EROFS_FEATURE_INCOMPAT_DEVICE_TABLE, EROFS_FEATURE_INCOMPAT_FRAGMENTS, EROFS_NULL_ADDR,
 };
 
 /// Where the bytes of an [`Extent`] are.
@@ -58,6 +60,17 @@ pub enum ExtentKind {
         /// First logical byte of the whole extent.
         extent_start: u64,
         /// Decoded length of the whole extent.
+        extent_len: u64,
+    },
+    /// A fragment (`FRAGMENTS`): the whole extent's bytes are those of the packed inode from
+    /// byte `offset` on, read (and decoded) through it. Whole small files and the tails of
+    /// others share the packed inode's pclusters.
+    Fragment {
+        /// Byte of the packed inode holding the whole extent's first byte.
+        offset: u64,
+        /// First logical byte of the whole extent.
+        extent_start: u64,
+        /// Length of the whole extent.
         extent_len: u64,
     },
 }
@@ -94,7 +107,9 @@ impl Extent {
             ExtentKind::Inline { physical } => ExtentKind::Inline {
                 physical: physical + skip,
             },
-            kind @ (ExtentKind::Hole | ExtentKind::Compressed { .. }) => kind,
+            kind @ (ExtentKind::Hole
+            | ExtentKind::Compressed { .. }
+            | ExtentKind::Fragment { .. }) => kind,
         };
         Ok(Extent {
             logical: from,
@@ -122,6 +137,24 @@ impl Image {
             DataLayout::ChunkBased => self.map_chunk(inode, offset, at),
             DataLayout::CompressedFull | DataLayout::CompressedCompact => {
                 let z = self.zmap(inode, offset)?;
+                if z.hole {
+                    return Ok(Extent {
+                        logical: z.logical,
+                        length: z.length,
+                        kind: ExtentKind::Hole,
+                    });
+                }
+                if let Some(offset) = z.fragment {
+                    return Ok(Extent {
+                        logical: z.logical,
+                        length: z.length,
+                        kind: ExtentKind::Fragment {
+                            offset,
+                            extent_start: z.logical,
+                            extent_len: z.length,
+                        },
+                    });
+                }
                 Ok(Extent {
                     logical: z.logical,
                     length: z.length,
@@ -289,7 +322,7 @@ impl Image {
                 ExtentKind::Hole => dst.fill(0),
                 ExtentKind::Mapped { physical } => self.blocks.read_bulk(physical, dst, at)?,
                 ExtentKind::Inline { physical } => self.blocks.read(physical, dst, at)?,
-                ExtentKind::Compressed { .. } => {
+                ExtentKind::Compressed { .. } | ExtentKind::Fragment { .. } => {
                     return Err(Error::corrupted("compressed extent in a flat inode", at))
                 }
             }
@@ -306,7 +339,23 @@ impl Image {
         let zend = z.logical + z.length;
         let n = (zend.min(end) - pos) as usize;
         let from = (pos - z.logical) as usize;
-        let data = self.decoded_extent(inode, &z, from as u64, (from + n) as u64)?;
+        if z.hole {
+            dst[..n].fill(0);
+            return Ok(n as u64);
+        }
+        if let Some(offset) = z.fragment {
+            self.read_fragment(inode, offset.saturating_add(from as u64), &mut dst[..n])?;
+            return Ok(n as u64);
+        }
+        // Reads of the packed inode are reads of fragments, each a small part of an extent that
+        // the fragments around it will read too: decode (and cache) whole extents, as a read
+        // from an extent's start does, so one decode serves all of them.
+        let hint = if inode.nid == self.sb.packed_nid && self.has_fragments() {
+            0
+        } else {
+            from as u64
+        };
+        let data = self.decoded_extent(inode, &z, hint, (from + n) as u64)?;
         let src = data.get(from..from + n).ok_or_else(|| {
             Error::corrupted(
                 format!(
@@ -321,6 +370,45 @@ impl Image {
         dst[..n].copy_from_slice(src);
         self.clusters.recycle(data);
         Ok(n as u64)
+    }
+
+    /// Whether the image may hold fragments: `FRAGMENTS` with a packed inode.
+    fn has_fragments(&self) -> bool {
+        self.sb.has_incompat(EROFS_FEATURE_INCOMPAT_FRAGMENTS) && self.sb.packed_nid != 0
+    }
+
+    /// Fills `dst` with the bytes of the packed inode at `pos` (`z_erofs_read_fragment`): a
+    /// fragment of `inode`. They are read like any file's data, so the packed inode's extents are
+    /// decoded through the cluster cache and shared by every fragment in them.
+    fn read_fragment(&self, inode: &Inode, pos: u64, dst: &mut [u8]) -> Result<()> {
+        let at = Location::nid(inode.nid);
+        if !self.has_fragments() {
+            return Err(Error::corrupted(
+                "a fragment, but no packed inode (FRAGMENTS, packed_nid)",
+                at,
+            ));
+        }
+        if inode.nid == self.sb.packed_nid {
+            return Err(Error::corrupted(
+                "the packed inode has a fragment itself",
+                at,
+            ));
+        }
+        let packed = self.inode(self.sb.packed_nid)?;
+        let n = dst.len() as u64;
+        if pos.checked_add(n).is_none_or(|end| end > packed.size) {
+            return Err(Error::corrupted(
+                format!(
+                    "fragment {pos:#x}+{n:#x} runs past the end of the packed inode (nid {}, {} \
+                     bytes)",
+                    packed.nid, packed.size
+                ),
+                at,
+            ));
+        }
+        let got = self.read(&packed, pos, dst)?;
+        debug_assert_eq!(got as u64, n);
+        Ok(())
     }
 
     /// Reads up to `max_len` bytes of `inode` from `offset` into a new vector (shorter at the end of
@@ -363,7 +451,7 @@ impl Image {
                 Ok(BlockRef::owned(v))
             }
             ExtentKind::Hole => Ok(BlockRef::owned(vec![0u8; bsz as usize])),
-            ExtentKind::Compressed { .. } => {
+            ExtentKind::Compressed { .. } | ExtentKind::Fragment { .. } => {
                 Err(Error::corrupted("compressed extent in a flat inode", at))
             }
         }

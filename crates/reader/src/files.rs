@@ -107,6 +107,7 @@ impl Image {
                     ..
                 } => out.push(physical..physical + plen),
                 ExtentKind::Compressed { inline: true, .. }
+                | ExtentKind::Fragment { .. }
                 | ExtentKind::Inline { .. }
                 | ExtentKind::Hole => {}
             }

@@ -294,7 +294,12 @@ impl Inode {
     /// What `stat(2)` shows on a kernel mount.
     pub fn stat(&self) -> Stat {
         let (rdev_major, rdev_minor) = self.rdev();
-        let blocks = if self.compressed_blocks != 0 {
+        // The kernel takes a compressed inode's count as stored, 0 included (a file whose data
+        // is all in the packed inode, or all inline).
+        let blocks = if matches!(
+            self.layout,
+            DataLayout::CompressedFull | DataLayout::CompressedCompact
+        ) {
             self.compressed_blocks << (self.blkszbits - 9)
         } else {
             self.size.next_multiple_of(1 << self.blkszbits) >> 9

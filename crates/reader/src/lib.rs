@@ -30,11 +30,12 @@
 //! [`stats`] and [`error`].
 //!
 //! Supported: FLAT_PLAIN, FLAT_INLINE and CHUNK_BASED data (block maps and chunk indexes, holes),
-//! COMPRESSED_FULL and COMPRESSED_COMPACT data (LZ4 and ZSTD, big pclusters, ztailpacking, PLAIN
-//! and interlaced uncompressed pclusters, HEAD2, legacy images without ZERO_PADDING), compact and
-//! extended inodes, every file type, shared and inline xattrs with short and plain long prefixes.
-//! Not yet (an [`Error::Unsupported`]): LZMA and DEFLATE decoding, fragments in the packed inode
-//! (FRAGMENTS), encoded extents (48BIT compressed inodes), extra devices, metadata compression
+//! COMPRESSED_FULL and COMPRESSED_COMPACT data (LZ4, MicroLZMA, DEFLATE and ZSTD, big pclusters,
+//! ztailpacking, fragments in the packed inode, PLAIN and interlaced uncompressed pclusters, HEAD2,
+//! dedupe's partial references, legacy images without ZERO_PADDING), compact and extended inodes,
+//! every file type, shared and inline xattrs with short and plain long prefixes.
+//! Encoded extents (48BIT compressed inodes) and compressed directories read too.
+//! Not yet (an [`Error::Unsupported`]): extra devices, metadata compression
 //! (METABOX), long prefixes stored in the packed inode.
 //!
 //! # Opening an image
@@ -68,6 +69,7 @@ pub mod error;
 pub mod files;
 mod image;
 pub mod inode;
+mod microlzma;
 pub mod namei;
 pub mod open;
 pub mod seal;

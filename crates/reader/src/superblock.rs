@@ -14,8 +14,8 @@
 //! them (an invalid one fails the open as [`Error::Corrupted`], the kernel's `-EINVAL` at mount):
 //! LZ4 `len >= 14`, `max_pclusterblks <= 1 MiB / blksz` (0 means 1); LZMA `len >= 14`, format 0,
 //! `4096 <= dict_size <= 8 MiB`; DEFLATE `len >= 6`, `windowbits <= 15`; ZSTD `len >= 6`, format
-//! 0, `windowlog <= 10`. LZMA and DEFLATE images open; reading their compressed extents is
-//! unsupported (see [`crate::decompress`]).
+//! 0, `windowlog <= 10`. The LZMA record's `dict_size` sizes the MicroLZMA decoder (see
+//! [`crate::decompress`]).
 
 use crate::cache::Blocks;
 use crate::error::{Error, Location, Result};

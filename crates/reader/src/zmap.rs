@@ -49,10 +49,26 @@
 //! Work is bounded: lookback and lookahead stop (unsupported) once they span more than a 12 MiB
 //! extent could, so a crafted index cannot make one map walk the whole file.
 //!
-//! Unsupported (an [`Error::Unsupported`]): fragments in the packed inode (`FRAGMENTS`: a whole-
-//! file fragment, or the tail extent of an inode with `FRAGMENT_PCLUSTER`; the other extents of
-//! such an inode map normally), encoded extents (`48BIT` with `Z_EROFS_ADVISE_EXTENTS`), compact
-//! indexes with 2-byte packs and `lclusterbits > 12`.
+//! **Fragments** (`FRAGMENTS`). A map header with bit 63 set makes the whole file one fragment:
+//! the other 63 bits are its offset in the packed inode (`z_fragmentoff`), nothing else of the
+//! header counts. With `FRAGMENT_PCLUSTER` the tail extent (found as for ztailpacking; a tail
+//! extent starting at lcluster 0 makes the whole file a fragment, as in
+//! `z_erofs_map_blocks_iter`) is a fragment at `h_fragmentoff`, to which FULL indexes add the
+//! tail head's block address as the high 32 bits; the other extents map normally. A fragment
+//! extent is mapped as [`crate::ExtentKind::Fragment`] and read from the packed inode (the
+//! superblock's `packed_nid`) at the fragment offset plus the position in the extent
+//! (`z_erofs_read_fragment`), through the packed inode's own extents and so the cluster cache;
+//! a fragment past the packed inode's end, in the packed inode itself or without
+//! `FRAGMENTS`/`packed_nid` is corrupted.
+//!
+//! **Encoded extents** (the 48-bit layout: FULL inodes with `Z_EROFS_ADVISE_EXTENTS`) have no
+//! lcluster index but extent records, mapped as the kernel's `z_erofs_map_blocks_ext` does (see
+//! `map_ext`): pclusters at byte addresses, of any length up to 1 MiB, each record giving its
+//! extent's format; a zero-length record is a hole.
+//!
+//! Unsupported (an [`Error::Unsupported`]): compact indexes with 2-byte packs and
+//! `lclusterbits > 12`; offsets past 2^24 lclusters in inodes with 4-byte extent records (each
+//! map sums the records before it, as the kernel does: linear in the offset).
 
 use crate::error::{Error, Location, Result};
 use crate::image::Image;
@@ -61,14 +77,20 @@ use sealfs_format::{
     compact_head_nblk, compact_index_split, compact_pack, z_erofs_map_header_start,
     CompactIndexPos, CompactPack, DataLayout, FromBytes, LclusterIndex, MapHeader,
     EROFS_FEATURE_INCOMPAT_COMPR_CFGS, Z_EROFS_ADVISE_BIG_PCLUSTER_1,
-    Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS, Z_EROFS_ADVISE_FRAGMENT_PCLUSTER,
-    Z_EROFS_ADVISE_INLINE_PCLUSTER, Z_EROFS_ADVISE_INTERLACED_PCLUSTER,
-    Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS, Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4,
-    Z_EROFS_COMPRESSION_LZMA, Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_FULL_INDEX_START,
-    Z_EROFS_LCLUSTER_TYPE_HEAD1, Z_EROFS_LCLUSTER_TYPE_HEAD2, Z_EROFS_LCLUSTER_TYPE_NONHEAD,
-    Z_EROFS_LCLUSTER_TYPE_PLAIN, Z_EROFS_LI_D0_CBLKCNT, Z_EROFS_LI_PARTIAL_REF,
-    Z_EROFS_MAP_HEADER_SIZE, Z_EROFS_PCLUSTER_MAX_DSIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
+    Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS, Z_EROFS_ADVISE_EXTRECSZ_BIT,
+    Z_EROFS_ADVISE_EXTRECSZ_MASK, Z_EROFS_ADVISE_FRAGMENT_PCLUSTER, Z_EROFS_ADVISE_INLINE_PCLUSTER,
+    Z_EROFS_ADVISE_INTERLACED_PCLUSTER, Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS,
+    Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4, Z_EROFS_COMPRESSION_LZMA,
+    Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_EXTENT_PLEN_FMT_BIT, Z_EROFS_EXTENT_PLEN_MASK,
+    Z_EROFS_EXTENT_PLEN_PARTIAL, Z_EROFS_FULL_INDEX_START, Z_EROFS_LCLUSTER_TYPE_HEAD1,
+    Z_EROFS_LCLUSTER_TYPE_HEAD2, Z_EROFS_LCLUSTER_TYPE_NONHEAD, Z_EROFS_LCLUSTER_TYPE_PLAIN,
+    Z_EROFS_LI_D0_CBLKCNT, Z_EROFS_LI_PARTIAL_REF, Z_EROFS_MAP_HEADER_SIZE,
+    Z_EROFS_PCLUSTER_MAX_DSIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
 };
+
+/// Most 4-byte extent records one map sums (64 MiB of records: offsets up to 64 TiB at 4 KiB
+/// lclusters).
+const MAX_EXT4_RECORDS: u64 = 1 << 24;
 
 /// How the pcluster of a compressed extent is encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -80,9 +102,9 @@ pub enum Compression {
     Interlaced,
     /// LZ4 block format (lz4 and lz4hc), right-aligned in its pcluster.
     Lz4,
-    /// MicroLZMA (decoding unsupported).
+    /// MicroLZMA, right-aligned in its pcluster.
     Lzma,
-    /// Raw DEFLATE (decoding unsupported).
+    /// Raw DEFLATE, right-aligned in its pcluster.
     Deflate,
     /// A Zstandard frame, right-aligned in its pcluster.
     Zstd,
@@ -144,6 +166,11 @@ pub(crate) struct ZExtent {
     pub partial_ref: bool,
     /// Head lcluster of the extent.
     pub head_lcn: u64,
+    /// The extent is a fragment: its bytes are those of the packed inode from this offset
+    /// (`z_fragmentoff`); `physical`, `plen` and `algorithm` mean nothing then.
+    pub fragment: Option<u64>,
+    /// The extent is not stored (an encoded extent of length 0): it reads as zeros.
+    pub hole: bool,
 }
 
 /// The checked map header and what the tail lookup found (`z_erofs_fill_inode_lazy`).
@@ -157,8 +184,12 @@ struct ZInfo {
     /// `h_idata_size` with INLINE_PCLUSTER (0: no inline tail).
     idata_size: u16,
     fragment: bool,
+    /// `z_fragmentoff`: where the fragment starts in the packed inode.
+    fragmentoff: u64,
     /// Head lcluster of the tail extent (ztailpacking or fragment inodes).
     tail_headlcn: u64,
+    /// The number of encoded extents (`48BIT` FULL inodes with `Z_EROFS_ADVISE_EXTENTS`).
+    extents: Option<u64>,
     /// Position of the inline tail pcluster.
     inline_pos: u64,
 }
@@ -231,7 +262,10 @@ impl Image {
     pub(crate) fn zmap(&self, inode: &Inode, offset: u64) -> Result<ZExtent> {
         let at = Location::nid(inode.nid);
         let mut zi = self.zinfo(inode, at)?;
-        let z = self.map_fo(inode, &mut zi, offset, false, at)?;
+        let z = match zi.extents {
+            Some(count) => self.map_ext(inode, &zi, count, offset, at)?,
+            None => self.map_fo(inode, &mut zi, offset, false, at)?,
+        };
         // Lookahead by delta[1] and lookback by delta[0] disagree in a damaged index.
         if offset < z.logical || offset - z.logical >= z.length {
             return Err(Error::corrupted(
@@ -255,15 +289,42 @@ impl Image {
         self.blocks.read(hdr_pos, &mut raw, hat)?;
         let h = MapHeader::read_from_bytes(&raw).expect("8 bytes");
         if h.h_clusterbits & 0x80 != 0 {
-            return Err(Error::unsupported(
-                "whole-file fragment in the packed inode (FRAGMENTS)",
-                hat,
-            ));
+            // The whole file is a fragment; the other 63 bits of the header are its offset in the
+            // packed inode, and nothing else of the header is looked at.
+            return Ok(ZInfo {
+                hdr_pos,
+                compact: inode.layout == DataLayout::CompressedCompact,
+                advise: Z_EROFS_ADVISE_FRAGMENT_PCLUSTER,
+                algs: [0, 0],
+                lclusterbits: bits,
+                idata_size: 0,
+                fragment: true,
+                fragmentoff: u64::from_le_bytes(raw) ^ (1 << 63),
+                tail_headlcn: 0,
+                inline_pos: 0,
+                extents: None,
+            });
         }
         let advise = h.h_advise.get();
         let compact = inode.layout == DataLayout::CompressedCompact;
         if !compact && advise & Z_EROFS_ADVISE_EXTENTS != 0 {
-            return Err(Error::unsupported("encoded extents (48BIT)", hat));
+            // Encoded extents: the header holds the extent count (48 bits) and the advise bits;
+            // the records are mapped by `map_ext`.
+            let count = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as u64
+                | (u16::from_le_bytes([raw[6], raw[7]]) as u64) << 32;
+            return Ok(ZInfo {
+                hdr_pos,
+                compact,
+                advise,
+                algs: [0, 0],
+                lclusterbits: bits + (h.h_clusterbits & 15),
+                idata_size: 0,
+                fragment: advise & Z_EROFS_ADVISE_FRAGMENT_PCLUSTER != 0,
+                fragmentoff: 0,
+                tail_headlcn: 0,
+                inline_pos: 0,
+                extents: Some(count),
+            });
         }
         let algs = [h.h_algorithmtype & 15, h.h_algorithmtype >> 4];
         for (n, alg) in algs.iter().enumerate() {
@@ -304,8 +365,12 @@ impl Image {
             lclusterbits: bits + (h.h_clusterbits & 15),
             idata_size,
             fragment,
+            // For a tail fragment `h_fragmentoff`; FULL indexes add the tail head's block number
+            // as the high 32 bits (found with the tail below).
+            fragmentoff: u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as u64,
             tail_headlcn: 0,
             inline_pos: 0,
+            extents: None,
         };
         if idata_size != 0 || fragment {
             self.map_fo(inode, &mut zi, inode.size.saturating_sub(1), true, at)?;
@@ -632,6 +697,198 @@ impl Image {
         }
     }
 
+    /// `z_erofs_map_blocks_ext`: maps `ofs` through the encoded extent records of a 48-bit FULL
+    /// inode. Records of `recsz = 4 << ((h_advise >> 1) & 3)` bytes start at
+    /// `round_up(map header end, recsz)`: 4-byte records (`plen` only) follow an 8-byte first
+    /// physical address and are one per lcluster, each pcluster right after the previous one;
+    /// 8-byte records add `pstart_lo` (one per lcluster); 16- and 32-byte records add
+    /// `pstart_hi` and `lstart` (and `lstart_hi`) and are sorted by `lstart`, found by binary
+    /// search over `count`. `plen` carries the length (bits 0-20), `PARTIAL` (bit 27) and the
+    /// format (bits 28-31: 0 by `h_advise`, else the algorithm id + 1, SHIFTED 5, INTERLACED 6).
+    /// The last extent of a `FRAGMENT_PCLUSTER` inode is a fragment at offset `plen` (with
+    /// `pstart` as high 32 bits when records have it); an extent of length 0 is a hole.
+    fn map_ext(
+        &self,
+        inode: &Inode,
+        zi: &ZInfo,
+        count: u64,
+        ofs: u64,
+        at: Location,
+    ) -> Result<ZExtent> {
+        let recsz =
+            4u64 << ((zi.advise >> Z_EROFS_ADVISE_EXTRECSZ_BIT) & Z_EROFS_ADVISE_EXTRECSZ_MASK);
+        let lcs = 1u64 << zi.lclusterbits;
+        let mut pos = (zi.hdr_pos + Z_EROFS_MAP_HEADER_SIZE).next_multiple_of(recsz);
+        let mut rec = [0u8; 32];
+        let read = |p: u64, n: u64, rec: &mut [u8; 32]| -> Result<()> {
+            self.blocks
+                .read(p, &mut rec[..n as usize], self.index_at(p, at))
+        };
+        let le32 = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut lend = inode.size;
+        let mut lstart: u64;
+        let (mut plen, mut pa): (u32, u64) = (0, 0);
+        let last;
+        if recsz <= 8 {
+            // One record per lcluster.
+            let mut next_pa = None;
+            if recsz == 4 {
+                read(pos, 8, &mut rec)?;
+                next_pa = Some(u64::from_le_bytes(rec[..8].try_into().expect("8 bytes")));
+                pos += 8;
+                lstart = 0;
+                if (ofs >> zi.lclusterbits) > MAX_EXT4_RECORDS {
+                    // The records before `ofs` are summed one by one, as the kernel does; bound
+                    // the work one map may do (4 records per byte of image read anyway).
+                    return Err(Error::unsupported(
+                        format!(
+                            "offset {ofs:#x} of an inode with 4-byte extent records: more than \
+                             {MAX_EXT4_RECORDS} records to sum"
+                        ),
+                        at,
+                    ));
+                }
+            } else {
+                lstart = ofs & !(lcs - 1);
+                pos += (lstart >> zi.lclusterbits) * recsz;
+            }
+            while lstart <= ofs {
+                read(pos, recsz, &mut rec)?;
+                plen = le32(&rec, 0);
+                match next_pa.as_mut() {
+                    Some(p) => {
+                        pa = *p;
+                        *p += (plen & Z_EROFS_EXTENT_PLEN_MASK) as u64;
+                    }
+                    None => pa = le32(&rec, 4) as u64,
+                }
+                pos += recsz;
+                lstart += lcs;
+            }
+            last = lstart >= inode.size.next_multiple_of(lcs);
+            lend = lend.min(lstart);
+            lstart -= lcs;
+        } else {
+            lstart = lend;
+            let (mut l, mut r) = (0u64, count);
+            while l < r {
+                let mid = l + (r - l) / 2;
+                let p = mid
+                    .checked_mul(recsz)
+                    .and_then(|o| o.checked_add(pos))
+                    .ok_or_else(|| Error::corrupted("extent record position overflows", at))?;
+                read(p, recsz, &mut rec)?;
+                let mut la = le32(&rec, 12) as u64;
+                let rpa = le32(&rec, 4) as u64 | (le32(&rec, 8) as u64) << 32;
+                if recsz > 16 {
+                    la |= (le32(&rec, 16) as u64) << 32;
+                }
+                if la > ofs {
+                    r = mid;
+                    if la > lend {
+                        return Err(Error::corrupted(
+                            format!("unsorted extent records (record {mid} at {la:#x})"),
+                            self.index_at(p, at),
+                        ));
+                    }
+                    lend = la;
+                } else {
+                    l = mid + 1;
+                    if ofs == la {
+                        r = r.min(l + 1);
+                    }
+                    lstart = la;
+                    plen = le32(&rec, 0);
+                    pa = rpa;
+                }
+            }
+            last = l >= count;
+        }
+        let mut z = ZExtent {
+            logical: lstart,
+            length: lend.saturating_sub(lstart),
+            physical: pa,
+            plen: (plen & Z_EROFS_EXTENT_PLEN_MASK) as u64,
+            algorithm: Compression::Plain,
+            inline: false,
+            partial_ref: plen & Z_EROFS_EXTENT_PLEN_PARTIAL != 0,
+            head_lcn: lstart >> zi.lclusterbits,
+            fragment: None,
+            hole: false,
+        };
+        if lstart >= lend {
+            // No record maps `ofs`: unmapped from there to `lend`, as in the kernel.
+            z.logical = ofs;
+            z.length = lend.saturating_sub(ofs);
+            z.hole = true;
+            return Ok(z);
+        }
+        if last && zi.fragment {
+            let mut off = plen as u64;
+            if recsz > 4 {
+                off |= pa << 32;
+            }
+            z.fragment = Some(off);
+            return Ok(z);
+        }
+        if z.plen == 0 {
+            z.hole = true;
+            return Ok(z);
+        }
+        let fmt = plen >> Z_EROFS_EXTENT_PLEN_FMT_BIT;
+        let bmask = self.block_size() - 1;
+        z.algorithm = match fmt {
+            0 if zi.advise & Z_EROFS_ADVISE_INTERLACED_PCLUSTER != 0
+                && (z.physical | z.plen) & bmask == 0 =>
+            {
+                Compression::Interlaced
+            }
+            0 => Compression::Plain,
+            5 => Compression::Plain,
+            6 => Compression::Interlaced,
+            f => {
+                let id = (f - 1) as u8;
+                let alg = Compression::from_id(id).ok_or_else(|| {
+                    Error::unsupported(format!("compression algorithm {id} of an extent"), at)
+                })?;
+                if !self.sb.compr.has_alg(id) {
+                    return Err(Error::corrupted(
+                        format!(
+                            "algorithm {id} of the extent at {lstart:#x} is not in \
+                             available_compr_algs {:#x}",
+                            self.sb.compr.available_algs
+                        ),
+                        at,
+                    ));
+                }
+                alg
+            }
+        };
+        let blk = z.physical >> self.sb.blkszbits;
+        if matches!(z.algorithm, Compression::Plain | Compression::Interlaced) && z.length > z.plen
+        {
+            return Err(Error::corrupted(
+                format!(
+                    "uncompressed extent of {} bytes at {lstart:#x} is longer than its pcluster \
+                     ({} bytes)",
+                    z.length, z.plen
+                ),
+                at.with_block(blk),
+            ));
+        }
+        if z.plen > Z_EROFS_PCLUSTER_MAX_SIZE || z.length > Z_EROFS_PCLUSTER_MAX_DSIZE {
+            return Err(Error::unsupported(
+                format!(
+                    "extent at {lstart:#x} of {} bytes in a pcluster of {} bytes (at most 12 MiB \
+                     in 1 MiB)",
+                    z.length, z.plen
+                ),
+                at.with_block(blk),
+            ));
+        }
+        Ok(z)
+    }
+
     /// `z_erofs_map_blocks_fo`. With `findtail`, maps byte `i_size - 1` and records the tail
     /// extent's head lcluster and inline pcluster position in `zi`.
     fn map_fo(
@@ -645,10 +902,20 @@ impl Image {
         let lcbits = zi.lclusterbits;
         let lcs = 1u64 << lcbits;
         if zi.fragment && !findtail && zi.tail_headlcn == 0 {
-            return Err(Error::unsupported(
-                "data in the packed inode (FRAGMENTS)",
-                at,
-            ));
+            // The whole file is one fragment (a whole-file fragment header, or a fragment tail
+            // extent that starts at lcluster 0), as in `z_erofs_map_blocks_iter`.
+            return Ok(ZExtent {
+                logical: 0,
+                length: inode.size,
+                physical: 0,
+                plen: 0,
+                algorithm: Compression::Plain,
+                inline: false,
+                partial_ref: false,
+                head_lcn: 0,
+                fragment: Some(zi.fragmentoff),
+                hole: false,
+            });
         }
         let ztailpacking = zi.idata_size != 0;
         let initial_lcn = ofs >> lcbits;
@@ -682,6 +949,10 @@ impl Image {
         let partial_ref = m.partialref;
         if findtail {
             zi.tail_headlcn = head_lcn;
+            if zi.fragment && !zi.compact {
+                // FULL indexes: the fragment offset is 64 bits, the high half in the tail head.
+                zi.fragmentoff |= m.pblk << 32;
+            }
         }
         let inline = ztailpacking && head_lcn == zi.tail_headlcn;
         let (physical, plen) = if inline {
@@ -707,12 +978,23 @@ impl Image {
                     inline: false,
                     partial_ref,
                     head_lcn,
+                    fragment: None,
+                    hole: false,
                 });
             }
-            return Err(Error::unsupported(
-                format!("tail fragment at lcluster {head_lcn} in the packed inode (FRAGMENTS)"),
-                at,
-            ));
+            // The tail extent, to the end of the file, is in the packed inode.
+            return Ok(ZExtent {
+                logical: la,
+                length: inode.size.saturating_sub(la),
+                physical: 0,
+                plen: 0,
+                algorithm: Compression::Plain,
+                inline: false,
+                partial_ref,
+                head_lcn,
+                fragment: Some(zi.fragmentoff),
+                hole: false,
+            });
         } else {
             let physical = self.blkpos(m.pblk, at)?;
             let blocks = self.compressed_blocks(inode, zi, &mut m, at)?;
@@ -777,6 +1059,8 @@ impl Image {
             inline,
             partial_ref,
             head_lcn,
+            fragment: None,
+            hole: false,
         })
     }
 }

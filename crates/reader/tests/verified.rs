@@ -189,7 +189,7 @@ fn data_offset(bytes: &[u8], erofs_len: u64, path: &str) -> u64 {
         .into_iter()
         .find_map(|e| match e.kind {
             ExtentKind::Mapped { physical } | ExtentKind::Inline { physical } => Some(physical),
-            ExtentKind::Hole | ExtentKind::Compressed { .. } => None,
+            ExtentKind::Hole | ExtentKind::Compressed { .. } | ExtentKind::Fragment { .. } => None,
         })
         .unwrap()
 }
@@ -240,7 +240,9 @@ fn a_damaged_block_fails_only_the_reads_that_touch_it() {
         let a = img.resolve("/a", Follow::Never).unwrap();
         match img.map_range(&a, 0, 1).unwrap()[0].kind {
             ExtentKind::Mapped { physical } | ExtentKind::Inline { physical } => physical,
-            ExtentKind::Hole | ExtentKind::Compressed { .. } => unreachable!(),
+            ExtentKind::Hole | ExtentKind::Compressed { .. } | ExtentKind::Fragment { .. } => {
+                unreachable!()
+            }
         }
     };
     bad[dir_off as usize + 20] ^= 1;

@@ -227,3 +227,42 @@ pub const COMPAT_XATTR_FILTER: u32 = 0x4;
 pub fn allocated_bytes(path: &Path) -> u64 {
     fs::metadata(path).expect("stat").blocks() * 512
 }
+
+/// The erofs-utils 1.9 `mkfs.erofs` (LZMA, DEFLATE, fragments, dedupe, 48-bit layouts: what the
+/// installed 1.5 cannot make): `$MKFS_EROFS`, else `target/oracles/erofs-utils-1.9/bin/mkfs.erofs`
+/// in the workspace (built by `scripts/build-oracles.sh`). `Err` (the reason) when neither runs
+/// and says it is 1.9.
+pub fn mkfs_erofs_1_9() -> Result<std::path::PathBuf, String> {
+    let path = match std::env::var_os("MKFS_EROFS") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target/oracles/erofs-utils-1.9/bin/mkfs.erofs"),
+    };
+    let out = Command::new(&path).arg("--version").output().map_err(|e| {
+        format!(
+            "mkfs.erofs 1.9 not found at {} ({e}): run scripts/build-oracles.sh or set MKFS_EROFS",
+            path.display()
+        )
+    })?;
+    let version = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !version.contains(" 1.9") {
+        return Err(format!(
+            "{} is not erofs-utils 1.9: {}",
+            path.display(),
+            version.trim()
+        ));
+    }
+    Ok(path)
+}
+
+/// `MKFS ARGS --quiet OUT SRC` with the given `mkfs.erofs` binary.
+pub fn mkfs_with(mkfs: &Path, src: &Path, out: &Path, args: &[&str]) -> Result<(), String> {
+    run_ok(
+        Command::new(mkfs)
+            .args(args)
+            .arg("--quiet")
+            .arg(out)
+            .arg(src),
+    )
+    .map(drop)
+}

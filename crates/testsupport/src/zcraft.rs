@@ -1,6 +1,6 @@
 //! A hand-built image with compressed inodes (mkfs.erofs 1.5 cannot write ZSTD): ZSTD, HEAD2,
-//! PLAIN and CBLKCNT extents in FULL indexes, and inodes that must fail (LZMA, DEFLATE not listed,
-//! a pcluster whose first block is all zeros, a 13 MiB extent).
+//! PLAIN and CBLKCNT extents in FULL indexes, and inodes that must fail (damaged LZMA, DEFLATE not
+//! listed, a pcluster whose first block is all zeros, a 13 MiB extent).
 
 use crate::craft::{compact, dir_block, Craft, BS};
 use crate::Rng;
@@ -89,9 +89,9 @@ pub fn right_aligned(stream: &[u8], blocks: usize) -> Vec<u8> {
 /// - C `[26000, 30000)`: PLAIN (uncompressed) at 13,
 /// - D `[30000, 40000)`: LZ4 as HEAD2 at 14;
 ///
-/// and `/lzma` (LZMA: unsupported), `/deflate` (DEFLATE, not listed), `/zpad` (a ZSTD pcluster
-/// whose first block is all zeros), `/huge` (a 13 MiB extent), and `/cdir`, an LZ4-compressed
-/// directory.
+/// and `/lzma` (LZMA: a pcluster that is no MicroLZMA stream), `/deflate` (DEFLATE, not listed),
+/// `/zpad` (a ZSTD pcluster whose first block is all zeros), `/huge` (a 13 MiB extent), and
+/// `/cdir`, an LZ4-compressed directory.
 pub fn zstd_image() -> (Craft, Vec<u8>) {
     let mut rng = Rng::scrambled(8);
     let mut c = Craft::new(NBLOCKS);
@@ -167,7 +167,7 @@ pub fn zstd_image() -> (Craft, Vec<u8>) {
         &compact(REG, DataLayout::CompressedFull, ZSIZE as u32, 5, 1),
         &index,
     );
-    // /lzma: listed, not decodable here.
+    // /lzma: listed, but its pcluster is no MicroLZMA stream.
     c.put(15 * BS, &[0x5d; BS]);
     let index = full_index(0, 0x01, 0, &[head(h1, 0, 15), nonhead(1, 1)]);
     c.compact(

@@ -110,6 +110,8 @@ fn account_storage(img: &Image, inode: &sealfs_reader::Inode, c: &mut Counts) ->
             }
             ExtentKind::Mapped { .. } | ExtentKind::Inline { .. } => ("stored", e.length),
             ExtentKind::Hole => ("hole", 0),
+            // Stored in the packed inode, counted there.
+            ExtentKind::Fragment { .. } => ("fragment", 0),
         };
         let t = c.storage.entry(kind).or_default();
         if kinds.insert(kind) {
