@@ -56,6 +56,15 @@ pub struct MountArgs {
     /// and --digest or --key; `sealfs umount` takes down the mount and its devices.
     #[arg(long, value_name = "HOW", num_args = 0..=1, default_missing_value = "auto", require_equals = true)]
     kernel: Option<String>,
+    /// Record which parts of the image are read while mounted (in the order first read) into this
+    /// file when the mount ends: an access profile to replay with --profile (kept outside the
+    /// image, whose digest it never changes).
+    #[arg(long, value_name = "FILE")]
+    record_profile: Option<PathBuf>,
+    /// Replay an access profile recorded from this image: its ranges are fetched ahead, in order,
+    /// into the persistent cache of a remote image as soon as it is mounted.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
     /// With --kernel: what dm-verity does when a block fails its check: `eio` (the read fails),
     /// `panic` or `restart` the machine.
     #[arg(long, value_name = "ACTION", requires = "kernel", value_parser = ["eio", "panic", "restart"])]
@@ -282,6 +291,32 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         Some(_) => format!("{trust}, and each file against its recorded digest (double)"),
         None => trust,
     };
+    let digest = opened.trust.digest().copied();
+    let replay = match (&args.profile, &digest) {
+        (None, _) => None,
+        (Some(p), Some(d)) => {
+            let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+            let ranges = sealfs_reader::profile::parse_profile(&text, d)
+                .map_err(|e| anyhow!("--profile {}: {e}", p.display()))?;
+            Some(ranges)
+        }
+        (Some(_), None) => bail!("--profile: the image is not sealed (nothing to warm)"),
+    };
+    let recorder = match (&args.record_profile, &opened.verified, &digest) {
+        (None, ..) => None,
+        (Some(path), Some(v), Some(d)) => {
+            v.record_profile();
+            Some((path.clone(), v.clone(), *d))
+        }
+        (Some(_), ..) => bail!("--record-profile needs a sealed image read with verification"),
+    };
+    // Writes the profile when the mount has ended.
+    let write_profile = move || {
+        if let Some((path, v, d)) = &recorder {
+            let text = sealfs_reader::profile::encode_profile(d, &v.profile());
+            let _ = std::fs::write(path, text);
+        }
+    };
     let image = Arc::new(opened.image);
     let verified = opened.verified;
     let file_digests = opened.file_digests;
@@ -293,6 +328,9 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
             let image = image.clone();
             std::thread::spawn(move || image.warm_metadata(16));
         }
+        if let Some(ranges) = &replay {
+            image.prefetch(ranges);
+        }
         let fs = SealFs::new(image, verified, trust, log);
         match file_digests {
             Some(digests) => fs.with_file_check(file_check(digests)),
@@ -302,7 +340,9 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
 
     if args.foreground {
         let fs = make_fs(logger(&args, true)?);
-        return serve(fs, &mountpoint, &config, None);
+        let served = serve(fs, &mountpoint, &config, None);
+        write_profile();
+        return served;
     }
 
     // Background: the child mounts and reports through a pipe; the parent exits when it knows.
@@ -332,7 +372,9 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
                 }
             };
             let fs = make_fs(log);
-            match serve(fs, &mountpoint, &config, Some(wr)) {
+            let served = serve(fs, &mountpoint, &config, Some(wr));
+            write_profile();
+            match served {
                 Ok(_) => std::process::exit(0),
                 Err(_) => std::process::exit(2),
             }

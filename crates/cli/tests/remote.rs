@@ -889,3 +889,143 @@ fn faults_are_retried_or_fail_only_the_reads_they_touch() {
         );
     }
 }
+
+/// An access profile recorded by a mount (`--record-profile`) and replayed by another
+/// (`--profile`, a fresh cache): the files the first mount read then read with the server gone,
+/// one it did not read does not. A profile of another image is refused.
+#[test]
+fn a_recorded_profile_warms_a_fresh_cache() {
+    if !oracle_guard(root_env().and_then(|()| {
+        Path::new("/dev/fuse")
+            .exists()
+            .then_some(())
+            .ok_or_else(|| "/dev/fuse missing (no FUSE)".to_string())
+    })) {
+        return;
+    }
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let digest =
+        String::from_utf8(sealfs_ok(&["digest", s(&images.local("plain"))]).stdout).unwrap();
+    let digest = digest.trim().to_string();
+    let url = http.url("plain");
+    let work = tempfile::tempdir().unwrap();
+    let mnt = work.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let local_dir = work.path().join("local");
+    sealfs_ok(&[
+        "extract",
+        "-q",
+        "--digest",
+        &digest,
+        s(&images.local("plain")),
+        s(&local_dir),
+    ]);
+    let files: Vec<String> = regular_files(&local_dir)
+        .into_iter()
+        .filter(|f| f != "big")
+        .collect();
+    // Three files read; `big` (8 MiB of file data, nothing of it in the metadata) not.
+    let (read, unread) = (&files[..3], &"big".to_string());
+    let profile = work.path().join("profile");
+    let (a, b) = (work.path().join("a"), work.path().join("b"));
+    let mount = |extra: &[&str], cache: &Path| {
+        let mut args = vec!["mount", "--digest", &digest, "--cache-dir", s(cache)];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[&url, s(&mnt)]);
+        let o = sealfs_run(&args, &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let umount = || {
+        let o = sealfs_run(&["umount", s(&mnt)], &[]);
+        assert!(o.status.success());
+        // The daemon writes the profile as it ends.
+        for _ in 0..200 {
+            if profile.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let cat = |name: &str| {
+        run(Command::new("timeout")
+            .args(["60", "cat"])
+            .arg(mnt.join(name)))
+    };
+
+    // Record: read three files.
+    mount(&["--record-profile", s(&profile)], &a);
+    for f in read {
+        assert!(cat(f).status.success());
+    }
+    umount();
+    let text = fs::read_to_string(&profile).expect("the profile was written");
+    assert!(
+        text.starts_with(&format!("sealfs-profile 1\ndigest {digest}\n")),
+        "{text}"
+    );
+    println!(
+        "profile of three files: {} ranges",
+        text.lines().count() - 2
+    );
+
+    // Replay into a fresh cache; wait until the fetching settles.
+    mount(&["--profile", s(&profile)], &b);
+    let mut last = 0;
+    for _ in 0..100 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let now = cache_stats(&b).1;
+        if now == last && now > 0 {
+            break;
+        }
+        last = now;
+    }
+    umount();
+
+    // The server gone: the profiled files read from the cache, the unread one does not.
+    drop(http);
+    mount(&[], &b);
+    for f in read {
+        let got = cat(f);
+        assert!(
+            got.status.success() && got.stdout == fs::read(local_dir.join(f)).unwrap(),
+            "{f} was in the profile but does not read offline"
+        );
+    }
+    let missing = cat(unread);
+    umount();
+    assert!(
+        !missing.status.success(),
+        "{unread} was not in the profile yet read offline"
+    );
+
+    // Another image's profile is refused.
+    let other = work.path().join("other");
+    fs::write(
+        &other,
+        text.replace(&digest, &format!("sha256:{}", "ab".repeat(32))),
+    )
+    .unwrap();
+    let o = sealfs_run(
+        &[
+            "mount",
+            "--digest",
+            &digest,
+            "--cache-dir",
+            s(&b),
+            "--profile",
+            s(&other),
+            &url,
+            s(&mnt),
+        ],
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("line 2"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -645,6 +645,13 @@ pub(crate) fn write_data(
         files.sort_by_key(nid);
     }
     by_dir.sort_by_key(|(_, files)| nid(&files[0]));
+    // A remote image fetches the files' data ahead, in the order they are written.
+    ctx.img.prefetch_files(
+        by_dir
+            .iter()
+            .flat_map(|(_, files)| files)
+            .map(|&i| &ctx.nodes[i].inode),
+    );
     let t: &Tree = tree;
     let outcomes: Vec<(usize, Outcome)> = by_dir
         .par_iter()

@@ -287,6 +287,11 @@ impl Blocks {
         }
     }
 
+    /// Whether the source acts on prefetch hints.
+    pub(crate) fn source_prefetches(&self) -> bool {
+        self.src.prefetches()
+    }
+
     /// Passes a prefetch hint (byte ranges, in order of use) to the source.
     pub(crate) fn hint_source(&self, ranges: &[std::ops::Range<u64>]) {
         self.src.prefetch(ranges);

@@ -121,10 +121,19 @@ impl Image {
         self.blocks.hint_source(ranges);
     }
 
+    /// Whether prefetch hints do anything for this image (a remote image with a store).
+    pub fn prefetches(&self) -> bool {
+        self.blocks.source_prefetches()
+    }
+
     /// Hints that these files will be read soon, in this order: their data blocks and pclusters
-    /// are fetched ahead where the source can (a remote image with a store). Files whose storage
-    /// cannot be mapped are skipped (their reads report it).
+    /// are fetched ahead where the source can (a remote image with a store); nothing is worked
+    /// out for a source that cannot. Files whose storage cannot be mapped are skipped (their reads
+    /// report it).
     pub fn prefetch_files<'a>(&self, inodes: impl IntoIterator<Item = &'a Inode>) {
+        if !self.blocks.source_prefetches() {
+            return;
+        }
         let mut ranges = Vec::new();
         for inode in inodes {
             if inode.is_file() {

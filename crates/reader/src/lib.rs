@@ -72,6 +72,7 @@ pub mod inode;
 mod microlzma;
 pub mod namei;
 pub mod open;
+pub mod profile;
 pub mod seal;
 pub mod source;
 pub mod stats;

@@ -295,6 +295,12 @@ pub trait BlockSource: Send + Sync {
     /// Hints that the byte ranges will be read soon, in this order: a source that can fetch them
     /// ahead (a remote image with a store) starts doing so in the background. The default ignores it.
     fn prefetch(&self, _ranges: &[std::ops::Range<u64>]) {}
+
+    /// Whether [`BlockSource::prefetch`] does anything here (so callers can skip working out
+    /// what to hint).
+    fn prefetches(&self) -> bool {
+        false
+    }
 }
 
 /// A [`BlockSource`] over any [`ReadAt`], without verification.

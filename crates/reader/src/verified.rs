@@ -623,6 +623,10 @@ impl BlockSource for VerifiedBlocks {
         self.seal.params.log_block_size()
     }
 
+    fn prefetches(&self) -> bool {
+        self.readahead.get().is_some()
+    }
+
     /// Queues the ranges (as whole blocks, in order, adjacent ones merged) for the background
     /// fetchers, when readahead into a store is on.
     fn prefetch(&self, ranges: &[std::ops::Range<u64>]) {

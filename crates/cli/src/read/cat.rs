@@ -68,6 +68,21 @@ pub fn run(args: CatArgs) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; CHUNK];
     let mut status = Status::default();
+    // Several files of a remote image: their data is fetched ahead, in the order asked for (a path
+    // that does not resolve is left to its own read to report).
+    if args.paths.len() > 1 && opened.image.prefetches() {
+        let inodes: Vec<_> = args
+            .paths
+            .iter()
+            .filter_map(|p| {
+                opened
+                    .image
+                    .resolve(super::arg_bytes(p), sealfs_reader::Follow::All)
+                    .ok()
+            })
+            .collect();
+        opened.image.prefetch_files(&inodes);
+    }
     for p in &args.paths {
         let path = super::arg_bytes(p);
         if let Err(e) = cat_one(&opened.image, path, &mut buf, &mut out) {
