@@ -5,7 +5,6 @@ use crate::open::ImageArgs;
 use crate::read::fault;
 use anyhow::{bail, Result};
 use sealfs_kernel::{Chain, Method, MountRequest, OnCorruption, Teardown};
-use sealfs_reader::{Authority, Trust};
 use serde_json::json;
 use std::path::Path;
 use std::process::ExitCode;
@@ -59,19 +58,11 @@ pub fn mount(
         Some(v) => format!("dm-verity {} ({})", v.device.display(), v.name),
         None => "fs-verity on the image file".to_string(),
     };
-    let trust = match &opened.trust {
-        Trust::Authenticated {
-            digest,
-            authority: Authority::Key { fingerprint },
-            ..
-        } => format!("{digest}, signed by {fingerprint}"),
-        Trust::Authenticated { digest, .. } => format!("{digest}, digest given"),
-        _ => unreachable!("sealfs_kernel::mount refuses unauthenticated images"),
-    };
     eprintln!(
-        "sealfs: {} mounted on {}: kernel EROFS over {how}; authenticated {trust}",
+        "sealfs: {} mounted on {}: kernel EROFS over {how}; {}",
         image.image.display(),
-        chain.mountpoint.display()
+        chain.mountpoint.display(),
+        opened.trust
     );
     Ok(ExitCode::SUCCESS)
 }

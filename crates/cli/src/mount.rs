@@ -267,6 +267,8 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     }
     // A daemon serves many lookups over time: keep the metadata of a large tree verified in memory.
     args.image.block_cache.get_or_insert(MOUNT_BLOCK_CACHE);
+    // Background threads start in the daemon, after the fork (see below).
+    args.image.defer_readahead = true;
     let opened = args.image.open_any()?;
     check_mountpoint(&args.mountpoint)?;
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
@@ -323,7 +325,14 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     // A remote image's metadata is fetched in batches in the background (into the persistent
     // cache), so that a cold `ls -lR` or `find` does not wait a round trip per directory.
     let warm = args.image.is_remote() && !args.image.no_cache;
+    let readahead = verified.clone().filter(|_| warm);
     let make_fs = move |log: Logger| {
+        // Threads are started here, in the process that serves (the daemon forks after opening,
+        // and a thread of the parent could hold a lock the child would wait for forever).
+        if let Some(v) = &readahead {
+            let (min, max) = sealfs_reader::OpenOptions::default().readahead_blocks;
+            v.start_readahead(min, max, 2);
+        }
         if warm {
             let image = image.clone();
             std::thread::spawn(move || image.warm_metadata(16));

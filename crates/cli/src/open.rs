@@ -43,6 +43,10 @@ pub struct ImageArgs {
     /// Read a remote image without the persistent cache (every block fetched when needed).
     #[arg(long, global = true)]
     pub no_cache: bool,
+    /// Start no readahead fetchers at open (`mount` starts them in its daemon, after the fork: a
+    /// thread of the parent could hold a lock the child would then wait for forever).
+    #[arg(skip)]
+    pub defer_readahead: bool,
     /// Verified Merkle hash blocks kept in memory (each 4 KiB covers 512 KiB of data).
     #[arg(long, value_name = "BLOCKS", default_value_t = sealfs_reader::verified::DEFAULT_HASH_CACHE_BLOCKS, global = true)]
     pub hash_cache_blocks: usize,
@@ -149,6 +153,11 @@ impl ImageArgs {
                 Some(Arc::new(self.cache.open()?))
             } else {
                 None
+            },
+            readahead_blocks: if self.defer_readahead {
+                (0, 0)
+            } else {
+                OpenOptions::default().readahead_blocks
             },
             // Only for measuring what fetching hash blocks with the data saves (bench/remote.py).
             dependent_hash_fetch: std::env::var_os("SEALFS_DEPENDENT_HASH_FETCH").is_some(),

@@ -85,6 +85,25 @@ fn parse_hashes(text: &str, prefix: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Boots the guest with `staging` as its file system and `script` as /mnt/guest.sh; returns what it
+/// printed, after checking that it ran to its end.
+fn run_guest(staging: &Path, script_text: &str) -> String {
+    fs::write(staging.join("guest.sh"), script_text).unwrap();
+    let out = run(Command::new("timeout")
+        .arg("600")
+        .arg(script())
+        .arg(staging)
+        .env("SEALFS", sealfs_bin()));
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    assert!(
+        out.status.success() && text.contains("GUEST-EXIT"),
+        "the virtual machine did not run to its end ({:?}):\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// The guest's output between `BEGIN name` and `END name`.
 fn section<'a>(out: &'a str, name: &str) -> &'a str {
     let begin = format!("BEGIN {name}\n");
@@ -158,20 +177,7 @@ fn kernel_fs_verity_agrees_with_the_seal_and_takes_over_verification() {
          sealfs cat --digest {wrong} --sidecar plain.seal plain.erofs /sub/text >/dev/null 2>&1; echo \"WRONG-DIGEST $?\"\n",
         wrong = digests["lz4hc"],
     );
-    fs::write(staging.join("guest.sh"), guest).unwrap();
-
-    let out = run(Command::new("timeout")
-        .arg("600")
-        .arg(script())
-        .arg(&staging)
-        .env("SEALFS", sealfs_bin()));
-    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
-    assert!(
-        out.status.success() && text.contains("GUEST-EXIT"),
-        "the virtual machine did not run to its end ({:?}):\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = run_guest(&staging, &guest);
     assert!(
         !text.contains("ENABLE-FAILED"),
         "fsverity enable failed:\n{text}"
@@ -497,20 +503,7 @@ fn kernel_verified_mounts_in_a_guest() {
     g += &step("inspect-c-dm", "sealfs inspect /m/c");
     g += &step("umount-c-dm", "sealfs umount /m/c");
     g += &check_nothing_left("c-dm");
-    fs::write(staging.join("guest.sh"), g).unwrap();
-
-    let out = run(Command::new("timeout")
-        .arg("600")
-        .arg(script())
-        .arg(&staging)
-        .env("SEALFS", sealfs_bin()));
-    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
-    assert!(
-        out.status.success() && text.contains("GUEST-EXIT"),
-        "the virtual machine did not run to its end ({:?}):\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = run_guest(&staging, &g);
     assert!(
         !text.contains("GUEST: insmod"),
         "a module did not load:\n{text}"

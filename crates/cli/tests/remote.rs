@@ -386,12 +386,7 @@ fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
 /// client (the parent's runtime threads and connections do not exist in it; reads used to hang).
 #[test]
 fn a_daemon_mount_of_a_url_reads_after_the_fork() {
-    if !oracle_guard(root_env().and_then(|()| {
-        Path::new("/dev/fuse")
-            .exists()
-            .then_some(())
-            .ok_or_else(|| "/dev/fuse missing (no FUSE)".to_string())
-    })) {
+    if !oracle_guard(fuse_env()) {
         return;
     }
     let images = images();
@@ -415,6 +410,16 @@ fn a_daemon_mount_of_a_url_reads_after_the_fork() {
     assert!(read.stdout == pseudo_random(BIG, 7), "the file's bytes");
     assert!(String::from_utf8_lossy(&listed.stdout).contains("big"));
     assert!(umount.status.success(), "{umount:?}");
+}
+
+/// Root and /dev/fuse, for the tests that mount.
+fn fuse_env() -> Result<(), String> {
+    root_env().and_then(|()| {
+        Path::new("/dev/fuse")
+            .exists()
+            .then_some(())
+            .ok_or_else(|| "/dev/fuse missing (no FUSE)".to_string())
+    })
 }
 
 /// Two extracted trees hold the same regular files (by `sha256sum`), links (by target) and
@@ -765,12 +770,7 @@ fn faults_are_retried_or_fail_only_the_reads_they_touch() {
     }
 
     // The rest needs a FUSE mount.
-    if !oracle_guard(root_env().and_then(|()| {
-        Path::new("/dev/fuse")
-            .exists()
-            .then_some(())
-            .ok_or_else(|| "/dev/fuse missing (no FUSE)".to_string())
-    })) {
+    if !oracle_guard(fuse_env()) {
         return;
     }
     let mnt = work.path().join("mnt");
@@ -830,7 +830,9 @@ fn faults_are_retried_or_fail_only_the_reads_they_touch() {
         let got = read(name);
         assert!(
             got.status.success() && got.stdout == want,
-            "{name} through the mount"
+            "{name} through the mount: {:?} {}",
+            got.status,
+            String::from_utf8_lossy(&got.stderr)
         );
     }
     let again = read("big");
@@ -895,12 +897,7 @@ fn faults_are_retried_or_fail_only_the_reads_they_touch() {
 /// one it did not read does not. A profile of another image is refused.
 #[test]
 fn a_recorded_profile_warms_a_fresh_cache() {
-    if !oracle_guard(root_env().and_then(|()| {
-        Path::new("/dev/fuse")
-            .exists()
-            .then_some(())
-            .ok_or_else(|| "/dev/fuse missing (no FUSE)".to_string())
-    })) {
+    if !oracle_guard(fuse_env()) {
         return;
     }
     let images = images();
