@@ -41,6 +41,12 @@ fn sealfs_run(args: &[&str], env: &[(&'static str, String)]) -> Output {
     run(&mut c)
 }
 
+/// The image digest `sealfs digest` prints for a local image.
+fn digest_of(image: &Path) -> String {
+    let o = sealfs_ok(&["digest", s(image)]);
+    String::from_utf8(o.stdout).unwrap().trim().to_string()
+}
+
 fn sealfs_ok(args: &[&str]) -> Output {
     let o = sealfs_run(args, &[]);
     assert!(
@@ -213,7 +219,7 @@ fn assert_same_trees(a: &Path, b: &Path) {
 /// Every reading command on `url` against the local image.
 fn every_command_equal(images: &Images, name: &str, url: &str, env: &[(&'static str, String)]) {
     let local = images.local(name);
-    let digest = String::from_utf8(sealfs_ok(&["digest", s(&local)]).stdout).unwrap();
+    let digest = digest_of(&local);
     let digest = digest.trim().to_string();
     let auths = [
         vec!["--digest".to_string(), digest.clone()],
@@ -325,7 +331,7 @@ fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
         return;
     };
     let local = images.local("plain");
-    let digest = String::from_utf8(sealfs_ok(&["digest", s(&local)]).stdout).unwrap();
+    let digest = digest_of(&local);
     let url = http.url("plain");
     let cold = tempfile::tempdir().unwrap();
     let o = sealfs_run(
@@ -394,7 +400,7 @@ fn a_daemon_mount_of_a_url_reads_after_the_fork() {
         return;
     };
     let local = images.local("z");
-    let digest = String::from_utf8(sealfs_ok(&["digest", s(&local)]).stdout).unwrap();
+    let digest = digest_of(&local);
     let mnt = images.dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     let url = http.url("z");
@@ -476,7 +482,7 @@ fn the_cache_serves_a_remote_image_offline_and_never_a_damaged_block() {
         return;
     };
     let local = images.local("plain");
-    let digest = String::from_utf8(sealfs_ok(&["digest", s(&local)]).stdout).unwrap();
+    let digest = digest_of(&local);
     let digest = digest.trim();
     let url = http.url("plain");
     let work = tempfile::tempdir().unwrap();
@@ -581,8 +587,7 @@ fn the_cache_serves_a_remote_image_offline_and_never_a_damaged_block() {
         return;
     };
     let url2 = http2.url("plain");
-    let digest2 =
-        String::from_utf8(sealfs_ok(&["digest", s(&images2.local("plain"))]).stdout).unwrap();
+    let digest2 = digest_of(&images2.local("plain"));
     let cache2 = work.path().join("cache2");
     for delay_ms in [20, 60, 150] {
         let mut child = sealfs()
@@ -736,8 +741,7 @@ fn faults_are_retried_or_fail_only_the_reads_they_touch() {
             return;
         }
     };
-    let digest =
-        String::from_utf8(sealfs_ok(&["digest", s(&images.local("plain"))]).stdout).unwrap();
+    let digest = digest_of(&images.local("plain"));
     let digest = digest.trim().to_string();
     let url = proxy.url("plain");
     let big = pseudo_random(BIG, 7);
@@ -904,8 +908,7 @@ fn a_recorded_profile_warms_a_fresh_cache() {
     let Some((http, _)) = servers(&images) else {
         return;
     };
-    let digest =
-        String::from_utf8(sealfs_ok(&["digest", s(&images.local("plain"))]).stdout).unwrap();
+    let digest = digest_of(&images.local("plain"));
     let digest = digest.trim().to_string();
     let url = http.url("plain");
     let work = tempfile::tempdir().unwrap();
