@@ -315,8 +315,15 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     // Writes the profile when the mount has ended.
     let write_profile = move || {
         if let Some((path, v, d)) = &recorder {
+            // Written whole or not at all: whoever waits for the file never sees half of it.
             let text = sealfs_reader::profile::encode_profile(d, &v.profile());
-            let _ = std::fs::write(path, text);
+            let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+            let written = tempfile::NamedTempFile::new_in(dir.unwrap_or(Path::new(".")))
+                .and_then(|mut f| f.write_all(text.as_bytes()).map(|()| f))
+                .and_then(|f| f.persist(path).map_err(|e| e.error));
+            if let Err(e) = written {
+                eprintln!("sealfs: writing the profile {}: {e}", path.display());
+            }
         }
     };
     let image = Arc::new(opened.image);
