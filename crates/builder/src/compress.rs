@@ -76,6 +76,18 @@ impl Algorithm {
     }
 }
 
+/// Which files go whole into the packed inode (`FRAGMENTS`), where they are compressed together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fragments {
+    /// Every file has its own pclusters.
+    #[default]
+    Off,
+    /// Files smaller than one pcluster (`mkfs.erofs -E fragments` packs these whole too).
+    Small,
+    /// Every file (`-E all-fragments`).
+    All,
+}
+
 /// Compression settings of a build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompressOptions {
@@ -83,6 +95,8 @@ pub struct CompressOptions {
     pub algorithm: Algorithm,
     /// Largest physical cluster in bytes: a multiple of 4 KiB from 4 KiB to 1 MiB.
     pub pcluster_bytes: u32,
+    /// Files packed into the packed inode.
+    pub fragments: Fragments,
 }
 
 impl CompressOptions {
@@ -500,6 +514,7 @@ mod tests {
                 let opts = CompressOptions {
                     algorithm: alg,
                     pcluster_bytes: pcluster,
+                    fragments: Fragments::Off,
                 };
                 for data in [
                     &text[..],

@@ -63,6 +63,7 @@ impl Stream<'_> {
 fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_len: u64) -> Vec<u8> {
     let i_u = match (&inode.kind, &p.chunks) {
         _ if p.zmap.is_some() => p.zmap.as_ref().map_or(0, |z| z.blocks() as u32),
+        _ if p.fragment.is_some() => 0,
         (_, Some(c)) => (c.chunkbits - fmt::BLKSZBITS) as u32,
         (Kind::Device(rdev), _) => *rdev,
         (Kind::Special, _) => 0,
@@ -331,6 +332,13 @@ pub(crate) fn write_metadata(
             };
             if let Some(z) = &p.zmap {
                 encode_zmap(&mut item, p, z);
+            }
+            if let Some(offset) = p.fragment {
+                item.resize(zmap_header_offset(p.isize(), p.ibody_len) as usize, 0);
+                let header = fmt::fragment_inode_header(offset)
+                    .expect("fragment offsets are below 2^63 (the packed inode's size)");
+                item.extend_from_slice(&header);
+                item.resize(item.len() + fmt::Z_EROFS_FULL_INDEX_START as usize, 0);
             }
             if let Some(tail) = &p.inline_bytes {
                 item.extend_from_slice(tail);
@@ -704,6 +712,9 @@ pub(crate) fn finish(
             incompat |= fmt::EROFS_FEATURE_INCOMPAT_ZTAILPACKING;
         }
     }
+    if plan.packed.is_some() {
+        incompat |= fmt::EROFS_FEATURE_INCOMPAT_FRAGMENTS;
+    }
     let mut u1 = 0u16;
     if !zmaps.is_empty() {
         // Compressed data is right-aligned; every algorithm used has a configuration record.
@@ -753,6 +764,7 @@ pub(crate) fn finish(
         u1: u1.into(),
         meta_blkaddr: ((plan.meta_base / BLKSZ) as u32).into(),
         xattr_blkaddr: ((plan.meta_base / BLKSZ) as u32).into(),
+        packed_nid: plan.packed.map_or(0, |id| plan.inodes[id].nid()).into(),
         ..Default::default()
     };
     let io_err = |op| move |e| BuildError::io(path, op, e);

@@ -35,6 +35,8 @@ pub(crate) struct InodePlan {
     pub zmap: Option<ZPlan>,
     /// Inline tail bytes already read by the data phase (otherwise the copy phase writes them).
     pub inline_bytes: Option<Vec<u8>>,
+    /// The whole file is a fragment at this offset of the packed inode (COMPRESSED_FULL).
+    pub fragment: Option<u64>,
 }
 
 /// A compressed file's extents, as the data phase of a compressed build placed them.
@@ -77,8 +79,10 @@ impl ZPlan {
 }
 
 /// What the data phase of a compressed build decided and wrote for a regular file.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Placed {
+    /// The whole file is a fragment at this offset of the packed inode.
+    Fragment { offset: u64 },
     /// Compressed extents.
     Compressed(ZPlan),
     /// Stored as is: whole blocks from `startblk` (the last partial one among them when `tail` is
@@ -97,6 +101,8 @@ pub(crate) enum Placed {
 pub(crate) struct PreData {
     pub files: Vec<Option<Placed>>,
     pub data_end: u64,
+    /// Id of the packed inode (the last), if there are fragments.
+    pub packed: Option<InodeId>,
 }
 
 /// Inode core size and xattr body size of an inode of `size` bytes, as the plan will choose them.
@@ -171,6 +177,8 @@ pub(crate) struct Plan {
     pub epoch: i64,
     pub fixed_nsec: u32,
     pub chunked: bool,
+    /// Id of the packed inode, if there are fragments.
+    pub packed: Option<InodeId>,
 }
 
 /// Directory block layout: the entries (including "." and "..") in order, and where each block starts.
@@ -348,9 +356,16 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>)
             chunks: None,
             zmap: None,
             inline_bytes: None,
+            fragment: None,
         };
         let mut meta_len = isize + ibody_len;
         match placed {
+            Some(Placed::Fragment { offset }) => {
+                p.layout = DataLayout::CompressedFull;
+                p.fragment = Some(offset);
+                meta_len =
+                    zmap_header_offset(isize, ibody_len) + fmt::Z_EROFS_LEGACY_MAP_HEADER_SIZE;
+            }
             Some(Placed::Compressed(z)) => {
                 p.layout = DataLayout::CompressedCompact;
                 p.inline_len = z.idata.len() as u64;
@@ -476,6 +491,7 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>)
         epoch,
         fixed_nsec,
         chunked,
+        packed: pre.as_ref().and_then(|p| p.packed),
     })
 }
 

@@ -5,7 +5,7 @@ use crate::seal::SealArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use regex::bytes::Regex;
-use sealfs_builder::{Algorithm, BuildOptions, CompressOptions, UuidChoice};
+use sealfs_builder::{Algorithm, BuildOptions, CompressOptions, Fragments, UuidChoice};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -77,6 +77,16 @@ pub struct BuildArgs {
         default_value_t = 4096
     )]
     pcluster_bytes: u32,
+    /// Extended options with -z, comma-separated, as mkfs.erofs names them: `fragments` (files
+    /// smaller than one pcluster are packed together into the packed inode and compressed there,
+    /// similar files next to each other), `all-fragments` (every file is packed).
+    #[arg(
+        short = 'E',
+        long = "extended",
+        value_name = "OPTS",
+        value_delimiter = ','
+    )]
+    extended: Vec<String>,
     /// Write a plain EROFS image, without the Merkle tree and seal trailer.
     #[arg(long, conflicts_with_all = ["sidecar", "hash_alg", "salt", "verity_block_size"])]
     no_seal: bool,
@@ -106,6 +116,20 @@ fn parse_uuid(s: &str) -> Result<UuidChoice> {
 }
 
 impl BuildArgs {
+    /// The fragments choice from `-E`.
+    fn fragments(&self) -> Result<Fragments> {
+        let mut fragments = Fragments::Off;
+        for opt in &self.extended {
+            match opt.as_str() {
+                "fragments" if fragments == Fragments::Off => fragments = Fragments::Small,
+                "fragments" => {}
+                "all-fragments" => fragments = Fragments::All,
+                _ => bail!("-E {opt}: unknown extended option (fragments, all-fragments)"),
+            }
+        }
+        Ok(fragments)
+    }
+
     fn options(&self) -> Result<BuildOptions> {
         let clamp_mtime = match std::env::var("SOURCE_DATE_EPOCH") {
             Ok(v) if !v.is_empty() => Some(
@@ -169,12 +193,16 @@ impl BuildArgs {
                 Some(self.seal.options()?)
             },
             compress: match &self.compress {
+                None if !self.extended.is_empty() => {
+                    bail!("-E {}: extended options need -z", self.extended.join(","))
+                }
                 None => None,
                 Some(z) => {
                     let c = CompressOptions {
                         algorithm: Algorithm::parse(z)
                             .map_err(|e| anyhow::anyhow!("--compress {z}: {e}"))?,
                         pcluster_bytes: self.pcluster_bytes,
+                        fragments: self.fragments()?,
                     };
                     c.validate()
                         .map_err(|e| anyhow::anyhow!("-C {}: {e}", self.pcluster_bytes))?;

@@ -18,6 +18,7 @@ pub fn compressed(alg: &str, pcluster_bytes: u32) -> BuildOptions {
     let c = CompressOptions {
         algorithm: Algorithm::parse(alg).unwrap_or_else(|e| panic!("-z {alg}: {e}")),
         pcluster_bytes,
+        fragments: sealfs_builder::Fragments::Off,
     };
     c.validate()
         .unwrap_or_else(|e| panic!("-C {pcluster_bytes}: {e}"));
