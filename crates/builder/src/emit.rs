@@ -182,8 +182,41 @@ fn compact_nblk(pack: &[(u16, u16)], i: usize, big: bool) -> Option<u32> {
     .map(|n| n as u32)
 }
 
+/// Appends a compressed inode's map header and its 48-bit encoded extents: the first extent's
+/// byte address, then one 4-byte `plen` per logical cluster (its format in the top bits: the
+/// algorithm + 1, or 0 for raw bytes), each extent's data right after the previous one's.
+fn encode_extents_48bit(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan, bits: u8) {
+    let hdr = zmap_header_offset(p.isize(), p.ibody_len);
+    item.resize(hdr as usize, 0);
+    let header = fmt::MapHeader {
+        h_fragmentoff_or_idata: 0.into(),
+        h_advise: fmt::Z_EROFS_ADVISE_EXTENTS.into(), // record size field 0: 4-byte records
+        h_algorithmtype: 0,
+        h_clusterbits: bits - fmt::BLKSZBITS,
+    };
+    item.extend_from_slice(header.as_bytes());
+    item.resize(
+        fmt::z_erofs_extent_records_start(hdr, fmt::Z_EROFS_EXTENT_RECSZ_PLEN) as usize,
+        0,
+    );
+    let pstart = z.extents.first().map_or(0, |e| e.pstart);
+    item.extend_from_slice(&pstart.to_le_bytes());
+    let mut next = pstart;
+    for e in &z.extents {
+        debug_assert_eq!(e.pstart, next, "encoded extents are contiguous");
+        let plen = e.plen;
+        next += plen;
+        let fmt_bits = if e.plain { 0 } else { z.alg as u32 + 1 };
+        let rec = plen as u32 | fmt_bits << fmt::Z_EROFS_EXTENT_PLEN_FMT_BIT;
+        item.extend_from_slice(&rec.to_le_bytes());
+    }
+}
+
 /// Appends a compressed inode's map header, COMPACT lcluster indexes and inline tail pcluster.
 fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
+    if let Some(bits) = z.extents_48bit {
+        return encode_extents_48bit(item, p, z, bits);
+    }
     item.resize(zmap_header_offset(p.isize(), p.ibody_len) as usize, 0);
     let mut advise = fmt::Z_EROFS_ADVISE_COMPACTED_2B;
     if z.big_pcluster {
@@ -711,6 +744,9 @@ pub(crate) fn finish(
         if !z.idata.is_empty() {
             incompat |= fmt::EROFS_FEATURE_INCOMPAT_ZTAILPACKING;
         }
+    }
+    if zmaps.iter().any(|z| z.extents_48bit.is_some()) {
+        incompat |= fmt::EROFS_FEATURE_INCOMPAT_48BIT;
     }
     if plan.packed.is_some() {
         incompat |= fmt::EROFS_FEATURE_INCOMPAT_FRAGMENTS;

@@ -50,6 +50,9 @@ pub(crate) struct ZPlan {
     pub extents: Vec<ZPlaced>,
     /// The tail pcluster stored inline after the indexes (ztailpacking), empty if none.
     pub idata: Vec<u8>,
+    /// 48-bit encoded extents, one per logical cluster of `1 << bits` bytes, their data packed
+    /// byte by byte from the first extent's `pstart` (COMPRESSED_FULL); `None`: COMPACT indexes.
+    pub extents_48bit: Option<u8>,
 }
 
 /// One placed extent.
@@ -60,7 +63,12 @@ pub(crate) struct ZPlaced {
     pub plain: bool,
     /// First block of the pcluster (0 for the inline tail).
     pub blkaddr: u32,
+    /// Blocks the pcluster touches.
     pub blocks: u32,
+    /// Byte address of its data (encoded extents).
+    pub pstart: u64,
+    /// Bytes of its data (compressed stream, or raw bytes).
+    pub plen: u64,
 }
 
 impl ZPlan {
@@ -70,6 +78,24 @@ impl ZPlan {
         // The builder always writes `COMPACTED_2B`; `ebase` is relative to the 32-byte aligned inode.
         let advise = fmt::Z_EROFS_ADVISE_COMPACTED_2B;
         ebase + fmt::compact_index_split(ebase, size.div_ceil(BLKSZ), advise).index_bytes()
+    }
+
+    /// Bytes from the inode start to the end of its encoded extent records: the map header, the
+    /// 8-byte `pstart`, then a 4-byte record per logical cluster of `1 << bits` bytes.
+    pub fn meta_len_48bit(isize: u64, ibody_len: u64, size: u64, bits: u8) -> u64 {
+        let records = fmt::z_erofs_extent_records_start(
+            zmap_header_offset(isize, ibody_len),
+            fmt::Z_EROFS_EXTENT_RECSZ_PLEN,
+        );
+        records + 8 + size.div_ceil(1 << bits) * fmt::Z_EROFS_EXTENT_RECSZ_PLEN
+    }
+
+    /// Bytes from the inode start to the end of its indexes, whichever form they take.
+    pub fn meta_len_of(&self, isize: u64, ibody_len: u64, size: u64) -> u64 {
+        match self.extents_48bit {
+            Some(bits) => Self::meta_len_48bit(isize, ibody_len, size, bits),
+            None => Self::meta_len(isize, ibody_len, size),
+        }
     }
 
     /// Blocks of data it holds outside the metadata area.
@@ -367,9 +393,12 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>)
                     zmap_header_offset(isize, ibody_len) + fmt::Z_EROFS_LEGACY_MAP_HEADER_SIZE;
             }
             Some(Placed::Compressed(z)) => {
-                p.layout = DataLayout::CompressedCompact;
+                p.layout = match z.extents_48bit {
+                    Some(_) => DataLayout::CompressedFull,
+                    None => DataLayout::CompressedCompact,
+                };
                 p.inline_len = z.idata.len() as u64;
-                meta_len = ZPlan::meta_len(isize, ibody_len, size);
+                meta_len = z.meta_len_of(isize, ibody_len, size);
                 p.zmap = Some(z);
             }
             Some(Placed::Flat {

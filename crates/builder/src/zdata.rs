@@ -274,7 +274,8 @@ fn fits_inline(placed: Option<&Placed>, isize: u64, ibody: u64, size: u64) -> bo
     }
 }
 
-/// Output being assembled for one batch: blocks from `first_blk`.
+/// Output being assembled for one batch: bytes from block `first_blk` on. Encoded extents are
+/// packed byte by byte, so the buffer may end inside a block, which the next batch continues.
 struct Out {
     first_blk: u64,
     buf: Vec<u8>,
@@ -282,12 +283,15 @@ struct Out {
 
 impl Out {
     fn next_blk(&self) -> u64 {
-        self.first_blk + self.buf.len() as u64 / BLKSZ
+        self.first_blk + (self.buf.len() as u64).div_ceil(BLKSZ)
     }
 
-    /// Appends a pcluster: compressed bytes right-aligned, raw bytes at its start; returns its block.
+    /// Appends a pcluster: compressed bytes right-aligned, raw bytes at its start, from the next
+    /// block boundary; returns its block.
     fn push(&mut self, data: &[u8], blocks: u64, right_align: bool) -> u64 {
         let blk = self.next_blk();
+        self.buf
+            .resize(self.buf.len().next_multiple_of(BLKSZ as usize), 0);
         let at = self.buf.len();
         self.buf.resize(at + (blocks * BLKSZ) as usize, 0);
         let off = if right_align {
@@ -297,6 +301,13 @@ impl Out {
         };
         self.buf[at + off..at + off + data.len()].copy_from_slice(data);
         blk
+    }
+
+    /// Appends bytes right after the previous ones; returns their byte address.
+    fn push_bytes(&mut self, data: &[u8]) -> u64 {
+        let at = self.first_blk * BLKSZ + self.buf.len() as u64;
+        self.buf.extend_from_slice(data);
+        at
     }
 }
 
@@ -318,6 +329,8 @@ struct Placer<'a> {
     state: HashMap<usize, FileState>,
     /// The file placed first with each dedupe key.
     seen: HashMap<DedupeKey, usize>,
+    /// Bytes of a block that encoded extents filled only partly, written with the next batch.
+    carry: Vec<u8>,
     leaves: DataLeaves,
     digests: FileDigests,
 }
@@ -329,7 +342,7 @@ impl Placer<'_> {
         let (shared, epoch, alg) = (ctx.shared, ctx.epoch, self.alg);
         let mut outb = Out {
             first_blk: self.next_blk,
-            buf: Vec::new(),
+            buf: std::mem::take(&mut self.carry),
         };
         let mut k = 0;
         while k < done.len() {
@@ -366,14 +379,34 @@ impl Placer<'_> {
             } else {
                 done[k..e].iter().flat_map(|u| u.extents.iter()).collect()
             };
-            // The tail extent inline after the indexes, if it is compressed into one block and fits.
-            let zmeta = ZPlan::meta_len(isize, ibody, f.size);
-            let tail = exts.last().filter(|t| {
-                last_seg && !t.plain && t.blocks() == 1 && zmeta + t.data.len() as u64 <= BLKSZ
-            });
-            let stored_blocks: u64 =
-                exts.iter().map(|x| x.blocks()).sum::<u64>() - tail.map_or(0, |_| 1);
-            let zcost = stored_blocks * BLKSZ + zmeta + tail.map_or(0, |t| t.data.len() as u64);
+            let bits48 = ctx
+                .copts
+                .extents_48bit
+                .then(|| compress::fixed_lcluster_bits(ctx.copts));
+            let (tail, zcost) = match bits48 {
+                // Encoded extents: the data packed byte by byte, no inline tail.
+                Some(bits) => (
+                    None,
+                    exts.iter().map(|x| x.data.len() as u64).sum::<u64>()
+                        + ZPlan::meta_len_48bit(isize, ibody, f.size, bits),
+                ),
+                None => {
+                    // The tail extent inline after the indexes, if it is compressed into one block
+                    // and fits.
+                    let zmeta = ZPlan::meta_len(isize, ibody, f.size);
+                    let tail = exts.last().filter(|t| {
+                        last_seg
+                            && !t.plain
+                            && t.blocks() == 1
+                            && zmeta + t.data.len() as u64 <= BLKSZ
+                    });
+                    let stored_blocks: u64 =
+                        exts.iter().map(|x| x.blocks()).sum::<u64>() - tail.map_or(0, |_| 1);
+                    let zcost =
+                        stored_blocks * BLKSZ + zmeta + tail.map_or(0, |t| t.data.len() as u64);
+                    (tail, zcost)
+                }
+            };
             let tail_len = f.size % BLKSZ;
             let inline_fits = tail_len != 0 && isize + ibody + tail_len <= BLKSZ;
             let flat_cost = if inline_fits {
@@ -409,18 +442,35 @@ impl Placer<'_> {
             } else {
                 for (x_i, x) in exts.iter().enumerate() {
                     let is_tail = tail.is_some() && x_i + 1 == exts.len();
-                    let blkaddr = if is_tail {
-                        0
+                    let placed = if bits48.is_some() {
+                        let pstart = outb.push_bytes(&x.data);
+                        let end = pstart + x.data.len() as u64;
+                        ZPlaced {
+                            start: x.start,
+                            len: x.len,
+                            plain: x.plain,
+                            blkaddr: 0,
+                            blocks: (end.div_ceil(BLKSZ) - pstart / BLKSZ) as u32,
+                            pstart,
+                            plen: x.data.len() as u64,
+                        }
                     } else {
-                        outb.push(&x.data, x.blocks(), !x.plain) as u32
+                        let blkaddr = if is_tail {
+                            0
+                        } else {
+                            outb.push(&x.data, x.blocks(), !x.plain) as u32
+                        };
+                        ZPlaced {
+                            start: x.start,
+                            len: x.len,
+                            plain: x.plain,
+                            blkaddr,
+                            blocks: x.blocks() as u32,
+                            pstart: blkaddr as u64 * BLKSZ,
+                            plen: x.data.len() as u64,
+                        }
                     };
-                    st.extents.push(ZPlaced {
-                        start: x.start,
-                        len: x.len,
-                        plain: x.plain,
-                        blkaddr,
-                        blocks: x.blocks() as u32,
-                    });
+                    st.extents.push(placed);
                 }
                 if last_seg {
                     let extents = std::mem::take(&mut st.extents);
@@ -431,6 +481,7 @@ impl Placer<'_> {
                         big_pcluster,
                         extents,
                         idata,
+                        extents_48bit: bits48,
                     }));
                 }
             }
@@ -455,19 +506,39 @@ impl Placer<'_> {
             }
             k = e;
         }
-        if !outb.buf.is_empty() {
-            self.out
-                .file
-                .write_all_at(&outb.buf, outb.first_blk * BLKSZ)
-                .map_err(|e| BuildError::io(self.out.path, "write image", e))?;
-            if let Some(h) = ctx.hashers.image {
-                let mut l = vec![0u8; outb.buf.len() / BLKSZ as usize * h.params().digest_size()];
-                h.hash_blocks_into(&outb.buf, &mut l);
-                self.leaves.push((outb.first_blk, l));
-            }
-            self.next_blk = outb.next_blk();
+        // Whole blocks are written; a last partial one waits for the next batch.
+        let whole = outb.buf.len() / BLKSZ as usize * BLKSZ as usize;
+        self.carry = outb.buf.split_off(whole);
+        self.write(outb)
+    }
+
+    /// Writes whole blocks and hashes them.
+    fn write(&mut self, outb: Out) -> Result<()> {
+        if outb.buf.is_empty() {
+            return Ok(());
         }
+        debug_assert!(outb.buf.len().is_multiple_of(BLKSZ as usize));
+        self.out
+            .file
+            .write_all_at(&outb.buf, outb.first_blk * BLKSZ)
+            .map_err(|e| BuildError::io(self.out.path, "write image", e))?;
+        if let Some(h) = self.ctx.hashers.image {
+            let mut l = vec![0u8; outb.buf.len() / BLKSZ as usize * h.params().digest_size()];
+            h.hash_blocks_into(&outb.buf, &mut l);
+            self.leaves.push((outb.first_blk, l));
+        }
+        self.next_blk = outb.next_blk();
         Ok(())
+    }
+
+    /// Writes the last partial block, zero-padded.
+    fn finish(&mut self) -> Result<()> {
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.resize(buf.len().next_multiple_of(BLKSZ as usize), 0);
+        self.write(Out {
+            first_blk: self.next_blk,
+            buf,
+        })
     }
 }
 
@@ -826,6 +897,7 @@ pub(crate) fn write_data(
         files,
         state: HashMap::new(),
         seen: HashMap::new(),
+        carry: Vec::new(),
         leaves,
         digests,
     };
@@ -837,6 +909,8 @@ pub(crate) fn write_data(
         placer,
         |placer, done| placer.place(done),
     )?;
+    let mut placer = placer;
+    placer.finish()?;
     let Placer {
         next_blk,
         files,

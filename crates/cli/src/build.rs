@@ -79,7 +79,9 @@ pub struct BuildArgs {
     pcluster_bytes: u32,
     /// Extended options with -z, comma-separated, as mkfs.erofs names them: `fragments` (files
     /// smaller than one pcluster are packed together into the packed inode and compressed there,
-    /// similar files next to each other), `all-fragments` (every file is packed).
+    /// similar files next to each other), `all-fragments` (every file is packed), `48bit` (each
+    /// cluster of input compressed in one call, its bytes packed without block padding, in 48-bit
+    /// encoded extents: faster builds and smaller images; Linux 6.15 or later mounts them).
     #[arg(
         short = 'E',
         long = "extended",
@@ -116,18 +118,20 @@ fn parse_uuid(s: &str) -> Result<UuidChoice> {
 }
 
 impl BuildArgs {
-    /// The fragments choice from `-E`.
-    fn fragments(&self) -> Result<Fragments> {
+    /// The fragments choice and 48-bit extents from `-E`.
+    fn extended(&self) -> Result<(Fragments, bool)> {
         let mut fragments = Fragments::Off;
+        let mut extents_48bit = false;
         for opt in &self.extended {
             match opt.as_str() {
                 "fragments" if fragments == Fragments::Off => fragments = Fragments::Small,
                 "fragments" => {}
                 "all-fragments" => fragments = Fragments::All,
-                _ => bail!("-E {opt}: unknown extended option (fragments, all-fragments)"),
+                "48bit" => extents_48bit = true,
+                _ => bail!("-E {opt}: unknown extended option (fragments, all-fragments, 48bit)"),
             }
         }
-        Ok(fragments)
+        Ok((fragments, extents_48bit))
     }
 
     fn options(&self) -> Result<BuildOptions> {
@@ -198,11 +202,13 @@ impl BuildArgs {
                 }
                 None => None,
                 Some(z) => {
+                    let (fragments, extents_48bit) = self.extended()?;
                     let c = CompressOptions {
                         algorithm: Algorithm::parse(z)
                             .map_err(|e| anyhow::anyhow!("--compress {z}: {e}"))?,
                         pcluster_bytes: self.pcluster_bytes,
-                        fragments: self.fragments()?,
+                        fragments,
+                        extents_48bit,
                     };
                     c.validate()
                         .map_err(|e| anyhow::anyhow!("-C {}: {e}", self.pcluster_bytes))?;

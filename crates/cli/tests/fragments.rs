@@ -1,5 +1,6 @@
 //! Smaller images: fragments (`-E fragments`, `-E all-fragments`: files packed whole into the
-//! packed inode and compressed together) and whole-file dedupe (always on in compressed builds).
+//! packed inode and compressed together), whole-file dedupe (always on in compressed builds) and
+//! fixed-input clusters in 48-bit encoded extents (`-E 48bit`: data not block-aligned).
 //!
 //! Oracles: the kernel's mount equals the source (content and every attribute); `fsck.erofs` 1.9
 //! (which knows fragments) checks the image and its `--extract` holds the source's bytes; the
@@ -24,6 +25,9 @@ const VARIANTS: &[&[&str]] = &[
     &["-z", "zstd", "-C", "1048576", "-E", "fragments"],
     &["-z", "lz4", "-C", "4096", "-E", "all-fragments"],
     &["-z", "zstd", "-C", "16384", "-E", "all-fragments"],
+    &["-z", "zstd", "-C", "131072", "-E", "48bit"],
+    &["-z", "lz4hc", "-C", "16384", "-E", "48bit,fragments"],
+    &["-z", "lz4", "-C", "1048576", "-E", "48bit,all-fragments"],
 ];
 
 /// Small files, some alike, some identical (also with different modes and xattrs, which must
@@ -96,17 +100,29 @@ fn same_content(a: &Path, b: &Path) -> Vec<String> {
     diffs
 }
 
-/// The image has fragments (`FRAGMENTS` and a packed inode), as `dump.erofs` 1.9 reads it.
-fn assert_has_fragments(image: &Path, what: &str) {
+/// The image has what `what` (the build arguments) asked for, as `dump.erofs` 1.9 reads it:
+/// fragments (`FRAGMENTS` and a packed inode), 48-bit layouts (`48BIT`).
+fn assert_features(image: &Path, what: &str) {
     let dump = erofs_utils_1_9("dump.erofs").expect("dump.erofs 1.9");
     let out = run_ok(Command::new(dump).arg("-s").arg(image)).expect("dump.erofs -s");
     let packed = out
         .lines()
         .find_map(|l| l.strip_prefix("Filesystem packed nid:"))
         .map(|v| v.trim().to_string());
-    assert!(
-        out.contains("fragments") && packed.as_deref().is_some_and(|n| n != "0"),
-        "{what}: no fragments in the image:\n{out}"
+    let features = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Filesystem incompatible features:"))
+        .unwrap_or_default();
+    if what.contains("fragments") {
+        assert!(
+            features.contains("fragments") && packed.as_deref().is_some_and(|n| n != "0"),
+            "{what}: no fragments in the image:\n{out}"
+        );
+    }
+    assert_eq!(
+        features.split_whitespace().any(|f| f == "48bit"),
+        what.contains("48bit"),
+        "{what}: 48bit feature:\n{out}"
     );
 }
 
@@ -114,7 +130,7 @@ fn assert_has_fragments(image: &Path, what: &str) {
 /// of the fixture can be restored). `fsck.erofs` checks the image, and with `fsck_extract` also
 /// extracts it (too slow for the full fixture's 5 GiB sparse file).
 fn check(src: &Path, image: &Path, work: &Path, fsck_extract: bool, what: &str) {
-    assert_has_fragments(image, what);
+    assert_features(image, what);
     let v = run(Command::new(sealfs_bin()).arg("verify").arg(image));
     assert!(
         v.status.success(),
@@ -174,7 +190,7 @@ fn fragments_read_back_through_the_kernel_fsck_and_the_reader() {
     make_full_fixture(&full);
     let img_dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let image = img_dir.path().join("img");
-    // The full fixture (large) with one variant of each kind, the small files with all.
+    // The full fixture (large) with every other variant, the small files with all.
     for (src, step, fsck_extract) in [(&small, 1, true), (&full, 2, false)] {
         for args in VARIANTS.iter().step_by(step) {
             let t = std::time::Instant::now();

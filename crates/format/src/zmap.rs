@@ -98,6 +98,17 @@ impl MapHeader {
     }
 }
 
+/// Encoded extent records of 4 bytes (`plen` only, one per logical cluster, the data of one
+/// extent right after the previous one's from an 8-byte `pstart` before the records): the record
+/// size `h_advise` gives with [`Z_EROFS_ADVISE_EXTRECSZ_BIT`] field 0.
+pub const Z_EROFS_EXTENT_RECSZ_PLEN: u64 = 4;
+
+/// Where the encoded extent records of `recsz` bytes start for a map header at `header_start`:
+/// the first multiple of `recsz` after the header (`z_erofs_map_blocks_ext`).
+pub const fn z_erofs_extent_records_start(header_start: u64, recsz: u64) -> u64 {
+    (header_start + Z_EROFS_MAP_HEADER_SIZE).next_multiple_of(recsz)
+}
+
 /// Bit of `h_clusterbits` (bit 63 of the map header read as a little-endian `u64`) saying the whole
 /// file is one fragment in the packed inode (`Z_EROFS_FRAGMENT_INODE_BIT`).
 pub const Z_EROFS_FRAGMENT_INODE_BIT: u8 = 7;

@@ -19,6 +19,7 @@ pub fn compressed(alg: &str, pcluster_bytes: u32) -> BuildOptions {
         algorithm: Algorithm::parse(alg).unwrap_or_else(|e| panic!("-z {alg}: {e}")),
         pcluster_bytes,
         fragments: sealfs_builder::Fragments::Off,
+        extents_48bit: false,
     };
     c.validate()
         .unwrap_or_else(|e| panic!("-C {pcluster_bytes}: {e}"));
