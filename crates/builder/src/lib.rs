@@ -25,7 +25,7 @@ mod zdata;
 
 pub use compress::{Algorithm, CompressOptions, Fragments};
 pub use error::{BuildError, Result};
-pub use options::{BuildOptions, UuidChoice};
+pub use options::{BuildOptions, Preset, UuidChoice};
 pub use seal::{seal_image, HashAlg, SealInfo, SealOptions, VerityParams};
 
 use std::fs;

@@ -315,3 +315,43 @@ fn fragment_builds_are_deterministic_and_digests_match_fsverity() {
         );
     }
 }
+
+/// `--preset small` and `--preset fast` build what they name (as `dump.erofs` 1.9 reads the
+/// image: algorithm and fragments), -z changes a preset's algorithm, and every oracle reads the
+/// images back.
+#[test]
+fn presets_build_what_they_name() {
+    if !oracle_guard(mount_env().and(erofs_utils_1_9("fsck.erofs").map(drop))) {
+        return;
+    }
+    let tmp = Tmpfs::new("zpreset").expect("tmpfs");
+    let src = tmp.join("src");
+    make_small_files(&src);
+    let image = tmp.join("img");
+    let dump = erofs_utils_1_9("dump.erofs").expect("dump.erofs 1.9");
+    for (args, alg) in [
+        (&["--preset", "small"][..], "zstd"),
+        (&["--preset", "fast"][..], "lz4"),
+        (&["--preset", "small", "-z", "lz4hc"][..], "lz4"),
+    ] {
+        build_ok(&src, &image, args);
+        let what = format!("{} (fragments)", args.join(" "));
+        check(&src, &image, &tmp.join(""), true, &what);
+        let out = run_ok(Command::new(&dump).arg("-s").arg(&image)).expect("dump.erofs -s");
+        let algs = out
+            .lines()
+            .find_map(|l| l.strip_prefix("Filesystem compr_algs:"))
+            .map(str::trim);
+        assert_eq!(algs, Some(alg), "{what}:\n{out}");
+    }
+    let o = run(Command::new(sealfs_bin())
+        .args(["build", "--preset", "tiny"])
+        .arg(&src)
+        .arg(&image));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "an unknown preset is a usage error"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("small, fast"));
+}
