@@ -34,7 +34,9 @@ trap 'rm -rf "$work"' EXIT
 t=$work/small
 mkdir -p "$t/d"
 printf hello >"$t/hello"
-for i in $(seq 1 120); do echo "line $i of a small text file for the seal seeds"; done | head -c 5000 >"$t/text"
+# (truncate, not `| head -c`: under pipefail the loop's SIGPIPE would end the script)
+for i in $(seq 1 120); do echo "line $i of a small text file for the seal seeds"; done >"$t/text"
+truncate -s 5000 "$t/text"
 printf deep >"$t/d/deep"
 ln -s ../hello "$t/d/link"
 : >"$t/empty"
