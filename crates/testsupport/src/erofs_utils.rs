@@ -233,14 +233,28 @@ pub fn allocated_bytes(path: &Path) -> u64 {
 /// in the workspace (built by `scripts/build-oracles.sh`). `Err` (the reason) when neither runs
 /// and says it is 1.9.
 pub fn mkfs_erofs_1_9() -> Result<std::path::PathBuf, String> {
-    let path = match std::env::var_os("MKFS_EROFS") {
+    erofs_utils_1_9("mkfs.erofs", "MKFS_EROFS")
+}
+
+/// The erofs-utils 1.9 `fsck.erofs` (checks and extracts zstd, MicroLZMA and DEFLATE images, which
+/// the installed 1.5 cannot): `$FSCK_EROFS`, else `target/oracles/erofs-utils-1.9/bin/fsck.erofs`
+/// in the workspace (built by `scripts/build-oracles.sh`). `Err` (the reason) when neither runs
+/// and says it is 1.9.
+pub fn fsck_erofs_1_9() -> Result<std::path::PathBuf, String> {
+    erofs_utils_1_9("fsck.erofs", "FSCK_EROFS")
+}
+
+/// The erofs-utils 1.9 `tool`: `$env`, else the workspace's `target/oracles` build.
+fn erofs_utils_1_9(tool: &str, env: &str) -> Result<std::path::PathBuf, String> {
+    let path = match std::env::var_os(env) {
         Some(p) => std::path::PathBuf::from(p),
         None => Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../target/oracles/erofs-utils-1.9/bin/mkfs.erofs"),
+            .join("../../target/oracles/erofs-utils-1.9/bin")
+            .join(tool),
     };
     let out = Command::new(&path).arg("--version").output().map_err(|e| {
         format!(
-            "mkfs.erofs 1.9 not found at {} ({e}): run scripts/build-oracles.sh or set MKFS_EROFS",
+            "{tool} 1.9 not found at {} ({e}): run scripts/build-oracles.sh or set {env}",
             path.display()
         )
     })?;
@@ -253,6 +267,16 @@ pub fn mkfs_erofs_1_9() -> Result<std::path::PathBuf, String> {
         ));
     }
     Ok(path)
+}
+
+/// `FSCK --extract=DIR IMAGE` with the given `fsck.erofs` binary: every file decoded and checked,
+/// the tree written to `dir` (which must not exist yet). Returns its output for logging.
+pub fn fsck_extract_with(fsck: &Path, image: &Path, dir: &Path) -> Result<String, String> {
+    run_ok(
+        Command::new(fsck)
+            .arg(format!("--extract={}", dir.display()))
+            .arg(image),
+    )
 }
 
 /// `MKFS ARGS --quiet OUT SRC` with the given `mkfs.erofs` binary.
