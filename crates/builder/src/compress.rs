@@ -219,6 +219,8 @@ unsafe fn lz4hc_state(state: &mut Vec<u64>, level: c_int) -> *mut c_void {
 /// consumed, bytes written), or `None` if nothing fits (or the compressor failed: the data is then
 /// stored raw, which is always valid).
 fn compress_dest(opts: &CompressOptions, input: &[u8], dst: &mut [u8]) -> Option<(usize, usize)> {
+    #[cfg(test)]
+    tests::ROOM_TRIED.set(tests::ROOM_TRIED.get() + dst.len());
     let src_len = input.len().min(i32::MAX as usize / 2);
     let input = &input[..src_len];
     match opts.algorithm {
@@ -423,12 +425,19 @@ pub(crate) fn compress_segment(
     let b = BLKSZ as usize;
     let seg_end = seg_start + data.len() as u64;
     let mut out = Vec::new();
-    let mut dst = vec![0u8; opts.pcluster_bytes as usize];
+    let full = opts.pcluster_bytes as usize;
+    let mut dst = vec![0u8; full];
+    // Room of the next try. Every try compresses about a room's worth of input (more for
+    // compressible data), and data that does not compress gives one PLAIN block per try: with the
+    // whole pcluster as room, an incompressible megabyte at 1 MiB clusters would cost 256
+    // compressions of a megabyte each (minutes with lzma or zstd at high levels). So the room halves
+    // after each PLAIN block, down to one block, and is whole again after a compressed extent.
+    let mut room = full;
     let mut pos = 0usize;
     while pos < data.len() {
         let start = seg_start + pos as u64;
         let head = start / BLKSZ;
-        let mut cap = opts.pcluster_bytes as usize;
+        let mut cap = room;
         let mut chosen = None;
         while cap >= b {
             let Some((consumed, written)) = compress_dest(opts, &data[pos..], &mut dst[..cap])
@@ -465,6 +474,10 @@ pub(crate) fn compress_segment(
             }
             cap = (blocks - 1) * b; // retry into fewer blocks
         }
+        room = match chosen {
+            Some(_) => full,
+            None => (room / 2).next_multiple_of(b).max(b),
+        };
         let ext = chosen.unwrap_or_else(|| {
             // A PLAIN extent ends at the next lcluster boundary: the kernel maps its NONHEAD lclusters
             // as running to their end, which a one-block raw pcluster must cover.
@@ -485,6 +498,53 @@ pub(crate) fn compress_segment(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Output room of every compression tried on this thread, added up.
+        pub(super) static ROOM_TRIED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    #[test]
+    fn incompressible_data_costs_compressions_in_proportion_to_its_size() {
+        // Noise, then text: 256 PLAIN blocks, then compressed extents again.
+        let mut x = 8u64;
+        let mut data: Vec<u8> = (0..256 * 4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let text = shapes(8).swap_remove(3);
+        data.extend_from_slice(&text);
+        data.extend_from_slice(&text);
+        for alg in [
+            Algorithm::Lz4,
+            Algorithm::Zstd(3),
+            Algorithm::Lzma(6),
+            Algorithm::Deflate(6),
+        ] {
+            let opts = mb(alg);
+            ROOM_TRIED.set(0);
+            let exts = compress_segment(&opts, &data, 0, data.len() as u64);
+            check_rules(&exts, data.len() as u64);
+            let plain = exts.iter().filter(|e| e.plain).count();
+            assert!(plain >= 250, "{alg:?}: {plain} PLAIN blocks");
+            assert!(
+                exts.iter()
+                    .any(|e| !e.plain && e.start >= 1 << 20 && e.data.len() > 3 * 4096),
+                "{alg:?}: the text after the noise gets multi-block pclusters again"
+            );
+            // Whole 1 MiB rooms for each of the 256 blocks would be 256 MiB.
+            assert!(
+                ROOM_TRIED.get() < 8 << 20,
+                "{alg:?}: {} bytes of room",
+                ROOM_TRIED.get()
+            );
+        }
+    }
 
     /// `alg` with 1 MiB clusters.
     fn mb(algorithm: Algorithm) -> CompressOptions {
