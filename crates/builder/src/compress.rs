@@ -8,12 +8,15 @@
 //! zstd and DEFLATE have no such call, so a prefix of the input is searched for ([`fit_prefix`]:
 //! compress, shrink or grow by the measured ratio, retry).
 //!
-//! DEFLATE is libdeflate's (through `libdeflater`, which builds a pinned copy of its C source), as
-//! in mkfs.erofs's `compressor_libdeflate.c`. Why not the reader's `flate2` (miniz_oxide) or zlib:
-//! the prefix search compresses each pcluster's input several times, and libdeflate is a one-shot
-//! compressor built for whole buffers, several times faster than zlib or miniz_oxide at the same
-//! level and smaller at its high levels (10-12, which zlib lacks); a streaming encoder stopped at N
-//! output bytes could not end its stream there anyway (its pending bits need more room).
+//! DEFLATE is libdeflate's (through `libdeflater`, which builds a pinned copy of its C source, so
+//! the bytes do not depend on the machine's zlib), as in mkfs.erofs's `compressor_libdeflate.c`.
+//! Why not the reader's `flate2` (miniz_oxide): the prefix search compresses each pcluster's input
+//! a few times, so compression speed counts several times over, and libdeflate is a one-shot
+//! compressor built for whole buffers. Measured once on 200 MB of the linux-source-6.1 tree in
+//! 128 KiB chunks (one thread, raw DEFLATE): at level 6, libdeflate 86.5 MB/s and 46.69 MB out,
+//! miniz_oxide 15.8 MB/s and 46.55 MB; at level 9, 16.4 MB/s and 46.08 MB against 20.9 MB/s and
+//! 46.39 MB. libdeflate also has levels 10-12 (smaller still). A streaming encoder stopped at N
+//! output bytes would not help: it cannot end its stream there (its pending bits need room).
 //!
 #![allow(
     unsafe_code,
