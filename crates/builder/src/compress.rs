@@ -313,8 +313,12 @@ const DEFLATE_STORED_PAD_BIT: u8 = 1 << 3;
 /// For compressors without a fixed-output mode (zstd, DEFLATE): searches for a long prefix of the
 /// `src_len` input bytes whose whole compressed form fits in `dst`, which gets the longest one found.
 /// `compress(len, scratch)` writes the compressed form of the first `len` bytes to the start of
-/// `scratch` and returns its length (`None`: the compressor failed). Starts at four times the room, then grows or shrinks by the measured ratio; at most six
-/// trials, stopping once one fills 95% of the room (the rest of its last block is padding).
+/// `scratch` and returns its length (`None`: the compressor failed). Starts at four times the
+/// room, then grows or shrinks by the measured ratio; at most ten trials, stopping once the blocks
+/// a fitting one takes are 99% full (the rest of its last block is padding). Measured once on
+/// linux-source-6.1's fs/ (42.6 MB, one thread) against the earlier rule (six trials, stop at 95%
+/// of the room): DEFLATE at 4 KiB clusters 1.8% smaller (14.72 to 14.45 MB) for 40% more
+/// compression time, zstd 1.1% smaller; at 64 KiB 0.15% and 0.1% smaller in the same time.
 /// Returns (bytes consumed, bytes written), `None` when no prefix fit.
 fn fit_prefix(
     src_len: usize,
@@ -325,19 +329,21 @@ fn fit_prefix(
     let room = dst.len();
     let mut len = src_len.min(room * 4);
     let mut best: Option<(usize, usize)> = None;
-    for _ in 0..6 {
+    for _ in 0..10 {
         let n = compress(len, scratch)?;
         let next = if n <= room {
             if best.is_none_or(|(l, _)| len > l) {
                 dst[..n].copy_from_slice(&scratch[..n]);
                 best = Some((len, n));
             }
-            if len == src_len || n * 100 >= room * 95 {
+            // Good enough once the blocks it takes are 99% full.
+            let used = n.next_multiple_of(BLKSZ as usize);
+            if len == src_len || (used - n) * 100 <= used {
                 break;
             }
-            (len as u128 * room as u128 * 95 / (n.max(1) as u128 * 100)) as usize
+            (len as u128 * room as u128 * 99 / (n.max(1) as u128 * 100)) as usize
         } else {
-            (len as u128 * room as u128 * 97 / (n as u128 * 100)) as usize
+            (len as u128 * room as u128 * 99 / (n as u128 * 100)) as usize
         };
         let next = next.clamp(1, src_len);
         if best.is_some_and(|(l, _)| next <= l) || next == len {
@@ -933,10 +939,18 @@ mod tests {
             Some(s.len())
         });
         let (len, n) = got.unwrap();
-        assert!(
-            n <= 1000 && n == len / 2 + 10 && n * 100 >= 95_000,
-            "{len} {n}"
-        );
+        assert!(n <= 1000 && n == len / 2 + 10 && n >= 980, "{len} {n}");
+        // Blocks 99% full are good enough: a shorter prefix that fills its block is kept.
+        let mut dst = vec![0u8; 3 * 4096];
+        let mut tries = 0;
+        let got = fit_prefix(1 << 20, &mut dst, &mut scratch, |len, s| {
+            tries += 1;
+            s.clear();
+            s.resize((len / 4).min(2 * 4096 + 4090), 7);
+            Some(s.len())
+        });
+        assert_eq!(got.map(|(_, n)| n), Some(2 * 4096 + 4090));
+        assert!(tries <= 3, "{tries} tries");
         // Nothing fits.
         let got = fit_prefix(100, &mut dst[..4], &mut scratch, |len, s| {
             s.clear();
