@@ -23,9 +23,10 @@ TARGETS = {"time": 0.5, "size": 1.0}  # sealfs / mkfs.erofs, from shared benchma
 
 
 def split(tool):
-    """'mkfs.erofs-lz4hc-64k' -> ('mkfs.erofs', 'lz4hc', '64k')."""
-    name, alg, cluster = tool.rsplit("-", 2)
-    return name, alg, cluster
+    """'mkfs.erofs-lz4hc-64k' -> ('mkfs.erofs', 'lz4hc', '64k'); a size row ('sealfs-fast')
+    -> ('sealfs-fast', '', ''), listed without ratios."""
+    parts = tool.rsplit("-", 2)
+    return tuple(parts) if len(parts) == 3 else (tool, "", "")
 
 
 def div(a, b):

@@ -20,6 +20,7 @@
 #   WORK_DIR=$CORPUS_DIR        where the images are written (a temporary folder is made
 #                               inside; it must be a real disk, not tmpfs)
 #   NO_DOCS=1                   do not touch docs/benchmarks.md / docs/bench-zbuild.png
+#   WARMUP=0                    skip the untimed warm-up build per tool (for rows of minutes)
 #
 # Commands timed (fixed timestamp 0, default thread counts; sealfs images are sealed):
 #   sealfs build -q -T 0 -z lz4hc,L -C 65536 SRC OUT        (and -C 4096 for the -4k row)
@@ -27,6 +28,12 @@
 #   sealfs build -q -T 0 -z zstd,L -C 65536 SRC OUT
 #   mksquashfs SRC OUT -noappend -comp lz4 -Xhc -b 65536 -mkfs-time 0 -all-time 0 -no-progress -quiet
 #   mksquashfs SRC OUT -noappend -comp zstd -Xcompression-level L -b 65536 (same time flags)
+# Size rows (TOOLS=... with NO_DOCS=1; the report section above is for the rows before):
+#   sealfs-small  sealfs build -q -T 0 --preset small SRC OUT
+#   sealfs-fast   sealfs build -q -T 0 --preset fast SRC OUT
+#   sealfs-zstd-1m-48bit-frag   sealfs build -q -T 0 -z zstd,L -C 1048576 -E 48bit,fragments SRC OUT
+#   mksquashfs-zstd15-1m  -comp zstd -Xcompression-level 15 -b 1M;  mksquashfs-xz-1m  -comp xz -b 1M
+#   mksquashfs-zstd-128k  -comp zstd -Xcompression-level L -b 128K
 #
 # Page cache: warm (one untimed read of the whole corpus first). Wall time and peak
 # RSS (and user and system CPU time) come from GNU time (`/usr/bin/time -f '%e %M %U %S'`), image
@@ -80,7 +87,7 @@ for t in "${tools[@]}"; do
             command -v mksquashfs >/dev/null || die "mksquashfs not found (apt-get install squashfs-tools)"
             version[$t]="$(mksquashfs -version 2>&1 | head -n1)"
             ;;
-        *) die "unknown tool '$t' (known: sealfs-{lz4hc,zstd}-{64k,4k} mkfs.erofs-lz4hc-{64k,4k} mksquashfs-{lz4hc,zstd}-64k)" ;;
+        *) die "unknown tool '$t' (known: sealfs-{lz4hc,zstd}-{64k,4k} mkfs.erofs-lz4hc-{64k,4k} mksquashfs-{lz4hc,zstd}-64k, and the size rows above)" ;;
     esac
     log "tool $t: ${version[$t]}"
 done
@@ -117,6 +124,19 @@ machine="nproc $(nproc), $cpu, ${mem_gib} GiB RAM, kernel $(uname -r), images on
 
 build_cmd() { # tool out -> sets cmd array
     local t="$1" c
+    local sqtime=(-mkfs-time 0 -all-time 0 -no-progress -quiet)
+    case "$t" in
+        # Size rows (issue 16): presets and 48-bit fixed-input clusters against mksquashfs.
+        sealfs-small) cmd=("$SEALFS" build -q -T 0 --preset small "$SRC" "$2"); return ;;
+        sealfs-fast) cmd=("$SEALFS" build -q -T 0 --preset fast "$SRC" "$2"); return ;;
+        sealfs-zstd-1m-48bit-frag) cmd=("$SEALFS" build -q -T 0 -z "zstd,$ZSTD_LEVEL" -C 1048576
+            -E 48bit,fragments "$SRC" "$2"); return ;;
+        mksquashfs-zstd15-1m) cmd=(mksquashfs "$SRC" "$2" -noappend -comp zstd
+            -Xcompression-level 15 -b 1M "${sqtime[@]}"); return ;;
+        mksquashfs-xz-1m) cmd=(mksquashfs "$SRC" "$2" -noappend -comp xz -b 1M "${sqtime[@]}"); return ;;
+        mksquashfs-zstd-128k) cmd=(mksquashfs "$SRC" "$2" -noappend -comp zstd
+            -Xcompression-level "$ZSTD_LEVEL" -b 128K "${sqtime[@]}"); return ;;
+    esac
     case "$t" in
         *-64k) c=65536 ;;
         *-4k) c=4096 ;;
@@ -177,8 +197,10 @@ run_one() { # tool run-label -> appends CSV row unless warm-up
 log "warming the page cache: one untimed read of the corpus"
 tar -C "$SRC" -cf - . | cat >/dev/null # (tar skips reading file data when writing to /dev/null itself)
 
-log "warm-up: one untimed build per tool"
-for t in "${tools[@]}"; do run_one "$t" warm-up; done
+if [[ "${WARMUP:-1}" == 1 ]]; then
+    log "warm-up: one untimed build per tool"
+    for t in "${tools[@]}"; do run_one "$t" warm-up; done
+fi
 for ((i = 1; i <= RUNS; i++)); do
     log "round $i/$RUNS"
     for t in "${tools[@]}"; do run_one "$t" "$i"; done

@@ -210,6 +210,8 @@ done
 sealfs_img sealfs-xattrs-nofilter xattrs --no-xattr-filter
 sealfs_img sealfs-comp-zstd comp -z zstd
 sealfs_img sealfs-comp-lz4hc-c16k comp -z lz4hc -C 16384
+sealfs_img sealfs-comp-zstd-fragments comp -z zstd -C 65536 -E fragments
+sealfs_img sealfs-comp-lz4-48bit-all-fragments comp -z lz4 -C 16384 -E 48bit,all-fragments
 mkfs_img mkfs-basic-chunk4k basic --chunksize=4096
 mkfs_img mkfs-basic-chunkidx basic --chunksize=8192 -Eforce-chunk-indexes
 mkfs_img mkfs-basic-noinline basic -Enoinline_data

@@ -102,6 +102,18 @@ impl Algorithm {
     }
 }
 
+/// Which files go whole into the packed inode (`FRAGMENTS`), where they are compressed together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fragments {
+    /// Every file has its own pclusters.
+    #[default]
+    Off,
+    /// Files smaller than one pcluster (`mkfs.erofs -E fragments` packs these whole too).
+    Small,
+    /// Every file (`-E all-fragments`).
+    All,
+}
+
 /// Compression settings of a build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompressOptions {
@@ -109,6 +121,12 @@ pub struct CompressOptions {
     pub algorithm: Algorithm,
     /// Largest physical cluster in bytes: a multiple of 4 KiB from 4 KiB to 1 MiB.
     pub pcluster_bytes: u32,
+    /// Files packed into the packed inode.
+    pub fragments: Fragments,
+    /// Fixed-input clusters in 48-bit encoded extents (`-E 48bit`): every cluster of input
+    /// (`pcluster_bytes` rounded down to a power of two) is compressed in one call to whatever
+    /// length it takes, and the compressed bytes are packed one after another, not block-aligned.
+    pub extents_48bit: bool,
 }
 
 impl CompressOptions {
@@ -423,6 +441,41 @@ impl ZExtent {
     }
 }
 
+/// log2 of the logical cluster of a fixed-input build: `pcluster_bytes` rounded down to a power
+/// of two ([`SEGMENT`] is a multiple of it).
+pub(crate) fn fixed_lcluster_bits(opts: &CompressOptions) -> u8 {
+    (u32::BITS - 1 - opts.pcluster_bytes.leading_zeros()) as u8
+}
+
+/// Cuts `data`, the segment starting at `seg_start`, into one extent per logical cluster, each
+/// compressed in one call (a fixed-input build), or stored raw where compressing does not shrink it.
+fn compress_fixed(opts: &CompressOptions, data: &[u8], seg_start: u64) -> Vec<ZExtent> {
+    let lc = 1usize << fixed_lcluster_bits(opts);
+    let mut dst = Vec::new();
+    data.chunks(lc)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let start = seg_start + (i * lc) as u64;
+            // Room for any stream that could still be smaller than the input.
+            dst.resize(chunk.len() + chunk.len() / 16 + 4096, 0);
+            match compress_dest(opts, chunk, &mut dst) {
+                Some((consumed, n)) if consumed == chunk.len() && n < chunk.len() => ZExtent {
+                    start,
+                    len: chunk.len() as u64,
+                    plain: false,
+                    data: dst[..n].to_vec(),
+                },
+                _ => ZExtent {
+                    start,
+                    len: chunk.len() as u64,
+                    plain: true,
+                    data: chunk.to_vec(),
+                },
+            }
+        })
+        .collect()
+}
+
 /// Cuts `data`, the segment of a file starting at `seg_start` (block-aligned) in a file of `file_size`
 /// bytes, into extents.
 pub(crate) fn compress_segment(
@@ -431,6 +484,9 @@ pub(crate) fn compress_segment(
     seg_start: u64,
     file_size: u64,
 ) -> Vec<ZExtent> {
+    if opts.extents_48bit {
+        return compress_fixed(opts, data, seg_start);
+    }
     let b = BLKSZ as usize;
     let seg_end = seg_start + data.len() as u64;
     let mut out = Vec::new();
@@ -560,6 +616,8 @@ mod tests {
         CompressOptions {
             algorithm,
             pcluster_bytes: 1 << 20,
+            fragments: Fragments::Off,
+            extents_48bit: false,
         }
     }
 
@@ -734,6 +792,8 @@ mod tests {
                 let opts = CompressOptions {
                     algorithm: alg,
                     pcluster_bytes: pcluster,
+                    fragments: Fragments::Off,
+                    extents_48bit: false,
                 };
                 for data in [
                     &text[..],
@@ -809,6 +869,8 @@ mod tests {
         CompressOptions {
             algorithm,
             pcluster_bytes,
+            fragments: Fragments::Off,
+            extents_48bit: false,
         }
     }
 

@@ -63,6 +63,7 @@ impl Stream<'_> {
 fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_len: u64) -> Vec<u8> {
     let i_u = match (&inode.kind, &p.chunks) {
         _ if p.zmap.is_some() => p.zmap.as_ref().map_or(0, |z| z.blocks() as u32),
+        _ if p.fragment.is_some() => 0,
         (_, Some(c)) => (c.chunkbits - fmt::BLKSZBITS) as u32,
         (Kind::Device(rdev), _) => *rdev,
         (Kind::Special, _) => 0,
@@ -181,8 +182,41 @@ fn compact_nblk(pack: &[(u16, u16)], i: usize, big: bool) -> Option<u32> {
     .map(|n| n as u32)
 }
 
+/// Appends a compressed inode's map header and its 48-bit encoded extents: the first extent's
+/// byte address, then one 4-byte `plen` per logical cluster (its format in the top bits: the
+/// algorithm + 1, or 0 for raw bytes), each extent's data right after the previous one's.
+fn encode_extents_48bit(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan, bits: u8) {
+    let hdr = zmap_header_offset(p.isize(), p.ibody_len);
+    item.resize(hdr as usize, 0);
+    let header = fmt::MapHeader {
+        h_fragmentoff_or_idata: 0.into(),
+        h_advise: fmt::Z_EROFS_ADVISE_EXTENTS.into(), // record size field 0: 4-byte records
+        h_algorithmtype: 0,
+        h_clusterbits: bits - fmt::BLKSZBITS,
+    };
+    item.extend_from_slice(header.as_bytes());
+    item.resize(
+        fmt::z_erofs_extent_records_start(hdr, fmt::Z_EROFS_EXTENT_RECSZ_PLEN) as usize,
+        0,
+    );
+    let pstart = z.extents.first().map_or(0, |e| e.pstart);
+    item.extend_from_slice(&pstart.to_le_bytes());
+    let mut next = pstart;
+    for e in &z.extents {
+        debug_assert_eq!(e.pstart, next, "encoded extents are contiguous");
+        let plen = e.plen;
+        next += plen;
+        let fmt_bits = if e.plain { 0 } else { z.alg as u32 + 1 };
+        let rec = plen as u32 | fmt_bits << fmt::Z_EROFS_EXTENT_PLEN_FMT_BIT;
+        item.extend_from_slice(&rec.to_le_bytes());
+    }
+}
+
 /// Appends a compressed inode's map header, COMPACT lcluster indexes and inline tail pcluster.
 fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
+    if let Some(bits) = z.extents_48bit {
+        return encode_extents_48bit(item, p, z, bits);
+    }
     item.resize(zmap_header_offset(p.isize(), p.ibody_len) as usize, 0);
     let mut advise = fmt::Z_EROFS_ADVISE_COMPACTED_2B;
     if z.big_pcluster {
@@ -331,6 +365,13 @@ pub(crate) fn write_metadata(
             };
             if let Some(z) = &p.zmap {
                 encode_zmap(&mut item, p, z);
+            }
+            if let Some(offset) = p.fragment {
+                item.resize(zmap_header_offset(p.isize(), p.ibody_len) as usize, 0);
+                let header = fmt::fragment_inode_header(offset)
+                    .expect("fragment offsets are below 2^63 (the packed inode's size)");
+                item.extend_from_slice(&header);
+                item.resize(item.len() + fmt::Z_EROFS_FULL_INDEX_START as usize, 0);
             }
             if let Some(tail) = &p.inline_bytes {
                 item.extend_from_slice(tail);
@@ -704,6 +745,12 @@ pub(crate) fn finish(
             incompat |= fmt::EROFS_FEATURE_INCOMPAT_ZTAILPACKING;
         }
     }
+    if zmaps.iter().any(|z| z.extents_48bit.is_some()) {
+        incompat |= fmt::EROFS_FEATURE_INCOMPAT_48BIT;
+    }
+    if plan.packed.is_some() {
+        incompat |= fmt::EROFS_FEATURE_INCOMPAT_FRAGMENTS;
+    }
     let mut u1 = 0u16;
     if !zmaps.is_empty() {
         // Compressed data is right-aligned; every algorithm used has a configuration record.
@@ -773,6 +820,7 @@ pub(crate) fn finish(
         u1: u1.into(),
         meta_blkaddr: ((plan.meta_base / BLKSZ) as u32).into(),
         xattr_blkaddr: ((plan.meta_base / BLKSZ) as u32).into(),
+        packed_nid: plan.packed.map_or(0, |id| plan.inodes[id].nid()).into(),
         ..Default::default()
     };
     let io_err = |op| move |e| BuildError::io(path, op, e);

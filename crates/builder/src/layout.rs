@@ -35,6 +35,8 @@ pub(crate) struct InodePlan {
     pub zmap: Option<ZPlan>,
     /// Inline tail bytes already read by the data phase (otherwise the copy phase writes them).
     pub inline_bytes: Option<Vec<u8>>,
+    /// The whole file is a fragment at this offset of the packed inode (COMPRESSED_FULL).
+    pub fragment: Option<u64>,
 }
 
 /// A compressed file's extents, as the data phase of a compressed build placed them.
@@ -48,6 +50,9 @@ pub(crate) struct ZPlan {
     pub extents: Vec<ZPlaced>,
     /// The tail pcluster stored inline after the indexes (ztailpacking), empty if none.
     pub idata: Vec<u8>,
+    /// 48-bit encoded extents, one per logical cluster of `1 << bits` bytes, their data packed
+    /// byte by byte from the first extent's `pstart` (COMPRESSED_FULL); `None`: COMPACT indexes.
+    pub extents_48bit: Option<u8>,
 }
 
 /// One placed extent.
@@ -58,7 +63,12 @@ pub(crate) struct ZPlaced {
     pub plain: bool,
     /// First block of the pcluster (0 for the inline tail).
     pub blkaddr: u32,
+    /// Blocks the pcluster touches.
     pub blocks: u32,
+    /// Byte address of its data (encoded extents).
+    pub pstart: u64,
+    /// Bytes of its data (compressed stream, or raw bytes).
+    pub plen: u64,
 }
 
 impl ZPlan {
@@ -70,6 +80,24 @@ impl ZPlan {
         ebase + fmt::compact_index_split(ebase, size.div_ceil(BLKSZ), advise).index_bytes()
     }
 
+    /// Bytes from the inode start to the end of its encoded extent records: the map header, the
+    /// 8-byte `pstart`, then a 4-byte record per logical cluster of `1 << bits` bytes.
+    pub fn meta_len_48bit(isize: u64, ibody_len: u64, size: u64, bits: u8) -> u64 {
+        let records = fmt::z_erofs_extent_records_start(
+            zmap_header_offset(isize, ibody_len),
+            fmt::Z_EROFS_EXTENT_RECSZ_PLEN,
+        );
+        records + 8 + size.div_ceil(1 << bits) * fmt::Z_EROFS_EXTENT_RECSZ_PLEN
+    }
+
+    /// Bytes from the inode start to the end of its indexes, whichever form they take.
+    pub fn meta_len_of(&self, isize: u64, ibody_len: u64, size: u64) -> u64 {
+        match self.extents_48bit {
+            Some(bits) => Self::meta_len_48bit(isize, ibody_len, size, bits),
+            None => Self::meta_len(isize, ibody_len, size),
+        }
+    }
+
     /// Blocks of data it holds outside the metadata area.
     pub fn blocks(&self) -> u64 {
         self.extents.iter().map(|e| e.blocks as u64).sum()
@@ -77,8 +105,10 @@ impl ZPlan {
 }
 
 /// What the data phase of a compressed build decided and wrote for a regular file.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Placed {
+    /// The whole file is a fragment at this offset of the packed inode.
+    Fragment { offset: u64 },
     /// Compressed extents.
     Compressed(ZPlan),
     /// Stored as is: whole blocks from `startblk` (the last partial one among them when `tail` is
@@ -97,6 +127,8 @@ pub(crate) enum Placed {
 pub(crate) struct PreData {
     pub files: Vec<Option<Placed>>,
     pub data_end: u64,
+    /// Id of the packed inode (the last), if there are fragments.
+    pub packed: Option<InodeId>,
 }
 
 /// Inode core size and xattr body size of an inode of `size` bytes, as the plan will choose them.
@@ -171,6 +203,8 @@ pub(crate) struct Plan {
     pub epoch: i64,
     pub fixed_nsec: u32,
     pub chunked: bool,
+    /// Id of the packed inode, if there are fragments.
+    pub packed: Option<InodeId>,
 }
 
 /// Directory block layout: the entries (including "." and "..") in order, and where each block starts.
@@ -348,13 +382,23 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>)
             chunks: None,
             zmap: None,
             inline_bytes: None,
+            fragment: None,
         };
         let mut meta_len = isize + ibody_len;
         match placed {
+            Some(Placed::Fragment { offset }) => {
+                p.layout = DataLayout::CompressedFull;
+                p.fragment = Some(offset);
+                meta_len =
+                    zmap_header_offset(isize, ibody_len) + fmt::Z_EROFS_LEGACY_MAP_HEADER_SIZE;
+            }
             Some(Placed::Compressed(z)) => {
-                p.layout = DataLayout::CompressedCompact;
+                p.layout = match z.extents_48bit {
+                    Some(_) => DataLayout::CompressedFull,
+                    None => DataLayout::CompressedCompact,
+                };
                 p.inline_len = z.idata.len() as u64;
-                meta_len = ZPlan::meta_len(isize, ibody_len, size);
+                meta_len = z.meta_len_of(isize, ibody_len, size);
                 p.zmap = Some(z);
             }
             Some(Placed::Flat {
@@ -476,6 +520,7 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>)
         epoch,
         fixed_nsec,
         chunked,
+        packed: pre.as_ref().and_then(|p| p.packed),
     })
 }
 

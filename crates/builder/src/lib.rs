@@ -23,9 +23,9 @@ mod tree;
 mod xattrs;
 mod zdata;
 
-pub use compress::{Algorithm, CompressOptions};
+pub use compress::{Algorithm, CompressOptions, Fragments};
 pub use error::{BuildError, Result};
-pub use options::{BuildOptions, UuidChoice};
+pub use options::{BuildOptions, Preset, UuidChoice};
 pub use seal::{seal_image, HashAlg, SealInfo, SealOptions, VerityParams};
 
 use std::fs;
@@ -115,7 +115,7 @@ fn build_in_pool(
     }
 
     progress.begin("scanning", None);
-    let tree = tree::scan(src, opts, &skip, &|n| progress.advance(n))?;
+    let mut tree = tree::scan(src, opts, &skip, &|n| progress.advance(n))?;
     progress.end();
     let shared = xattrs::SharedXattrs::plan(&tree);
     // With the seal's blocks equal to the image's, file data is hashed while it is copied, and so are
@@ -157,6 +157,8 @@ fn build_in_pool(
             // Data first (sizes are known only once it is compressed), then the metadata after it.
             let data =
                 zdata::write_data(seal::Target::of(&tmp), &tree, &shared, c, hashers, progress)?;
+            // The packed inode (fragments) is an inode of the image no directory names.
+            tree.inodes.extend(data.packed);
             let plan = layout::plan(&tree, &shared, Some(data.pre))?;
             let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
             tmp.as_file()

@@ -1,6 +1,6 @@
 //! Build options: validated configuration, independent of how the command line spelled it.
 
-use crate::compress::CompressOptions;
+use crate::compress::{Algorithm, CompressOptions, Fragments};
 use crate::seal::SealOptions;
 use regex::bytes::Regex;
 use std::path::PathBuf;
@@ -70,6 +70,47 @@ impl Default for BuildOptions {
             threads: 0,
             seal: Some(SealOptions::default()),
             compress: None,
+        }
+    }
+}
+
+/// Named compression settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// The smallest sensible image: zstd level 15 in 1 MiB clusters cut to fit (several
+    /// compressions per cluster, the densest packing), small files packed together (fragments),
+    /// identical files once.
+    Small,
+    /// Quick to build and to read: LZ4 in 64 KiB clusters, small files packed together, identical
+    /// files once.
+    Fast,
+}
+
+impl Preset {
+    /// Parses `small` or `fast`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "small" => Ok(Preset::Small),
+            "fast" => Ok(Preset::Fast),
+            _ => Err(format!("unknown preset {s:?} (small, fast)")),
+        }
+    }
+
+    /// The settings it stands for.
+    pub fn options(self) -> CompressOptions {
+        match self {
+            Preset::Small => CompressOptions {
+                algorithm: Algorithm::Zstd(15),
+                pcluster_bytes: 1 << 20,
+                fragments: Fragments::Small,
+                extents_48bit: false,
+            },
+            Preset::Fast => CompressOptions {
+                algorithm: Algorithm::Lz4,
+                pcluster_bytes: 64 << 10,
+                fragments: Fragments::Small,
+                extents_48bit: false,
+            },
         }
     }
 }

@@ -15,18 +15,30 @@
 //! files keep compressed extents, whose incompressible parts are PLAIN blocks anyway). A compressed
 //! file's last extent goes inline after its indexes when it fits (ztailpacking); a stored file's tail
 //! goes inline as in uncompressed builds. Sparse files stay chunk-based (uncompressed) with their holes.
+//!
+//! **Dedupe.** A file of one segment whose content (its fs-verity digest) and inode shape equal an
+//! earlier file's shares that file's blocks (or inline tail). A worker that sees an earlier twin
+//! already claimed skips compressing; the earliest file of each content is always compressed, so the
+//! image does not depend on which worker came first.
+//!
+//! **Fragments** ([`Fragments`]). Files chosen to be fragments are read first, in path order (see
+//! [`fragment_order`]), and appended to a temporary file, identical ones once; that file becomes the packed inode, compressed after every other file like any file,
+//! and each fragment file records only its offset in it.
 
-use crate::compress::{self, CompressOptions, ZExtent};
+use crate::compress::{self, CompressOptions, Fragments, ZExtent};
 use crate::emit::{Copier, DataLeaves, FileDigests, Hashers};
 use crate::error::{BuildError, Result};
 use crate::layout::{self, ChunkPlan, InodePlan, Placed, PreData, ZPlaced, ZPlan};
 use crate::seal::Target;
-use crate::tree::{Inode, Kind, Tree};
+use crate::tree::{FileData, Fingerprint, Inode, Kind, Tree};
 use crate::xattrs::SharedXattrs;
 use crate::Progress;
 use sealfs_format::{self as fmt, DataLayout, BLKSZ};
+use sealfs_verity::{BlockHasher, Digest};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -44,13 +56,114 @@ struct Unit {
     raw: Vec<u8>,
     extents: Vec<ZExtent>,
     file_leaves: Vec<u8>,
+    /// A one-segment file's content and inode shape, for dedupe.
+    key: Option<DedupeKey>,
+    /// Not compressed: an earlier file with the same key was claimed, and is placed first.
+    skipped: bool,
 }
+
+/// What makes two files share their data: the same content (fs-verity digest, which binds the
+/// size).
+type DedupeKey = Digest;
 
 /// What the data phase produced.
 pub(crate) struct DataPhase {
     pub pre: PreData,
     pub leaves: DataLeaves,
     pub digests: FileDigests,
+    /// The packed inode (fragments), to add to the tree: its id is the tree's inode count.
+    pub packed: Option<Inode>,
+}
+
+/// The packed inode being built: fragments appended to an unnamed temporary file.
+struct Packed {
+    file: File,
+    inode: Inode,
+}
+
+impl Packed {
+    fn len(&self) -> u64 {
+        match &self.inode.kind {
+            Kind::File(f) => f.size,
+            _ => unreachable!("the packed inode is a regular file"),
+        }
+    }
+}
+
+/// Everything units are read from: the tree's files, and the packed inode once it exists (id
+/// `tree.inodes.len()`).
+struct Sources<'a> {
+    tree: &'a Tree,
+    packed: Option<&'a Packed>,
+}
+
+impl Sources<'_> {
+    fn inode(&self, id: usize) -> &Inode {
+        match self.packed {
+            Some(p) if id == self.tree.inodes.len() => &p.inode,
+            _ => &self.tree.inodes[id],
+        }
+    }
+
+    /// Reads segment `seg` of file `id` (checking that a source file did not change meanwhile).
+    fn read_segment(&self, id: usize, seg: u64) -> Result<Vec<u8>> {
+        let inode = self.inode(id);
+        let Kind::File(f) = &inode.kind else {
+            unreachable!("units are regular files")
+        };
+        let start = seg * compress::SEGMENT;
+        let len = (f.size - start).min(compress::SEGMENT) as usize;
+        let mut raw = vec![0u8; len];
+        if let Some(p) = self.packed.filter(|_| id == self.tree.inodes.len()) {
+            p.file
+                .read_exact_at(&mut raw, start)
+                .map_err(|e| BuildError::io(&inode.path, "read", e))?;
+            return Ok(raw);
+        }
+        let src = open_checked(inode)?;
+        let mut got = 0;
+        while got < len {
+            match src.read_at(&mut raw[got..], start + got as u64) {
+                Ok(0) => {
+                    return Err(BuildError::Changed {
+                        path: inode.path.clone(),
+                        what: "shorter than when scanned".into(),
+                    })
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(BuildError::io(&inode.path, "read", e)),
+            }
+        }
+        if start + len as u64 == f.size {
+            let mut probe = [0u8; 1];
+            if src
+                .read_at(&mut probe, f.size)
+                .map_err(|e| BuildError::io(&inode.path, "read", e))?
+                != 0
+            {
+                return Err(BuildError::Changed {
+                    path: inode.path.clone(),
+                    what: "grew while reading".into(),
+                });
+            }
+        }
+        check(inode, &src, "after reading")?;
+        Ok(raw)
+    }
+}
+
+/// What every unit needs to know besides its file.
+struct UnitCtx<'a> {
+    sources: Sources<'a>,
+    shared: &'a SharedXattrs,
+    epoch: (i64, u32),
+    copts: &'a CompressOptions,
+    hashers: Hashers<'a>,
+    /// Computes dedupe keys when no per-file digests are made (an unsealed build).
+    key_hasher: Option<&'a BlockHasher>,
+    /// The first (lowest id) file seen so far with each key, by any worker.
+    claims: Mutex<HashMap<DedupeKey, usize>>,
 }
 
 fn open_checked(inode: &Inode) -> Result<File> {
@@ -80,66 +193,88 @@ fn check(inode: &Inode, src: &File, when: &str) -> Result<()> {
     }
 }
 
-/// Reads, hashes and compresses one segment.
-fn run_unit(
-    tree: &Tree,
-    copts: &CompressOptions,
-    hashers: Hashers<'_>,
-    id: usize,
-    seg: u64,
-) -> Result<Unit> {
-    let inode = &tree.inodes[id];
+/// Reads and hashes one segment; for a file of one segment, also its dedupe key.
+fn read_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
+    let inode = ctx.sources.inode(id);
     let Kind::File(f) = &inode.kind else {
         unreachable!("units are regular files")
     };
-    let start = seg * compress::SEGMENT;
-    let len = (f.size - start).min(compress::SEGMENT) as usize;
-    let src = open_checked(inode)?;
-    let mut raw = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        match src.read_at(&mut raw[got..], start + got as u64) {
-            Ok(0) => {
-                return Err(BuildError::Changed {
-                    path: inode.path.clone(),
-                    what: "shorter than when scanned".into(),
-                })
-            }
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(BuildError::io(&inode.path, "read", e)),
-        }
-    }
-    if start + len as u64 == f.size {
-        let mut probe = [0u8; 1];
-        if src
-            .read_at(&mut probe, f.size)
-            .map_err(|e| BuildError::io(&inode.path, "read", e))?
-            != 0
-        {
-            return Err(BuildError::Changed {
-                path: inode.path.clone(),
-                what: "grew while reading".into(),
-            });
-        }
-    }
-    check(inode, &src, "after reading")?;
+    let raw = ctx.sources.read_segment(id, seg)?;
     let mut file_leaves = Vec::new();
-    if let Some(h) = hashers.file {
-        file_leaves.resize(len.div_ceil(BLKSZ as usize) * h.params().digest_size(), 0);
+    if let Some(h) = ctx.hashers.file {
+        file_leaves.resize(
+            raw.len().div_ceil(BLKSZ as usize) * h.params().digest_size(),
+            0,
+        );
         h.hash_blocks_into(&raw, &mut file_leaves);
     }
-    let extents = compress::compress_segment(copts, &raw, start, f.size);
+    let packed = id == ctx.sources.tree.inodes.len();
+    let key = if raw.len() as u64 == f.size && !packed {
+        let (hasher, leaves) = match (ctx.hashers.file, ctx.key_hasher) {
+            (Some(h), _) => (h, std::borrow::Cow::Borrowed(&file_leaves)),
+            (None, Some(h)) => {
+                let mut l =
+                    vec![0u8; raw.len().div_ceil(BLKSZ as usize) * h.params().digest_size()];
+                h.hash_blocks_into(&raw, &mut l);
+                (h, std::borrow::Cow::Owned(l))
+            }
+            (None, None) => unreachable!("write_data always has a key hasher"),
+        };
+        let digest = sealfs_verity::Tree::from_leaf_hashes_serial(hasher.params(), f.size, &leaves)
+            .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?
+            .digest();
+        Some(digest)
+    } else {
+        None
+    };
     Ok(Unit {
         id,
         seg,
         raw,
-        extents,
+        extents: Vec::new(),
         file_leaves,
+        key,
+        skipped: false,
     })
 }
 
-/// Output being assembled for one batch: blocks from `first_blk`.
+/// Reads, hashes and compresses one segment (unless an earlier file has the same content).
+fn run_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
+    let mut u = read_unit(ctx, id, seg)?;
+    if let Some(key) = u.key {
+        let mut claims = ctx.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let first = claims.entry(key).or_insert(id);
+        if *first < id {
+            u.skipped = true;
+            return Ok(u);
+        }
+        *first = id;
+    }
+    let size = match &ctx.sources.inode(id).kind {
+        Kind::File(f) => f.size,
+        _ => unreachable!("units are regular files"),
+    };
+    u.extents = compress::compress_segment(ctx.copts, &u.raw, seg * compress::SEGMENT, size);
+    Ok(u)
+}
+
+/// Whether a file placed as `placed` can share that placement with an inode whose core and
+/// xattrs take `isize + ibody` bytes: its inline part must fit the inode's block.
+fn fits_inline(placed: Option<&Placed>, isize: u64, ibody: u64, size: u64) -> bool {
+    match placed {
+        Some(Placed::Flat {
+            tail: Some(tail), ..
+        }) => isize + ibody + tail.len() as u64 <= BLKSZ,
+        Some(Placed::Compressed(z)) if !z.idata.is_empty() => {
+            ZPlan::meta_len(isize, ibody, size) + z.idata.len() as u64 <= BLKSZ
+        }
+        Some(_) => true,
+        None => false,
+    }
+}
+
+/// Output being assembled for one batch: bytes from block `first_blk` on. Encoded extents are
+/// packed byte by byte, so the buffer may end inside a block, which the next batch continues.
 struct Out {
     first_blk: u64,
     buf: Vec<u8>,
@@ -147,12 +282,15 @@ struct Out {
 
 impl Out {
     fn next_blk(&self) -> u64 {
-        self.first_blk + self.buf.len() as u64 / BLKSZ
+        self.first_blk + (self.buf.len() as u64).div_ceil(BLKSZ)
     }
 
-    /// Appends a pcluster: compressed bytes right-aligned, raw bytes at its start; returns its block.
+    /// Appends a pcluster: compressed bytes right-aligned, raw bytes at its start, from the next
+    /// block boundary; returns its block.
     fn push(&mut self, data: &[u8], blocks: u64, right_align: bool) -> u64 {
         let blk = self.next_blk();
+        self.buf
+            .resize(self.buf.len().next_multiple_of(BLKSZ as usize), 0);
         let at = self.buf.len();
         self.buf.resize(at + (blocks * BLKSZ) as usize, 0);
         let off = if right_align {
@@ -162,6 +300,13 @@ impl Out {
         };
         self.buf[at + off..at + off + data.len()].copy_from_slice(data);
         blk
+    }
+
+    /// Appends bytes right after the previous ones; returns their byte address.
+    fn push_bytes(&mut self, data: &[u8]) -> u64 {
+        let at = self.first_blk * BLKSZ + self.buf.len() as u64;
+        self.buf.extend_from_slice(data);
+        at
     }
 }
 
@@ -175,15 +320,16 @@ struct FileState {
 /// The serial part of the data phase: places each batch's extents in file order and writes them.
 struct Placer<'a> {
     out: Target<'a>,
-    tree: &'a Tree,
-    shared: &'a SharedXattrs,
-    hashers: Hashers<'a>,
+    ctx: &'a UnitCtx<'a>,
     progress: &'a dyn Progress,
-    epoch: (i64, u32),
     alg: u8,
     next_blk: u64,
     files: Vec<Option<Placed>>,
-    state: std::collections::HashMap<usize, FileState>,
+    state: HashMap<usize, FileState>,
+    /// The file placed first with each dedupe key.
+    seen: HashMap<DedupeKey, usize>,
+    /// Bytes of a block that encoded extents filled only partly, written with the next batch.
+    carry: Vec<u8>,
     leaves: DataLeaves,
     digests: FileDigests,
 }
@@ -191,10 +337,11 @@ struct Placer<'a> {
 impl Placer<'_> {
     /// Places one batch of compressed segments (in file order) and writes its blocks.
     fn place(&mut self, done: Vec<Unit>) -> Result<()> {
-        let (tree, shared, epoch, alg) = (self.tree, self.shared, self.epoch, self.alg);
+        let ctx = self.ctx;
+        let (shared, epoch, alg) = (ctx.shared, ctx.epoch, self.alg);
         let mut outb = Out {
             first_blk: self.next_blk,
-            buf: Vec::new(),
+            buf: std::mem::take(&mut self.carry),
         };
         let mut k = 0;
         while k < done.len() {
@@ -204,27 +351,61 @@ impl Placer<'_> {
             while e < done.len() && done[e].id == id {
                 e += 1;
             }
-            let inode = &tree.inodes[id];
+            let inode = ctx.sources.inode(id);
             let Kind::File(f) = &inode.kind else {
                 unreachable!()
             };
             let first_seg = done[k].seg == 0;
             let last_seg = (done[e - 1].seg + 1) * compress::SEGMENT >= f.size;
             let whole = first_seg && last_seg;
-            let (_, isize, ibody) = layout::inode_lens(inode, f.size, epoch, shared)?;
             let st = self.state.entry(id).or_default();
             for u in &done[k..e] {
                 st.leaves.extend_from_slice(&u.file_leaves);
             }
-            let exts: Vec<&ZExtent> = done[k..e].iter().flat_map(|u| u.extents.iter()).collect();
-            // The tail extent inline after the indexes, if it is compressed into one block and fits.
-            let zmeta = ZPlan::meta_len(isize, ibody, f.size);
-            let tail = exts.last().filter(|t| {
-                last_seg && !t.plain && t.blocks() == 1 && zmeta + t.data.len() as u64 <= BLKSZ
-            });
-            let stored_blocks: u64 =
-                exts.iter().map(|x| x.blocks()).sum::<u64>() - tail.map_or(0, |_| 1);
-            let zcost = stored_blocks * BLKSZ + zmeta + tail.map_or(0, |t| t.data.len() as u64);
+            // A one-segment file whose twin was placed shares the twin's data, when the twin's
+            // inline part (if any) fits this inode too (its xattrs may be larger).
+            let (_, isize, ibody) = layout::inode_lens(inode, f.size, epoch, shared)?;
+            let key = done[k].key.filter(|_| e == k + 1);
+            let twin = key
+                .and_then(|key| self.seen.get(&key).copied())
+                .filter(|&t| fits_inline(self.files[t].as_ref(), isize, ibody, f.size));
+            let redone;
+            let exts: Vec<&ZExtent> = if done[k].skipped && twin.is_none() {
+                // Skipped for an earlier twin whose inline tail does not fit this inode (larger
+                // xattrs): compressed here, serially (rare).
+                redone = compress::compress_segment(ctx.copts, &done[k].raw, 0, f.size);
+                redone.iter().collect()
+            } else {
+                done[k..e].iter().flat_map(|u| u.extents.iter()).collect()
+            };
+            let bits48 = ctx
+                .copts
+                .extents_48bit
+                .then(|| compress::fixed_lcluster_bits(ctx.copts));
+            let (tail, zcost) = match bits48 {
+                // Encoded extents: the data packed byte by byte, no inline tail.
+                Some(bits) => (
+                    None,
+                    exts.iter().map(|x| x.data.len() as u64).sum::<u64>()
+                        + ZPlan::meta_len_48bit(isize, ibody, f.size, bits),
+                ),
+                None => {
+                    // The tail extent inline after the indexes, if it is compressed into one block
+                    // and fits.
+                    let zmeta = ZPlan::meta_len(isize, ibody, f.size);
+                    let tail = exts.last().filter(|t| {
+                        last_seg
+                            && !t.plain
+                            && t.blocks() == 1
+                            && zmeta + t.data.len() as u64 <= BLKSZ
+                    });
+                    let stored_blocks: u64 =
+                        exts.iter().map(|x| x.blocks()).sum::<u64>() - tail.map_or(0, |_| 1);
+                    let zcost =
+                        stored_blocks * BLKSZ + zmeta + tail.map_or(0, |t| t.data.len() as u64);
+                    (tail, zcost)
+                }
+            };
             let tail_len = f.size % BLKSZ;
             let inline_fits = tail_len != 0 && isize + ibody + tail_len <= BLKSZ;
             let flat_cost = if inline_fits {
@@ -232,7 +413,9 @@ impl Placer<'_> {
             } else {
                 f.size.div_ceil(BLKSZ) * BLKSZ + isize + ibody
             };
-            if whole && zcost >= flat_cost {
+            if let Some(twin) = twin {
+                self.files[id] = self.files[twin].clone();
+            } else if whole && zcost >= flat_cost {
                 // Stored as is.
                 let raw: Vec<u8> = done[k..e]
                     .iter()
@@ -258,18 +441,35 @@ impl Placer<'_> {
             } else {
                 for (x_i, x) in exts.iter().enumerate() {
                     let is_tail = tail.is_some() && x_i + 1 == exts.len();
-                    let blkaddr = if is_tail {
-                        0
+                    let placed = if bits48.is_some() {
+                        let pstart = outb.push_bytes(&x.data);
+                        let end = pstart + x.data.len() as u64;
+                        ZPlaced {
+                            start: x.start,
+                            len: x.len,
+                            plain: x.plain,
+                            blkaddr: 0,
+                            blocks: (end.div_ceil(BLKSZ) - pstart / BLKSZ) as u32,
+                            pstart,
+                            plen: x.data.len() as u64,
+                        }
                     } else {
-                        outb.push(&x.data, x.blocks(), !x.plain) as u32
+                        let blkaddr = if is_tail {
+                            0
+                        } else {
+                            outb.push(&x.data, x.blocks(), !x.plain) as u32
+                        };
+                        ZPlaced {
+                            start: x.start,
+                            len: x.len,
+                            plain: x.plain,
+                            blkaddr,
+                            blocks: x.blocks() as u32,
+                            pstart: blkaddr as u64 * BLKSZ,
+                            plen: x.data.len() as u64,
+                        }
                     };
-                    st.extents.push(ZPlaced {
-                        start: x.start,
-                        len: x.len,
-                        plain: x.plain,
-                        blkaddr,
-                        blocks: x.blocks() as u32,
-                    });
+                    st.extents.push(placed);
                 }
                 if last_seg {
                     let extents = std::mem::take(&mut st.extents);
@@ -280,12 +480,17 @@ impl Placer<'_> {
                         big_pcluster,
                         extents,
                         idata,
+                        extents_48bit: bits48,
                     }));
                 }
             }
+            if let Some(key) = key {
+                self.seen.entry(key).or_insert(id);
+            }
             if last_seg {
                 let st = self.state.remove(&id).unwrap_or_default();
-                if let Some(h) = self.hashers.file {
+                let packed = id == ctx.sources.tree.inodes.len();
+                if let Some(h) = ctx.hashers.file.filter(|_| !packed) {
                     let t = sealfs_verity::Tree::from_leaf_hashes_serial(
                         h.params(),
                         f.size,
@@ -300,20 +505,229 @@ impl Placer<'_> {
             }
             k = e;
         }
-        if !outb.buf.is_empty() {
-            self.out
-                .file
-                .write_all_at(&outb.buf, outb.first_blk * BLKSZ)
-                .map_err(|e| BuildError::io(self.out.path, "write image", e))?;
-            if let Some(h) = self.hashers.image {
-                let mut l = vec![0u8; outb.buf.len() / BLKSZ as usize * h.params().digest_size()];
-                h.hash_blocks_into(&outb.buf, &mut l);
-                self.leaves.push((outb.first_blk, l));
+        // Whole blocks are written; a last partial one waits for the next batch.
+        let whole = outb.buf.len() / BLKSZ as usize * BLKSZ as usize;
+        self.carry = outb.buf.split_off(whole);
+        self.write(outb)
+    }
+
+    /// Writes whole blocks and hashes them.
+    fn write(&mut self, outb: Out) -> Result<()> {
+        if outb.buf.is_empty() {
+            return Ok(());
+        }
+        debug_assert!(outb.buf.len().is_multiple_of(BLKSZ as usize));
+        self.out
+            .file
+            .write_all_at(&outb.buf, outb.first_blk * BLKSZ)
+            .map_err(|e| BuildError::io(self.out.path, "write image", e))?;
+        if let Some(h) = self.ctx.hashers.image {
+            let mut l = vec![0u8; outb.buf.len() / BLKSZ as usize * h.params().digest_size()];
+            h.hash_blocks_into(&outb.buf, &mut l);
+            self.leaves.push((outb.first_blk, l));
+        }
+        self.next_blk = outb.next_blk();
+        Ok(())
+    }
+
+    /// Writes the last partial block, zero-padded.
+    fn finish(&mut self) -> Result<()> {
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.resize(buf.len().next_multiple_of(BLKSZ as usize), 0);
+        self.write(Out {
+            first_blk: self.next_blk,
+            buf,
+        })
+    }
+}
+
+/// Cuts units `(id, segment, bytes)` into batches of about [`BATCH`] bytes.
+fn batches_of(units: &[(usize, u64, u64)]) -> Vec<std::ops::Range<usize>> {
+    let mut batches = Vec::new();
+    let mut i = 0;
+    while i < units.len() {
+        let mut j = i;
+        let mut bytes = 0;
+        while j < units.len() && (j == i || bytes + units[j].2 <= BATCH) {
+            bytes += units[j].2;
+            j += 1;
+        }
+        batches.push(i..j);
+        i = j;
+    }
+    batches
+}
+
+/// The units `(id, segment, bytes)` of a file of `size` bytes.
+fn segments(id: usize, size: u64) -> impl Iterator<Item = (usize, u64, u64)> {
+    (0..size.div_ceil(compress::SEGMENT)).map(move |seg| {
+        (
+            id,
+            seg,
+            (size - seg * compress::SEGMENT).min(compress::SEGMENT),
+        )
+    })
+}
+
+/// The order fragments are packed in: by source path, so the files of a directory sit together
+/// and directories follow depth first (a tree read in directory order walks the packed inode
+/// forward). Measured on the `linux` tree (zstd, 1 MiB clusters, and lz4, 64 KiB): this order
+/// and breadth-first order are within 0.2% of each other; grouping by extension, then name, made
+/// the image 2.5% larger.
+fn fragment_order(tree: &Tree, ids: &mut [usize]) {
+    ids.sort_by(|&a, &b| {
+        tree.inodes[a]
+            .path
+            .cmp(&tree.inodes[b].path)
+            .then(a.cmp(&b))
+    });
+}
+
+/// The serial part of packing fragments: appends each file's bytes to the packed file (identical
+/// files once) and records where they went.
+struct FragPlacer<'a> {
+    ctx: &'a UnitCtx<'a>,
+    progress: &'a dyn Progress,
+    file: File,
+    len: u64,
+    seen: HashMap<DedupeKey, u64>,
+    /// Offset and leaves so far of a file of several segments being appended.
+    open: Option<(usize, u64, Vec<u8>)>,
+    files: &'a mut [Option<Placed>],
+    digests: &'a mut FileDigests,
+}
+
+impl FragPlacer<'_> {
+    fn append(&mut self, raw: &[u8]) -> Result<u64> {
+        let at = self.len;
+        self.file
+            .write_all_at(raw, at)
+            .map_err(|e| BuildError::io(Path::new("(packed inode)"), "write", e))?;
+        self.len += raw.len() as u64;
+        Ok(at)
+    }
+
+    fn place(&mut self, done: Vec<Unit>) -> Result<()> {
+        for u in done {
+            let inode = self.ctx.sources.inode(u.id);
+            let Kind::File(f) = &inode.kind else {
+                unreachable!("fragments are regular files")
+            };
+            let offset = match u.key {
+                Some(key) => match self.seen.get(&key) {
+                    Some(&at) => at,
+                    None => {
+                        let at = self.append(&u.raw)?;
+                        self.seen.insert(key, at);
+                        at
+                    }
+                },
+                None => {
+                    let at = self.append(&u.raw)?;
+                    self.open.get_or_insert((u.id, at, Vec::new()));
+                    at
+                }
+            };
+            let mut leaves = u.file_leaves;
+            let (offset, done) = match self.open.take() {
+                Some((id, start, mut so_far)) => {
+                    debug_assert_eq!(id, u.id);
+                    so_far.extend_from_slice(&leaves);
+                    if (u.seg + 1) * compress::SEGMENT < f.size {
+                        self.open = Some((id, start, so_far));
+                        (start, false)
+                    } else {
+                        leaves = so_far;
+                        (start, true)
+                    }
+                }
+                None => (offset, true),
+            };
+            self.progress.advance(u.raw.len() as u64);
+            if !done {
+                continue;
             }
-            self.next_blk = outb.next_blk();
+            self.files[u.id] = Some(Placed::Fragment { offset });
+            if let Some(h) = self.ctx.hashers.file {
+                let t = sealfs_verity::Tree::from_leaf_hashes_serial(h.params(), f.size, &leaves)
+                    .map_err(|e| {
+                    BuildError::io(&inode.path, "hash", std::io::Error::other(e))
+                })?;
+                self.digests.push((u.id as u64, t.digest()));
+            }
         }
         Ok(())
     }
+}
+
+/// Packs the files `ids` into an unnamed temporary file beside the image, which becomes the packed
+/// inode (id `tree.inodes.len()`, owned by root, mode 0644, the image's most common mtime).
+fn pack_fragments(
+    ctx: &UnitCtx<'_>,
+    out: Target<'_>,
+    mut ids: Vec<usize>,
+    files: &mut [Option<Placed>],
+    digests: &mut FileDigests,
+    progress: &dyn Progress,
+) -> Result<Packed> {
+    let tree = ctx.sources.tree;
+    fragment_order(tree, &mut ids);
+    let units: Vec<(usize, u64, u64)> = ids
+        .iter()
+        .flat_map(|&id| match &tree.inodes[id].kind {
+            Kind::File(f) => segments(id, f.size),
+            _ => unreachable!("fragments are regular files"),
+        })
+        .collect();
+    let dir = out
+        .path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file = tempfile::tempfile_in(dir)
+        .map_err(|e| BuildError::io(dir, "create the packed inode's temporary file", e))?;
+    let placer = FragPlacer {
+        ctx,
+        progress,
+        file,
+        len: 0,
+        seen: HashMap::new(),
+        open: None,
+        files,
+        digests,
+    };
+    let placer = ordered_pipeline(
+        rayon::current_num_threads(),
+        &batches_of(&units),
+        WINDOW,
+        |i| read_unit(ctx, units[i].0, units[i].1),
+        placer,
+        |p, done| p.place(done),
+    )?;
+    let len = placer.len;
+    Ok(Packed {
+        file: placer.file,
+        inode: Inode {
+            kind: Kind::File(FileData {
+                size: len,
+                data_ranges: None,
+                fingerprint: Fingerprint {
+                    size: len,
+                    mtime_ns: 0,
+                    ctime_ns: 0,
+                    ino: 0,
+                },
+            }),
+            mode: fmt::S_IFREG | 0o644,
+            uid: 0,
+            gid: 0,
+            mtime: ctx.epoch.0,
+            mtime_nsec: ctx.epoch.1,
+            nlink: 1,
+            xattrs: Vec::new(),
+            path: PathBuf::from("(packed inode)"),
+        },
+    })
 }
 
 /// Compresses and writes every regular file's data from block 1 on.
@@ -327,7 +741,8 @@ pub(crate) fn write_data(
 ) -> Result<DataPhase> {
     let epoch = layout::choose_epoch(tree);
     let n = tree.inodes.len();
-    let mut files: Vec<Option<Placed>> = (0..n).map(|_| None).collect();
+    // One more slot for the packed inode.
+    let mut files: Vec<Option<Placed>> = (0..=n).map(|_| None).collect();
     let mut leaves = DataLeaves::new();
     let mut digests = FileDigests::new();
     let mut next_blk = 1u64;
@@ -343,7 +758,21 @@ pub(crate) fn write_data(
             }
         })
         .sum();
-    progress.begin("compressing file data", Some(total));
+    // Fragments are counted twice: read into the packed inode, then compressed with it.
+    let fragment_limit = match copts.fragments {
+        Fragments::Off => 0,
+        Fragments::Small => copts.pcluster_bytes as u64,
+        Fragments::All => u64::MAX,
+    };
+    let fragment_bytes: u64 = tree
+        .inodes
+        .iter()
+        .map(|i| match &i.kind {
+            Kind::File(f) if f.data_ranges.is_none() && f.size < fragment_limit => f.size,
+            _ => 0,
+        })
+        .sum();
+    progress.begin("compressing file data", Some(total + fragment_bytes));
 
     // Sparse files: chunk-based, copied as in uncompressed builds.
     let copier = Copier {
@@ -353,6 +782,7 @@ pub(crate) fn write_data(
         file_hasher: hashers.file,
     };
     let mut units: Vec<(usize, u64, u64)> = Vec::new(); // (id, segment, bytes)
+    let mut fragments = Vec::new();
     for (id, inode) in tree.inodes.iter().enumerate() {
         let Kind::File(f) = &inode.kind else { continue };
         if let Some((bits, mask)) = f
@@ -388,6 +818,7 @@ pub(crate) fn write_data(
                 chunks: Some(chunks.clone()),
                 zmap: None,
                 inline_bytes: None,
+                fragment: None,
             };
             let (l, digest) = copier.copy_file(inode, &p)?;
             leaves.extend(l);
@@ -410,53 +841,70 @@ pub(crate) fn write_data(
             });
             continue;
         }
-        for seg in 0..f.size.div_ceil(compress::SEGMENT) {
-            units.push((
-                id,
-                seg,
-                (f.size - seg * compress::SEGMENT).min(compress::SEGMENT),
-            ));
+        if f.size < fragment_limit {
+            fragments.push(id);
+            continue;
         }
+        units.extend(segments(id, f.size));
     }
 
-    let mut batches = Vec::new();
-    let mut i = 0;
-    while i < units.len() {
-        let mut j = i;
-        let mut bytes = 0;
-        while j < units.len() && (j == i || bytes + units[j].2 <= BATCH) {
-            bytes += units[j].2;
-            j += 1;
+    // Dedupe keys are fs-verity digests: the per-file ones when the build makes them, else these.
+    let own_key_hasher = hashers.file.is_none().then(|| {
+        let p = sealfs_verity::Params::new(sealfs_verity::HashAlg::Sha256, BLKSZ as usize, b"")
+            .expect("4 KiB blocks are valid");
+        BlockHasher::new(&p)
+    });
+    let mut ctx = UnitCtx {
+        sources: Sources { tree, packed: None },
+        shared,
+        epoch,
+        copts,
+        hashers,
+        key_hasher: own_key_hasher.as_ref(),
+        claims: Mutex::new(HashMap::new()),
+    };
+    let packed = match fragments.is_empty() {
+        true => None,
+        false => Some(pack_fragments(
+            &ctx,
+            out,
+            fragments,
+            &mut files,
+            &mut digests,
+            progress,
+        )?),
+    };
+    match &packed {
+        Some(p) => {
+            units.extend(segments(n, p.len()));
+            progress.advance(fragment_bytes - p.len()); // identical fragments stored once
         }
-        batches.push(i..j);
-        i = j;
+        None => files.truncate(n),
     }
+    ctx.sources.packed = packed.as_ref();
     let placer = Placer {
         out,
-        tree,
-        shared,
-        hashers,
+        ctx: &ctx,
         progress,
-        epoch,
         alg,
         next_blk,
         files,
-        state: std::collections::HashMap::new(),
+        state: HashMap::new(),
+        seen: HashMap::new(),
+        carry: Vec::new(),
         leaves,
         digests,
     };
-    let threads = rayon::current_num_threads();
     let placer = ordered_pipeline(
-        threads,
-        &batches,
+        rayon::current_num_threads(),
+        &batches_of(&units),
         WINDOW,
-        |i| {
-            let (id, seg, _) = units[i];
-            run_unit(tree, copts, hashers, id, seg)
-        },
+        |i| run_unit(&ctx, units[i].0, units[i].1),
         placer,
         |placer, done| placer.place(done),
     )?;
+    let mut placer = placer;
+    placer.finish()?;
     let Placer {
         next_blk,
         files,
@@ -470,9 +918,11 @@ pub(crate) fn write_data(
         pre: PreData {
             files,
             data_end: next_blk,
+            packed: packed.as_ref().map(|_| n),
         },
         leaves,
         digests,
+        packed: packed.map(|p| p.inode),
     })
 }
 

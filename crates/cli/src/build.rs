@@ -5,7 +5,7 @@ use crate::seal::SealArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use regex::bytes::Regex;
-use sealfs_builder::{Algorithm, BuildOptions, CompressOptions, UuidChoice};
+use sealfs_builder::{Algorithm, BuildOptions, CompressOptions, Fragments, Preset, UuidChoice};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -71,14 +71,28 @@ pub struct BuildArgs {
     /// deflate[,LEVEL] (1-12, default 6).
     #[arg(short = 'z', long = "compress", value_name = "ALG")]
     compress: Option<String>,
-    /// Largest physical cluster in bytes with -z (4096 to 1048576, a multiple of 4096).
+    /// Largest physical cluster in bytes with -z (4096 to 1048576, a multiple of 4096; default
+    /// 4096).
+    #[arg(short = 'C', long = "pcluster-bytes", value_name = "BYTES")]
+    pcluster_bytes: Option<u32>,
+    /// Compression settings by name; -z, -C and -E change what they name. `small`: zstd level
+    /// 15, 1 MiB clusters, fragments (the smallest sensible image); `fast`: lz4, 64 KiB clusters,
+    /// fragments (quick to build and to read). Identical files are stored once in every
+    /// compressed build.
+    #[arg(long, value_name = "NAME")]
+    preset: Option<String>,
+    /// Extended options with -z, comma-separated, as mkfs.erofs names them: `fragments` (files
+    /// smaller than one pcluster are packed together into the packed inode and compressed there,
+    /// in path order), `all-fragments` (every file is packed), `48bit` (each
+    /// cluster of input compressed in one call, its bytes packed without block padding, in 48-bit
+    /// encoded extents: faster builds and smaller images; Linux 6.15 or later mounts them).
     #[arg(
-        short = 'C',
-        long = "pcluster-bytes",
-        value_name = "BYTES",
-        default_value_t = 4096
+        short = 'E',
+        long = "extended",
+        value_name = "OPTS",
+        value_delimiter = ','
     )]
-    pcluster_bytes: u32,
+    extended: Vec<String>,
     /// Write a plain EROFS image, without the Merkle tree and seal trailer.
     #[arg(long, conflicts_with_all = ["sidecar", "hash_alg", "salt", "verity_block_size"])]
     no_seal: bool,
@@ -108,6 +122,60 @@ fn parse_uuid(s: &str) -> Result<UuidChoice> {
 }
 
 impl BuildArgs {
+    /// The compression settings: the preset's, changed by -z, -C and -E.
+    fn compress_options(&self) -> Result<Option<CompressOptions>> {
+        let preset = self
+            .preset
+            .as_deref()
+            .map(Preset::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
+        let mut c = match (preset, &self.compress) {
+            (None, None) => {
+                if !self.extended.is_empty() || self.pcluster_bytes.is_some() {
+                    bail!("-C and -E need -z (or --preset)");
+                }
+                return Ok(None);
+            }
+            (Some(p), _) => p.options(),
+            (None, Some(_)) => CompressOptions {
+                algorithm: Algorithm::Lz4,
+                pcluster_bytes: 4096,
+                fragments: Fragments::Off,
+                extents_48bit: false,
+            },
+        };
+        if let Some(z) = &self.compress {
+            c.algorithm =
+                Algorithm::parse(z).map_err(|e| anyhow::anyhow!("--compress {z}: {e}"))?;
+        }
+        if let Some(p) = self.pcluster_bytes {
+            c.pcluster_bytes = p;
+        }
+        if !self.extended.is_empty() {
+            (c.fragments, c.extents_48bit) = self.extended()?;
+        }
+        c.validate()
+            .map_err(|e| anyhow::anyhow!("-C {}: {e}", c.pcluster_bytes))?;
+        Ok(Some(c))
+    }
+
+    /// The fragments choice and 48-bit extents from `-E`.
+    fn extended(&self) -> Result<(Fragments, bool)> {
+        let mut fragments = Fragments::Off;
+        let mut extents_48bit = false;
+        for opt in &self.extended {
+            match opt.as_str() {
+                "fragments" if fragments == Fragments::Off => fragments = Fragments::Small,
+                "fragments" => {}
+                "all-fragments" => fragments = Fragments::All,
+                "48bit" => extents_48bit = true,
+                _ => bail!("-E {opt}: unknown extended option (fragments, all-fragments, 48bit)"),
+            }
+        }
+        Ok((fragments, extents_48bit))
+    }
+
     fn options(&self) -> Result<BuildOptions> {
         let clamp_mtime = match std::env::var("SOURCE_DATE_EPOCH") {
             Ok(v) if !v.is_empty() => Some(
@@ -170,19 +238,7 @@ impl BuildArgs {
             } else {
                 Some(self.seal.options()?)
             },
-            compress: match &self.compress {
-                None => None,
-                Some(z) => {
-                    let c = CompressOptions {
-                        algorithm: Algorithm::parse(z)
-                            .map_err(|e| anyhow::anyhow!("--compress {z}: {e}"))?,
-                        pcluster_bytes: self.pcluster_bytes,
-                    };
-                    c.validate()
-                        .map_err(|e| anyhow::anyhow!("-C {}: {e}", self.pcluster_bytes))?;
-                    Some(c)
-                }
-            },
+            compress: self.compress_options()?,
         })
     }
 }

@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::compare::{compare_trees, scan_tree, Expect};
+use common::compare::{compare_extracted, scan_tree, Expect};
 use common::dircraft::{de, sorted, Crafter, FT_DIR, FT_LNK, FT_REG, ROOT};
 use common::fixture::{make_full_fixture, SPARSE_SIZE};
 use common::randtree::{materialize, tree_strategy, TreeDesc};
@@ -106,16 +106,6 @@ fn full() -> Full {
         _dir: dir,
         image,
     }
-}
-
-/// [`compare_trees`] of a source with an extracted directory. `compare_trees` checks the compared
-/// tree's raw dirents as a mount root's, where ".." of the root is the root itself; an extracted
-/// directory's ".." is its real parent, so exactly that one line is dropped.
-fn compare_extracted(src: &Path, out: &Path, exp: &Expect) -> Vec<String> {
-    compare_trees(src, out, exp)
-        .into_iter()
-        .filter(|d| !d.starts_with("/: readdir entry .. has d_ino "))
-        .collect()
 }
 
 /// Lines of an `ls -lR` output with the directory headers reduced to paths inside the image:

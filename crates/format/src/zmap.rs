@@ -98,6 +98,43 @@ impl MapHeader {
     }
 }
 
+/// Encoded extent records of 4 bytes (`plen` only, one per logical cluster, the data of one
+/// extent right after the previous one's from an 8-byte `pstart` before the records): the record
+/// size `h_advise` gives with [`Z_EROFS_ADVISE_EXTRECSZ_BIT`] field 0.
+pub const Z_EROFS_EXTENT_RECSZ_PLEN: u64 = 4;
+
+/// Where the encoded extent records of `recsz` bytes start for a map header at `header_start`:
+/// the first multiple of `recsz` after the header (`z_erofs_map_blocks_ext`).
+pub const fn z_erofs_extent_records_start(header_start: u64, recsz: u64) -> u64 {
+    (header_start + Z_EROFS_MAP_HEADER_SIZE).next_multiple_of(recsz)
+}
+
+/// Bit of `h_clusterbits` (bit 63 of the map header read as a little-endian `u64`) saying the whole
+/// file is one fragment in the packed inode (`Z_EROFS_FRAGMENT_INODE_BIT`).
+pub const Z_EROFS_FRAGMENT_INODE_BIT: u8 = 7;
+/// Map header plus the 8 bytes after it: what a COMPRESSED_FULL inode whose whole data is a
+/// fragment stores after its inode core and xattrs (`Z_EROFS_LEGACY_MAP_HEADER_SIZE`).
+pub const Z_EROFS_LEGACY_MAP_HEADER_SIZE: u64 = Z_EROFS_MAP_HEADER_SIZE + Z_EROFS_FULL_INDEX_START;
+
+/// The map header of a file that is wholly a fragment at `offset` of the packed inode: the offset
+/// in the low 63 bits, bit 63 set (nothing else of the header means anything then). `None` when
+/// the offset does not fit 63 bits.
+pub const fn fragment_inode_header(offset: u64) -> Option<[u8; 8]> {
+    if offset >> 63 != 0 {
+        return None;
+    }
+    Some((offset | 1 << 63).to_le_bytes())
+}
+
+/// The fragment offset of a map header written by [`fragment_inode_header`], or `None` when the
+/// header is an ordinary one.
+pub const fn fragment_inode_offset(header: [u8; 8]) -> Option<u64> {
+    if header[7] >> Z_EROFS_FRAGMENT_INODE_BIT == 0 {
+        return None;
+    }
+    Some(u64::from_le_bytes(header) ^ 1 << 63)
+}
+
 /// One FULL lcluster index (`struct z_erofs_lcluster_index`).
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(C)]

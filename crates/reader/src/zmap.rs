@@ -74,18 +74,18 @@ use crate::error::{Error, Location, Result};
 use crate::image::Image;
 use crate::inode::Inode;
 use sealfs_format::{
-    compact_head_nblk, compact_index_split, compact_pack, z_erofs_map_header_start,
-    CompactIndexPos, CompactPack, DataLayout, FromBytes, LclusterIndex, MapHeader,
-    EROFS_FEATURE_INCOMPAT_COMPR_CFGS, Z_EROFS_ADVISE_BIG_PCLUSTER_1,
-    Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS, Z_EROFS_ADVISE_EXTRECSZ_BIT,
-    Z_EROFS_ADVISE_EXTRECSZ_MASK, Z_EROFS_ADVISE_FRAGMENT_PCLUSTER, Z_EROFS_ADVISE_INLINE_PCLUSTER,
-    Z_EROFS_ADVISE_INTERLACED_PCLUSTER, Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS,
-    Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4, Z_EROFS_COMPRESSION_LZMA,
-    Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_EXTENT_PLEN_FMT_BIT, Z_EROFS_EXTENT_PLEN_MASK,
-    Z_EROFS_EXTENT_PLEN_PARTIAL, Z_EROFS_FULL_INDEX_START, Z_EROFS_LCLUSTER_TYPE_HEAD1,
-    Z_EROFS_LCLUSTER_TYPE_HEAD2, Z_EROFS_LCLUSTER_TYPE_NONHEAD, Z_EROFS_LCLUSTER_TYPE_PLAIN,
-    Z_EROFS_LI_D0_CBLKCNT, Z_EROFS_LI_PARTIAL_REF, Z_EROFS_MAP_HEADER_SIZE,
-    Z_EROFS_PCLUSTER_MAX_DSIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
+    compact_head_nblk, compact_index_split, compact_pack, fragment_inode_offset,
+    z_erofs_extent_records_start, z_erofs_map_header_start, CompactIndexPos, CompactPack,
+    DataLayout, FromBytes, LclusterIndex, MapHeader, EROFS_FEATURE_INCOMPAT_COMPR_CFGS,
+    Z_EROFS_ADVISE_BIG_PCLUSTER_1, Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS,
+    Z_EROFS_ADVISE_EXTRECSZ_BIT, Z_EROFS_ADVISE_EXTRECSZ_MASK, Z_EROFS_ADVISE_FRAGMENT_PCLUSTER,
+    Z_EROFS_ADVISE_INLINE_PCLUSTER, Z_EROFS_ADVISE_INTERLACED_PCLUSTER,
+    Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS, Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4,
+    Z_EROFS_COMPRESSION_LZMA, Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_EXTENT_PLEN_FMT_BIT,
+    Z_EROFS_EXTENT_PLEN_MASK, Z_EROFS_EXTENT_PLEN_PARTIAL, Z_EROFS_FULL_INDEX_START,
+    Z_EROFS_LCLUSTER_TYPE_HEAD1, Z_EROFS_LCLUSTER_TYPE_HEAD2, Z_EROFS_LCLUSTER_TYPE_NONHEAD,
+    Z_EROFS_LCLUSTER_TYPE_PLAIN, Z_EROFS_LI_D0_CBLKCNT, Z_EROFS_LI_PARTIAL_REF,
+    Z_EROFS_MAP_HEADER_SIZE, Z_EROFS_PCLUSTER_MAX_DSIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
 };
 
 /// Most 4-byte extent records one map sums (64 MiB of records: offsets up to 64 TiB at 4 KiB
@@ -288,7 +288,7 @@ impl Image {
         let mut raw = [0u8; 8];
         self.blocks.read(hdr_pos, &mut raw, hat)?;
         let h = MapHeader::read_from_bytes(&raw).expect("8 bytes");
-        if h.h_clusterbits & 0x80 != 0 {
+        if let Some(fragmentoff) = fragment_inode_offset(raw) {
             // The whole file is a fragment; the other 63 bits of the header are its offset in the
             // packed inode, and nothing else of the header is looked at.
             return Ok(ZInfo {
@@ -299,7 +299,7 @@ impl Image {
                 lclusterbits: bits,
                 idata_size: 0,
                 fragment: true,
-                fragmentoff: u64::from_le_bytes(raw) ^ (1 << 63),
+                fragmentoff,
                 tail_headlcn: 0,
                 inline_pos: 0,
                 extents: None,
@@ -718,7 +718,7 @@ impl Image {
         let recsz =
             4u64 << ((zi.advise >> Z_EROFS_ADVISE_EXTRECSZ_BIT) & Z_EROFS_ADVISE_EXTRECSZ_MASK);
         let lcs = 1u64 << zi.lclusterbits;
-        let mut pos = (zi.hdr_pos + Z_EROFS_MAP_HEADER_SIZE).next_multiple_of(recsz);
+        let mut pos = z_erofs_extent_records_start(zi.hdr_pos, recsz);
         let mut rec = [0u8; 32];
         let read = |p: u64, n: u64, rec: &mut [u8; 32]| -> Result<()> {
             self.blocks

@@ -18,6 +18,8 @@ pub fn compressed(alg: &str, pcluster_bytes: u32) -> BuildOptions {
     let c = CompressOptions {
         algorithm: Algorithm::parse(alg).unwrap_or_else(|e| panic!("-z {alg}: {e}")),
         pcluster_bytes,
+        fragments: sealfs_builder::Fragments::Off,
+        extents_48bit: false,
     };
     c.validate()
         .unwrap_or_else(|e| panic!("-C {pcluster_bytes}: {e}"));

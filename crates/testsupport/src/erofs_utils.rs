@@ -233,32 +233,27 @@ pub fn allocated_bytes(path: &Path) -> u64 {
 /// in the workspace (built by `scripts/build-oracles.sh`). `Err` (the reason) when neither runs
 /// and says it is 1.9.
 pub fn mkfs_erofs_1_9() -> Result<std::path::PathBuf, String> {
-    erofs_utils_1_9("mkfs.erofs", "MKFS_EROFS")
+    erofs_utils_1_9("mkfs.erofs")
 }
 
-/// The erofs-utils 1.9 `fsck.erofs` (checks and extracts zstd, MicroLZMA and DEFLATE images, which
-/// the installed 1.5 cannot): `$FSCK_EROFS`, else `target/oracles/erofs-utils-1.9/bin/fsck.erofs`
-/// in the workspace (built by `scripts/build-oracles.sh`). `Err` (the reason) when neither runs
-/// and says it is 1.9.
-pub fn fsck_erofs_1_9() -> Result<std::path::PathBuf, String> {
-    erofs_utils_1_9("fsck.erofs", "FSCK_EROFS")
-}
-
-/// The erofs-utils 1.9 `tool`: `$env`, else the workspace's `target/oracles` build.
-fn erofs_utils_1_9(tool: &str, env: &str) -> Result<std::path::PathBuf, String> {
-    let path = match std::env::var_os(env) {
-        Some(p) => std::path::PathBuf::from(p),
+/// A program of erofs-utils 1.9 (`mkfs.erofs`, `fsck.erofs`, `dump.erofs`): beside `$MKFS_EROFS`
+/// when that is set, else in `target/oracles/erofs-utils-1.9/bin` of the workspace. `Err` (the
+/// reason) when it does not run or is not 1.9.
+pub fn erofs_utils_1_9(tool: &str) -> Result<std::path::PathBuf, String> {
+    let path = match std::env::var_os("MKFS_EROFS") {
+        Some(p) => std::path::PathBuf::from(p).with_file_name(tool),
         None => Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../target/oracles/erofs-utils-1.9/bin")
             .join(tool),
     };
     let out = Command::new(&path).arg("--version").output().map_err(|e| {
         format!(
-            "{tool} 1.9 not found at {} ({e}): run scripts/build-oracles.sh or set {env}",
+            "{tool} 1.9 not found at {} ({e}): run scripts/build-oracles.sh or set MKFS_EROFS",
             path.display()
         )
     })?;
-    let version = String::from_utf8_lossy(&out.stdout).into_owned();
+    let version =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     if !version.contains(" 1.9") {
         return Err(format!(
             "{} is not erofs-utils 1.9: {}",
@@ -269,14 +264,23 @@ fn erofs_utils_1_9(tool: &str, env: &str) -> Result<std::path::PathBuf, String> 
     Ok(path)
 }
 
-/// `FSCK --extract=DIR IMAGE` with the given `fsck.erofs` binary: every file decoded and checked,
-/// the tree written to `dir` (which must not exist yet). Returns its output for logging.
-pub fn fsck_extract_with(fsck: &Path, image: &Path, dir: &Path) -> Result<String, String> {
+/// `fsck.erofs IMAGE` with erofs-utils 1.9 (every block of data decoded and checked): exit 0, or
+/// the reason.
+pub fn fsck_1_9(image: &Path) -> Result<(), String> {
+    let fsck = erofs_utils_1_9("fsck.erofs")?;
+    run_ok(Command::new(fsck).arg(image)).map(drop)
+}
+
+/// `fsck.erofs --extract=DIR IMAGE` with erofs-utils 1.9 (which knows every feature the builder
+/// writes: zstd, LZMA, DEFLATE, fragments): exit 0 and the extracted tree, or the reason.
+pub fn fsck_1_9_extract(image: &Path, dir: &Path) -> Result<(), String> {
+    let fsck = erofs_utils_1_9("fsck.erofs")?;
     run_ok(
         Command::new(fsck)
             .arg(format!("--extract={}", dir.display()))
             .arg(image),
     )
+    .map(drop)
 }
 
 /// `MKFS ARGS --quiet OUT SRC` with the given `mkfs.erofs` binary.

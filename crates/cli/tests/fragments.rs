@@ -1,0 +1,357 @@
+//! Smaller images: fragments (`-E fragments`, `-E all-fragments`: files packed whole into the
+//! packed inode and compressed together), whole-file dedupe (always on in compressed builds) and
+//! fixed-input clusters in 48-bit encoded extents (`-E 48bit`: data not block-aligned).
+//!
+//! Oracles: the kernel's mount equals the source (content and every attribute); `fsck.erofs` 1.9
+//! (which knows fragments) checks the image and its `--extract` holds the source's bytes; the
+//! reader (`sealfs extract`, `sealfs verify`) agrees; `fsverity digest` gives the per-file
+//! digests; images do not depend on the thread count.
+
+mod common;
+
+use common::compare::{compare_extracted, compare_trees, Expect};
+use common::fixture::{make_full_fixture, Rng};
+use common::randtree::{materialize, tree_strategy};
+use common::*;
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::TestRunner;
+use std::fs;
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+use std::process::Command;
+
+const VARIANTS: &[&[&str]] = &[
+    &["-z", "lz4hc", "-C", "65536", "-E", "fragments"],
+    &["-z", "zstd", "-C", "1048576", "-E", "fragments"],
+    &["-z", "lz4", "-C", "4096", "-E", "all-fragments"],
+    &["-z", "zstd", "-C", "16384", "-E", "all-fragments"],
+    &["-z", "zstd", "-C", "131072", "-E", "48bit"],
+    &["-z", "lz4hc", "-C", "16384", "-E", "48bit,fragments"],
+    &["-z", "lz4", "-C", "1048576", "-E", "48bit,all-fragments"],
+];
+
+/// Small files, some alike, some identical (also with different modes and xattrs, which must
+/// stay apart), tails, and files around the cluster sizes.
+fn make_small_files(dir: &Path) {
+    fs::create_dir_all(dir.join("src/sub")).unwrap();
+    fs::create_dir_all(dir.join("copies")).unwrap();
+    let mut rng = Rng::new(16);
+    let words: Vec<String> = (0..400)
+        .map(|i| format!("word{}", i * 7919 % 1000))
+        .collect();
+    for k in 0..400 {
+        let len = rng.below(9000) as usize;
+        let mut text = String::new();
+        while text.len() < len {
+            text += &words[rng.below(words.len() as u64) as usize];
+            text.push(if k % 3 == 0 { '\n' } else { ' ' });
+        }
+        let ext = ["c", "h", "txt", "rs"][k % 4];
+        fs::write(dir.join(format!("src/f{k}.{ext}")), &text[..len]).unwrap();
+    }
+    let random = Rng::new(17).bytes(300_000);
+    for n in [
+        1usize, 4095, 4096, 4097, 16383, 16384, 65535, 65536, 65537, 300_000,
+    ] {
+        fs::write(dir.join(format!("sub-random{n}")), &random[..n]).unwrap();
+    }
+    // Identical files: small (fragments), mid-size and large (one segment, own pclusters).
+    for (name, len) in [("small", 3000usize), ("mid", 70_000), ("large", 300_000)] {
+        for c in 0..5 {
+            fs::write(dir.join(format!("copies/{name}{c}")), &random[..len]).unwrap();
+        }
+    }
+    fs::write(dir.join("src/sub/empty"), b"").unwrap();
+    let odd = dir.join("copies/large-other-mode");
+    fs::write(&odd, &random).unwrap();
+    let mut perm = fs::metadata(&odd).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+    fs::set_permissions(&odd, perm).unwrap();
+    let tagged = dir.join("copies/small-with-xattr");
+    fs::write(&tagged, &random[..3000]).unwrap();
+    xattr::set(&tagged, "user.tag", &[b'x'; 300]).unwrap();
+}
+
+/// The regular files and symlinks under `b` hold the bytes of those under `a`, and no others.
+fn same_content(a: &Path, b: &Path) -> Vec<String> {
+    let mut diffs = Vec::new();
+    let mut stack = vec![std::path::PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in fs::read_dir(a.join(&rel)).unwrap() {
+            let e = e.unwrap();
+            let r = rel.join(e.file_name());
+            let t = e.file_type().unwrap();
+            let (x, y) = (a.join(&r), b.join(&r));
+            if t.is_dir() {
+                stack.push(r);
+            } else if t.is_file() {
+                if fs::read(&y).ok().as_deref() != Some(&fs::read(&x).unwrap()[..]) {
+                    diffs.push(format!("{}: content differs or missing", r.display()));
+                }
+            } else if t.is_symlink() {
+                if fs::read_link(&y).ok() != Some(fs::read_link(&x).unwrap()) {
+                    diffs.push(format!("{}: link target differs", r.display()));
+                }
+            } else if !(t.is_fifo() || t.is_char_device() || t.is_block_device() || t.is_socket()) {
+                diffs.push(format!("{}: unexpected type", r.display()));
+            }
+        }
+    }
+    diffs
+}
+
+/// The image has what `what` (the build arguments) asked for, as `dump.erofs` 1.9 reads it:
+/// fragments (`FRAGMENTS` and a packed inode), 48-bit layouts (`48BIT`).
+fn assert_features(image: &Path, what: &str) {
+    let dump = erofs_utils_1_9("dump.erofs").expect("dump.erofs 1.9");
+    let out = run_ok(Command::new(dump).arg("-s").arg(image)).expect("dump.erofs -s");
+    let packed = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Filesystem packed nid:"))
+        .map(|v| v.trim().to_string());
+    let features = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Filesystem incompatible features:"))
+        .unwrap_or_default();
+    if what.contains("fragments") {
+        assert!(
+            features.contains("fragments") && packed.as_deref().is_some_and(|n| n != "0"),
+            "{what}: no fragments in the image:\n{out}"
+        );
+    }
+    assert_eq!(
+        features.split_whitespace().any(|f| f == "48bit"),
+        what.contains("48bit"),
+        "{what}: 48bit feature:\n{out}"
+    );
+}
+
+/// Every oracle on one image of `src`; extractions go under `work` (a tmpfs, where every xattr
+/// of the fixture can be restored). `fsck.erofs` checks the image, and with `fsck_extract` also
+/// extracts it (too slow for the full fixture's 5 GiB sparse file).
+fn check(src: &Path, image: &Path, work: &Path, fsck_extract: bool, what: &str) {
+    assert_features(image, what);
+    let v = run(Command::new(sealfs_bin()).arg("verify").arg(image));
+    assert!(
+        v.status.success(),
+        "{what}: verify: {}",
+        String::from_utf8_lossy(&v.stderr)
+    );
+    let mnt = mount_erofs(image).expect("mount");
+    let diffs = compare_trees(src, mnt.path(), &Expect::default());
+    assert!(
+        diffs.is_empty(),
+        "{what}: kernel view differs:\n{}",
+        diffs.join("\n")
+    );
+    drop(mnt);
+    let work = tempfile::tempdir_in(work).unwrap();
+    if fsck_extract {
+        let fsck_out = work.path().join("fsck");
+        fsck_1_9_extract(image, &fsck_out).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let diffs = same_content(src, &fsck_out);
+        assert!(
+            diffs.is_empty(),
+            "{what}: fsck.erofs --extract differs:\n{}",
+            diffs.join("\n")
+        );
+    } else {
+        fsck_1_9(image).unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+    let ours = work.path().join("ours");
+    let o = run(Command::new(sealfs_bin())
+        .args(["extract", "-q"])
+        .arg(image)
+        .arg(&ours));
+    assert!(
+        o.status.success(),
+        "{what}: extract: {}: {}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let diffs = compare_extracted(src, &ours, &Expect::default());
+    assert!(
+        diffs.is_empty(),
+        "{what}: sealfs extract differs:\n{}",
+        diffs.join("\n")
+    );
+}
+
+#[test]
+fn fragments_read_back_through_the_kernel_fsck_and_the_reader() {
+    if !oracle_guard(mount_env().and(erofs_utils_1_9("fsck.erofs").map(drop))) {
+        return;
+    }
+    let tmp = Tmpfs::new("zfrag").expect("tmpfs");
+    let small = tmp.join("small");
+    make_small_files(&small);
+    let full = tmp.join("full");
+    make_full_fixture(&full);
+    let img_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let image = img_dir.path().join("img");
+    // The full fixture (large) with every other variant, the small files with all.
+    for (src, step, fsck_extract) in [(&small, 1, true), (&full, 2, false)] {
+        for args in VARIANTS.iter().step_by(step) {
+            let t = std::time::Instant::now();
+            build_ok(src, &image, args);
+            let what = format!("{} {}", src.display(), args.join(" "));
+            check(src, &image, &tmp.join(""), fsck_extract, &what);
+            println!("{what}: checked in {:.1?}", t.elapsed());
+        }
+    }
+    let mut runner = TestRunner::deterministic();
+    for n in 0..2 {
+        let desc = tree_strategy().new_tree(&mut runner).unwrap().current();
+        let src = tmp.join(format!("random{n}"));
+        fs::create_dir(&src).unwrap();
+        materialize(&desc, &src).unwrap();
+        let args = VARIANTS[n % VARIANTS.len()];
+        build_ok(&src, &image, args);
+        // A random tree may have no file small enough to pack.
+        if fs::read_dir(&src).unwrap().next().is_some() {
+            let v = run(Command::new(sealfs_bin()).arg("verify").arg(&image));
+            assert!(v.status.success());
+            let mnt = mount_erofs(&image).expect("mount");
+            let diffs = compare_trees(&src, mnt.path(), &Expect::default());
+            assert!(diffs.is_empty(), "random tree {n}:\n{}", diffs.join("\n"));
+        }
+    }
+}
+
+/// Packing small files together makes the image smaller than giving each its own clusters, and
+/// identical files are stored once: five copies of a file cost little more than one.
+#[test]
+fn fragments_and_dedupe_make_images_smaller() {
+    if !oracle_guard(mount_env()) {
+        return;
+    }
+    let tmp = Tmpfs::new("zsmall").expect("tmpfs");
+    let src = tmp.join("src");
+    make_small_files(&src);
+    let size = |args: &[&str], src: &Path| {
+        let image = tmp.join("img");
+        build_ok(src, &image, args);
+        let mnt = mount_erofs(&image).expect("mount");
+        let diffs = compare_trees(src, mnt.path(), &Expect::default());
+        assert!(diffs.is_empty(), "{args:?}:\n{}", diffs.join("\n"));
+        fs::metadata(&image).unwrap().len()
+    };
+    let plain = size(&["-z", "zstd", "-C", "65536"], &src);
+    let packed = size(&["-z", "zstd", "-C", "65536", "-E", "fragments"], &src);
+    println!("400 small text files and more: {plain} bytes, with fragments {packed}");
+    assert!(
+        packed * 10 < plain * 8,
+        "fragments save less than 20%: {packed} against {plain}"
+    );
+
+    // Dedupe: 40 copies of a 200 KB random file against one (fragments off: the copies share
+    // their pclusters; on: their fragment).
+    let dup = tmp.join("dup");
+    fs::create_dir(&dup).unwrap();
+    let random = Rng::new(3).bytes(200_000);
+    fs::write(dup.join("only"), &random).unwrap();
+    for extra in [&[][..], &["-E", "all-fragments"][..]] {
+        let args: Vec<&str> = ["-z", "lz4", "-C", "65536"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let one = size(&args, &dup);
+        for c in 0..40 {
+            fs::write(dup.join(format!("copy{c}")), &random).unwrap();
+        }
+        let forty = size(&args, &dup);
+        for c in 0..40 {
+            fs::remove_file(dup.join(format!("copy{c}"))).unwrap();
+        }
+        println!("{args:?}: one file {one} bytes, with 40 copies {forty}");
+        assert!(
+            forty < one + 40 * 5000,
+            "{args:?}: 40 copies of 200 KB took {} more bytes",
+            forty - one
+        );
+    }
+}
+
+#[test]
+fn fragment_builds_are_deterministic_and_digests_match_fsverity() {
+    if !oracle_guard(if have_tool("fsverity") {
+        Ok(())
+    } else {
+        Err("fsverity not installed".into())
+    }) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_small_files(&src);
+    for args in VARIANTS {
+        let a = dir.path().join("a.img");
+        let b = dir.path().join("b.img");
+        let with = |img: &Path, j: &str| {
+            let mut all = args.to_vec();
+            all.extend(["-j", j]);
+            build_ok(&src, img, &all);
+        };
+        with(&a, "1");
+        with(&b, "3");
+        assert!(
+            fs::read(&a).unwrap() == fs::read(&b).unwrap(),
+            "{args:?}: -j1 and -j3 images differ"
+        );
+        let ours = run(Command::new(sealfs_bin())
+            .args(["digest", "--files"])
+            .arg(&a));
+        assert!(ours.status.success());
+        let oracle = run(Command::new("sh")
+            .arg("-c")
+            .arg("find . -type f -printf '%P\\0' | sort -z | xargs -0 fsverity digest --")
+            .current_dir(&src));
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stdout),
+            String::from_utf8_lossy(&oracle.stdout),
+            "{args:?}: per-file digests"
+        );
+    }
+}
+
+/// `--preset small` and `--preset fast` build what they name (as `dump.erofs` 1.9 reads the
+/// image: algorithm and fragments), -z changes a preset's algorithm, and every oracle reads the
+/// images back.
+#[test]
+fn presets_build_what_they_name() {
+    if !oracle_guard(mount_env().and(erofs_utils_1_9("fsck.erofs").map(drop))) {
+        return;
+    }
+    let tmp = Tmpfs::new("zpreset").expect("tmpfs");
+    let src = tmp.join("src");
+    make_small_files(&src);
+    let image = tmp.join("img");
+    let dump = erofs_utils_1_9("dump.erofs").expect("dump.erofs 1.9");
+    for (args, alg) in [
+        (&["--preset", "small"][..], "zstd"),
+        (&["--preset", "fast"][..], "lz4"),
+        (&["--preset", "small", "-z", "lz4hc"][..], "lz4"),
+    ] {
+        build_ok(&src, &image, args);
+        let what = format!("{} (fragments)", args.join(" "));
+        check(&src, &image, &tmp.join(""), true, &what);
+        let out = run_ok(Command::new(&dump).arg("-s").arg(&image)).expect("dump.erofs -s");
+        let algs = out
+            .lines()
+            .find_map(|l| l.strip_prefix("Filesystem compr_algs:"))
+            .map(str::trim);
+        assert_eq!(algs, Some(alg), "{what}:\n{out}");
+    }
+    let o = run(Command::new(sealfs_bin())
+        .args(["build", "--preset", "tiny"])
+        .arg(&src)
+        .arg(&image));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "an unknown preset is a usage error"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("small, fast"));
+}
