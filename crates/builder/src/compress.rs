@@ -74,30 +74,37 @@ impl Algorithm {
             }
             None => (s, None),
         };
-        match (name, level) {
-            ("lz4", None) => Ok(Algorithm::Lz4),
-            ("lz4", Some(_)) => Err("lz4 takes no level (use lz4hc,LEVEL)".into()),
-            ("lz4hc", l) => match l.unwrap_or(9) {
-                l @ 1..=12 => Ok(Algorithm::Lz4Hc(l)),
-                l => Err(format!("lz4hc level {l} is outside 1..=12")),
-            },
-            ("zstd", l) => match l.unwrap_or(3) {
-                l @ 1..=22 => Ok(Algorithm::Zstd(l)),
-                l => Err(format!("zstd level {l} is outside 1..=22")),
-            },
-            ("lzma", l) => match l.unwrap_or(6) {
-                l @ (0..=9 | 100..=109) => Ok(Algorithm::Lzma(l)),
-                l => Err(format!(
-                    "lzma level {l} is outside 0..=9 (or 100..=109 for the extreme presets)"
-                )),
-            },
-            ("deflate", l) => match l.unwrap_or(6) {
-                l @ 1..=12 => Ok(Algorithm::Deflate(l)),
-                l => Err(format!("deflate level {l} is outside 1..=12")),
-            },
-            _ => Err(format!(
-                "unknown compressor {name:?} (lz4, lz4hc, zstd, lzma, deflate)"
+        let alg = match (name, level) {
+            ("lz4", None) => Algorithm::Lz4,
+            ("lz4", Some(_)) => return Err("lz4 takes no level (use lz4hc,LEVEL)".into()),
+            ("lz4hc", l) => Algorithm::Lz4Hc(l.unwrap_or(9)),
+            ("zstd", l) => Algorithm::Zstd(l.unwrap_or(3)),
+            ("lzma", l) => Algorithm::Lzma(l.unwrap_or(6)),
+            ("deflate", l) => Algorithm::Deflate(l.unwrap_or(6)),
+            _ => {
+                return Err(format!(
+                    "unknown compressor {name:?} (lz4, lz4hc, zstd, lzma, deflate)"
+                ))
+            }
+        };
+        alg.check_level().map(|()| alg)
+    }
+
+    /// Checks the level against the compressor's range (a level out of range would make every
+    /// compression fail and the data be stored raw).
+    pub fn check_level(self) -> Result<(), String> {
+        match self {
+            Algorithm::Lz4
+            | Algorithm::Lz4Hc(1..=12)
+            | Algorithm::Zstd(1..=22)
+            | Algorithm::Lzma(0..=9 | 100..=109)
+            | Algorithm::Deflate(1..=12) => Ok(()),
+            Algorithm::Lz4Hc(l) => Err(format!("lz4hc level {l} is outside 1..=12")),
+            Algorithm::Zstd(l) => Err(format!("zstd level {l} is outside 1..=22")),
+            Algorithm::Lzma(l) => Err(format!(
+                "lzma level {l} is outside 0..=9 (or 100..=109 for the extreme presets)"
             )),
+            Algorithm::Deflate(l) => Err(format!("deflate level {l} is outside 1..=12")),
         }
     }
 }
@@ -130,8 +137,9 @@ pub struct CompressOptions {
 }
 
 impl CompressOptions {
-    /// Checks the cluster size.
+    /// Checks the level and the cluster size.
     pub fn validate(&self) -> Result<(), String> {
+        self.algorithm.check_level()?;
         let p = self.pcluster_bytes as u64;
         if !(BLKSZ..=fmt::Z_EROFS_PCLUSTER_MAX_SIZE).contains(&p) || !p.is_multiple_of(BLKSZ) {
             return Err(format!(
@@ -846,6 +854,10 @@ mod tests {
             assert!(e.contains("outside"), "{bad}: {e}");
         }
         assert!(Algorithm::parse("lzma,x").is_err());
+        assert!(mb(Algorithm::Lzma(50)).validate().is_err());
+        assert!(mb(Algorithm::Deflate(0)).validate().is_err());
+        assert!(mb(Algorithm::Zstd(23)).validate().is_err());
+        assert_eq!(mb(Algorithm::Lzma(109)).validate(), Ok(()));
         assert_eq!(Algorithm::Lzma(6).id(), fmt::Z_EROFS_COMPRESSION_LZMA);
         assert_eq!(Algorithm::Deflate(6).id(), fmt::Z_EROFS_COMPRESSION_DEFLATE);
     }
