@@ -771,13 +771,33 @@ pub(crate) fn finish(
                 }
                 .as_bytes()
                 .to_vec(),
-                _ => fmt::ZstdCfgs {
-                    format: 0,
-                    windowlog: crate::compress::ZSTD_WINDOW_LOG - 10,
-                    reserved: [0; 4],
+                fmt::Z_EROFS_COMPRESSION_LZMA => fmt::LzmaCfgs {
+                    // The dictionary every MicroLZMA pcluster was encoded with.
+                    dict_size: opts
+                        .compress
+                        .map_or(fmt::Z_EROFS_LZMA_MAX_DICT_SIZE, |c| c.lzma_dict_size())
+                        .into(),
+                    format: fmt::Z_EROFS_LZMA_FORMAT_MICROLZMA.into(),
+                    reserved: [0; 8],
                 }
                 .as_bytes()
                 .to_vec(),
+                fmt::Z_EROFS_COMPRESSION_DEFLATE => fmt::DeflateCfgs {
+                    windowbits: crate::compress::DEFLATE_WINDOW_BITS,
+                    reserved: [0; 5],
+                }
+                .as_bytes()
+                .to_vec(),
+                _ => {
+                    debug_assert_eq!(alg, fmt::Z_EROFS_COMPRESSION_ZSTD);
+                    fmt::ZstdCfgs {
+                        format: 0,
+                        windowlog: crate::compress::ZSTD_WINDOW_LOG - 10,
+                        reserved: [0; 4],
+                    }
+                    .as_bytes()
+                    .to_vec()
+                }
             };
             records.extend_from_slice(&(payload.len() as u16).to_le_bytes());
             records.extend_from_slice(&payload);

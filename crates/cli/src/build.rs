@@ -66,7 +66,9 @@ pub struct BuildArgs {
     /// Worker threads (default: one per CPU). The image does not depend on it.
     #[arg(short = 'j', long, value_name = "N", default_value_t = 0)]
     threads: usize,
-    /// Compress file data: lz4, lz4hc[,LEVEL] (1-12, default 9) or zstd[,LEVEL] (1-22, default 3).
+    /// Compress file data: lz4, lz4hc[,LEVEL] (1-12, default 9), zstd[,LEVEL] (1-22, default 3),
+    /// lzma[,LEVEL] (MicroLZMA, 0-9 or 100-109 for the extreme presets, default 6) or
+    /// deflate[,LEVEL] (1-12, default 6).
     #[arg(short = 'z', long = "compress", value_name = "ALG")]
     compress: Option<String>,
     /// Largest physical cluster in bytes with -z (4096 to 1048576, a multiple of 4096; default

@@ -28,6 +28,8 @@ const VARIANTS: &[&[&str]] = &[
     &["-z", "zstd", "-C", "131072", "-E", "48bit"],
     &["-z", "lz4hc", "-C", "16384", "-E", "48bit,fragments"],
     &["-z", "lz4", "-C", "1048576", "-E", "48bit,all-fragments"],
+    &["-z", "lzma", "-C", "65536", "-E", "fragments"],
+    &["-z", "deflate", "-C", "131072", "-E", "48bit,fragments"],
 ];
 
 /// Small files, some alike, some identical (also with different modes and xattrs, which must

@@ -389,6 +389,45 @@ pub struct Lz4Cfgs {
     pub reserved: [u8; 10],
 }
 
+/// Largest MicroLZMA dictionary the kernel accepts in [`LzmaCfgs::dict_size`]
+/// (`Z_EROFS_LZMA_MAX_DICT_SIZE`, 8 pclusters of the largest size).
+pub const Z_EROFS_LZMA_MAX_DICT_SIZE: u32 = 8 * Z_EROFS_PCLUSTER_MAX_SIZE as u32;
+/// Smallest MicroLZMA dictionary the kernel accepts (`z_erofs_load_lzma_config`: `dict_size < 4096`
+/// is `-EINVAL`).
+pub const Z_EROFS_LZMA_MIN_DICT_SIZE: u32 = 4096;
+/// [`LzmaCfgs::format`] of MicroLZMA, the only one the kernel knows (any other is `-EINVAL`).
+pub const Z_EROFS_LZMA_FORMAT_MICROLZMA: u16 = 0;
+
+/// MicroLZMA configuration record payload (14 bytes, after its `le16` length;
+/// `struct z_erofs_lzma_cfgs`).
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct LzmaCfgs {
+    /// Dictionary size in bytes, [`Z_EROFS_LZMA_MIN_DICT_SIZE`]..=[`Z_EROFS_LZMA_MAX_DICT_SIZE`];
+    /// the kernel preallocates a dictionary of this size per decompression stream, and every match
+    /// distance of every pcluster must lie within it.
+    pub dict_size: LeU32,
+    /// Must be [`Z_EROFS_LZMA_FORMAT_MICROLZMA`].
+    pub format: LeU16,
+    /// Reserved.
+    pub reserved: [u8; 8],
+}
+
+/// Largest [`DeflateCfgs::windowbits`] the kernel accepts (zlib's `MAX_WBITS`: a 32 KiB window;
+/// `-EOPNOTSUPP` above it). The kernel always inflates with a 32 KiB window whatever the value.
+pub const Z_EROFS_DEFLATE_MAX_WINDOWBITS: u8 = 15;
+
+/// DEFLATE configuration record payload (6 bytes, after its `le16` length;
+/// `struct z_erofs_deflate_cfgs`).
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct DeflateCfgs {
+    /// log2 of the window the streams use, at most [`Z_EROFS_DEFLATE_MAX_WINDOWBITS`].
+    pub windowbits: u8,
+    /// Reserved.
+    pub reserved: [u8; 5],
+}
+
 /// Zstandard configuration record payload (6 bytes, after its `le16` length).
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(C)]
@@ -404,6 +443,9 @@ pub struct ZstdCfgs {
 const _: () = assert!(core::mem::size_of::<MapHeader>() as u64 == Z_EROFS_MAP_HEADER_SIZE);
 const _: () = assert!(core::mem::size_of::<LclusterIndex>() == 8);
 const _: () = assert!(core::mem::size_of::<Lz4Cfgs>() == 14);
+const _: () = assert!(core::mem::size_of::<LzmaCfgs>() == 14);
+const _: () = assert!(core::mem::offset_of!(LzmaCfgs, format) == 4);
+const _: () = assert!(core::mem::size_of::<DeflateCfgs>() == 6);
 const _: () = assert!(core::mem::size_of::<ZstdCfgs>() == 6);
 
 #[cfg(test)]

@@ -20,12 +20,13 @@
 use crate::cache::Blocks;
 use crate::error::{Error, Location, Result};
 use sealfs_format::{
-    superblock_checksum, superblock_checksum_len, FromBytes, Lz4Cfgs, SuperBlock, ZstdCfgs,
-    EROFS_ALL_FEATURE_INCOMPAT, EROFS_FEATURE_COMPAT_SB_CHKSUM, EROFS_FEATURE_COMPAT_XATTR_FILTER,
-    EROFS_FEATURE_INCOMPAT_48BIT, EROFS_FEATURE_INCOMPAT_COMPR_CFGS,
-    EROFS_FEATURE_INCOMPAT_METABOX, EROFS_SUPER_MAGIC_V1, EROFS_SUPER_OFFSET,
-    Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4, Z_EROFS_COMPRESSION_LZMA,
-    Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_PCLUSTER_MAX_SIZE,
+    superblock_checksum, superblock_checksum_len, DeflateCfgs, FromBytes, Lz4Cfgs, LzmaCfgs,
+    SuperBlock, ZstdCfgs, EROFS_ALL_FEATURE_INCOMPAT, EROFS_FEATURE_COMPAT_SB_CHKSUM,
+    EROFS_FEATURE_COMPAT_XATTR_FILTER, EROFS_FEATURE_INCOMPAT_48BIT,
+    EROFS_FEATURE_INCOMPAT_COMPR_CFGS, EROFS_FEATURE_INCOMPAT_METABOX, EROFS_SUPER_MAGIC_V1,
+    EROFS_SUPER_OFFSET, Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4,
+    Z_EROFS_COMPRESSION_LZMA, Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_DEFLATE_MAX_WINDOWBITS,
+    Z_EROFS_LZMA_FORMAT_MICROLZMA, Z_EROFS_LZMA_MIN_DICT_SIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
 };
 
 /// `feature_compat`: the shared xattr area lives in the metabox (6.17+).
@@ -40,8 +41,8 @@ pub const MAX_BLKSZBITS: u8 = 12;
 
 /// Every compression algorithm id Linux 6.18 knows (LZ4, LZMA, DEFLATE, ZSTD).
 pub const Z_EROFS_ALL_COMPR_ALGS: u16 = 0xF;
-/// Largest LZMA dictionary the kernel accepts (8 MiB).
-pub const Z_EROFS_LZMA_MAX_DICT_SIZE: u32 = 8 << 20;
+/// Largest LZMA dictionary the kernel accepts (8 MiB; defined in `sealfs_format`).
+pub use sealfs_format::Z_EROFS_LZMA_MAX_DICT_SIZE;
 
 /// The compression configuration: which algorithms compressed inodes may use and their settings.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -324,12 +325,12 @@ fn read_compr_cfgs(
                 if len < 14 {
                     return bad(format!("LZMA config record of {len} bytes (at least 14)"));
                 }
-                let dict = u32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]);
-                let format = u16::from_le_bytes([payload[4], payload[5]]);
-                if format != 0 {
+                let cfg = LzmaCfgs::read_from_bytes(&payload[..14]).expect("14 bytes");
+                let (dict, format) = (cfg.dict_size.get(), cfg.format.get());
+                if format != Z_EROFS_LZMA_FORMAT_MICROLZMA {
                     return bad(format!("LZMA format {format:#x}"));
                 }
-                if !(4096..=Z_EROFS_LZMA_MAX_DICT_SIZE).contains(&dict) {
+                if !(Z_EROFS_LZMA_MIN_DICT_SIZE..=Z_EROFS_LZMA_MAX_DICT_SIZE).contains(&dict) {
                     return bad(format!("LZMA dict_size {dict}"));
                 }
                 info.lzma_dict_size = Some(dict);
@@ -338,10 +339,11 @@ fn read_compr_cfgs(
                 if len < 6 {
                     return bad(format!("DEFLATE config record of {len} bytes (at least 6)"));
                 }
-                if payload[0] > 15 {
-                    return bad(format!("DEFLATE windowbits {}", payload[0]));
+                let cfg = DeflateCfgs::read_from_bytes(&payload[..6]).expect("6 bytes");
+                if cfg.windowbits > Z_EROFS_DEFLATE_MAX_WINDOWBITS {
+                    return bad(format!("DEFLATE windowbits {}", cfg.windowbits));
                 }
-                info.deflate_windowbits = Some(payload[0]);
+                info.deflate_windowbits = Some(cfg.windowbits);
             }
             _ => {
                 debug_assert_eq!(alg, Z_EROFS_COMPRESSION_ZSTD);
