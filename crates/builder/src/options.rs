@@ -77,9 +77,10 @@ impl Default for BuildOptions {
 /// Named compression settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Preset {
-    /// The smallest sensible image: zstd level 15 in 1 MiB clusters cut to fit (several
-    /// compressions per cluster, the densest packing), small files packed together (fragments),
-    /// identical files once.
+    /// The smallest sensible image: MicroLZMA (level 6, 4 MiB dictionary) in 1 MiB clusters cut
+    /// to fit (the densest packing), small files packed together (fragments), identical files
+    /// once. On the `linux` tree: 153 MB, where zstd 15 gives 179 MB and `mksquashfs -comp xz -b
+    /// 1M` 157 MB; reading is slower than zstd's (`-z zstd,15` with this preset for that).
     Small,
     /// Quick to build and to read: LZ4 in 64 KiB clusters, small files packed together, identical
     /// files once.
@@ -100,7 +101,7 @@ impl Preset {
     pub fn options(self) -> CompressOptions {
         match self {
             Preset::Small => CompressOptions {
-                algorithm: Algorithm::Zstd(15),
+                algorithm: Algorithm::Lzma(6),
                 pcluster_bytes: 1 << 20,
                 fragments: Fragments::Small,
                 extents_48bit: false,

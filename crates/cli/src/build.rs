@@ -75,8 +75,8 @@ pub struct BuildArgs {
     /// 4096).
     #[arg(short = 'C', long = "pcluster-bytes", value_name = "BYTES")]
     pcluster_bytes: Option<u32>,
-    /// Compression settings by name; -z, -C and -E change what they name. `small`: zstd level
-    /// 15, 1 MiB clusters, fragments (the smallest sensible image); `fast`: lz4, 64 KiB clusters,
+    /// Compression settings by name; -z, -C and -E change what they name. `small`: lzma
+    /// (MicroLZMA) level 6, 1 MiB clusters, fragments (the smallest sensible image); `fast`: lz4, 64 KiB clusters,
     /// fragments (quick to build and to read). Identical files are stored once in every
     /// compressed build.
     #[arg(long, value_name = "NAME")]
