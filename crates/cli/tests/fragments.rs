@@ -289,32 +289,7 @@ fn fragment_builds_are_deterministic_and_digests_match_fsverity() {
     let src = dir.path().join("src");
     make_small_files(&src);
     for args in VARIANTS {
-        let a = dir.path().join("a.img");
-        let b = dir.path().join("b.img");
-        let with = |img: &Path, j: &str| {
-            let mut all = args.to_vec();
-            all.extend(["-j", j]);
-            build_ok(&src, img, &all);
-        };
-        with(&a, "1");
-        with(&b, "3");
-        assert!(
-            fs::read(&a).unwrap() == fs::read(&b).unwrap(),
-            "{args:?}: -j1 and -j3 images differ"
-        );
-        let ours = run(Command::new(sealfs_bin())
-            .args(["digest", "--files"])
-            .arg(&a));
-        assert!(ours.status.success());
-        let oracle = run(Command::new("sh")
-            .arg("-c")
-            .arg("find . -type f -printf '%P\\0' | sort -z | xargs -0 fsverity digest --")
-            .current_dir(&src));
-        assert_eq!(
-            String::from_utf8_lossy(&ours.stdout),
-            String::from_utf8_lossy(&oracle.stdout),
-            "{args:?}: per-file digests"
-        );
+        assert_deterministic_with_fsverity_digests(&src, dir.path(), args, &format!("{args:?}"));
     }
 }
 

@@ -50,6 +50,41 @@ pub fn build_ok_cmd(cmd: &mut Command) -> Output {
     out
 }
 
+/// Builds `src` with `args` on 1 and on 3 threads into `dir`: the images must be byte-identical,
+/// and `sealfs digest --files` of the image must print what `fsverity digest` prints for the
+/// source's files. `what` names the case in failures.
+pub fn assert_deterministic_with_fsverity_digests(
+    src: &Path,
+    dir: &Path,
+    args: &[&str],
+    what: &str,
+) {
+    let a = dir.join("a.img");
+    let b = dir.join("b.img");
+    for (img, j) in [(&a, "1"), (&b, "3")] {
+        let mut all = args.to_vec();
+        all.extend(["-j", j]);
+        build_ok(src, img, &all);
+    }
+    assert!(
+        fs::read(&a).unwrap() == fs::read(&b).unwrap(),
+        "{what}: -j1 and -j3 images differ"
+    );
+    let ours = run(Command::new(sealfs_bin())
+        .args(["digest", "--files"])
+        .arg(&a));
+    assert!(ours.status.success());
+    let oracle = run(Command::new("sh")
+        .arg("-c")
+        .arg("find . -type f -printf '%P\\0' | sort -z | xargs -0 fsverity digest --")
+        .current_dir(src));
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&oracle.stdout),
+        "{what}: per-file digests"
+    );
+}
+
 /// Names in `dir` that look like the builder's temporary files (`.sealfs-*`).
 pub fn temp_leftovers(dir: &Path) -> Vec<String> {
     match fs::read_dir(dir) {
