@@ -11,7 +11,6 @@
 
 mod common;
 
-use common::compare::{check_xattr_filter, compare_trees, Expect};
 use common::fixture::{make_full_fixture, Rng};
 use common::randtree::{materialize, tree_strategy};
 use common::walk::{compare as compare_nodes, scan_source, Expect as NodeExpect, Tree};
@@ -20,7 +19,6 @@ use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 const CASES: &[(&str, &str)] = &[
     ("lz4", "4096"),
@@ -141,24 +139,7 @@ fn check_image(src: &Path, image: &Path, alg: &str, extract: bool) {
         assert!(out.is_ok(), "fsck.erofs on {alg}: {out:?}");
     }
     check_fsck_1_9(src, image, alg, extract);
-    let v = run(Command::new(sealfs_bin()).arg("verify").arg(image));
-    assert!(
-        v.status.success(),
-        "verify {alg}: {}",
-        String::from_utf8_lossy(&v.stdout)
-    );
-    let mnt = mount_erofs(image).expect("mount compressed image");
-    let diffs = compare_trees(src, mnt.path(), &Expect::default());
-    assert!(
-        diffs.is_empty(),
-        "{alg}: kernel view differs:\n{}",
-        diffs.join("\n")
-    );
-    let (problems, checked) = check_xattr_filter(mnt.path());
-    assert!(
-        problems.is_empty(),
-        "{alg}: xattr lookups: {problems:?} ({checked} checked)"
-    );
+    assert_verifies_and_mounts_equal(src, image, alg);
 }
 
 #[test]

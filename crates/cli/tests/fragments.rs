@@ -133,20 +133,7 @@ fn assert_features(image: &Path, what: &str) {
 /// extracts it (too slow for the full fixture's 5 GiB sparse file).
 fn check(src: &Path, image: &Path, work: &Path, fsck_extract: bool, what: &str) {
     assert_features(image, what);
-    let v = run(Command::new(sealfs_bin()).arg("verify").arg(image));
-    assert!(
-        v.status.success(),
-        "{what}: verify: {}",
-        String::from_utf8_lossy(&v.stderr)
-    );
-    let mnt = mount_erofs(image).expect("mount");
-    let diffs = compare_trees(src, mnt.path(), &Expect::default());
-    assert!(
-        diffs.is_empty(),
-        "{what}: kernel view differs:\n{}",
-        diffs.join("\n")
-    );
-    drop(mnt);
+    assert_verifies_and_mounts_equal(src, image, what);
     let work = tempfile::tempdir_in(work).unwrap();
     if fsck_extract {
         let fsck_out = work.path().join("fsck");

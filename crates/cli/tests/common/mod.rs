@@ -50,6 +50,30 @@ pub fn build_ok_cmd(cmd: &mut Command) -> Output {
     out
 }
 
+/// `sealfs verify IMAGE` passes, and the kernel's mount of the image equals `src` (content and
+/// every attribute, xattr lookups through the name filter included). `what` names the case.
+pub fn assert_verifies_and_mounts_equal(src: &Path, image: &Path, what: &str) {
+    let v = run(Command::new(sealfs_bin()).arg("verify").arg(image));
+    assert!(
+        v.status.success(),
+        "{what}: verify: {}{}",
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&v.stderr)
+    );
+    let mnt = mount_erofs(image).expect("mount");
+    let diffs = compare::compare_trees(src, mnt.path(), &compare::Expect::default());
+    assert!(
+        diffs.is_empty(),
+        "{what}: kernel view differs:\n{}",
+        diffs.join("\n")
+    );
+    let (problems, checked) = compare::check_xattr_filter(mnt.path());
+    assert!(
+        problems.is_empty(),
+        "{what}: xattr lookups: {problems:?} ({checked} checked)"
+    );
+}
+
 /// Builds `src` with `args` on 1 and on 3 threads into `dir`: the images must be byte-identical,
 /// and `sealfs digest --files` of the image must print what `fsverity digest` prints for the
 /// source's files. `what` names the case in failures.
