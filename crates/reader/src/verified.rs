@@ -223,6 +223,9 @@ struct StoreUse {
     data: Vec<(u64, u64)>,
     /// Tree blocks.
     tree: Vec<u64>,
+    /// The read failed because a hash block another read was fetching failed there (bytes that
+    /// read fetched, perhaps long before: they say nothing about what a fetch now would give).
+    shared_failed: bool,
 }
 
 /// Runs of consecutive `true` (or `false`) entries of `mask`: (start, end) index pairs.
@@ -667,7 +670,7 @@ impl BlockSource for VerifiedBlocks {
             rec.add(first, n.min(self.whole_blocks().saturating_sub(first)));
         }
         let Some(store) = &self.store else {
-            return self.read_checked(first, buf, None, &mut StoreUse::default());
+            return self.read_own(first, buf, None, &mut StoreUse::default());
         };
         let n = (buf.len() / self.bs()) as u64;
         if let Some(ra) = self.readahead.get() {
@@ -682,7 +685,7 @@ impl BlockSource for VerifiedBlocks {
             return Ok(());
         }
         let mut used = StoreUse::default();
-        let result = self.read_checked(first, buf, Some(&**store), &mut used);
+        let result = self.read_own(first, buf, Some(&**store), &mut used);
         if result.is_ok() {
             self.follow_stream(first, n);
         }
@@ -709,6 +712,25 @@ impl BlockSource for VerifiedBlocks {
 }
 
 impl VerifiedBlocks {
+    /// [`Self::read_checked`], once more if it failed only because a hash block it waited for
+    /// failed in the read fetching it: this read then fetches that block itself, so it fails only
+    /// on bytes it was given (a fault on the link a moment ago fails the reads that met it).
+    fn read_own(
+        &self,
+        first: u64,
+        buf: &mut [u8],
+        store: Option<&dyn BlockStore>,
+        used: &mut StoreUse,
+    ) -> Result<()> {
+        let result = self.read_checked(first, buf, store, used);
+        if result.is_err() && used.shared_failed {
+            self.stats.failures.fetch_sub(1, Relaxed);
+            *used = StoreUse::default();
+            return self.read_checked(first, buf, store, used);
+        }
+        result
+    }
+
     /// One read: plan, take what the store has, fetch the rest in one batch, verify, keep.
     fn read_checked(
         &self,
@@ -829,6 +851,7 @@ impl VerifiedBlocks {
         let mut known: HashMap<u64, Arc<[u8]>> = cached.into_iter().collect();
         let mut awaited: HashMap<u64, (usize, Arc<Pending>)> =
             awaited.into_iter().map(|(l, b, p)| (b, (l, p))).collect();
+        let shared_failed = &mut used.shared_failed;
         let mut need = |known: &mut HashMap<u64, Arc<[u8]>>, block: u64| -> Result<()> {
             if known.contains_key(&block) {
                 return Ok(());
@@ -841,13 +864,16 @@ impl VerifiedBlocks {
                     known.insert(block, bytes);
                     Ok(())
                 }
-                None => Err(self.fail(
-                    format!(
-                        "Merkle tree level {level} block {} could not be read and verified",
-                        block - g.level_start(level)
-                    ),
-                    None,
-                )),
+                None => {
+                    *shared_failed = true;
+                    Err(self.fail(
+                        format!(
+                            "Merkle tree level {level} block {} could not be read and verified",
+                            block - g.level_start(level)
+                        ),
+                        None,
+                    ))
+                }
             }
         };
         let mut order: Vec<usize> = (0..missing.len()).collect();
@@ -1048,6 +1074,53 @@ mod tests {
         );
         assert_eq!(shared + hits, 7, "shared {shared}, cache hits {hits}");
         assert_eq!(s.blocks_verified.load(Relaxed), 512);
+    }
+
+    /// Tree bytes whose first answer covering one offset has that byte flipped (a fault on the
+    /// link), later answers right.
+    struct FlipOnce(Vec<u8>, u64, std::sync::atomic::AtomicBool);
+
+    impl ReadAt for FlipOnce {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            let n = self.0.read_at(buf, offset)?;
+            let at = self.1.wrapping_sub(offset);
+            if at < n as u64 && !self.2.swap(true, Relaxed) {
+                buf[at as usize] ^= 1;
+            }
+            Ok(n)
+        }
+        fn len(&self) -> u64 {
+            self.0.len() as u64
+        }
+    }
+
+    /// A hash block damaged on its way to the read fetching it fails that read; a read that was
+    /// waiting for it fetches it itself and reads (it was never given the damaged bytes).
+    #[test]
+    fn a_waiter_fetches_again_what_failed_in_another_read() {
+        let (data, tree, info) = sealed(2048 * 4096, b"");
+        let g = TreeGeometry::new(&info.params, info.data_length);
+        // Level-0 block 1 covers data blocks 128..256: the reads of threads 2 and 3.
+        let at = (g.level_start(0) + 1) * 4096 + 5;
+        let tree = FlipOnce(tree, at, Default::default());
+        let vb = Arc::new(
+            VerifiedBlocks::new(Arc::new(data.clone()), Arc::new(tree), info, 64).unwrap(),
+        );
+        let results = concurrent_reads(&vb, 4);
+        let mut failed = 0;
+        for (t, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(buf) => assert!(buf == data[t * 64 * 4096..(t + 1) * 64 * 4096], "read {t}"),
+                Err(e) if t == 2 || t == 3 => {
+                    assert!(e.to_string().contains("level 0 block 1"), "{t}: {e}");
+                    failed += 1;
+                }
+                Err(e) => panic!("read {t}: {e}"),
+            }
+        }
+        assert_eq!(failed, 1, "only the read given the damaged bytes fails");
+        assert_eq!(vb.stats().failures.load(Relaxed), 1);
     }
 
     /// A damaged hash block fails the read that fetched it and every read that waited for it; it is
