@@ -28,7 +28,9 @@ install_packages "${missing[@]}"
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --quiet -- -D warnings
+# Linted with the release profile, so that the tests below reuse its build scripts (the C libraries
+# compiled by zstd-sys, lz4-sys, liblzma-sys, libdeflate) and proc-macros rather than building them twice.
+cargo clippy --workspace --all-targets --release --quiet -- -D warnings
 cargo test --workspace --release -- --test-threads=1
 # A short coverage-guided fuzz run of the image reader (the long runs are in fuzz/README.md); it prints
 # "SKIP: ..." where no nightly toolchain exists, and the corpus replay above runs everywhere.
