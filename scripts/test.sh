@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetup-bin:veritysetup
        attr:getfattr squashfs-tools:mksquashfs fuse3:fusermount3 fio:fio util-linux:setpriv
        qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl dmsetup:dmsetup
-       mount:losetup binutils:objcopy nginx:nginx)
+       mount:losetup binutils:objcopy nginx:nginx python3:python3)
 missing=($(build_deps_missing))
 for pair in "${needs[@]}"; do
   command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")
@@ -23,15 +23,24 @@ if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
 fi
 install_packages "${missing[@]}"
 # Peer tools newer than Debian stable ships (erofs-utils 1.9: MicroLZMA, DEFLATE, fragments; bookworm
-# has 1.5) and the S3 server of the remote-image tests (versitygw), built once into target/oracles/.
-./scripts/build-oracles.sh >/dev/null
+# has 1.5) and the S3 server of the remote-image tests (versitygw), built once into target/oracles/,
+# in the background while the workspace compiles (their downloads leave the cores idle otherwise).
+mkdir -p target
+./scripts/build-oracles.sh >/dev/null 2>target/oracles.log &
+oracles=$!
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
 cargo fmt --all -- --check
 # Linted with the release profile, so that the tests below reuse its build scripts (the C libraries
 # compiled by zstd-sys, lz4-sys, liblzma-sys, libdeflate) and proc-macros rather than building them twice.
 cargo clippy --workspace --all-targets --release --quiet -- -D warnings
-cargo test --workspace --release -- --test-threads=1
-# A short coverage-guided fuzz run of the image reader (the long runs are in fuzz/README.md); it prints
-# "SKIP: ..." where no nightly toolchain exists, and the corpus replay above runs everywhere.
-./fuzz/run.sh 15
+cargo test --workspace --release --no-run --quiet
+if ! wait "$oracles"; then
+  cat target/oracles.log >&2
+  echo "scripts/build-oracles.sh failed" >&2
+  exit 1
+fi
+# Every test program (each one's tests one at a time), two programs at once, the longest first; with
+# them a short coverage-guided fuzz run of the image reader (the long runs are in fuzz/README.md; it
+# prints "SKIP: ..." where no nightly toolchain exists, and the corpus replay runs everywhere).
+./scripts/run-tests.py --jobs 2 --also fuzz='./fuzz/run.sh 15' -- --workspace --release
