@@ -11,7 +11,7 @@
 //!
 //! | id | algorithm | decoder |
 //! |---|---|---|
-//! | 0 | LZ4 (lz4, lz4hc) | raw LZ4 block, `lz4_flex` safe decoder |
+//! | 0 | LZ4 (lz4, lz4hc) | raw LZ4 block, liblz4's `LZ4_decompress_safe` (through `lz4-sys`) |
 //! | 1 | LZMA (MicroLZMA) | liblzma's `lzma_microlzma_decoder` (through `liblzma-sys`), dictionary of the image's LZMA record |
 //! | 2 | DEFLATE | raw DEFLATE, `flate2` (miniz_oxide) streaming inflate, 32 KiB window |
 //! | 3 | ZSTD | one Zstandard frame, `zstd` streaming decoder, window at most the image's `1 << (windowlog + 10)` |
@@ -33,9 +33,11 @@
 //! prefix are then not looked at, so damage there shows only on a read that reaches it. A whole
 //! extent is decoded like the kernel's full decode
 //! (`LZ4_decompress_safe` into exactly `m_llen` bytes) and `fsck.erofs`, a right-aligned LZ4 stream
-//! must decode to exactly that length (decoded with `lz4_flex`). Two cases need the kernel's
+//! must decode to exactly that length (decoded with liblz4's `LZ4_decompress_safe`, the kernel's
+//! decoder). Two cases need the kernel's
 //! *partial* decode (`LZ4_decompress_safe_partial`: stop once `m_llen` bytes are out, whatever
-//! follows), which `lz4_flex` does not offer, so a small bounds-checked decoder here does it:
+//! follows), and there a small bounds-checked decoder here is stricter than liblz4's partial
+//! decoder, which reads the zeros after a stream's end as matches of offset 0 and decodes them:
 //! images without `ZERO_PADDING` (pre-5.3 layout, still written by mkfs.erofs 1.5 with
 //! `-E legacy-compress`: the stream is left-aligned and followed by zeros) and heads with
 //! `PARTIAL_REF` (dedupe: the pcluster holds more than this extent). ZSTD follows the kernel's
@@ -70,6 +72,10 @@
 //! cache, a miss costs what a read with the cache off costs, and the cache holds more, shorter
 //! entries. Buffers of evicted and uncached extents are reused by later decodes (a few, of at most
 //! 1 MiB each, outside the bound), so a miss does not pay for a fresh zeroed allocation either.
+//! A miss on an extent another read is decoding (at least as much of it as this read needs) waits
+//! for that decode instead of repeating it: two FUSE threads serving neighbouring requests both
+//! need the extent across their border, and decoded it twice before (1.8 decoded bytes per byte
+//! served by a sequential read); if that decode fails, the waiting read decodes the extent itself.
 //! Every decoded extent (or prefix) a read needs is one lookup,
 //! counted as a hit or a miss in [`crate::StatsSnapshot`], with evictions, the compressed bytes
 //! read and the decompressed bytes produced on misses, and the bytes held (now and at most).
@@ -78,6 +84,7 @@ use crate::cache::Lru;
 use crate::error::{Error, Location, Result};
 use crate::image::Image;
 use crate::inode::Inode;
+use crate::lz4::lz4_decode;
 use crate::stats::Stats;
 use crate::superblock::Z_EROFS_LZMA_MAX_DICT_SIZE;
 use crate::zmap::{Compression, ZExtent};
@@ -86,7 +93,8 @@ use sealfs_format::{
     Z_EROFS_COMPRESSION_LZMA, Z_EROFS_COMPRESSION_ZSTD,
 };
 use std::cell::RefCell;
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Default bound of the cluster cache: 64 MiB of decoded data.
 pub const DEFAULT_CLUSTER_CACHE_BYTES: usize = 64 << 20;
@@ -103,9 +111,82 @@ pub(crate) struct ClusterKey {
     partial_ref: bool,
 }
 
+/// A decode one read is doing: its bytes once done (`None` if it failed), and how many it decodes.
+struct Decoding {
+    want: u64,
+    done: Mutex<Option<Option<Arc<Vec<u8>>>>>,
+    ready: Condvar,
+}
+
+impl Decoding {
+    fn wait(&self) -> Option<Arc<Vec<u8>>> {
+        let mut d = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(v) = &*d {
+                return v.clone();
+            }
+            d = self.ready.wait(d).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// What a read that missed the cache does.
+enum Miss<'a> {
+    /// Another read cached enough of the extent meanwhile.
+    Cached(Arc<Vec<u8>>),
+    /// Another read is decoding enough of it: wait for that.
+    Wait(Arc<Decoding>),
+    /// Decode it here.
+    Decode(DecodeClaim<'a>),
+}
+
+/// A decode this read does: the result goes to the reads waiting for it, on [`Self::publish`] or,
+/// as a failure, on drop.
+struct DecodeClaim<'a> {
+    cache: &'a ClusterCache,
+    key: ClusterKey,
+    decoding: Arc<Decoding>,
+}
+
+impl DecodeClaim<'_> {
+    fn resolve(&self, v: Option<Arc<Vec<u8>>>) {
+        let mut inflight = self
+            .cache
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if inflight
+            .get(&self.key)
+            .is_some_and(|d| Arc::ptr_eq(d, &self.decoding))
+        {
+            inflight.remove(&self.key);
+        }
+        drop(inflight);
+        let mut done = self.decoding.done.lock().unwrap_or_else(|p| p.into_inner());
+        if done.is_none() {
+            *done = Some(v);
+            self.decoding.ready.notify_all();
+        }
+    }
+
+    /// Hands the decoded bytes (cached first) to the reads waiting for them.
+    fn publish(self, v: Arc<Vec<u8>>) {
+        self.resolve(Some(v));
+    }
+}
+
+impl Drop for DecodeClaim<'_> {
+    fn drop(&mut self) {
+        self.resolve(None);
+    }
+}
+
 /// The bounded cache of decoded extents.
 pub(crate) struct ClusterCache {
     lru: Mutex<Lru<ClusterKey, Arc<Vec<u8>>>>,
+    /// Extents being decoded: a read that needs one waits for it rather than decoding it again
+    /// (two FUSE threads serving neighbouring requests both need the extent across their border).
+    inflight: Mutex<HashMap<ClusterKey, Arc<Decoding>>>,
     max_bytes: usize,
     /// Buffers of evicted or uncached extents, reused by the next decodes: a decode then writes
     /// into memory already mapped, instead of a fresh allocation that is zeroed and faulted in
@@ -125,6 +206,7 @@ impl ClusterCache {
         let cap = if max_bytes == 0 { 0 } else { usize::MAX };
         ClusterCache {
             lru: Mutex::new(Lru::with_bounds(cap, max_bytes)),
+            inflight: Mutex::new(HashMap::new()),
             max_bytes,
             spare: Mutex::new(Vec::new()),
         }
@@ -132,6 +214,31 @@ impl ClusterCache {
 
     fn get(&self, key: ClusterKey) -> Option<Arc<Vec<u8>>> {
         self.lru.lock().unwrap_or_else(|p| p.into_inner()).get(key)
+    }
+
+    /// After a miss: the bytes if another read cached at least `need` of them meanwhile, else
+    /// whether to decode `want` bytes here or wait for the read decoding at least `need`.
+    fn claim(&self, key: ClusterKey, need: u64, want: u64) -> Miss<'_> {
+        let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = inflight.get(&key) {
+            if d.want >= need {
+                return Miss::Wait(d.clone());
+            }
+        } else if let Some(v) = self.get(key).filter(|v| v.len() as u64 >= need) {
+            // Decoded and cached between the miss and now.
+            return Miss::Cached(v);
+        }
+        let d = Arc::new(Decoding {
+            want,
+            done: Mutex::new(None),
+            ready: Condvar::new(),
+        });
+        inflight.insert(key, d.clone());
+        Miss::Decode(DecodeClaim {
+            cache: self,
+            key,
+            decoding: d,
+        })
     }
 
     fn insert(&self, key: ClusterKey, val: Arc<Vec<u8>>, stats: &Stats) {
@@ -360,6 +467,40 @@ fn lz4_decode_partial(src: &[u8], out: &mut [u8]) -> std::result::Result<usize, 
     Ok(op)
 }
 
+thread_local! {
+    /// The buffer of this thread's last pcluster read, for its next one.
+    static PCLUSTER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A buffer for one pcluster (at most 1 MiB), taken from this thread's and given back on drop, so
+/// a decode neither allocates nor zeroes its input (the block read overwrites every byte).
+struct PclusterBuf(Vec<u8>);
+
+impl PclusterBuf {
+    fn take(n: usize) -> PclusterBuf {
+        PclusterBuf(sized(PCLUSTER.take(), n))
+    }
+}
+
+impl std::ops::Deref for PclusterBuf {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for PclusterBuf {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.0
+    }
+}
+
+impl Drop for PclusterBuf {
+    fn drop(&mut self) {
+        PCLUSTER.set(std::mem::take(&mut self.0));
+    }
+}
+
 /// `buf` with exactly `n` initialised bytes: no zeroing of the bytes it already has (a decoder
 /// overwrites all `n` before it succeeds).
 fn sized(mut buf: Vec<u8>, n: usize) -> Vec<u8> {
@@ -376,33 +517,18 @@ fn decode_lz4(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
     decode_lz4_into(req, Vec::new())
 }
 
-fn decode_lz4_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
-    let mut out = sized(buf, req.want);
-    if req.want < req.length && req.zero_padding && !req.partial {
-        // A prefix: the kernel's partial decode, stopping once `want` bytes are out.
-        let src = skip_padding(req)?;
-        return match lz4_decode_partial(src, &mut out) {
-            Ok(n) if n == req.want => Ok(out),
-            Ok(n) => Err(req.corrupted(format!(
-                "LZ4 data of {} bytes ends after {n} of the extent's {} bytes",
-                src.len(),
-                req.length
-            ))),
-            Err(e) => Err(req.corrupted(format!(
-                "LZ4 data of {} bytes does not decode: {e}",
-                src.len()
-            ))),
-        };
-    }
-    if !req.zero_padding || req.partial {
-        // Legacy images (no ZERO_PADDING): the stream is left-aligned, whatever follows it in
-        // the pcluster is not LZ4, and it may hold more than the extent. A partial reference
-        // (dedupe) also decodes to more. Both are the kernel's partial decode.
+fn decode_lz4_into(req: &DecodeReq<'_>, mut buf: Vec<u8>) -> Result<Vec<u8>> {
+    if req.want < req.length || !req.zero_padding || req.partial {
+        // The kernel's partial decode, stopping once `want` bytes are out: for a prefix; for
+        // legacy images (no ZERO_PADDING: the stream is left-aligned, whatever follows it in the
+        // pcluster is not LZ4, and it may hold more than the extent); for a partial reference
+        // (dedupe), which also decodes to more.
         let src = if req.zero_padding {
             skip_padding(req)?
         } else {
             req.input
         };
+        let mut out = sized(buf, req.want);
         return match lz4_decode_partial(src, &mut out) {
             Ok(n) if n == req.want => Ok(out),
             Ok(n) => Err(req.corrupted(format!(
@@ -418,8 +544,8 @@ fn decode_lz4_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
     }
     // The usual case: the whole right-aligned stream is exactly the extent.
     let src = skip_padding(req)?;
-    match lz4_flex::block::decompress_into(src, &mut out) {
-        Ok(n) if n == req.length => Ok(out),
+    match lz4_decode(src, &mut buf, req.length) {
+        Ok(n) if n == req.length => Ok(buf),
         Ok(n) => Err(req.corrupted(format!(
             "LZ4 data of {} bytes decodes to {n} bytes, the extent has {}",
             src.len(),
@@ -611,18 +737,34 @@ impl Image {
                 return Ok(v.clone());
             }
         }
-        stats.add_cluster_miss();
         let want = if self.clusters.max_bytes > 0 && (from == 0 || cached.is_some()) {
             z.length
         } else {
             need
         };
+        let claim = match self.clusters.claim(key, need, want) {
+            Miss::Cached(v) => {
+                stats.add_cluster_hit();
+                return Ok(v);
+            }
+            Miss::Wait(d) => match d.wait() {
+                Some(v) if v.len() as u64 >= need => {
+                    stats.add_cluster_hit();
+                    return Ok(v);
+                }
+                // That decode failed: this read decodes the extent itself, so that it fails only
+                // on what it read.
+                _ => None,
+            },
+            Miss::Decode(claim) => Some(claim),
+        };
+        stats.add_cluster_miss();
         let at = Location::nid(inode.nid)
             .with_offset(z.physical)
             .with_block(z.physical >> bits);
         // Lengths were bounded by the map: 1 MiB encoded, 12 MiB decoded.
         let (plen, length) = (z.plen as usize, z.length as usize);
-        let mut input = vec![0u8; plen];
+        let mut input = PclusterBuf::take(plen);
         if z.inline {
             self.blocks.read(z.physical, &mut input, at)?;
         } else {
@@ -680,6 +822,9 @@ impl Image {
         stats.add_decompressed(out.len() as u64);
         let out = Arc::new(out);
         self.clusters.insert(key, out.clone(), stats);
+        if let Some(claim) = claim {
+            claim.publish(out.clone());
+        }
         Ok(out)
     }
 

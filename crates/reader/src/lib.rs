@@ -69,6 +69,7 @@ pub mod error;
 pub mod files;
 mod image;
 pub mod inode;
+mod lz4;
 mod microlzma;
 pub mod namei;
 pub mod open;

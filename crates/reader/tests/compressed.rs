@@ -561,6 +561,71 @@ fn concurrent_reads_share_the_cache() {
     assert!(img.stats().cluster_cache_peak_bytes <= 300_000);
 }
 
+/// The image file, each read 20 ms late: concurrent reads of one extent overlap for certain.
+struct SlowFile(fs::File);
+
+impl sealfs_reader::ReadAt for SlowFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::os::unix::fs::FileExt::read_at(&self.0, buf, offset)
+    }
+    fn len(&self) -> u64 {
+        self.0.metadata().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+/// Four reads of the same extent at once (as FUSE threads serving neighbouring requests make):
+/// one decodes it, the others wait for its bytes, and every one gets them right.
+#[test]
+fn concurrent_reads_of_one_extent_decode_it_once() {
+    if !oracle_guard(need_tool("mkfs.erofs")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img_path, src) = cache_image(dir.path());
+    let img = std::sync::Arc::new(
+        Image::open_unverified_with(
+            SlowFile(fs::File::open(&img_path).unwrap()),
+            &Options::default(),
+        )
+        .unwrap(),
+    );
+    let inode = img.lookup_path("text-3m").unwrap();
+    let first = img.map_range(&inode, 0, inode.size()).unwrap()[0];
+    let content = &src[b"text-3m".as_slice()].content.as_ref().unwrap()[..first.length as usize];
+    let before = img.stats();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (img, inode, barrier) = (img.clone(), inode.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                // Each from the extent's start (so each would decode all of it), different lengths.
+                img.read_vec(&inode, 0, 1000 * (t as usize + 1)).unwrap()
+            })
+        })
+        .collect();
+    for (t, h) in threads.into_iter().enumerate() {
+        let got = h.join().unwrap();
+        assert!(got == content[..got.len()], "read {t}: wrong bytes");
+    }
+    let after = img.stats();
+    assert_eq!(
+        after.cluster_misses - before.cluster_misses,
+        1,
+        "one decode"
+    );
+    assert_eq!(
+        after.cluster_hits - before.cluster_hits,
+        3,
+        "three reads waited for it"
+    );
+    assert_eq!(
+        after.decompressed_bytes - before.decompressed_bytes,
+        first.length
+    );
+}
+
 #[test]
 fn crafted_zstd_head2_plain_and_cblkcnt_extents() {
     let (c, want) = zstd_image();
