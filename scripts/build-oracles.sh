@@ -4,6 +4,8 @@
 #
 #   target/oracles/erofs-utils-1.9/bin/{mkfs.erofs,fsck.erofs,dump.erofs,erofsfuse}   erofs-utils 1.9.x
 #   target/oracles/versitygw            the S3 server of the remote-image tests (Go, v1.8.0)
+#   target/oracles/squashfuse-0.6/bin/squashfuse_ll   only with the argument `squashfuse` and
+#                                       SQUASHFUSE_SRC (benchmarks)
 #   target/oracles/toxiproxy-server     only with the argument `toxiproxy` (bench/remote.py's link)
 #
 # Go programs come from the Go module proxy (a package registry). Without Go, versitygw is skipped
@@ -20,24 +22,32 @@ cd "$(dirname "$0")/.."
 out="$PWD/target/oracles"
 mkdir -p "$out"
 
-erofs="$out/erofs-utils-1.9"
-if [[ ! -x "$erofs/bin/mkfs.erofs" ]]; then
-  missing=()
+# Unpacks the source of Debian testing's package $1 into a new directory; prints its path.
+testing_source() {
+  local missing=() p
   for p in autoconf automake libtool pkg-config liblz4-dev liblzma-dev zlib1g-dev libzstd-dev \
            uuid-dev libfuse3-dev libdeflate-dev dpkg-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
   done
-  install_packages "${missing[@]}"
+  install_packages "${missing[@]}" >&2
+  local work
   work="$(mktemp -d)"
-  trap 'rm -rf "$work"' EXIT
   mkdir -p "$work/lists/partial"
   echo 'deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian testing main' >"$work/src.list"
-  apt_opts=(-o "Dir::Etc::sourcelist=$work/src.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$work/lists")
+  local apt_opts=(-o "Dir::Etc::sourcelist=$work/src.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$work/lists")
   apt-get "${apt_opts[@]}" update -qq >&2
-  (cd "$work" && apt-get "${apt_opts[@]}" source --download-only -qq erofs-utils >&2 2>/dev/null)
-  tar -xzf "$work"/erofs-utils_*.orig.tar.gz -C "$work"
-  src="$(find "$work" -maxdepth 1 -type d -name 'erofs-utils-*' | head -n1)"
-  [[ -n "$src" ]] || { echo "build-oracles: no erofs-utils source unpacked" >&2; exit 2; }
+  (cd "$work" && apt-get "${apt_opts[@]}" source --download-only -qq "$1" >&2 2>/dev/null)
+  tar -xf "$work/$1"_*.orig.tar.* -C "$work"
+  local src
+  src="$(find "$work" -maxdepth 1 -type d -name "$1-*" | head -n1)"
+  [[ -n "$src" ]] || { echo "build-oracles: no $1 source unpacked" >&2; exit 2; }
+  echo "$src"
+}
+
+erofs="$out/erofs-utils-1.9"
+if [[ ! -x "$erofs/bin/mkfs.erofs" ]]; then
+  src="$(testing_source erofs-utils)"
+  trap 'rm -rf "$(dirname "$src")"' EXIT
   (
     cd "$src"
     ./autogen.sh >/dev/null 2>&1
@@ -57,6 +67,24 @@ if [[ ! -x "$out/versitygw" ]]; then
   else
     echo "build-oracles: go not found; the S3 tests will say so" >&2
   fi
+fi
+# squashfuse 0.6 (multi-threaded squashfuse_ll), only with the argument `squashfuse`: the FUSE peer
+# of the benchmarks. Debian stable ships 0.1 and testing 0.5, and no package registry has 0.6, so
+# the source comes from SQUASHFUSE_SRC: a tree of github.com/vasi/squashfuse at a 0.6 tag.
+if [[ " $* " == *" squashfuse "* && ! -x "$out/squashfuse-0.6/bin/squashfuse_ll" ]]; then
+  [[ -f "${SQUASHFUSE_SRC:-}/configure.ac" ]] ||
+    { echo "build-oracles: set SQUASHFUSE_SRC to a squashfuse 0.6 source tree" >&2; exit 2; }
+  sq="$(mktemp -d)"
+  cp -a "$SQUASHFUSE_SRC/." "$sq"
+  (
+    cd "$sq"
+    ./autogen.sh >/dev/null 2>&1
+    ./configure -q --prefix="$out/squashfuse-0.6" >/dev/null
+    make -s -j"$(nproc)" >/dev/null 2>&1
+    make -s install >/dev/null
+  ) >&2
+  rm -rf "$sq"
+  "$out/squashfuse-0.6/bin/squashfuse_ll" --version >&2 2>&1 || true
 fi
 if [[ " $* " == *" toxiproxy "* && ! -x "$out/toxiproxy-server" ]]; then
   [[ -x "$go" ]] || { echo "build-oracles: go not found (toxiproxy is a Go program)" >&2; exit 2; }
