@@ -704,7 +704,7 @@ impl BlockSource for VerifiedBlocks {
                 n += used.tree.len() as u64;
                 self.stats.store_discards.fetch_add(n, Relaxed);
                 self.stats.failures.fetch_sub(1, Relaxed);
-                self.read_checked(first, buf, None, &mut StoreUse::default())
+                self.read_own(first, buf, None, &mut StoreUse::default())
             }
             other => other,
         }
