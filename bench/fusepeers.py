@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
-"""Sequential FUSE reads against the current peers: `sealfs mount` against erofsfuse 1.9 and
-squashfuse_ll 0.6 (issue 17).
+"""FUSE reads against the current peers: `sealfs mount` against erofsfuse 1.9 and squashfuse_ll 0.6
+(issue 17).
 
-    bench/fusepeers.py     (RUNS=5, SEALFS=target/release/sealfs, CORPUS_DIR=bench/.corpus,
-                            MKFS_EROFS, EROFSFUSE, SQUASHFUSE_LL: the peers, by default the ones
-                            scripts/build-oracles.sh builds into target/oracles/; squashfuse 0.6
-                            needs `SQUASHFUSE_SRC=... scripts/build-oracles.sh squashfuse`)
+    bench/fusepeers.py [seq] [ls]     (default: both tables)
 
-`cat big > /dev/null` (linux.tar, 1.36 GB) on a fresh mount with the image in the page cache
+RUNS=5, SEALFS=target/release/sealfs, CORPUS_DIR=bench/.corpus; MKFS_EROFS, EROFSFUSE, SQUASHFUSE_LL:
+the peers, by default the ones scripts/build-oracles.sh builds into target/oracles/ (squashfuse 0.6
+needs `SQUASHFUSE_SRC=... scripts/build-oracles.sh squashfuse`).
+
+seq: `cat big > /dev/null` (linux.tar, 1.36 GB) on a fresh mount with the image in the page cache
 (warm-image: what the FUSE file system itself costs), every tool in turn, RUNS rounds after an
 untimed warm-up round: medians with min and max, of the wall time and of the daemon's CPU time
 (user + system, from /proc/PID/stat). Each peer reads the image its own builder made with the same
 settings (lz4hc, 64 KiB clusters or blocks; and uncompressed); erofsfuse also reads sealfs's
-image (the same bytes the sealfs rows read). Writes bench/results/fusepeers-<stamp>.csv and a
-section of docs/benchmarks.md.
+image (the same bytes the sealfs rows read).
+
+ls: `ls -lR` of the linux tree on a fresh mount, image in the page cache, the same tools and the
+kernel's EROFS (file-backed mount of the sealfs image).
+
+Writes bench/results/fusepeers-<stamp>.csv and a section of docs/benchmarks.md per table.
 """
 import csv
 import os
@@ -54,6 +59,10 @@ class Mount:
 
     def mount(self):
         subprocess.run(["cat", self.image], stdout=subprocess.DEVNULL, check=True)
+        if self.argv == ["kernel"]:
+            # File-backed, as users of Linux 6.12+ mount an image.
+            sh(["mount", "-t", "erofs", "-o", "ro", self.image, self.mp])
+            return
         sh([*self.argv, self.image, self.mp])
         deadline = time.time() + 10
         while not os.path.ismount(self.mp):
@@ -66,7 +75,9 @@ class Mount:
         time.sleep(0.2)
 
     def cpu(self):
-        """User + system seconds of the daemon serving the mount."""
+        """User + system seconds of the daemon serving the mount (0 for a kernel mount)."""
+        if self.argv == ["kernel"]:
+            return 0.0
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
@@ -104,44 +115,76 @@ def images(work):
     img("sealfs-plain", lambda p: [SEALFS, "build", "-q", tree, p])
     img("mkfs-plain", lambda p: [MKFS, p, tree])
     img("sqfs-plain", lambda p: ["mksquashfs", tree, p, "-noappend", "-quiet", "-no-progress", "-noI", "-noId", "-noD", "-noF", "-noX"])
+    linux = os.path.join(CORPUS, "linux", "linux-source-6.1")
+    if not os.path.isdir(linux):
+        subprocess.run(["bash", os.path.join(HERE, "corpus.sh"), "linux"], check=True)
+    img("sealfs-linux", lambda p: [SEALFS, "build", "-q", linux, p])
+    img("mkfs-linux", lambda p: [MKFS, p, linux])
+    img("sqfs-linux", lambda p: ["mksquashfs", linux, p, "-noappend", "-quiet", "-no-progress", "-comp", "lz4", "-Xhc"])
     return made
 
 
+def interleave(table, kind, mounts, op, rows):
+    """RUNS rounds (after a warm-up) of `op(mountpoint)` on fresh mounts, tools interleaved."""
+    for rnd in range(RUNS + 1):
+        for m in mounts:
+            m.mount()
+            c0, t0 = m.cpu(), time.perf_counter()
+            op(m.mp)
+            t1, c1 = time.perf_counter(), m.cpu()
+            m.umount()
+            if rnd > 0:
+                rows.append((table, kind, rnd, m.name, t1 - t0, c1 - c0))
+        print(f"[{table} {kind}] round {rnd}/{RUNS}", file=sys.stderr)
+
+
 def main():
+    tables = sys.argv[1:] or ["seq", "ls"]
     work = os.path.join(CORPUS, "fusepeers")
     os.makedirs(work, exist_ok=True)
     imgs = images(work)
     rows = []
-    for kind in ("lz4hc", "plain"):
-        s = imgs[f"sealfs-{kind}"]
+    if "seq" in tables:
+        for kind in ("lz4hc", "plain"):
+            s = imgs[f"sealfs-{kind}"]
+            digest = sh([SEALFS, "digest", s]).strip()
+            mounts = [
+                Mount("sealfs mount (verified)", [SEALFS, "mount", "--digest", digest], s),
+                Mount("sealfs mount --verify=none", [SEALFS, "mount", "--verify=none"], s),
+                Mount("erofsfuse 1.9 (mkfs.erofs 1.9 image)", [EROFSFUSE], imgs[f"mkfs-{kind}"]),
+                Mount("erofsfuse 1.9 (the sealfs image)", [EROFSFUSE], s),
+                Mount("squashfuse_ll 0.6", [SQUASHFUSE], imgs[f"sqfs-{kind}"]),
+            ]
+            cat = lambda mp: subprocess.run(["cat", os.path.join(mp, "big")], stdout=subprocess.DEVNULL, check=True)
+            interleave("seq", kind, mounts, cat, rows)
+    if "ls" in tables:
+        s = imgs["sealfs-linux"]
         digest = sh([SEALFS, "digest", s]).strip()
         mounts = [
             Mount("sealfs mount (verified)", [SEALFS, "mount", "--digest", digest], s),
             Mount("sealfs mount --verify=none", [SEALFS, "mount", "--verify=none"], s),
-            Mount("erofsfuse 1.9 (mkfs.erofs 1.9 image)", [EROFSFUSE], imgs[f"mkfs-{kind}"]),
+            Mount("erofsfuse 1.9 (mkfs.erofs 1.9 image)", [EROFSFUSE], imgs["mkfs-linux"]),
             Mount("erofsfuse 1.9 (the sealfs image)", [EROFSFUSE], s),
-            Mount("squashfuse_ll 0.6", [SQUASHFUSE], imgs[f"sqfs-{kind}"]),
+            Mount("squashfuse_ll 0.6 (lz4hc image)", [SQUASHFUSE], imgs["sqfs-linux"]),
+            Mount("kernel EROFS (the sealfs image, file-backed)", ["kernel"], s),
         ]
-        for rnd in range(RUNS + 1):
-            for m in mounts:
-                m.mount()
-                c0, t0 = m.cpu(), time.perf_counter()
-                subprocess.run(["cat", os.path.join(m.mp, "big")], stdout=subprocess.DEVNULL, check=True)
-                t1, c1 = time.perf_counter(), m.cpu()
-                m.umount()
-                if rnd > 0:
-                    rows.append((kind, rnd, m.name, t1 - t0, c1 - c0))
-            print(f"[{kind}] round {rnd}/{RUNS}", file=sys.stderr)
+        ls = lambda mp: subprocess.run(["ls", "-lR", mp], stdout=subprocess.DEVNULL, check=True)
+        interleave("ls", "linux", mounts, ls, rows)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with open(os.path.join(HERE, "results", f"fusepeers-{stamp}.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["image", "round", "tool", "seconds", "daemon_cpu_seconds"])
+        w.writerow(["table", "image", "round", "tool", "seconds", "daemon_cpu_seconds"])
         w.writerows(rows)
-    report(rows, imgs)
+    if "seq" in tables:
+        report(rows, imgs)
+    if "ls" in tables:
+        report_ls(rows, imgs)
 
 
 def report(rows, imgs):
+    rows = [r[1:] for r in rows if r[0] == "seq"]
+
     def stats(kind, tool, col):
         v = [r[col] for r in rows if r[0] == kind and r[2] == tool]
         return statistics.median(v), min(v), max(v)
@@ -179,13 +222,48 @@ def report(rows, imgs):
                 f"| {ef / med:.2f}× | {sq / med:.2f}× |"
             )
         lines.append("")
-    text = "\n".join(lines)
+    write_section(HEADING, "\n".join(lines))
+
+
+LS_HEADING = "## FUSE `ls -lR` against erofsfuse 1.9, squashfuse_ll 0.6 and the kernel (issue 17)"
+
+
+def report_ls(rows, imgs):
+    rows = [r for r in rows if r[0] == "ls"]
+    tools = list(dict.fromkeys(r[3] for r in rows))
+
+    def stats(tool, col):
+        v = [r[col] for r in rows if r[3] == tool]
+        return statistics.median(v), min(v), max(v)
+
+    ef = stats("erofsfuse 1.9 (mkfs.erofs 1.9 image)", 4)[0]
+    kern = stats("kernel EROFS (the sealfs image, file-backed)", 4)[0]
+    load = open("/proc/loadavg").read().split()[:3]
+    lines = [
+        LS_HEADING,
+        "",
+        "`ls -lR` of the `linux` tree (linux-source-6.1, about 80,000 entries) on a fresh mount, image in the "
+        f"page cache; tools interleaved, median of {RUNS} rounds after a warm-up (min–max). Ratios: this row's "
+        "median time over erofsfuse's and over the kernel's (below 1: faster). Load average at the end: "
+        + " ".join(load) + ". Images: sealfs uncompressed (sealed), mkfs.erofs 1.9 uncompressed, mksquashfs lz4hc.",
+        "",
+        "| tool | seconds | daemon CPU s | / erofsfuse 1.9 | / kernel |",
+        "|---|---|---|---|---|",
+    ]
+    for t in tools:
+        med, lo, hi = stats(t, 4)
+        cpu = stats(t, 5)
+        lines.append(f"| {t} | {med:.3f} ({lo:.3f}–{hi:.3f}) | {cpu[0]:.2f} | {med / ef:.2f}× | {med / kern:.2f}× |")
+    write_section(LS_HEADING, "\n".join(lines) + "\n")
+
+
+def write_section(heading, text):
     print(text)
     doc = os.path.join(REPO, "docs", "benchmarks.md")
     old = open(doc).read()
-    if HEADING in old:
-        start = old.index(HEADING)
-        nxt = old.find("\n## ", start + len(HEADING))
+    if heading in old:
+        start = old.index(heading)
+        nxt = old.find("\n## ", start + len(heading))
         old = old[:start] + text + (old[nxt:] if nxt >= 0 else "\n")
     else:
         old = old.rstrip("\n") + "\n\n" + text
