@@ -13,7 +13,7 @@ use crate::stats::Stats;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::ops::Deref;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Bytes of one block (or part of one), shared with the cache when possible.
 #[derive(Clone)]
@@ -517,6 +517,44 @@ impl Blocks {
             pos = run_end;
         }
         self.read(last_full, &mut buf[head + mid..], at)
+    }
+}
+
+/// What one read fetches or decodes for the reads waiting on it: set once (`None`: it failed),
+/// waited for by any number of them.
+pub(crate) struct Outcome<T> {
+    result: Mutex<Option<Option<T>>>,
+    ready: Condvar,
+}
+
+impl<T> Default for Outcome<T> {
+    fn default() -> Self {
+        Outcome {
+            result: Mutex::new(None),
+            ready: Condvar::new(),
+        }
+    }
+}
+
+impl<T: Clone> Outcome<T> {
+    /// Sets the outcome and wakes the waiters; later calls change nothing.
+    pub(crate) fn resolve(&self, v: Option<T>) {
+        let mut r = self.result.lock().unwrap_or_else(|e| e.into_inner());
+        if r.is_none() {
+            *r = Some(v);
+            self.ready.notify_all();
+        }
+    }
+
+    /// Waits for the outcome.
+    pub(crate) fn wait(&self) -> Option<T> {
+        let mut r = self.result.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(v) = &*r {
+                return v.clone();
+            }
+            r = self.ready.wait(r).unwrap_or_else(|e| e.into_inner());
+        }
     }
 }
 

@@ -80,7 +80,7 @@
 //! counted as a hit or a miss in [`crate::StatsSnapshot`], with evictions, the compressed bytes
 //! read and the decompressed bytes produced on misses, and the bytes held (now and at most).
 
-use crate::cache::Lru;
+use crate::cache::{Lru, Outcome};
 use crate::error::{Error, Location, Result};
 use crate::image::Image;
 use crate::inode::Inode;
@@ -94,7 +94,7 @@ use sealfs_format::{
 };
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 /// Default bound of the cluster cache: 64 MiB of decoded data.
 pub const DEFAULT_CLUSTER_CACHE_BYTES: usize = 64 << 20;
@@ -111,23 +111,11 @@ pub(crate) struct ClusterKey {
     partial_ref: bool,
 }
 
-/// A decode one read is doing: its bytes once done (`None` if it failed), and how many it decodes.
+/// A decode one read is doing: how many bytes it decodes, and its bytes once done (`None` if it
+/// failed).
 struct Decoding {
     want: u64,
-    done: Mutex<Option<Option<Arc<Vec<u8>>>>>,
-    ready: Condvar,
-}
-
-impl Decoding {
-    fn wait(&self) -> Option<Arc<Vec<u8>>> {
-        let mut d = self.done.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(v) = &*d {
-                return v.clone();
-            }
-            d = self.ready.wait(d).unwrap_or_else(|p| p.into_inner());
-        }
-    }
+    outcome: Outcome<Arc<Vec<u8>>>,
 }
 
 /// What a read that missed the cache does.
@@ -162,11 +150,7 @@ impl DecodeClaim<'_> {
             inflight.remove(&self.key);
         }
         drop(inflight);
-        let mut done = self.decoding.done.lock().unwrap_or_else(|p| p.into_inner());
-        if done.is_none() {
-            *done = Some(v);
-            self.decoding.ready.notify_all();
-        }
+        self.decoding.outcome.resolve(v);
     }
 
     /// Hands the decoded bytes (cached first) to the reads waiting for them.
@@ -230,8 +214,7 @@ impl ClusterCache {
         }
         let d = Arc::new(Decoding {
             want,
-            done: Mutex::new(None),
-            ready: Condvar::new(),
+            outcome: Outcome::default(),
         });
         inflight.insert(key, d.clone());
         Miss::Decode(DecodeClaim {
@@ -747,7 +730,7 @@ impl Image {
                 stats.add_cluster_hit();
                 return Ok(v);
             }
-            Miss::Wait(d) => match d.wait() {
+            Miss::Wait(d) => match d.outcome.wait() {
                 Some(v) if v.len() as u64 >= need => {
                     stats.add_cluster_hit();
                     return Ok(v);

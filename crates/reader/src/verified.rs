@@ -14,7 +14,7 @@
 //! so neighbouring reads served by different threads (a FUSE mount's readahead) fetch each hash block
 //! once. A read only ever waits for reads that planned before it, so waits cannot form a cycle.
 
-use crate::cache::Lru;
+use crate::cache::{Lru, Outcome};
 use crate::error::{Error, Location, Result};
 use crate::source::{BlockSource, ReadAt};
 use crate::store::{BlockStore, Region};
@@ -28,28 +28,7 @@ type CachedBlock = (u64, Arc<[u8]>);
 
 /// A hash block one read is fetching: its bytes once verified, `None` if fetching or verifying it
 /// failed.
-#[derive(Default)]
-struct Pending {
-    result: Mutex<Option<Option<Arc<[u8]>>>>,
-    ready: Condvar,
-}
-
-impl Pending {
-    fn resolve(&self, bytes: Option<Arc<[u8]>>) {
-        *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
-        self.ready.notify_all();
-    }
-
-    fn wait(&self) -> Option<Arc<[u8]>> {
-        let mut r = self.result.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(bytes) = &*r {
-                return bytes.clone();
-            }
-            r = self.ready.wait(r).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-}
+type Pending = Outcome<Arc<[u8]>>;
 
 /// Verified hash blocks, and those being fetched.
 struct HashCache {
