@@ -352,12 +352,26 @@ fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
     let erofs_length = sealfs_reader::open(&local, &sealfs_reader::OpenOptions::new())
         .unwrap()
         .erofs_length;
+    // The counters `cat --stats` shows agree with the server's log: nginx logs a request when it
+    // ends, and one fetched ahead may still be on its way (or cut off, 499) when `cat` exits.
+    let stats = String::from_utf8_lossy(&o.stderr);
+    let counter = |name: &str| -> usize {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {stats}"))
+    };
+    let requests = counter("remote_requests ");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while http.requests().len() < requests && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let log = http.requests();
     let mut data = 0;
     let mut hashes = 0;
     for line in &log {
         let f: Vec<&str> = line.split(' ').collect();
-        assert_eq!((f[0], f[3]), ("GET", "206"), "{line}");
+        assert!(f[0] == "GET" && matches!(f[3], "206" | "499"), "{line}");
         let range = f[2].strip_prefix("bytes=").unwrap();
         match range.split_once('-').unwrap() {
             ("", _) => {} // the suffix range at open
@@ -371,15 +385,7 @@ fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
         log.len()
     );
     assert!(log[0].contains("bytes=-65536"), "{log:?}");
-    // The counters `cat --stats` shows agree with the server's log.
-    let stats = String::from_utf8_lossy(&o.stderr);
-    let counter = |name: &str| -> usize {
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name} in {stats}"))
-    };
-    assert_eq!(counter("remote_requests "), log.len(), "{stats}");
+    assert_eq!(requests, log.len(), "{stats}");
     // Hash requests add no round trip: one at open, then one per data request.
     let round_trips = counter("remote_round_trips ");
     println!("round trips: {round_trips}");
