@@ -352,8 +352,9 @@ fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
     let erofs_length = sealfs_reader::open(&local, &sealfs_reader::OpenOptions::new())
         .unwrap()
         .erofs_length;
-    // The counters `cat --stats` shows agree with the server's log: nginx logs a request when it
-    // ends, and one fetched ahead may still be on its way (or cut off, 499) when `cat` exits.
+    // The counters `cat --stats` shows agree with the server's log. `cat --stats` lets readahead in
+    // flight end before it counts; nginx logs a request just after its last byte is sent, which
+    // can be a moment after `cat` has it.
     let stats = String::from_utf8_lossy(&o.stderr);
     let counter = |name: &str| -> usize {
         stats
@@ -371,7 +372,7 @@ fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
     let mut hashes = 0;
     for line in &log {
         let f: Vec<&str> = line.split(' ').collect();
-        assert!(f[0] == "GET" && matches!(f[3], "206" | "499"), "{line}");
+        assert!(f[0] == "GET" && f[3] == "206", "{line}");
         let range = f[2].strip_prefix("bytes=").unwrap();
         match range.split_once('-').unwrap() {
             ("", _) => {} // the suffix range at open

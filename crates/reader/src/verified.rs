@@ -157,6 +157,9 @@ struct Readahead {
     /// than fetching the same blocks again.
     inflight: Mutex<Vec<(u64, u64)>>,
     landed: Condvar,
+    /// Jobs queued or running, and whether new ones are refused ([`VerifiedBlocks::settle_readahead`]).
+    outstanding: Mutex<(u64, bool)>,
+    idle: Condvar,
 }
 
 /// Blocks `.0..1` to fetch ahead; `.2`: registered as in flight when queued (a stream's window,
@@ -261,16 +264,24 @@ fn spawn_fetchers(me: &Weak<VerifiedBlocks>, threads: usize) -> mpsc::Sender<Job
             };
             let Some(vb) = me.upgrade() else { return };
             let Some(ra) = vb.readahead.get() else { return };
-            if !registered {
-                lock_any(&ra.inflight).push((start, end));
+            let settling = lock_any(&ra.outstanding).1;
+            if !settling {
+                if !registered {
+                    lock_any(&ra.inflight).push((start, end));
+                }
+                vb.fetch_ahead(start, end);
             }
-            vb.fetch_ahead(start, end);
             // Landed (or failed: the reads fetch it themselves).
             let mut inflight = lock_any(&ra.inflight);
             if let Some(i) = inflight.iter().position(|&r| r == (start, end)) {
                 inflight.swap_remove(i);
             }
             ra.landed.notify_all();
+            let mut outstanding = lock_any(&ra.outstanding);
+            outstanding.0 = outstanding.0.saturating_sub(1);
+            if outstanding.0 == 0 {
+                ra.idle.notify_all();
+            }
         });
     }
     tx
@@ -281,7 +292,19 @@ impl Readahead {
     /// (a forked child: what its parent had queued or had in flight is forgotten).
     fn send(&self, job: Job) -> bool {
         self.ensure_fetchers();
-        lock_any(&self.queue).1.send(job).is_ok()
+        // Locks in this order only: the queue, then the count.
+        let queue = lock_any(&self.queue);
+        let mut outstanding = lock_any(&self.outstanding);
+        if outstanding.1 || queue.1.send(job).is_err() {
+            return false;
+        }
+        outstanding.0 += 1;
+        true
+    }
+
+    /// Whether the fetchers were started by this process (a forked child's are its parent's).
+    fn queue_is_this_process(&self) -> bool {
+        lock_any(&self.queue).0 == std::process::id()
     }
 
     /// Starts this process's fetchers if it has none (it is a forked child).
@@ -290,6 +313,7 @@ impl Readahead {
         let pid = std::process::id();
         if q.0 != pid {
             lock_any(&self.inflight).clear();
+            lock_any(&self.outstanding).0 = 0;
             *q = (pid, spawn_fetchers(&self.me, self.threads));
         }
     }
@@ -377,8 +401,27 @@ impl VerifiedBlocks {
             threads: threads.max(1),
             inflight: Mutex::new(Vec::new()),
             landed: Condvar::new(),
+            outstanding: Mutex::new((0, false)),
+            idle: Condvar::new(),
         };
         let _ = self.readahead.set(ra);
+    }
+
+    /// Stops readahead: queued jobs are dropped, the ones running end, and this returns when none
+    /// is left, so that no request is cut off at exit and the counters describe settled work.
+    /// Reads go on without readahead afterwards.
+    pub fn settle_readahead(&self) {
+        let Some(ra) = self.readahead.get() else {
+            return;
+        };
+        let ours = ra.queue_is_this_process();
+        let mut outstanding = lock_any(&ra.outstanding);
+        outstanding.1 = true;
+        if ours {
+            while outstanding.0 > 0 {
+                outstanding = ra.idle.wait(outstanding).unwrap_or_else(|e| e.into_inner());
+            }
+        }
     }
 
     /// Starts recording which data blocks are read, in the order first read (an access profile).

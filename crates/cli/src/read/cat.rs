@@ -95,6 +95,10 @@ pub fn run(args: CatArgs) -> Result<ExitCode> {
     }
     out.flush()?;
     if args.stats {
+        // Readahead still in flight ends first, so that the counters are whole.
+        if let Some(v) = &opened.verified {
+            v.settle_readahead();
+        }
         print_stats(&opened);
         if let Some(r) = remote {
             print_remote_stats(&r);
