@@ -5,7 +5,7 @@ use crate::error::{BuildError, Result};
 use crate::layout::{dir_blocks, zmap_header_offset, InodePlan, Plan, ZPlan};
 use crate::options::{BuildOptions, UuidChoice};
 use crate::seal::Target;
-use crate::tree::{Inode, InodeId, Kind, Tree};
+use crate::tree::{self, Inode, InodeId, Kind, Tree};
 use crate::xattrs::{self, SharedXattrs};
 use crate::Progress;
 use rayon::prelude::*;
@@ -14,9 +14,9 @@ use sealfs_format::{
 };
 use sealfs_verity::{BlockHasher, Digest};
 use std::cell::RefCell;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use xxhash_rust::xxh3::Xxh3;
 
@@ -459,20 +459,6 @@ struct Leaves<'v> {
     file: Option<&'v mut Vec<u8>>,
 }
 
-/// Reads until `buf` is full or the file ends; returns the bytes read.
-fn read_full(src: &File, path: &Path, buf: &mut [u8], mut off: u64) -> Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match src.read_at(&mut buf[got..], off) {
-            Ok(0) => break,
-            Ok(n) => (got, off) = (got + n, off + n as u64),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(BuildError::io(path, "read", e)),
-        }
-    }
-    Ok(got)
-}
-
 fn hash_append(hasher: &BlockHasher, data: &[u8], out: &mut Vec<u8>) {
     let at = out.len();
     out.resize(
@@ -494,7 +480,7 @@ impl Copier<'_> {
     fn copy(
         &self,
         src: &File,
-        src_path: &Path,
+        inode: &Inode,
         src_off: u64,
         dst_off: u64,
         len: u64,
@@ -507,14 +493,8 @@ impl Copier<'_> {
             let (mut so, mut d_o, mut left) = (src_off, dst_off, len);
             while left > 0 {
                 let n = (left as usize).min(buf.len());
-                let got = read_full(src, src_path, &mut buf[..n], so)?;
-                if got < n {
-                    return Err(BuildError::Changed {
-                        path: src_path.into(),
-                        what: "shorter than when scanned".into(),
-                    });
-                }
-                let data = &buf[..got];
+                tree::read_source(inode, src, &mut buf[..n], so)?;
+                let (data, got) = (&buf[..n], n);
                 self.out
                     .write_all_at(data, d_o)
                     .map_err(|e| BuildError::io(self.out_path, "write image", e))?;
@@ -547,24 +527,7 @@ impl Copier<'_> {
             return Ok((Vec::new(), None));
         };
         let path = inode.path.as_path();
-        let src = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
-            .open(path)
-            .map_err(|e| BuildError::io_listed(path, "open", e))?;
-        let check = |when: &str| -> Result<()> {
-            let md = src
-                .metadata()
-                .map_err(|e| BuildError::io(path, "stat", e))?;
-            match f.fingerprint.differs(&md) {
-                Some(what) => Err(BuildError::Changed {
-                    path: path.into(),
-                    what: format!("{what} {when}"),
-                }),
-                None => Ok(()),
-            }
-        };
-        check("before copying")?;
+        let src = tree::open_source(inode)?;
         let mut image_leaves = DataLeaves::new();
         let mut file_leaves: Option<Vec<u8>> = self.file_hasher.map(|_| Vec::new());
         let mut run =
@@ -572,7 +535,7 @@ impl Copier<'_> {
                 let mut leaves = self.image_hasher.map(|_| Vec::new());
                 self.copy(
                     &src,
-                    path,
+                    inode,
                     src_off,
                     blk * BLKSZ,
                     len,
@@ -613,7 +576,7 @@ impl Copier<'_> {
                 };
                 self.copy(
                     &src,
-                    path,
+                    inode,
                     block_bytes,
                     p.inline_offset(),
                     p.inline_len,
@@ -621,18 +584,7 @@ impl Copier<'_> {
                 )?;
             }
         }
-        let mut probe = [0u8; 1];
-        if src
-            .read_at(&mut probe, f.size)
-            .map_err(|e| BuildError::io(path, "read", e))?
-            != 0
-        {
-            return Err(BuildError::Changed {
-                path: path.into(),
-                what: "grew while copying".into(),
-            });
-        }
-        check("after copying")?;
+        tree::check_unchanged(inode, &src)?;
         let digest = match (self.file_hasher, file_leaves) {
             (Some(h), Some(leaves)) => Some(
                 sealfs_verity::Tree::from_leaf_hashes(h.params(), f.size, &leaves)

@@ -34,6 +34,7 @@ pub(crate) struct Fingerprint {
     pub mtime_ns: i128,
     pub ctime_ns: i128,
     pub ino: u64,
+    pub dev: u64,
 }
 
 impl Fingerprint {
@@ -43,13 +44,14 @@ impl Fingerprint {
             mtime_ns: md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128,
             ctime_ns: md.ctime() as i128 * 1_000_000_000 + md.ctime_nsec() as i128,
             ino: md.ino(),
+            dev: md.dev(),
         }
     }
 
     /// Describes how `now` differs from `self`, or `None` if it does not.
     pub fn differs(&self, now: &fs::Metadata) -> Option<String> {
         let now = Self::of(now);
-        if now.ino != self.ino {
+        if now.ino != self.ino || now.dev != self.dev {
             Some("replaced by another file".into())
         } else if now.size != self.size {
             Some(format!("size {} became {}", self.size, now.size))
@@ -59,6 +61,63 @@ impl Fingerprint {
             None
         }
     }
+}
+
+/// Opens a scanned regular file to read its data. It never follows a symbolic link and never
+/// blocks on a FIFO or device put in the file's place since the scan; such a swap, and any other
+/// change, is caught by [`check_unchanged`] once the data is read.
+pub(crate) fn open_source(inode: &Inode) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open(&inode.path)
+        .map_err(|e| BuildError::io_listed(&inode.path, "open", e))
+}
+
+/// Checks, after its data was read, that a regular file is still the one scanned, unchanged: the
+/// same device and inode, size, modification and change times. A change before or during the
+/// read shows in one of them (a file that grew, in its size), so one `fstat` per file does.
+pub(crate) fn check_unchanged(inode: &Inode, src: &File) -> Result<()> {
+    let Kind::File(f) = &inode.kind else {
+        return Ok(());
+    };
+    let md = src
+        .metadata()
+        .map_err(|e| BuildError::io(&inode.path, "stat", e))?;
+    match f.fingerprint.differs(&md) {
+        Some(what) => Err(BuildError::Changed {
+            path: inode.path.clone(),
+            what,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Fills `buf` from `src` at `off`. A read that fails or ends early is reported as the change
+/// that caused it when the file changed since the scan (a FIFO in its place cannot even be read
+/// at an offset).
+pub(crate) fn read_source(inode: &Inode, src: &File, buf: &mut [u8], mut off: u64) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut got = 0;
+    while got < buf.len() {
+        match src.read_at(&mut buf[got..], off) {
+            Ok(0) => {
+                check_unchanged(inode, src)?;
+                return Err(BuildError::Changed {
+                    path: inode.path.clone(),
+                    what: "shorter than when scanned".into(),
+                });
+            }
+            Ok(n) => (got, off) = (got + n, off + n as u64),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                check_unchanged(inode, src)?;
+                return Err(BuildError::io(&inode.path, "read", e));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A regular file's source and data shape.

@@ -30,14 +30,14 @@ use crate::emit::{Copier, DataLeaves, FileDigests, Hashers};
 use crate::error::{BuildError, Result};
 use crate::layout::{self, ChunkPlan, InodePlan, Placed, PreData, ZPlaced, ZPlan};
 use crate::seal::Target;
-use crate::tree::{FileData, Fingerprint, Inode, Kind, Tree};
+use crate::tree::{self, FileData, Fingerprint, Inode, Kind, Tree};
 use crate::xattrs::SharedXattrs;
 use crate::Progress;
 use sealfs_format::{self as fmt, DataLayout, BLKSZ};
 use sealfs_verity::{BlockHasher, Digest};
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -120,35 +120,9 @@ impl Sources<'_> {
                 .map_err(|e| BuildError::io(&inode.path, "read", e))?;
             return Ok(raw);
         }
-        let src = open_checked(inode)?;
-        let mut got = 0;
-        while got < len {
-            match src.read_at(&mut raw[got..], start + got as u64) {
-                Ok(0) => {
-                    return Err(BuildError::Changed {
-                        path: inode.path.clone(),
-                        what: "shorter than when scanned".into(),
-                    })
-                }
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(BuildError::io(&inode.path, "read", e)),
-            }
-        }
-        if start + len as u64 == f.size {
-            let mut probe = [0u8; 1];
-            if src
-                .read_at(&mut probe, f.size)
-                .map_err(|e| BuildError::io(&inode.path, "read", e))?
-                != 0
-            {
-                return Err(BuildError::Changed {
-                    path: inode.path.clone(),
-                    what: "grew while reading".into(),
-                });
-            }
-        }
-        check(inode, &src, "after reading")?;
+        let src = tree::open_source(inode)?;
+        tree::read_source(inode, &src, &mut raw, start)?;
+        tree::check_unchanged(inode, &src)?;
         Ok(raw)
     }
 }
@@ -164,33 +138,6 @@ struct UnitCtx<'a> {
     key_hasher: Option<&'a BlockHasher>,
     /// The first (lowest id) file seen so far with each key, by any worker.
     claims: Mutex<HashMap<DedupeKey, usize>>,
-}
-
-fn open_checked(inode: &Inode) -> Result<File> {
-    let path = inode.path.as_path();
-    let src = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| BuildError::io_listed(path, "open", e))?;
-    check(inode, &src, "before reading")?;
-    Ok(src)
-}
-
-fn check(inode: &Inode, src: &File, when: &str) -> Result<()> {
-    let Kind::File(f) = &inode.kind else {
-        return Ok(());
-    };
-    let md = src
-        .metadata()
-        .map_err(|e| BuildError::io(&inode.path, "stat", e))?;
-    match f.fingerprint.differs(&md) {
-        Some(what) => Err(BuildError::Changed {
-            path: inode.path.clone(),
-            what: format!("{what} {when}"),
-        }),
-        None => Ok(()),
-    }
 }
 
 /// Reads and hashes one segment; for a file of one segment, also its dedupe key.
@@ -716,6 +663,7 @@ fn pack_fragments(
                     mtime_ns: 0,
                     ctime_ns: 0,
                     ino: 0,
+                    dev: 0,
                 },
             }),
             mode: fmt::S_IFREG | 0o644,
@@ -828,7 +776,7 @@ pub(crate) fn write_data(
             continue;
         }
         if f.size == 0 {
-            open_checked(inode)?;
+            tree::check_unchanged(inode, &tree::open_source(inode)?)?;
             if let Some(h) = hashers.file {
                 let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), 0, &[])
                     .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?;
