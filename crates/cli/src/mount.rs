@@ -15,7 +15,7 @@
 use crate::open::ImageArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use sealfs_fuse::{FileCheck, Logger, SealFs, STATS_IOCTL, STATS_IOCTL_SIZE};
+use sealfs_fuse::{FileCheck, Logger, SealFs, XattrMode, STATS_IOCTL, STATS_IOCTL_SIZE};
 use sealfs_reader::{Authority, Checker, FileDigests, Trust};
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -69,6 +69,13 @@ pub struct MountArgs {
     /// `panic` or `restart` the machine.
     #[arg(long, value_name = "ACTION", requires = "kernel", value_parser = ["eio", "panic", "restart"])]
     on_corruption: Option<String>,
+    /// Extended attributes: `on` answers every request from the image; `off` shows none (the
+    /// kernel is told once and then answers every request itself, "Operation not supported",
+    /// without a round trip: `ls -l` asks two per file); `auto` turns them off once a read of
+    /// every inode in the background finds the image has none (a local image, not while
+    /// recording a profile; `on` otherwise).
+    #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "on", "off"])]
+    xattrs: String,
 }
 
 /// Arguments of `sealfs umount`.
@@ -333,6 +340,13 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     // cache), so that a cold `ls -lR` or `find` does not wait a round trip per directory.
     let warm = args.image.is_remote() && !args.image.no_cache;
     let readahead = verified.clone().filter(|_| warm);
+    let xattrs = match args.xattrs.as_str() {
+        "on" => XattrMode::On,
+        "off" => XattrMode::Off,
+        // Not where reading every inode costs requests, or would go into a recorded profile.
+        _ if args.image.is_remote() || args.record_profile.is_some() => XattrMode::On,
+        _ => XattrMode::Auto,
+    };
     let make_fs = move |log: Logger| {
         // Threads are started here, in the process that serves (the daemon forks after opening,
         // and a thread of the parent could hold a lock the child would wait for forever).
@@ -347,7 +361,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         if let Some(ranges) = &replay {
             image.prefetch(ranges);
         }
-        let fs = SealFs::new(image, verified, trust, log);
+        let fs = SealFs::new(image, verified, trust, log).with_xattrs(xattrs);
         match file_digests {
             Some(digests) => fs.with_file_check(file_check(digests)),
             None => fs,

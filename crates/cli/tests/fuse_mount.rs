@@ -758,7 +758,8 @@ fn statistics_add_up() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (src, image) = small_tree(dir.path());
-    let fuse = FuseMount::new(&image, &[]);
+    // Extended attributes answered, and no background read of the image to count.
+    let fuse = FuseMount::new(&image, &["--xattrs=on"]);
     let s0 = stats(&fuse.path);
     let mut total = 0;
     for i in 0..8 {
@@ -830,6 +831,112 @@ fn statistics_add_up() {
     assert!(text.contains("fuse.bytes_served: ") && text.contains("verify.blocks_verified: "));
 }
 
+/// An image without extended attributes: once the mount has read every inode and found none
+/// (`--xattrs=auto`), the first `getxattr` is answered ENOSYS and the kernel answers every later
+/// one itself ("Operation not supported"), so `ls -l` costs no xattr round trip; an image with a
+/// single xattr, on its last inode, keeps them answered as the kernel's EROFS answers them;
+/// `--xattrs=off` hides them, `--xattrs=on` answers "No data" as the kernel does.
+#[test]
+fn xattr_requests_stop_when_the_image_has_none() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("d/e")).unwrap();
+    for i in 0..200 {
+        fs::write(src.join(format!("d/f{i:03}")), format!("{i}")).unwrap();
+    }
+    fs::write(src.join("d/e/last"), b"last").unwrap();
+    let plain = dir.path().join("plain.img");
+    build_ok(&src, &plain, &[]);
+    let errno = |r: std::io::Result<Vec<u8>>| r.err().and_then(|e| e.raw_os_error());
+    let wait_state = |mp: &Path, want: &str| {
+        wait_until(&format!("xattrs: {want}"), Duration::from_secs(20), || {
+            stats(mp)["fuse"]["xattrs"] == want
+        })
+    };
+
+    // No xattr anywhere: the kernel stops asking.
+    let fuse = FuseMount::new(&plain, &[]);
+    wait_state(
+        &fuse.path,
+        "none in the image: the kernel answers without asking",
+    );
+    let f = fuse.path.join("d/f000");
+    assert_eq!(errno(lgetxattr(&f, b"user.x")), Some(libc::EOPNOTSUPP));
+    let s0 = stats(&fuse.path);
+    let ls = Command::new("ls")
+        .arg("-lR")
+        .arg(&fuse.path)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ls.success());
+    for n in 0..20 {
+        assert_eq!(
+            errno(lgetxattr(&f, format!("security.n{n}").as_bytes())),
+            Some(libc::EOPNOTSUPP)
+        );
+    }
+    let s1 = stats(&fuse.path);
+    assert_eq!(
+        s1["fuse"]["getxattrs"], s0["fuse"]["getxattrs"],
+        "no getxattr reached the daemon after the first: {s1}"
+    );
+    assert!(s1["fuse"]["getattrs"].as_u64().unwrap() + s1["fuse"]["lookups"].as_u64().unwrap() > 0);
+    // Everything else reads as the kernel shows it.
+    let kernel = mount_erofs(&plain).unwrap();
+    let (diffs, _) = compare_mounts(kernel.path(), &fuse.path);
+    let diffs: Vec<_> = diffs.iter().filter(|d| !d.contains("listxattr")).collect();
+    assert!(diffs.is_empty(), "{diffs:?}");
+    drop(fuse);
+
+    // `--xattrs=on`: absent names are "No data", as on the kernel mount.
+    let fuse = FuseMount::new(&plain, &["--xattrs=on"]);
+    let kf = kernel.path().join("d/f000");
+    assert_eq!(errno(lgetxattr(&kf, b"user.x")), Some(libc::ENODATA));
+    assert_eq!(
+        errno(lgetxattr(&fuse.path.join("d/f000"), b"user.x")),
+        Some(libc::ENODATA)
+    );
+    assert_eq!(
+        stats(&fuse.path)["fuse"]["xattrs"],
+        "answered from the image"
+    );
+    drop(fuse);
+    drop(kernel);
+
+    // One xattr, on the last inode a breadth-first walk meets: answered, equal to the kernel's.
+    common::sys::lsetxattr(&src.join("d/e/last"), b"user.k", b"v").unwrap();
+    let with = dir.path().join("with.img");
+    build_ok(&src, &with, &[]);
+    let kernel = mount_erofs(&with).unwrap();
+    let fuse = FuseMount::new(&with, &[]);
+    // The check ends with the xattr found ("…while checking…" before).
+    wait_state(&fuse.path, "answered from the image");
+    let last = |base: &Path| lgetxattr(&base.join("d/e/last"), b"user.k").unwrap();
+    assert_eq!(last(&fuse.path), last(kernel.path()));
+    assert_eq!(
+        errno(lgetxattr(&fuse.path.join("d/f000"), b"user.x")),
+        Some(libc::ENODATA)
+    );
+    let (diffs, _) = compare_mounts(kernel.path(), &fuse.path);
+    assert!(diffs.is_empty(), "{diffs:?}");
+    drop(fuse);
+
+    // `--xattrs=off` hides even that one.
+    let fuse = FuseMount::new(&with, &["--xattrs=off"]);
+    assert_eq!(
+        errno(lgetxattr(&fuse.path.join("d/e/last"), b"user.k")),
+        Some(libc::EOPNOTSUPP)
+    );
+    assert!(stats(&fuse.path)["fuse"]["xattrs"]
+        .as_str()
+        .unwrap()
+        .starts_with("hidden"));
+}
+
 /// Listing a directory on a fresh mount reads its entries' inodes (with their inline tails) in a
 /// few verified requests, not one request per metadata block.
 #[test]
@@ -847,7 +954,8 @@ fn listing_reads_the_entries_inodes_together() {
     }
     let image = dir.path().join("img.erofs");
     build_ok(&src, &image, &[]);
-    let fuse = FuseMount::new(&image, &[]);
+    // No background read of every inode (--xattrs=auto) to fill the caches first.
+    let fuse = FuseMount::new(&image, &["--xattrs=on"]);
     let s0 = stats(&fuse.path);
     let mut listed = 0;
     for e in fs::read_dir(fuse.path.join("many")).unwrap() {

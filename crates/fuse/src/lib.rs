@@ -41,7 +41,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -156,6 +156,61 @@ pub struct SealFs {
     checked: Mutex<HashMap<u64, CheckOnce>>,
     counters: Counters,
     started: std::time::Instant,
+    /// How extended attribute requests are answered now (an [`XattrState`] as a `u8`).
+    xattrs: Arc<AtomicU8>,
+    /// Why the check for extended attributes could not read the image whole, if it could not.
+    xattrs_unread: Arc<Mutex<Option<String>>>,
+}
+
+/// How a mount answers extended attribute requests (`sealfs mount --xattrs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XattrMode {
+    /// Every `getxattr` and `listxattr` is answered from the image.
+    On,
+    /// The mount shows no extended attributes: the first request is answered `ENOSYS`, after
+    /// which the kernel answers every one itself (`EOPNOTSUPP`) without a round trip. An `ls -l`
+    /// asks two per file (`security.selinux`, `system.posix_acl_access`).
+    Off,
+    /// [`XattrMode::Off`] once the image is found to carry none, by a read of every inode in the
+    /// background after mounting; [`XattrMode::On`] until then, and for good if it carries some
+    /// or cannot be read whole.
+    #[default]
+    Auto,
+}
+
+/// Where a mount's extended attribute answers stand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum XattrState {
+    Answered = 0,
+    Scanning = 1,
+    NoneInImage = 2,
+    Hidden = 3,
+}
+
+impl XattrState {
+    fn of(v: u8) -> Self {
+        match v {
+            1 => Self::Scanning,
+            2 => Self::NoneInImage,
+            3 => Self::Hidden,
+            _ => Self::Answered,
+        }
+    }
+
+    /// Whether requests are answered `ENOSYS` (the kernel then stops sending them).
+    fn refused(self) -> bool {
+        matches!(self, Self::NoneInImage | Self::Hidden)
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Answered => "answered from the image",
+            Self::Scanning => "answered from the image while checking whether it has any",
+            Self::NoneInImage => "none in the image: the kernel answers without asking",
+            Self::Hidden => "hidden (--xattrs=off): the kernel answers without asking",
+        }
+    }
 }
 
 /// Decoded inodes kept (about 150 bytes each with their map entry: at most ~40 MiB).
@@ -232,7 +287,40 @@ impl SealFs {
             checked: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             started: std::time::Instant::now(),
+            xattrs: Arc::new(AtomicU8::new(XattrState::Answered as u8)),
+            xattrs_unread: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// Sets how extended attribute requests are answered. [`XattrMode::Auto`] starts its check of
+    /// the image on a thread of its own: call this in the process that serves.
+    pub fn with_xattrs(self, mode: XattrMode) -> SealFs {
+        let state = match mode {
+            XattrMode::On => XattrState::Answered,
+            XattrMode::Off => XattrState::Hidden,
+            XattrMode::Auto => XattrState::Scanning,
+        };
+        self.xattrs.store(state as u8, Ordering::Relaxed);
+        if mode == XattrMode::Auto {
+            let (image, xattrs) = (self.image.clone(), self.xattrs.clone());
+            let why = self.xattrs_unread.clone();
+            std::thread::spawn(move || {
+                let found = image.any_xattrs();
+                if let Err(e) = &found {
+                    *why.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                }
+                let state = match found {
+                    Ok(false) => XattrState::NoneInImage,
+                    _ => XattrState::Answered,
+                };
+                xattrs.store(state as u8, Ordering::Relaxed);
+            });
+        }
+        self
+    }
+
+    fn xattr_state(&self) -> XattrState {
+        XattrState::of(self.xattrs.load(Ordering::Relaxed))
     }
 
     /// Checks every regular file whole with `check` before the first read of it is answered
@@ -387,6 +475,10 @@ impl SealFs {
                 "files_checked": load(&c.files_checked),
                 "file_check_failures": load(&c.file_check_failures),
                 "getxattrs": load(&c.getxattrs),
+                "xattrs": match &*self.xattrs_unread.lock().unwrap_or_else(|e| e.into_inner()) {
+                    Some(why) => format!("answered from the image (it could not be read whole to check for any: {why})"),
+                    None => self.xattr_state().describe().to_string(),
+                },
                 "errors": load(&c.errors),
                 "verification_errors": load(&c.verification_errors),
             },
@@ -722,6 +814,9 @@ impl Filesystem for SealFs {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.counters.getxattrs.fetch_add(1, Ordering::Relaxed);
+        if self.xattr_state().refused() {
+            return reply.error(Errno::ENOSYS);
+        }
         let nid = self.nodes.nid(ino.0);
         let name = name.as_bytes();
         if name.starts_with(b"trusted.") && req.uid() != 0 {
@@ -740,6 +835,9 @@ impl Filesystem for SealFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if self.xattr_state().refused() {
+            return reply.error(Errno::ENOSYS);
+        }
         let nid = self.nodes.nid(ino.0);
         let names = self
             .inode(nid)

@@ -219,6 +219,45 @@ impl Image {
         pool.install(|| drop(self.read_ahead(&root, usize::MAX)));
     }
 
+    /// Whether any inode of the image carries extended attributes. Every directory and the inode
+    /// of every entry are read, breadth first with inodes fetched [`INODE_BATCH`] at a time (as
+    /// [`Image::read_ahead`] does, but on the calling thread and keeping nothing), until one is
+    /// found. `false` is only said when every inode was read: a block that fails its check or a
+    /// damaged inode is returned as the error. An inode with an xattr body counts, even an empty one.
+    pub fn any_xattrs(&self) -> Result<bool> {
+        let root = self.root()?;
+        if root.xattr_icount() > 0 {
+            return Ok(true);
+        }
+        let mut seen = HashSet::from([root.nid()]);
+        let mut level = vec![root];
+        while !level.is_empty() {
+            let mut nids = Vec::new();
+            for dir in &level {
+                for e in self.read_dir_all(dir)? {
+                    if e.name != b"." && e.name != b".." && seen.insert(e.nid) {
+                        nids.push(e.nid);
+                    }
+                }
+            }
+            nids.sort_unstable();
+            level.clear();
+            for chunk in nids.chunks(INODE_BATCH) {
+                self.prefetch_inodes(chunk);
+                for &nid in chunk {
+                    let inode = self.inode(nid)?;
+                    if inode.xattr_icount() > 0 {
+                        return Ok(true);
+                    }
+                    if inode.is_dir() {
+                        level.push(inode);
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
     /// Reads the directories below `top` (to `max_depth` levels) and the inodes their entries name,
     /// breadth first: the order the builder stores inodes in, so the inodes of one level are read
     /// in order of their position, [`INODE_BATCH`] at a time with their metadata blocks fetched

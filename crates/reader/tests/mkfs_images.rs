@@ -254,3 +254,45 @@ fn mkfs_1_5_truncated_255_byte_names_read_like_the_kernel() {
     // 254 twice (truncated), or 254 and 255 with a fixed mkfs.
     assert!(names == [254, 254] || names == [254, 255], "{names:?}");
 }
+
+/// `Image::any_xattrs` (which lets a FUSE mount stop the kernel asking for extended attributes)
+/// says `false` for an image `mkfs.erofs` made from a tree without any, and `true` as soon as one
+/// file or directory anywhere in it has one, however deep and however late in the walk.
+#[test]
+fn any_xattrs_is_false_only_when_no_inode_has_one() {
+    if !oracle_guard(need_tool("mkfs.erofs")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let mut deep = src.clone();
+    for level in 0..6 {
+        deep = deep.join(format!("d{level}"));
+        std::fs::create_dir_all(&deep).unwrap();
+        for f in 0..40 {
+            std::fs::write(deep.join(format!("f{f}")), format!("{level} {f}")).unwrap();
+        }
+    }
+    std::os::unix::fs::symlink("d0/f1", src.join("link")).unwrap();
+    let check = |name: &str| -> bool {
+        let img_path = dir.path().join(name);
+        mkfs(&src, &img_path, &[]).unwrap();
+        let img = Image::open_unverified(std::fs::read(&img_path).unwrap()).unwrap();
+        img.any_xattrs().unwrap()
+    };
+    assert!(!check("none.img"), "no inode has an xattr");
+    let user = |p: &Path| sealfs_testsupport::sys::lsetxattr(p, b"user.k", b"v");
+    // The last file of the deepest directory: the last inode a breadth-first walk reads.
+    let last = deep.join("f39");
+    if let Err(e) = user(&last) {
+        println!("SKIP: the temporary directory's file system takes no user xattrs: {e}");
+        assert!(std::env::var("CI").is_err(), "user xattrs must work in CI");
+        return;
+    }
+    assert!(check("last-file.img"), "an xattr on the deepest, last file");
+    std::fs::remove_file(&last).unwrap();
+    std::fs::write(&last, b"again").unwrap();
+    assert!(!check("none-again.img"));
+    user(&src.join("d0/d1/d2")).unwrap();
+    assert!(check("dir.img"), "an xattr on a directory in the middle");
+}
