@@ -76,6 +76,12 @@ pub struct MountArgs {
     /// recording a profile; `on` otherwise).
     #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "on", "off"])]
     xattrs: String,
+    /// The kernel's readahead for the mount (its `/sys/class/bdi/…/read_ahead_kb`; K, M
+    /// suffixes): a sequential read is sent to the daemon in requests of up to 1 MiB instead of
+    /// the 128 KiB every FUSE mount starts with (`cat` of a 1.36 GB file: 1.18 s instead of 1.55).
+    /// Setting it needs root; other users' mounts keep the kernel's. `0`: leave it as it is.
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = crate::cache::parse_size)]
+    read_ahead: u64,
 }
 
 /// Arguments of `sealfs umount`.
@@ -370,7 +376,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
 
     if args.foreground {
         let fs = make_fs(logger(&args, true)?);
-        let served = serve(fs, &mountpoint, &config, None);
+        let served = serve(fs, &mountpoint, &config, args.read_ahead, None);
         write_profile();
         return served;
     }
@@ -402,7 +408,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
                 }
             };
             let fs = make_fs(log);
-            let served = serve(fs, &mountpoint, &config, Some(wr));
+            let served = serve(fs, &mountpoint, &config, args.read_ahead, Some(wr));
             write_profile();
             match served {
                 Ok(_) => std::process::exit(0),
@@ -423,6 +429,51 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     }
 }
 
+/// Sets the kernel's readahead for the file system mounted on `mountpoint` to `bytes` (rounded
+/// to KiB). The device is found in `/proc/self/mountinfo`, not by `stat` (which would send a
+/// request to this daemon before it serves).
+fn set_read_ahead(mountpoint: &Path, bytes: u64) -> std::io::Result<()> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let want = mountpoint.as_os_str().as_encoded_bytes();
+    // The last mount on the path is the one on top: ours.
+    let dev = info
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let point = unescape_mountinfo(f.get(4)?);
+            (point == want).then(|| f.get(2).map(|d| d.to_string()))?
+        })
+        .next_back()
+        .ok_or_else(|| std::io::Error::other("the mount is not in /proc/self/mountinfo"))?;
+    std::fs::write(
+        format!("/sys/class/bdi/{dev}/read_ahead_kb"),
+        format!("{}\n", bytes.div_ceil(1024)),
+    )
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space) decoded.
+fn unescape_mountinfo(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// Writes a failure for the waiting parent ("1" + message).
 fn report_to_parent(wr: &OwnedFd, msg: &str) {
     let mut f = std::fs::File::from(wr.try_clone().expect("dup of the status pipe"));
@@ -435,6 +486,7 @@ fn serve(
     fs: SealFs,
     mountpoint: &Path,
     config: &fuser::Config,
+    read_ahead: u64,
     status: Option<OwnedFd>,
 ) -> Result<ExitCode> {
     let sigset = block_signals();
@@ -448,6 +500,10 @@ fn serve(
             bail!(msg);
         }
     };
+    if read_ahead > 0 {
+        // Best effort: only root may write it, and the mount works without.
+        let _ = set_read_ahead(mountpoint, read_ahead);
+    }
     if let Some(wr) = status {
         let mut f = std::fs::File::from(wr);
         let _ = f.write_all(b"0");

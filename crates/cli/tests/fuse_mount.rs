@@ -937,6 +937,47 @@ fn xattr_requests_stop_when_the_image_has_none() {
         .starts_with("hidden"));
 }
 
+/// The mount's kernel readahead (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`) is what `--read-ahead`
+/// says, 1 MiB by default; `0` leaves the kernel's own, which a peer FUSE mount has too.
+#[test]
+fn the_mounts_readahead_is_set_as_asked() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    if !common::is_root() {
+        println!("SKIP: setting a mount's readahead needs root");
+        assert!(std::env::var("CI").is_err(), "CI runs as root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_, image) = small_tree(dir.path());
+    let ra = |mp: &Path| -> u64 {
+        let dev = fs::metadata(mp).unwrap().dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        fs::read_to_string(format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let fuse = FuseMount::new(&image, &[]);
+    assert_eq!(ra(&fuse.path), 1024, "the default");
+    drop(fuse);
+    let fuse = FuseMount::new(&image, &["--read-ahead", "256K"]);
+    assert_eq!(ra(&fuse.path), 256);
+    drop(fuse);
+    // The kernel's own, as a FUSE mount that sets nothing has it (fusermount3 with a dummy
+    // daemon is not needed: `--read-ahead 0` is that mount).
+    let fuse = FuseMount::new(&image, &["--read-ahead", "0"]);
+    let kernel_default = ra(&fuse.path);
+    drop(fuse);
+    assert_ne!(
+        kernel_default, 1024,
+        "the kernel's default differs from ours here"
+    );
+    assert!(kernel_default > 0);
+}
+
 /// Listing a directory on a fresh mount reads its entries' inodes (with their inline tails) in a
 /// few verified requests, not one request per metadata block.
 #[test]
