@@ -25,6 +25,7 @@
 # Commands timed (fixed timestamp 0, default thread counts; sealfs images are sealed):
 #   sealfs build -q -T 0 -z lz4hc,L -C 65536 SRC OUT        (and -C 4096 for the -4k row)
 #   mkfs.erofs -T0 --quiet -zlz4hc,L -C65536 OUT SRC        (and -C4096)
+#   mkfs.erofs -T0 --quiet -zzstd,L -C65536 OUT SRC         (erofs-utils 1.6+; -1m rows: -C1048576)
 #   sealfs build -q -T 0 -z zstd,L -C 65536 SRC OUT
 #   mksquashfs SRC OUT -noappend -comp lz4 -Xhc -b 65536 -mkfs-time 0 -all-time 0 -no-progress -quiet
 #   mksquashfs SRC OUT -noappend -comp zstd -Xcompression-level L -b 65536 (same time flags)
@@ -138,14 +139,16 @@ build_cmd() { # tool out -> sets cmd array
             -Xcompression-level "$ZSTD_LEVEL" -b 128K "${sqtime[@]}"); return ;;
     esac
     case "$t" in
+        *-1m) c=1048576 ;;
         *-64k) c=65536 ;;
         *-4k) c=4096 ;;
-        *) die "tool '$t' must end in -64k or -4k" ;;
+        *) die "tool '$t' must end in -1m, -64k or -4k" ;;
     esac
     case "$t" in
         sealfs-lz4hc-*) cmd=("$SEALFS" build -q -T 0 -z "lz4hc,$LZ4HC_LEVEL" -C "$c" "$SRC" "$2") ;;
         sealfs-zstd-*) cmd=("$SEALFS" build -q -T 0 -z "zstd,$ZSTD_LEVEL" -C "$c" "$SRC" "$2") ;;
         mkfs.erofs-lz4hc-*) cmd=("$MKFS_EROFS" -T0 --quiet "-zlz4hc,$LZ4HC_LEVEL" "-C$c" "$2" "$SRC") ;;
+        mkfs.erofs-zstd-*) cmd=("$MKFS_EROFS" -T0 --quiet "-zzstd,$ZSTD_LEVEL" "-C$c" "$2" "$SRC") ;;
         mksquashfs-lz4hc-*) cmd=(mksquashfs "$SRC" "$2" -noappend -comp lz4 -Xhc -b "$c"
             -mkfs-time 0 -all-time 0 -no-progress -quiet) ;;
         mksquashfs-zstd-*) cmd=(mksquashfs "$SRC" "$2" -noappend -comp zstd
