@@ -43,6 +43,10 @@ pub struct ImageArgs {
     /// Read a remote image without the persistent cache (every block fetched when needed).
     #[arg(long, global = true)]
     pub no_cache: bool,
+    /// A certificate authority (PEM) to trust for `https://` besides the system's, for a server
+    /// whose certificate a private CA signed; repeatable.
+    #[arg(long, value_name = "PEM", global = true)]
+    pub ca_cert: Vec<PathBuf>,
     /// Start no readahead fetchers at open (`mount` starts them in its daemon, after the fork: a
     /// thread of the parent could hold a lock the child would then wait for forever).
     #[arg(skip)]
@@ -183,6 +187,7 @@ impl ImageArgs {
         // opens offline too.
         let remote_options = sealfs_remote::RemoteOptions {
             tail_cache: (self.is_remote() && !self.no_cache).then(|| self.cache.dir()),
+            ca_certificates: self.ca_cert.clone(),
             ..Default::default()
         };
         let (opened, remote) =

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::servers::{nginx, versitygw, Server};
+use common::servers::{nginx, nginx_with, tls_certificates, versitygw, Server};
 use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -322,6 +322,144 @@ fn a_url_without_digest_or_key_is_refused_unless_self_consistent_is_asked_for() 
         "{err}"
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("big"));
+}
+
+/// HTTPS from nginx whose certificate an `openssl`-made private CA signed: refused (a
+/// certificate error, exit 2) until `--ca-cert` names that CA, then every byte equals the local
+/// image's; a wrong digest is still refused over TLS.
+#[test]
+fn https_with_a_private_ca_is_read_with_ca_cert() {
+    let images = images();
+    if !oracle_guard(need_tool("openssl")) {
+        return;
+    }
+    let d = images.dir.path();
+    let (ca, cert, key) = tls_certificates(&d.join("tls")).unwrap();
+    let https = match nginx_with(&d.join("www"), &d.join("nginx-tls"), Some((&cert, &key))) {
+        Ok(s) => s,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let url = https.url("z");
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let local = images.local("z");
+    let digest = digest_of(&local);
+    let no_cache = ["--no-cache"];
+    let cat = |extra: &[&str]| {
+        let mut args = vec!["cat", "--digest", digest.trim()];
+        args.extend_from_slice(&no_cache);
+        args.extend_from_slice(extra);
+        args.extend([url.as_str(), "/big"]);
+        sealfs_run(&args, &[])
+    };
+    // The system's roots do not include the private CA: the image cannot be reached (exit 2).
+    let o = cat(&[]);
+    let err = String::from_utf8_lossy(&o.stderr).to_lowercase();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("certificate"),
+        "the error names the certificate: {err}"
+    );
+    assert!(o.stdout.is_empty());
+    // With the CA: the same bytes as the local image gives.
+    let ca_arg = ca.to_str().unwrap();
+    let o = cat(&["--ca-cert", ca_arg]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.stdout == pseudo_random(BIG, 7),
+        "the file's bytes over HTTPS"
+    );
+    let local_ls = sealfs_run(&["ls", "-lR", s(&local), "/"], &[]);
+    let remote_ls = sealfs_run(
+        &[
+            "ls",
+            "-lR",
+            "--no-cache",
+            "--ca-cert",
+            ca_arg,
+            "--digest",
+            digest.trim(),
+            &url,
+            "/",
+        ],
+        &[],
+    );
+    assert!(remote_ls.status.success());
+    assert_eq!(remote_ls.stdout, local_ls.stdout);
+    assert!(
+        https.requests().iter().any(|l| l.contains(" 206 ")),
+        "range requests reached nginx over TLS: {:?}",
+        https.requests()
+    );
+    // Trust is still the digest's: a wrong one is refused.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let o = sealfs_run(
+        &[
+            "ls",
+            "--no-cache",
+            "--ca-cert",
+            ca_arg,
+            "--digest",
+            &wrong,
+            &url,
+            "/",
+        ],
+        &[],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // A mount's daemon builds its own client after the fork, with the CA too.
+    if fuse_env().is_ok() {
+        let mnt = d.join("mnt-tls");
+        fs::create_dir(&mnt).unwrap();
+        let o = sealfs_run(
+            &[
+                "mount",
+                "--ca-cert",
+                ca_arg,
+                "--digest",
+                digest.trim(),
+                &url,
+                s(&mnt),
+            ],
+            &[],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let read = run(Command::new("timeout")
+            .args(["60", "cat"])
+            .arg(mnt.join("big")));
+        let umount = sealfs_run(&["umount", s(&mnt)], &[]);
+        assert!(
+            read.stdout == pseudo_random(BIG, 7),
+            "the file's bytes through the mount"
+        );
+        assert!(umount.status.success());
+    } else {
+        oracle_guard(fuse_env());
+    }
+    // A file that is not a certificate is named.
+    let o = sealfs_run(
+        &[
+            "ls",
+            "--no-cache",
+            "--ca-cert",
+            s(&local),
+            "--digest",
+            digest.trim(),
+            &url,
+            "/",
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("certificate authority"), "{err}");
 }
 
 #[test]

@@ -68,6 +68,14 @@ pub enum RemoteError {
         #[source]
         source: object_store::Error,
     },
+    /// A certificate authority file (`ca_certificates`) could not be used.
+    #[error("{}: certificate authority: {reason}", path.display())]
+    Certificate {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// There is no object at the URL.
     #[error("{url}: no such object")]
     NotFound {
@@ -145,6 +153,9 @@ pub struct RemoteOptions {
     /// as always, and the first read that does need the network finds out whether the object
     /// changed (its ETag).
     pub tail_cache: Option<std::path::PathBuf>,
+    /// PEM files of certificate authorities to trust for `https://`, besides the system's (for a
+    /// server whose certificate a private CA signed).
+    pub ca_certificates: Vec<std::path::PathBuf>,
 }
 
 impl Default for RemoteOptions {
@@ -158,6 +169,7 @@ impl Default for RemoteOptions {
             initial_backoff: Duration::from_millis(50),
             timeout: Duration::from_secs(30),
             tail_cache: None,
+            ca_certificates: Vec::new(),
         }
     }
 }
@@ -262,9 +274,24 @@ fn store_for(
         max_retries: options.retries,
         retry_timeout: options.timeout * 2,
     };
-    let client = ClientOptions::new()
+    let mut client = ClientOptions::new()
         .with_timeout(options.timeout)
         .with_connect_timeout(options.timeout.min(Duration::from_secs(10)));
+    for path in &options.ca_certificates {
+        let cert_err = |reason: String| RemoteError::Certificate {
+            path: path.clone(),
+            reason,
+        };
+        let pem = std::fs::read(path).map_err(|e| cert_err(e.to_string()))?;
+        let certs = object_store::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| cert_err(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(cert_err("no certificate in it".into()));
+        }
+        for c in certs {
+            client = client.with_root_certificate(c);
+        }
+    }
     let setup = |source| RemoteError::Setup {
         url: url.to_string(),
         source,

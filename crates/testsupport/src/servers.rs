@@ -26,6 +26,8 @@ pub struct Server {
     pub port: u16,
     /// nginx: the access log, one `METHOD URI RANGE STATUS BYTES` line per request.
     pub access_log: Option<PathBuf>,
+    /// `http` or `https`.
+    scheme: &'static str,
 }
 
 impl Drop for Server {
@@ -36,9 +38,9 @@ impl Drop for Server {
 }
 
 impl Server {
-    /// `http://127.0.0.1:PORT/name`.
+    /// `http://127.0.0.1:PORT/name` (`https://` for a server with TLS).
     pub fn url(&self, name: &str) -> String {
-        format!("http://127.0.0.1:{}/{name}", self.port)
+        format!("{}://127.0.0.1:{}/{name}", self.scheme, self.port)
     }
 
     /// The lines of the access log (nginx).
@@ -78,6 +80,89 @@ impl Server {
 /// Starts nginx serving `root` (its files by name) on a free port, with its configuration, pid file,
 /// logs and temporary directories in `work`. `Err` says why it cannot (not installed).
 pub fn nginx(root: &Path, work: &Path) -> Result<Server, String> {
+    nginx_with(root, work, None)
+}
+
+/// A certificate authority and a server certificate it signed for 127.0.0.1, made by `openssl`
+/// in `dir`: `(ca.pem, server.pem, server.key)`.
+pub fn tls_certificates(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf), String> {
+    fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let (ca, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
+    let (cert, key, csr) = (
+        dir.join("server.pem"),
+        dir.join("server.key"),
+        dir.join("server.csr"),
+    );
+    let ext = dir.join("server.ext");
+    fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let openssl = |args: &[&str]| -> Result<(), String> {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .map_err(|e| format!("openssl: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let s = |p: &Path| p.display().to_string();
+    let (ca_s, ca_key_s, cert_s, key_s, csr_s) = (s(&ca), s(&ca_key), s(&cert), s(&key), s(&csr));
+    let mut args = vec!["req", "-x509"];
+    args.extend(ec);
+    args.extend([
+        "-keyout",
+        &ca_key_s,
+        "-out",
+        &ca_s,
+        "-days",
+        "2",
+        "-subj",
+        "/CN=sealfs test CA",
+    ]);
+    openssl(&args)?;
+    let mut args = vec!["req"];
+    args.extend(ec);
+    args.extend(["-keyout", &key_s, "-out", &csr_s, "-subj", "/CN=127.0.0.1"]);
+    openssl(&args)?;
+    let ext_s = s(&ext);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr_s,
+        "-CA",
+        &ca_s,
+        "-CAkey",
+        &ca_key_s,
+        "-CAcreateserial",
+        "-out",
+        &cert_s,
+        "-days",
+        "2",
+        "-extfile",
+        &ext_s,
+    ])?;
+    Ok((ca, cert, key))
+}
+
+/// [`nginx`], serving HTTPS with `tls` (certificate and key, PEM) when given.
+pub fn nginx_with(root: &Path, work: &Path, tls: Option<(&Path, &Path)>) -> Result<Server, String> {
     let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
         .map(PathBuf::from)
@@ -88,6 +173,14 @@ pub fn nginx(root: &Path, work: &Path) -> Result<Server, String> {
     // As root, nginx would switch its worker to `nobody`, who cannot read a private temporary
     // directory; one process, no master, so that killing it ends the server.
     let user = if is_root() { "user root;" } else { "" };
+    let listen = match tls {
+        Some((cert, key)) => format!(
+            "listen 127.0.0.1:{port} ssl;\n    ssl_certificate {};\n    ssl_certificate_key {};",
+            cert.display(),
+            key.display()
+        ),
+        None => format!("listen 127.0.0.1:{port};"),
+    };
     let conf = format!(
         r#"daemon off;
 master_process off;
@@ -104,7 +197,7 @@ http {{
   uwsgi_temp_path {w}/tmp;
   scgi_temp_path {w}/tmp;
   server {{
-    listen 127.0.0.1:{port};
+    {listen}
     root {root};
   }}
 }}
@@ -131,6 +224,7 @@ http {{
         child,
         port,
         access_log: Some(work.join("access.log")),
+        scheme: if tls.is_some() { "https" } else { "http" },
     }
     .wait_ready("nginx", &error_log)
 }
@@ -179,6 +273,7 @@ pub fn versitygw(root: &Path, work: &Path) -> Result<Server, String> {
         child,
         port,
         access_log: None,
+        scheme: "http",
     }
     .wait_ready("versitygw", &log)
 }
