@@ -43,10 +43,8 @@ pub struct ImageArgs {
     /// Read a remote image without the persistent cache (every block fetched when needed).
     #[arg(long, global = true)]
     pub no_cache: bool,
-    /// A certificate authority (PEM) to trust for `https://` besides the system's, for a server
-    /// whose certificate a private CA signed; repeatable.
-    #[arg(long, value_name = "PEM", global = true)]
-    pub ca_cert: Vec<PathBuf>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// Start no readahead fetchers at open (`mount` starts them in its daemon, after the fork: a
     /// thread of the parent could hold a lock the child would then wait for forever).
     #[arg(skip)]
@@ -138,9 +136,18 @@ impl ImageArgs {
             .map_err(|e| anyhow!("--digest: {e}"))?;
         Ok(OpenOptions {
             digest,
-            sidecar: self.sidecar.as_deref().map(location).transpose()?,
+            sidecar: self
+                .sidecar
+                .as_deref()
+                .map(|p| location(p, &self.tls))
+                .transpose()?,
             keys: self.keys.load()?,
-            signatures: self.keys.signatures.as_deref().map(location).transpose()?,
+            signatures: self
+                .keys
+                .signatures
+                .as_deref()
+                .map(|p| location(p, &self.tls))
+                .transpose()?,
             verify: match self.verify.as_str() {
                 "none" => VerifyMode::None,
                 "double" => VerifyMode::Double,
@@ -187,7 +194,7 @@ impl ImageArgs {
         // opens offline too.
         let remote_options = sealfs_remote::RemoteOptions {
             tail_cache: (self.is_remote() && !self.no_cache).then(|| self.cache.dir()),
-            ca_certificates: self.ca_cert.clone(),
+            ca_certificates: self.tls.ca_cert.clone(),
             ..Default::default()
         };
         let (opened, remote) =
@@ -210,6 +217,25 @@ impl ImageArgs {
 }
 
 /// The source for a path or URL given with an option (`--sidecar`, `--signatures`, `verify`'s image).
-pub fn location(p: &Path) -> Result<Source> {
-    sealfs_remote::source(p).map_err(anyhow::Error::new)
+pub fn location(p: &Path, tls: &TlsArgs) -> Result<Source> {
+    sealfs_remote::source_with(p, &tls.remote_options()).map_err(anyhow::Error::new)
+}
+
+/// How `https://` servers are trusted.
+#[derive(Args, Clone, Debug, Default)]
+pub struct TlsArgs {
+    /// A certificate authority (PEM) to trust for `https://` besides the system's, for a server
+    /// whose certificate a private CA signed; repeatable.
+    #[arg(long, value_name = "PEM", global = true)]
+    pub ca_cert: Vec<PathBuf>,
+}
+
+impl TlsArgs {
+    /// Remote options with these certificate authorities.
+    pub fn remote_options(&self) -> sealfs_remote::RemoteOptions {
+        sealfs_remote::RemoteOptions {
+            ca_certificates: self.ca_cert.clone(),
+            ..Default::default()
+        }
+    }
 }

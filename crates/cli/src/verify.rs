@@ -50,6 +50,8 @@ pub struct VerifyArgs {
     sidecar: Option<PathBuf>,
     #[command(flatten)]
     keys: crate::open::KeyArgs,
+    #[command(flatten)]
+    tls: crate::open::TlsArgs,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -78,9 +80,23 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
     };
     let sources = (|| -> Result<_> {
         Ok((
-            location(&args.image)?,
-            args.sidecar.as_deref().map(location).transpose()?,
-            args.keys.signatures.as_deref().map(location).transpose()?,
+            location(&args.image, &args.tls)?,
+            args.sidecar
+                .as_deref()
+                .map(|p| location(p, &args.tls))
+                .transpose()?,
+            match args.keys.signatures.as_deref() {
+                Some(p) => Some(location(p, &args.tls)?),
+                // Keys and a URL: `URL.sig` when the server has it, as `IMAGE.sig` beside a file.
+                None if !keys.is_empty() => args
+                    .image
+                    .to_str()
+                    .filter(|u| sealfs_remote::is_remote(u))
+                    .map(|u| sealfs_remote::detached_signatures(u, &args.tls.remote_options()))
+                    .transpose()?
+                    .flatten(),
+                None => None,
+            },
         ))
     })();
     let (image, sidecar, signatures) = match sources {
@@ -170,6 +186,8 @@ pub struct DigestArgs {
     /// `cd TREE && find . -type f -printf '%P\0' | sort -z | xargs -0 fsverity digest`.
     #[arg(long)]
     files: bool,
+    #[command(flatten)]
+    tls: crate::open::TlsArgs,
 }
 
 /// Runs `sealfs digest`: computes the fs-verity digest of the EROFS bytes (what `fsverity digest` prints
@@ -177,8 +195,12 @@ pub struct DigestArgs {
 pub fn run_digest(args: DigestArgs) -> Result<ExitCode> {
     let progress = TermProgress::new(false);
     let plain_alg: HashAlg = args.hash_alg.as_deref().unwrap_or("sha256").parse()?;
-    let image = location(&args.image)?;
-    let sidecar = args.sidecar.as_deref().map(location).transpose()?;
+    let image = location(&args.image, &args.tls)?;
+    let sidecar = args
+        .sidecar
+        .as_deref()
+        .map(|p| location(p, &args.tls))
+        .transpose()?;
     let result = if args.files {
         check::file_digests(image, sidecar.as_ref(), plain_alg)
             .map(|list| print_file_digests(&args, list))

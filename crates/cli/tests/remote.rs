@@ -462,6 +462,93 @@ fn https_with_a_private_ca_is_read_with_ca_cert() {
     assert!(err.contains("certificate authority"), "{err}");
 }
 
+/// An image signed only detached (`sealfs sign --detached` writes `IMAGE.sig`) and served with
+/// its `.sig` beside it: `--key` finds `URL.sig` as it finds `IMAGE.sig` beside a local file, for
+/// reading commands, `inspect` and `verify`; without the `.sig` on the server the image is
+/// refused as unsigned, like the local file without its `.sig`.
+#[test]
+fn detached_signatures_are_fetched_from_beside_the_url() {
+    let images = images();
+    let Some((http, s3)) = servers(&images) else {
+        return;
+    };
+    let d = images.dir.path();
+    let src = d.join("src");
+    let img = d.join("www/detached");
+    build_ok(&src, &img, &[]);
+    sealfs_ok(&[
+        "sign",
+        s(&img),
+        "--key",
+        s(&d.join("key.pem")),
+        "--detached",
+    ]);
+    let sig = d.join("www/detached.sig");
+    assert!(sig.is_file(), "sign --detached wrote IMAGE.sig");
+    let key = s(&images.public_key);
+    let url = http.url("detached");
+    let mut urls = vec![url.clone()];
+    if s3.is_some() {
+        fs::copy(&img, d.join("s3/bucket/detached")).unwrap();
+        fs::copy(&sig, d.join("s3/bucket/detached.sig")).unwrap();
+        urls.push("s3://bucket/detached".to_string());
+    }
+    let env: Vec<(&str, String)> = s3.as_ref().map(|s| s.s3_env()).unwrap_or_default();
+    let local = sealfs_run(&["ls", "-l", "--key", key, s(&img), "/"], &[]);
+    assert!(
+        local.status.success(),
+        "{}",
+        String::from_utf8_lossy(&local.stderr)
+    );
+    for u in &urls {
+        let o = sealfs_run(&["ls", "-l", "--no-cache", "--key", key, u, "/"], &env);
+        assert!(
+            o.status.success(),
+            "{u}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(o.stdout, local.stdout, "{u}");
+        let o = sealfs_run(&["verify", "--key", key, u], &env);
+        assert!(
+            o.status.success(),
+            "verify {u}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        let o = sealfs_run(&["inspect", "--no-cache", "--key", key, u], &env);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && out.contains("signed by"),
+            "inspect {u}: {out}"
+        );
+    }
+    assert!(
+        http.requests()
+            .iter()
+            .any(|l| l.starts_with("GET /detached.sig ")),
+        "{:?}",
+        http.requests()
+    );
+    // Without the .sig beside it, the image is unsigned: refused, as the local file would be.
+    fs::remove_file(&sig).unwrap();
+    let _ = fs::remove_file(d.join("s3/bucket/detached.sig"));
+    let local = sealfs_run(&["ls", "--key", key, s(&img), "/"], &[]);
+    assert_eq!(local.status.code(), Some(1));
+    for u in &urls {
+        let o = sealfs_run(&["ls", "--no-cache", "--key", key, u, "/"], &env);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{u}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr).replace(u.as_str(), "IMAGE"),
+            String::from_utf8_lossy(&local.stderr).replace(s(&img), "IMAGE"),
+            "the same refusal"
+        );
+    }
+}
+
 #[test]
 fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
     let images = images();

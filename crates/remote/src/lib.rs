@@ -773,13 +773,35 @@ fn load_tail(dir: &Path, url: &str, path: &ObjectPath) -> Option<(ObjectMeta, By
 /// The [`Source`] for a location: a URL opens a [`RemoteObject`] (one request), anything else is a
 /// path.
 pub fn source(location: impl AsRef<Path>) -> Result<Source, RemoteError> {
+    source_with(location, &RemoteOptions::default())
+}
+
+/// [`source`], with these options for a URL (its certificate authorities, for example).
+pub fn source_with(
+    location: impl AsRef<Path>,
+    options: &RemoteOptions,
+) -> Result<Source, RemoteError> {
     let location = location.as_ref();
     match location.to_str() {
         Some(url) if is_remote(url) => {
-            let object = RemoteObject::open(url)?;
+            let object = RemoteObject::open_with(url, options.clone())?;
             Ok(Source::reader(Arc::new(object), url))
         }
         _ => Ok(Source::Path(location.to_path_buf())),
+    }
+}
+
+/// The detached signatures of the image at `url`: `URL.sig` if the server has it (`None` for
+/// "no such object"), as `IMAGE.sig` beside a local image is read when it exists.
+pub fn detached_signatures(
+    url: &str,
+    options: &RemoteOptions,
+) -> Result<Option<Source>, RemoteError> {
+    let sig_url = format!("{url}.sig");
+    match RemoteObject::open_with(&sig_url, options.clone()) {
+        Ok(o) => Ok(Some(Source::reader(Arc::new(o), &sig_url))),
+        Err(RemoteError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -843,6 +865,22 @@ pub fn open_counted_with(
         what: "open",
         source: e.into_io(),
     };
+    // Keys and no detached signatures named: `URL.sig` is read when the server has it (as
+    // `IMAGE.sig` beside a local image is), fetched while the image's tail is.
+    let sig_url = match location.to_str() {
+        Some(url) if remote && !options.keys.is_empty() && options.signatures.is_none() => {
+            Some(format!("{url}.sig"))
+        }
+        _ => None,
+    };
+    let sig = sig_url.map(|sig_url| {
+        let remote_options = remote_options.clone();
+        std::thread::spawn(move || {
+            let object = RemoteObject::open_with(&sig_url, remote_options);
+            (sig_url, object)
+        })
+    });
+    // (`detached_signatures` does the same on the calling thread.)
     let (source, object) = match location.to_str() {
         Some(url) if remote => {
             let object =
@@ -851,7 +889,29 @@ pub fn open_counted_with(
         }
         _ => (Source::Path(location.to_path_buf()), None),
     };
-    Ok((sealfs_reader::open(source, options)?, object))
+    let mut with_sig = None;
+    if let Some(sig) = sig {
+        let (sig_url, fetched) = sig.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        match fetched {
+            Ok(o) => {
+                let mut o2 = options.clone();
+                o2.signatures = Some(Source::reader(Arc::new(o), &sig_url));
+                with_sig = Some(o2);
+            }
+            Err(RemoteError::NotFound { .. }) => {}
+            Err(e) => {
+                return Err(OpenError::Io {
+                    name: sig_url,
+                    what: "open",
+                    source: e.into_io(),
+                })
+            }
+        }
+    }
+    Ok((
+        sealfs_reader::open(source, with_sig.as_ref().unwrap_or(options))?,
+        object,
+    ))
 }
 
 #[cfg(test)]

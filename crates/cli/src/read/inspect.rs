@@ -549,19 +549,20 @@ impl SigInfo {
 fn signature_list(seal: &sealfs_reader::Seal, args: &ImageArgs) -> Result<Vec<SigInfo>> {
     let keys = args.keys.load()?;
     let own = seal.signatures().map_err(|e| anyhow::anyhow!("{e}"))?;
-    // Only a local image has an `IMAGE.sig` looked for beside it; a URL names only its bytes.
+    // `IMAGE.sig` beside a local image is looked for by `gather_signatures`; `URL.sig` here.
     let source = if args.is_remote() {
         let name = args.image.display().to_string();
         sealfs_reader::Source::reader(std::sync::Arc::new(Vec::new()), name)
     } else {
         sealfs_reader::Source::Path(args.image.clone())
     };
-    let detached = args
-        .keys
-        .signatures
-        .as_deref()
-        .map(crate::open::location)
-        .transpose()?;
+    let detached = match (args.keys.signatures.as_deref(), args.image.to_str()) {
+        (Some(p), _) => Some(crate::open::location(p, &args.tls)?),
+        (None, Some(url)) if args.is_remote() => {
+            sealfs_remote::detached_signatures(url, &args.tls.remote_options())?
+        }
+        (None, _) => None,
+    };
     let all = sealfs_reader::open::gather_signatures(seal, &source, detached.as_ref())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let digest = seal.digest();
