@@ -780,6 +780,26 @@ fn the_cache_serves_a_remote_image_offline_and_never_a_damaged_block() {
     extract(&url, &offline);
     same_tree(&want, &offline);
     assert!(listing(&url) == want_listing, "offline listing differs");
+    // With a key instead of the digest: `URL.sig` cannot be asked for, and the seal's own
+    // signature (the image is signed in its seal) authenticates it.
+    let o = sealfs_run(
+        &[
+            "ls",
+            "-lR",
+            "--cache-dir",
+            c,
+            "--key",
+            s(&images.public_key),
+            &url,
+            "/",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.stdout == want_listing,
+        "offline listing with --key differs"
+    );
 
     // A cached block damaged on disk: verify finds and deletes it (exit 1); with the server gone
     // the read that needs it fails, and no damaged byte comes out.

@@ -890,6 +890,7 @@ pub fn open_counted_with(
         _ => (Source::Path(location.to_path_buf()), None),
     };
     let mut with_sig = None;
+    let mut sig_failed = None;
     if let Some(sig) = sig {
         let (sig_url, fetched) = sig.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         match fetched {
@@ -899,19 +900,23 @@ pub fn open_counted_with(
                 with_sig = Some(o2);
             }
             Err(RemoteError::NotFound { .. }) => {}
-            Err(e) => {
-                return Err(OpenError::Io {
-                    name: sig_url,
-                    what: "open",
-                    source: e.into_io(),
-                })
-            }
+            // Not fatal by itself (offline, a fully cached image signed in its seal needs no
+            // `.sig`), but the likely cause if no signature by the keys is then found.
+            Err(e) => sig_failed = Some((sig_url, e)),
         }
     }
-    Ok((
-        sealfs_reader::open(source, with_sig.as_ref().unwrap_or(options))?,
-        object,
-    ))
+    match sealfs_reader::open(source, with_sig.as_ref().unwrap_or(options)) {
+        Ok(opened) => Ok((opened, object)),
+        Err(OpenError::Signature { .. }) if sig_failed.is_some() => {
+            let (name, e) = sig_failed.expect("checked above");
+            Err(OpenError::Io {
+                name,
+                what: "open (the detached signatures; the seal has none by the keys given)",
+                source: e.into_io(),
+            })
+        }
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
