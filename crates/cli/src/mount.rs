@@ -72,8 +72,9 @@ pub struct MountArgs {
     /// Extended attributes: `on` answers every request from the image; `off` shows none (the
     /// kernel is told once and then answers every request itself, "Operation not supported",
     /// without a round trip: `ls -l` asks two per file); `auto` turns them off once a read of
-    /// every inode in the background finds the image has none (a local image, not while
-    /// recording a profile; `on` otherwise).
+    /// every inode in the background finds the image has none (a local image, or a remote one
+    /// read through the cache once its metadata is fetched ahead; not while recording a
+    /// profile; `on` otherwise).
     #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "on", "off"])]
     xattrs: String,
     /// The kernel's readahead for the mount (its `/sys/class/bdi/…/read_ahead_kb`; K, M
@@ -349,8 +350,12 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     let xattrs = match args.xattrs.as_str() {
         "on" => XattrMode::On,
         "off" => XattrMode::Off,
-        // Not where reading every inode costs requests, or would go into a recorded profile.
-        _ if args.image.is_remote() || args.record_profile.is_some() => XattrMode::On,
+        // Not where reading every inode costs requests of its own (a remote image without the
+        // cache; with it, the check follows the metadata fetched ahead), or would go into a
+        // recorded profile.
+        _ if (args.image.is_remote() && args.image.no_cache) || args.record_profile.is_some() => {
+            XattrMode::On
+        }
         _ => XattrMode::Auto,
     };
     let make_fs = move |log: Logger| {
@@ -360,14 +365,26 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
             let (min, max) = sealfs_reader::OpenOptions::default().readahead_blocks;
             v.start_readahead(min, max, 2);
         }
-        if warm {
+        // The metadata fetched ahead, then (`--xattrs=auto`) the check for xattrs, which reads it.
+        let warm_first = {
             let image = image.clone();
-            std::thread::spawn(move || image.warm_metadata(16));
-        }
+            move || {
+                if warm {
+                    image.warm_metadata(16);
+                }
+            }
+        };
         if let Some(ranges) = &replay {
             image.prefetch(ranges);
         }
-        let fs = SealFs::new(image, verified, trust, log).with_xattrs(xattrs);
+        let fs = if xattrs == XattrMode::Auto {
+            SealFs::new(image, verified, trust, log).with_xattrs_after(xattrs, warm_first)
+        } else {
+            if warm {
+                std::thread::spawn(warm_first);
+            }
+            SealFs::new(image, verified, trust, log).with_xattrs(xattrs)
+        };
         match file_digests {
             Some(digests) => fs.with_file_check(file_check(digests)),
             None => fs,

@@ -643,7 +643,23 @@ fn a_daemon_mount_of_a_url_reads_after_the_fork() {
         .args(["60", "cat"])
         .arg(mnt.join("big")));
     let listed = run(Command::new("timeout").args(["60", "ls"]).arg(&mnt));
+    // `--xattrs=auto` checks the image for xattrs once its metadata is in the cache: the check
+    // ends (the fixture has xattrs, so they stay answered).
+    let xattrs = || {
+        let o = sealfs_run(&["stats", "--json", s(&mnt)], &[]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v["fuse"]["xattrs"].as_str().unwrap_or_default().to_string()
+    };
+    let t = std::time::Instant::now();
+    while xattrs().contains("while checking") && t.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let state = xattrs();
     let umount = sealfs_run(&["umount", s(&mnt)], &[]);
+    assert_eq!(
+        state, "answered from the image",
+        "the check of a remote image ended"
+    );
     assert!(read.status.success(), "cat through the mount: {read:?}");
     assert!(read.stdout == pseudo_random(BIG, 7), "the file's bytes");
     assert!(String::from_utf8_lossy(&listed.stdout).contains("big"));
