@@ -867,20 +867,16 @@ pub fn open_counted_with(
     };
     // Keys and no detached signatures named: `URL.sig` is read when the server has it (as
     // `IMAGE.sig` beside a local image is), fetched while the image's tail is.
-    let sig_url = match location.to_str() {
+    let sig_of = match location.to_str() {
         Some(url) if remote && !options.keys.is_empty() && options.signatures.is_none() => {
-            Some(format!("{url}.sig"))
+            Some(url.to_string())
         }
         _ => None,
     };
-    let sig = sig_url.map(|sig_url| {
+    let sig = sig_of.map(|url| {
         let remote_options = remote_options.clone();
-        std::thread::spawn(move || {
-            let object = RemoteObject::open_with(&sig_url, remote_options);
-            (sig_url, object)
-        })
+        std::thread::spawn(move || (detached_signatures(&url, &remote_options), url))
     });
-    // (`detached_signatures` does the same on the calling thread.)
     let (source, object) = match location.to_str() {
         Some(url) if remote => {
             let object =
@@ -892,17 +888,16 @@ pub fn open_counted_with(
     let mut with_sig = None;
     let mut sig_failed = None;
     if let Some(sig) = sig {
-        let (sig_url, fetched) = sig.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        match fetched {
-            Ok(o) => {
-                let mut o2 = options.clone();
-                o2.signatures = Some(Source::reader(Arc::new(o), &sig_url));
-                with_sig = Some(o2);
+        match sig.join().unwrap_or_else(|p| std::panic::resume_unwind(p)) {
+            (Ok(Some(signatures)), _) => {
+                let mut o = options.clone();
+                o.signatures = Some(signatures);
+                with_sig = Some(o);
             }
-            Err(RemoteError::NotFound { .. }) => {}
+            (Ok(None), _) => {}
             // Not fatal by itself (offline, a fully cached image signed in its seal needs no
             // `.sig`), but the likely cause if no signature by the keys is then found.
-            Err(e) => sig_failed = Some((sig_url, e)),
+            (Err(e), url) => sig_failed = Some((format!("{url}.sig"), e)),
         }
     }
     match sealfs_reader::open(source, with_sig.as_ref().unwrap_or(options)) {
