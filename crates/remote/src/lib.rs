@@ -13,9 +13,11 @@
 //!   changed object is [`RemoteError::Changed`], never bytes of two objects mixed.
 //! - **One batch, one round trip.** [`ReadAt::read_batch`] (which the verifying layer calls with a
 //!   read's data blocks *and* every missing Merkle hash block at once) sorts the ranges, coalesces
-//!   those less than [`RemoteOptions::coalesce_gap`] apart into one request, and issues the requests
-//!   concurrently, at most [`RemoteOptions::max_in_flight`] at a time. Hash blocks therefore travel
-//!   with the data, never as a dependent request after it.
+//!   those less than [`RemoteOptions::coalesce_gap`] apart into one request, splits a longer span
+//!   into parts of [`RemoteOptions::max_request_bytes`], and issues the requests concurrently, at
+//!   most [`RemoteOptions::max_in_flight`] at a time (parallel range requests fill a link with a
+//!   long round trip, where one request at a time waits a round trip per part). Hash blocks
+//!   therefore travel with the data, never as a dependent request after it.
 //! - **Retries.** `object_store` retries timeouts, connection errors and 5xx answers with
 //!   exponential backoff ([`RemoteOptions::retries`]); a body shorter than asked for, or broken off,
 //!   is retried here the same way. After the retries the batch fails with an [`io::Error`] that
@@ -137,7 +139,8 @@ pub struct RemoteOptions {
     /// Ranges of one batch less than this many bytes apart are fetched as one request (the bytes in
     /// between are fetched and dropped).
     pub coalesce_gap: u64,
-    /// A coalesced request grows no larger than this (larger ranges are still one request each).
+    /// No request asks for more than this: a coalesced span stops growing here, and a longer range
+    /// is fetched in parts of this size, concurrently.
     pub max_request_bytes: u64,
     /// Requests in flight at once, per batch.
     pub max_in_flight: usize,
@@ -163,7 +166,7 @@ impl Default for RemoteOptions {
         RemoteOptions {
             tail_bytes: 64 << 10,
             coalesce_gap: 64 << 10,
-            max_request_bytes: 8 << 20,
+            max_request_bytes: 2 << 20,
             max_in_flight: 16,
             retries: 5,
             initial_backoff: Duration::from_millis(50),
@@ -381,6 +384,21 @@ fn coalesce(
         }
     }
     spans
+}
+
+/// The requests for `spans`: each span in parts of at most `part` bytes, with its index.
+fn split(spans: &[(Range<u64>, Vec<usize>)], part: u64) -> Vec<(usize, Range<u64>)> {
+    let part = part.max(1);
+    let mut out = Vec::new();
+    for (k, (span, _)) in spans.iter().enumerate() {
+        let mut a = span.start;
+        while a < span.end {
+            let b = span.end.min(a.saturating_add(part));
+            out.push((k, a..b));
+            a = b;
+        }
+    }
+    out
 }
 
 /// What identifies an object's version, as messages show it.
@@ -666,21 +684,25 @@ impl RemoteObject {
             return Ok(());
         }
         self.stats.round_trips.fetch_add(1, Relaxed);
-        let ranges: Vec<Range<u64>> = spans.iter().map(|(r, _)| r.clone()).collect();
+        let parts = split(&spans, self.options.max_request_bytes);
         let io = self.io()?;
         let store = &*io.store;
-        let fetched: Vec<(usize, Bytes)> = io.runtime.block_on(
-            stream::iter(ranges.into_iter().enumerate())
-                .map(|(k, r)| async move { self.fetch(store, r).await.map(|b| (k, b)) })
+        let fetched: Vec<(usize, Range<u64>, Bytes)> = io.runtime.block_on(
+            stream::iter(parts)
+                .map(|(k, r)| async move { self.fetch(store, r.clone()).await.map(|b| (k, r, b)) })
                 .buffer_unordered(self.options.max_in_flight.max(1))
                 .try_collect(),
         )?;
-        for (k, bytes) in fetched {
-            let (span, members) = &spans[k];
-            for &i in members {
+        for (k, part, bytes) in fetched {
+            for &i in &spans[k].1 {
                 let (offset, buf) = &mut reqs[i];
-                let at = (*offset - span.start) as usize;
-                buf.copy_from_slice(&bytes[at..at + buf.len()]);
+                let want = *offset..*offset + buf.len() as u64;
+                let (a, b) = (want.start.max(part.start), want.end.min(part.end));
+                if a < b {
+                    buf[(a - want.start) as usize..(b - want.start) as usize].copy_from_slice(
+                        &bytes[(a - part.start) as usize..(b - part.start) as usize],
+                    );
+                }
             }
         }
         Ok(())
@@ -945,6 +967,16 @@ mod tests {
         let spans = coalesce(vec![(0, 0..6 * k), (1, 6 * k..12 * k)], 64 * k, 8 * k);
         assert_eq!(spans.len(), 2, "a span grows no larger than max");
         assert!(coalesce(Vec::new(), 64 * k, 8 * k).is_empty());
+    }
+
+    /// A long span is fetched in parts no larger than the limit, covering it exactly.
+    #[test]
+    fn long_spans_are_split_into_parts() {
+        let spans = vec![(0..10, vec![0]), (20..21, vec![1, 2]), (30..34, vec![3])];
+        assert_eq!(
+            split(&spans, 4),
+            vec![(0, 0..4), (0, 4..8), (0, 8..10), (1, 20..21), (2, 30..34)]
+        );
     }
 
     #[test]
