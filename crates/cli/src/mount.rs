@@ -363,7 +363,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         // and a thread of the parent could hold a lock the child would wait for forever).
         if let Some(v) = &readahead {
             let (min, max) = sealfs_reader::OpenOptions::default().readahead_blocks;
-            v.start_readahead(min, max, 2);
+            v.start_readahead(min, max, sealfs_reader::READAHEAD_FETCHERS);
         }
         // The metadata fetched ahead, then (`--xattrs=auto`) the check for xattrs, which reads it.
         let warm_first = {

@@ -297,6 +297,11 @@ impl Blocks {
         self.src.prefetch(ranges);
     }
 
+    /// Has the source fetch the byte ranges into its store now ([`BlockSource::fill`]).
+    pub(crate) fn fill_source(&self, ranges: &[std::ops::Range<u64>]) {
+        self.src.fill(ranges);
+    }
+
     pub(crate) fn set_erofs_bits(&mut self, bits: u8) {
         self.erofs_bits = bits;
     }

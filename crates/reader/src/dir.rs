@@ -69,6 +69,7 @@ impl<'a> ReadDir<'a> {
     }
 
     fn load_block(&mut self) -> Result<()> {
+        let _metadata = crate::verified::MetadataReads::begin();
         let bsz = self.image.block_size();
         let block = self.image.logical_block(&self.dir, self.lblk)?;
         let dbstart = self.lblk * bsz;

@@ -338,11 +338,13 @@ impl Image {
             .collect();
         blocks.sort_unstable();
         blocks.dedup();
+        let _metadata = crate::verified::MetadataReads::begin();
         self.blocks.prefetch(&blocks);
     }
 
     /// Reads and validates inode `nid`.
     pub fn inode(&self, nid: u64) -> Result<Inode> {
+        let _metadata = crate::verified::MetadataReads::begin();
         let at = Location::nid(nid);
         let sb = &self.sb;
         let pos = nid

@@ -102,7 +102,9 @@ pub use source::{BlockSource, PlainBlocks, ReadAt, SubRange};
 pub use stats::StatsSnapshot;
 pub use store::{BlockStore, Region, StoreProvider};
 pub use superblock::{ComprInfo, SuperInfo};
-pub use verified::{kernel_verity_digest, SealInfo, VerifiedBlocks, VerifyStats};
+pub use verified::{
+    kernel_verity_digest, SealInfo, VerifiedBlocks, VerifyStats, READAHEAD_FETCHERS,
+};
 pub use walk::{join_path, show_path, ReadAhead, Visit, WalkEntry, WalkEvent};
 pub use xattr::{LongPrefix, XattrBody};
 pub use zmap::Compression;

@@ -266,7 +266,7 @@ impl Default for OpenOptions {
             hash_cache_blocks: DEFAULT_HASH_CACHE_BLOCKS,
             kernel_offload: true,
             store: None,
-            readahead_blocks: (16, 2048),
+            readahead_blocks: (16, 16384),
             dependent_hash_fetch: false,
         }
     }
@@ -563,7 +563,7 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
             let blocks = Arc::new(blocks);
             if options.readahead_blocks.0 > 0 {
                 let (min, max) = options.readahead_blocks;
-                blocks.start_readahead(min, max, 2);
+                blocks.start_readahead(min, max, crate::verified::READAHEAD_FETCHERS);
             }
             let image = Image::open_blocks(blocks.clone(), &reader_options).map_err(open_err)?;
             // The superblock, now verified, must claim the bytes the seal covers: a seal over fewer

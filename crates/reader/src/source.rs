@@ -301,6 +301,11 @@ pub trait BlockSource: Send + Sync {
     fn prefetches(&self) -> bool {
         false
     }
+
+    /// Fetches the byte ranges into the source's store now, in large concurrent requests, and
+    /// returns when they have landed (or failed: the reads that need them report it). A no-op for
+    /// a source that stores nothing (the default).
+    fn fill(&self, _ranges: &[std::ops::Range<u64>]) {}
 }
 
 /// A [`BlockSource`] over any [`ReadAt`], without verification.

@@ -157,6 +157,10 @@ struct Readahead {
     /// than fetching the same blocks again.
     inflight: Mutex<Vec<(u64, u64)>>,
     landed: Condvar,
+    /// Blocks queued for or being fetched by this process's fetchers, a bit each (given back when
+    /// the job ends; what landed is then in the store): streams that overlap (a FUSE mount's reads
+    /// of one file on several threads) and prefetch lists never fetch a block twice.
+    claimed: Mutex<Vec<u64>>,
     /// Jobs queued or running, and whether new ones are refused ([`VerifiedBlocks::settle_readahead`]).
     outstanding: Mutex<(u64, bool)>,
     idle: Condvar,
@@ -195,8 +199,40 @@ impl Recording {
     }
 }
 
+thread_local! {
+    /// Reads on this thread start no readahead (the threads that fetch metadata ahead: their
+    /// reads are not a reader's stream, and what follows the metadata is not theirs to fetch).
+    static NO_READAHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Reads on the calling thread start no readahead from now on ([`NO_READAHEAD`]).
+pub(crate) fn no_readahead_on_this_thread() {
+    NO_READAHEAD.with(|q| q.set(true));
+}
+
+/// While alive, reads on this thread start no readahead: metadata reads (inodes, directories),
+/// which are not a stream of file data, and whose neighbours past the metadata are not theirs.
+pub(crate) struct MetadataReads(bool);
+
+impl MetadataReads {
+    pub(crate) fn begin() -> MetadataReads {
+        MetadataReads(NO_READAHEAD.with(|q| q.replace(true)))
+    }
+}
+
+impl Drop for MetadataReads {
+    fn drop(&mut self) {
+        NO_READAHEAD.with(|q| q.set(self.0));
+    }
+}
+
 /// Streams tracked at once (a FUSE mount reads several files in parallel).
 const STREAMS: usize = 16;
+
+/// Blocks of one background fetch of a prefetch list (8 MiB of 4 KiB blocks): large enough that
+/// its requests fill a link with a long round trip, small enough that a read waiting for it does
+/// not wait long.
+const PREFETCH_PIECE: u64 = 2048;
 
 /// The blocks one read took from the store, to forget if the read fails its checks.
 #[derive(Default)]
@@ -272,6 +308,7 @@ fn spawn_fetchers(me: &Weak<VerifiedBlocks>, threads: usize) -> mpsc::Sender<Job
                 vb.fetch_ahead(start, end);
             }
             // Landed (or failed: the reads fetch it themselves).
+            ra.unclaim(start, end);
             let mut inflight = lock_any(&ra.inflight);
             if let Some(i) = inflight.iter().position(|&r| r == (start, end)) {
                 inflight.swap_remove(i);
@@ -302,6 +339,38 @@ impl Readahead {
         true
     }
 
+    /// Claims the blocks of `start..end` not claimed before; returns them as runs.
+    fn claim(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut bits = lock_any(&self.claimed);
+        let words = end.div_ceil(64) as usize;
+        if bits.len() < words {
+            bits.resize(words, 0);
+        }
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for b in start..end {
+            let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
+            if bits[w] & bit != 0 {
+                continue;
+            }
+            bits[w] |= bit;
+            match out.last_mut() {
+                Some((_, e)) if *e == b => *e = b + 1,
+                _ => out.push((b, b + 1)),
+            }
+        }
+        out
+    }
+
+    /// Gives back blocks claimed for a job that ended or was not queued.
+    fn unclaim(&self, start: u64, end: u64) {
+        let mut bits = lock_any(&self.claimed);
+        for b in start..end {
+            if let Some(w) = bits.get_mut((b / 64) as usize) {
+                *w &= !(1u64 << (b % 64));
+            }
+        }
+    }
+
     /// Whether the fetchers were started by this process (a forked child's are its parent's).
     fn queue_is_this_process(&self) -> bool {
         lock_any(&self.queue).0 == std::process::id()
@@ -313,9 +382,30 @@ impl Readahead {
         let pid = std::process::id();
         if q.0 != pid {
             lock_any(&self.inflight).clear();
+            lock_any(&self.claimed).clear();
             lock_any(&self.outstanding).0 = 0;
             *q = (pid, spawn_fetchers(&self.me, self.threads));
         }
+    }
+}
+
+/// Background fetchers a remote image's readahead uses: with jobs of a quarter window each, up to
+/// four are in flight, so the link stays busy while a reader waits for the nearest.
+pub const READAHEAD_FETCHERS: usize = 4;
+
+/// A read's blocks, registered as being fetched while it runs ([`VerifiedBlocks::read_blocks`]).
+struct Fetching<'a> {
+    ra: &'a Readahead,
+    range: (u64, u64),
+}
+
+impl Drop for Fetching<'_> {
+    fn drop(&mut self) {
+        let mut inflight = lock_any(&self.ra.inflight);
+        if let Some(i) = inflight.iter().position(|&r| r == self.range) {
+            inflight.swap_remove(i);
+        }
+        self.ra.landed.notify_all();
     }
 }
 
@@ -401,6 +491,7 @@ impl VerifiedBlocks {
             threads: threads.max(1),
             inflight: Mutex::new(Vec::new()),
             landed: Condvar::new(),
+            claimed: Mutex::new(Vec::new()),
             outstanding: Mutex::new((0, false)),
             idle: Condvar::new(),
         };
@@ -443,33 +534,52 @@ impl VerifiedBlocks {
             .collect()
     }
 
-    /// Fetches the blocks of `start..end` the store lacks, verified, into the store.
+    /// Fetches the blocks of `start..end` the store lacks, verified, into the store: each run of
+    /// missing blocks as one read (one batch of concurrent requests).
     fn fetch_ahead(&self, start: u64, end: u64) {
         let Some(store) = self.store.as_deref() else {
             return;
         };
-        let bs = self.bs();
-        const PIECE: u64 = 256;
-        let mut b = start;
-        while b < end {
-            let e = (b + PIECE).min(end);
-            let has = store.has(Region::Data, b, e - b);
-            // The first run of missing blocks of this piece, fetched as one read.
-            let Some(skip) = has.iter().position(|h| !h) else {
-                b = e;
-                continue;
-            };
-            let lead = has[skip..].iter().take_while(|h| !**h).count() as u64;
-            let from = b + skip as u64;
-            let mut scratch = vec![0u8; lead as usize * bs];
+        let bs = self.bs() as u64;
+        let mut has = store.has(Region::Data, start, end - start);
+        // Blocks a read is fetching itself are left to it.
+        if let Some(ra) = self.readahead.get() {
+            for &(a, b) in lock_any(&ra.inflight).iter() {
+                if (a, b) != (start, end) {
+                    for k in a.max(start)..b.min(end) {
+                        has[(k - start) as usize] = true;
+                    }
+                }
+            }
+        }
+        for (a, b) in runs(&has, false) {
+            let (from, lead) = (start + a as u64, (b - a) as u64);
+            let mut scratch = vec![0u8; (lead * bs) as usize];
             if self
                 .read_checked(from, &mut scratch, Some(store), &mut StoreUse::default())
                 .is_ok()
             {
                 self.stats.readahead_blocks.fetch_add(lead, Relaxed);
             }
-            b = from + lead;
         }
+    }
+
+    /// Byte ranges as runs of whole blocks (the partial last one left out), adjacent ones merged.
+    fn block_runs(&self, ranges: &[std::ops::Range<u64>]) -> Vec<(u64, u64)> {
+        let bs = self.bs() as u64;
+        let whole = self.whole_blocks();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for r in ranges {
+            let (a, b) = (r.start / bs, r.end.div_ceil(bs).min(whole));
+            if a >= b {
+                continue;
+            }
+            match runs.last_mut() {
+                Some((_, end)) if *end == a => *end = b,
+                _ => runs.push((a, b)),
+            }
+        }
+        runs
     }
 
     /// Whole data blocks (a partial last block is never fetched ahead or stored).
@@ -490,7 +600,13 @@ impl VerifiedBlocks {
         if n >= ra.min || first + n > whole {
             return false;
         }
-        let end = (first + ra.min).min(whole);
+        let mut end = (first + ra.min).min(whole);
+        // Not into blocks the fetchers are bringing already.
+        for &(a, _) in lock_any(&ra.inflight).iter() {
+            if a >= first + n && a < end {
+                end = a;
+            }
+        }
         let has = store.has(Region::Data, first, end - first);
         if has[..n as usize].iter().all(|h| *h) {
             return false;
@@ -517,9 +633,17 @@ impl VerifiedBlocks {
         let Some(ra) = self.readahead.get() else {
             return;
         };
+        if NO_READAHEAD.with(|q| q.get()) {
+            return;
+        }
         let whole = self.whole_blocks();
         let mut streams = ra.streams.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(s) = streams.iter_mut().find(|s| s.next == first) else {
+        // A read within a window of the stream's end continues it: a FUSE mount's readahead
+        // arrives on several threads, not always in order.
+        let Some(s) = streams
+            .iter_mut()
+            .find(|s| first + n > s.next.saturating_sub(s.window) && first <= s.next + s.window)
+        else {
             if streams.len() == STREAMS {
                 streams.remove(0);
             }
@@ -530,10 +654,18 @@ impl VerifiedBlocks {
             });
             return;
         };
+        if first + n <= s.next {
+            return; // a read behind the stream's end, within what was fetched for it
+        }
+        // The window grows only while reads follow on exactly; one that skips ahead moves the
+        // stream on (the read it skipped arrives later, behind).
+        if first == s.next {
+            s.window = (s.window * 2).min(ra.max);
+        }
         s.next = first + n;
-        s.window = (s.window * 2).min(ra.max);
-        // Keep at least half a window fetched ahead.
-        if s.ahead_end >= s.next + s.window / 2 {
+        // Keep the window fetched ahead, in jobs of at least a quarter window: several are in
+        // flight at once, so the link stays busy while the reader waits for the nearest.
+        if s.ahead_end.max(s.next) + s.window / 4 > s.next + s.window {
             return;
         }
         let start = s.ahead_end.max(s.next);
@@ -544,9 +676,12 @@ impl VerifiedBlocks {
         s.ahead_end = end;
         drop(streams);
         ra.ensure_fetchers();
-        lock_any(&ra.inflight).push((start, end));
-        if !ra.send((start, end, true)) {
-            lock_any(&ra.inflight).retain(|&r| r != (start, end));
+        for (a, b) in ra.claim(start, end) {
+            lock_any(&ra.inflight).push((a, b));
+            if !ra.send((a, b, true)) {
+                lock_any(&ra.inflight).retain(|&r| r != (a, b));
+                ra.unclaim(a, b);
+            }
         }
     }
 
@@ -658,27 +793,49 @@ impl BlockSource for VerifiedBlocks {
         let Some(ra) = self.readahead.get() else {
             return;
         };
-        let bs = self.bs() as u64;
-        let whole = self.whole_blocks();
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for r in ranges {
-            let (a, b) = (r.start / bs, r.end.div_ceil(bs).min(whole));
-            if a >= b {
-                continue;
-            }
-            match runs.last_mut() {
-                Some((_, end)) if *end == a => *end = b,
-                _ => runs.push((a, b)),
-            }
-        }
-        for (a, b) in runs {
+        for (a, b) in self.block_runs(ranges) {
             // In pieces, so that reads never wait long behind one.
             let mut s = a;
             while s < b {
-                let e = (s + 256).min(b);
-                ra.send((s, e, false));
+                let e = (s + PREFETCH_PIECE).min(b);
+                for (x, y) in ra.claim(s, e) {
+                    if !ra.send((x, y, false)) {
+                        ra.unclaim(x, y);
+                    }
+                }
                 s = e;
             }
+        }
+    }
+
+    /// Fetches the ranges into the store now: in pieces on the background fetchers (concurrently,
+    /// each piece's requests in parallel), registered so that reads of them wait rather than
+    /// fetch them again; returns when every piece has ended.
+    fn fill(&self, ranges: &[std::ops::Range<u64>]) {
+        let Some(ra) = self.readahead.get() else {
+            return;
+        };
+        ra.ensure_fetchers();
+        let mut mine: Vec<(u64, u64)> = Vec::new();
+        for (a, b) in self.block_runs(ranges) {
+            let mut s = a;
+            while s < b {
+                let e = (s + PREFETCH_PIECE).min(b);
+                for (x, y) in ra.claim(s, e) {
+                    lock_any(&ra.inflight).push((x, y));
+                    if ra.send((x, y, true)) {
+                        mine.push((x, y));
+                    } else {
+                        lock_any(&ra.inflight).retain(|&r| r != (x, y));
+                        ra.unclaim(x, y);
+                    }
+                }
+                s = e;
+            }
+        }
+        let mut inflight = lock_any(&ra.inflight);
+        while inflight.iter().any(|r| mine.contains(r)) {
+            inflight = ra.landed.wait(inflight).unwrap_or_else(|e| e.into_inner());
         }
     }
 
@@ -695,13 +852,18 @@ impl BlockSource for VerifiedBlocks {
             return self.read_own(first, buf, None, &mut StoreUse::default());
         };
         let n = (buf.len() / self.bs()) as u64;
-        if let Some(ra) = self.readahead.get() {
-            // Blocks being fetched ahead: wait for them instead of fetching them twice.
+        let _fetching = self.readahead.get().map(|ra| {
+            // Blocks being fetched ahead or by another read: wait for them instead of fetching
+            // them twice. Then this read's blocks (and its miss window) are registered until it
+            // ends, so that readahead jobs and other reads leave them to it.
             let mut inflight = lock_any(&ra.inflight);
             while inflight.iter().any(|&(a, b)| a < first + n && first < b) {
                 inflight = ra.landed.wait(inflight).unwrap_or_else(|e| e.into_inner());
             }
-        }
+            let range = (first, first + n.max(ra.min));
+            inflight.push(range);
+            Fetching { ra, range }
+        });
         if self.read_with_miss_window(first, buf, &**store) {
             self.follow_stream(first, n);
             return Ok(());

@@ -212,6 +212,7 @@ impl Image {
         let Ok(pool) = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))
             .thread_name(|i| format!("sealfs-warm-{i}"))
+            .start_handler(|_| crate::verified::no_readahead_on_this_thread())
             .build()
         else {
             return;
@@ -274,6 +275,15 @@ impl Image {
             if level.is_empty() {
                 break;
             }
+            // Where the source keeps what it fetches (a remote image with a store): the level's
+            // directory blocks outside the metadata first, in one concurrent fill.
+            if self.prefetches() {
+                let ranges: Vec<_> = level
+                    .iter()
+                    .flat_map(|d| self.file_storage(d).unwrap_or_default())
+                    .collect();
+                self.blocks.fill_source(&ranges);
+            }
             let listed: Vec<(u64, Result<Vec<DirEntry>>)> = level
                 .par_iter()
                 .map(|d| (d.nid(), self.read_dir_all(d)))
@@ -290,6 +300,9 @@ impl Image {
                     .collect();
                 nids.sort_unstable();
                 nids.dedup();
+                if self.prefetches() {
+                    self.blocks.fill_source(&self.inode_block_spans(&nids));
+                }
                 let decoded: Vec<(u64, Option<Inode>)> = nids
                     .par_chunks(INODE_BATCH)
                     .flat_map_iter(|chunk| {
@@ -312,6 +325,28 @@ impl Image {
             ahead.dirs.extend(listed);
         }
         ahead
+    }
+
+    /// The blocks holding the inodes `nids` (sorted), as byte ranges: blocks close together are
+    /// joined with what lies between (fetched in one request rather than many small ones).
+    fn inode_block_spans(&self, nids: &[u64]) -> Vec<std::ops::Range<u64>> {
+        /// Blocks between two inode blocks fetched along rather than splitting the span.
+        const GAP: u64 = 16;
+        let sb = self.superblock();
+        let base = (sb.meta_blkaddr as u64) << sb.blkszbits;
+        let bs = 1u64 << sb.blkszbits;
+        let mut spans: Vec<std::ops::Range<u64>> = Vec::new();
+        for pos in nids
+            .iter()
+            .filter_map(|n| n.checked_mul(32)?.checked_add(base))
+        {
+            let blk = pos / bs * bs;
+            match spans.last_mut() {
+                Some(r) if blk < r.end + GAP * bs => r.end = r.end.max(blk + bs),
+                _ => spans.push(blk..blk + bs),
+            }
+        }
+        spans
     }
 
     /// Lists directory `dir` and reports it: `None` when it cannot be listed (reported as an error).
