@@ -11,11 +11,17 @@ TABLE is any of seq, cat, ls (default: all):
   cat   cold `cat` of 2,000 random files (fixed seed) of the `linux` tree image (uncompressed);
   ls    cold `ls -lR` of the `linux` tree image.
 
-The link: nginx serves the images on 127.0.0.1; toxiproxy (Go, built once into target/oracles)
-sits in front of it with 10 ms latency each way (20 ms round trip) and 1 Gbit/s downstream. The
-issue asks for `tc netem` in a network namespace; this machine's kernel has no sch_netem
-(CONFIG_NET_SCH_NETEM is not set), so a userspace proxy is the closest honest stand-in: it delays
-every chunk of data in each direction, which a request/response protocol sees as round-trip time.
+The link: the script runs itself in a network namespace of its own (`unshare -n`), where nginx
+serves the images on 127.0.0.1 and every client (sealfs, rclone) talks to it over that namespace's
+loopback. The issue asks for `tc qdisc ... netem delay 10ms rate 1gbit` there; this machine's
+kernel has no sch_netem (CONFIG_NET_SCH_NETEM is not set), so the two halves are made apart:
+  - delay: toxiproxy (Go, built once into target/oracles) in front of nginx adds 10 ms each way
+    (20 ms round trip) to every chunk of data, which a request/response protocol sees as
+    round-trip time;
+  - rate: an HTB class of 1 Gbit/s on the namespace's loopback takes everything toxiproxy sends
+    to the clients (a u32 filter on its port); every connection shares it, as on one real link.
+    (toxiproxy's own bandwidth toxic limits each connection apart, which lets a client that opens
+    many connections go past the link rate; the first measurements used it.)
 
 Cold means: the page cache dropped, a fresh mount, and an empty sealfs cache directory (sealfs)
 or an empty rclone VFS cache (rclone). Tools run interleaved, one untimed warm-up round first,
@@ -114,7 +120,7 @@ http {{
 
 
 class Link:
-    """toxiproxy in front of nginx: 10 ms each way, 1 Gbit/s downstream."""
+    """toxiproxy in front of nginx: 10 ms each way; 1 Gbit/s downstream, shared (HTB on lo)."""
 
     def __init__(self, upstream):
         self.api = free_port()
@@ -127,8 +133,15 @@ class Link:
         for stream in ("downstream", "upstream"):
             self.post("/proxies/wan/toxics", {"name": f"latency_{stream}", "type": "latency",
                                               "stream": stream, "attributes": {"latency": 10, "jitter": 0}})
-        self.post("/proxies/wan/toxics", {"name": "bandwidth", "type": "bandwidth", "stream": "downstream",
-                                          "attributes": {"rate": int(LINK_MBPS * 1000)}})
+        # One shaped class for what the proxy sends to clients; everything else on lo unshaped.
+        rate = f"{int(LINK_MBPS * 8)}mbit"
+        sh(["tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "20"])
+        sh(["tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:10", "htb", "rate", rate,
+            "ceil", rate, "quantum", "60000"])
+        sh(["tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:20", "htb", "rate", "40gbit",
+            "quantum", "60000"])
+        sh(["tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+            "match", "ip", "sport", str(self.port), "0xffff", "flowid", "1:10"])
         wait_port(self.port)
 
     def post(self, path, body):
@@ -216,6 +229,11 @@ def main():
     tables = sys.argv[1:] or ["seq", "cat", "ls"]
     if os.geteuid() != 0:
         sys.exit("remote.py: run as root (mounts, drop_caches)")
+    if os.environ.get("SEALFS_REMOTE_BENCH_NETNS") != "1":
+        # Into a network namespace of our own (mounts stay visible: the mount namespace is shared).
+        env = dict(os.environ, SEALFS_REMOTE_BENCH_NETNS="1")
+        os.execvpe("unshare", ["unshare", "-n", sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env)
+    sh(["ip", "link", "set", "lo", "up"])
     for tool in ("nginx", "rclone", "fusermount3"):
         if not shutil.which(tool):
             sys.exit(f"remote.py: {tool} not found")
