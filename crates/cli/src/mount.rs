@@ -360,7 +360,11 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     };
     let make_fs = move |log: Logger| {
         // Threads are started here, in the process that serves (the daemon forks after opening,
-        // and a thread of the parent could hold a lock the child would wait for forever).
+        // and a thread of the parent could hold a lock the child would wait for forever). They
+        // start with the termination signals blocked, as `serve` blocks them for its own: a
+        // signal delivered to one of them (the xattr check, the metadata warm-up) would end the
+        // daemon without unmounting, where the signal thread unmounts.
+        block_signals();
         if let Some(v) = &readahead {
             let (min, max) = sealfs_reader::OpenOptions::default().readahead_blocks;
             v.start_readahead(min, max, sealfs_reader::READAHEAD_FETCHERS);
