@@ -369,12 +369,14 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
             let (min, max) = sealfs_reader::OpenOptions::default().readahead_blocks;
             v.start_readahead(min, max, sealfs_reader::READAHEAD_FETCHERS);
         }
-        // The metadata fetched ahead, then (`--xattrs=auto`) the check for xattrs, which reads it.
+        // The metadata fetched ahead; its walk answers (`--xattrs=auto`) the check for xattrs.
         let warm_first = {
             let image = image.clone();
             move || {
                 if warm {
-                    image.warm_metadata(16);
+                    image.warm_metadata(16)
+                } else {
+                    None
                 }
             }
         };

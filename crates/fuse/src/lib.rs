@@ -295,16 +295,17 @@ impl SealFs {
     /// Sets how extended attribute requests are answered. [`XattrMode::Auto`] starts its check of
     /// the image on a thread of its own: call this in the process that serves.
     pub fn with_xattrs(self, mode: XattrMode) -> SealFs {
-        self.with_xattrs_after(mode, || {})
+        self.with_xattrs_after(mode, || None)
     }
 
     /// [`SealFs::with_xattrs`], the check of [`XattrMode::Auto`] starting once `before` has run
     /// on its thread (a remote image's metadata fetched ahead into the cache, which the check
-    /// then reads without a request).
+    /// then reads without a request). When `before` answers the check itself (what
+    /// [`sealfs_reader::Image::warm_metadata`] returns), the image is not read again.
     pub fn with_xattrs_after(
         self,
         mode: XattrMode,
-        before: impl FnOnce() + Send + 'static,
+        before: impl FnOnce() -> Option<bool> + Send + 'static,
     ) -> SealFs {
         let state = match mode {
             XattrMode::On => XattrState::Answered,
@@ -316,8 +317,10 @@ impl SealFs {
             let (image, xattrs) = (self.image.clone(), self.xattrs.clone());
             let why = self.xattrs_unread.clone();
             std::thread::spawn(move || {
-                before();
-                let found = image.any_xattrs();
+                let found = match before() {
+                    Some(any) => Ok(any),
+                    None => image.any_xattrs(),
+                };
                 if let Err(e) = &found {
                     *why.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
                 }

@@ -206,18 +206,26 @@ impl Image {
     /// Reads every directory and inode of the image once, on `threads` threads of its own, and
     /// forgets them: for a remote image with a store, this brings the metadata into the store in
     /// batches (a later `ls -lR` or `find` then reads it locally) while the caller goes on. Errors
-    /// are left for the reads that meet them.
-    pub fn warm_metadata(&self, threads: usize) {
-        let Ok(root) = self.root() else { return };
-        let Ok(pool) = rayon::ThreadPoolBuilder::new()
+    /// are left for the reads that meet them. Returns what [`Image::any_xattrs`] would, from the
+    /// same walk, when every directory and inode was read; `None` when one was not (or no thread
+    /// could be started).
+    pub fn warm_metadata(&self, threads: usize) -> Option<bool> {
+        let root = self.root().ok()?;
+        let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))
             .thread_name(|i| format!("sealfs-warm-{i}"))
             .start_handler(|_| crate::verified::no_readahead_on_this_thread())
             .build()
-        else {
-            return;
-        };
-        pool.install(|| drop(self.read_ahead(&root, usize::MAX)));
+            .ok()?;
+        let ahead = pool.install(|| self.read_ahead(&root, usize::MAX));
+        if ahead.dirs.values().any(|d| d.is_err()) {
+            return None;
+        }
+        let mut any = root.xattr_icount() > 0;
+        for inode in ahead.inodes.values() {
+            any |= inode.as_ref()?.xattr_icount() > 0;
+        }
+        Some(any)
     }
 
     /// Whether any inode of the image carries extended attributes. Every directory and the inode
