@@ -65,6 +65,11 @@ pub struct MountArgs {
     /// into the persistent cache of a remote image as soon as it is mounted.
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
+    /// A remote image: once its metadata is fetched, fetch the rest of it into the persistent
+    /// cache in the background (in order, a piece at a time, while reads go on with their own
+    /// requests), so that every file soon reads without a round trip, and then offline.
+    #[arg(long)]
+    fill: bool,
     /// With --kernel: what dm-verity does when a block fails its check: `eio` (the read fails),
     /// `panic` or `restart` the machine.
     #[arg(long, value_name = "ACTION", requires = "kernel", value_parser = ["eio", "panic", "restart"])]
@@ -194,6 +199,10 @@ fn logger(args: &MountArgs, foreground: bool) -> Result<sealfs_fuse::Logger> {
         }
     }))
 }
+
+/// Threads that fill the cache with the rest of a remote image (`--fill`): each has one piece
+/// (8 MiB, in four concurrent parts) in flight.
+const FILL_THREADS: usize = 3;
 
 /// Blocks the termination signals in this thread (and the threads it starts later), so that only
 /// the signal thread receives them.
@@ -346,6 +355,9 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     // A remote image's metadata is fetched in batches in the background (into the persistent
     // cache), so that a cold `ls -lR` or `find` does not wait a round trip per directory.
     let warm = args.image.is_remote() && !args.image.no_cache;
+    if args.fill && !warm {
+        bail!("--fill: only a remote image read through the cache is filled (not with --no-cache)");
+    }
     let readahead = verified.clone().filter(|_| warm);
     let xattrs = match args.xattrs.as_str() {
         "on" => XattrMode::On,
@@ -372,12 +384,16 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         // The metadata fetched ahead; its walk answers (`--xattrs=auto`) the check for xattrs.
         let warm_first = {
             let image = image.clone();
+            let fill = readahead.clone().filter(|_| args.fill);
             move || {
-                if warm {
-                    image.warm_metadata(16)
-                } else {
-                    None
+                if !warm {
+                    return None;
                 }
+                let any_xattrs = image.warm_metadata(16);
+                if let Some(v) = fill {
+                    std::thread::spawn(move || v.fill_all(FILL_THREADS));
+                }
+                any_xattrs
             }
         };
         if let Some(ranges) = &replay {

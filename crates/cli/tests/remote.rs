@@ -1323,3 +1323,75 @@ fn a_recorded_profile_warms_a_fresh_cache() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// `sealfs mount --fill`: the rest of a remote image is fetched into the cache in the background
+/// after its metadata, with nothing read through the mount; the server gone, a new mount from
+/// that cache then reads every file, equal to the local image's (GNU find and sha256sum).
+/// Refused where nothing would be filled (`--no-cache`).
+#[test]
+fn a_filled_mount_reads_every_file_offline() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let local = images.local("plain");
+    let digest = digest_of(&local);
+    let digest = digest.trim().to_string();
+    let url = http.url("plain");
+    let work = tempfile::tempdir().unwrap();
+    let (mnt, cache, local_dir) = (
+        work.path().join("mnt"),
+        work.path().join("cache"),
+        work.path().join("local"),
+    );
+    fs::create_dir(&mnt).unwrap();
+    sealfs_ok(&[
+        "extract",
+        "-q",
+        "--digest",
+        &digest,
+        s(&local),
+        s(&local_dir),
+    ]);
+    let mount = |extra: &[&str]| {
+        let mut args = vec!["mount", "--digest", &digest, "--cache-dir", s(&cache)];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[&url, s(&mnt)]);
+        sealfs_run(&args, &[])
+    };
+    let refused = mount(&["--fill", "--no-cache"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--fill"));
+
+    let o = mount(&["--fill"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Wait until the cache stops growing.
+    let mut last = 0;
+    for _ in 0..300 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let now = cache_stats(&cache).1;
+        if now == last && now > 0 {
+            break;
+        }
+        last = now;
+    }
+    assert!(sealfs_run(&["umount", s(&mnt)], &[]).status.success());
+    let size = fs::metadata(&local).unwrap().len();
+    println!("cache after --fill: {last} bytes for a {size}-byte image");
+    assert!(last >= size * 9 / 10, "{last} bytes cached of {size}");
+
+    drop(http);
+    let o = mount(&[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let copied = work.path().join("copied");
+    let cp = run(Command::new("timeout")
+        .args(["60", "cp", "-a"])
+        .arg(&mnt)
+        .arg(&copied));
+    assert!(sealfs_run(&["umount", s(&mnt)], &[]).status.success());
+    assert!(cp.status.success(), "offline copy: {cp:?}");
+    same_tree(&local_dir, &copied);
+}

@@ -515,6 +515,39 @@ impl VerifiedBlocks {
         }
     }
 
+    /// Fetches every data block the store lacks into it, in order, a piece at a time on each of
+    /// `threads` threads (reads and their readahead go on with requests of their own), leaving
+    /// out what readahead or reads are fetching; stops when readahead is settled. Returns the
+    /// blocks fetched. Nothing without a store and readahead.
+    pub fn fill_all(&self, threads: usize) -> u64 {
+        let Some(ra) = self.readahead.get() else {
+            return 0;
+        };
+        let before = self.stats.readahead_blocks.load(Relaxed);
+        let whole = self.whole_blocks();
+        let next = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..threads.max(1) {
+                scope.spawn(|| loop {
+                    let s = next.fetch_add(PREFETCH_PIECE, Relaxed);
+                    if s >= whole || lock_any(&ra.outstanding).1 {
+                        return;
+                    }
+                    let e = (s + PREFETCH_PIECE).min(whole);
+                    for (a, b) in ra.claim(s, e) {
+                        let _fetching = {
+                            lock_any(&ra.inflight).push((a, b));
+                            Fetching { ra, range: (a, b) }
+                        };
+                        self.fetch_ahead(a, b);
+                        ra.unclaim(a, b);
+                    }
+                });
+            }
+        });
+        self.stats.readahead_blocks.load(Relaxed) - before
+    }
+
     /// Starts recording which data blocks are read, in the order first read (an access profile).
     pub fn record_profile(&self) {
         *lock_any(&self.recording) = Some(Recording::default());
