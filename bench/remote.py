@@ -157,8 +157,9 @@ class Link:
 class Tool:
     """One way of reading a remote image: sealfs (batched or dependent hash fetches) or rclone + kernel."""
 
-    def __init__(self, name, kind, url, digest=None, env=None):
+    def __init__(self, name, kind, url, digest=None, env=None, args=()):
         self.name, self.kind, self.url, self.digest, self.env = name, kind, url, digest, env or {}
+        self.args = list(args)
         self.mp = tempfile.mkdtemp(prefix="sealfs-remote-mnt-")
         self.inner = tempfile.mkdtemp(prefix="sealfs-remote-img-")
         self.cache = tempfile.mkdtemp(prefix="sealfs-remote-cache-")
@@ -168,7 +169,8 @@ class Tool:
         os.makedirs(self.cache)
         if self.kind == "sealfs":
             env = dict(os.environ, **self.env)
-            sh([SEALFS, "mount", "--digest", self.digest, "--cache-dir", self.cache, self.url, self.mp], env=env)
+            sh([SEALFS, "mount", *self.args, "--digest", self.digest, "--cache-dir", self.cache, self.url, self.mp],
+               env=env)
             target = self.mp
         else:
             base, name = self.url.rsplit("/", 1)
@@ -252,10 +254,11 @@ def main():
     nginx = Nginx(www, work)
     link = Link(nginx.port)
     try:
-        def tools(image):
+        def tools(image, fill=False):
             url = f"http://127.0.0.1:{link.port}/{image}.sealfs"
             return [
                 Tool("sealfs", "sealfs", url, digests[image]),
+            ] + ([Tool("sealfs --fill", "sealfs", url, digests[image], args=["--fill"])] if fill else []) + [
                 Tool("sealfs, dependent hash fetches", "sealfs", url, digests[image],
                      {"SEALFS_DEPENDENT_HASH_FETCH": "1"}),
                 Tool("rclone + kernel (unverified)", "rclone", url),
@@ -273,7 +276,7 @@ def main():
             files.sort()
             pick = random.Random(42).sample(files, 2000)
         if "cat" in tables:
-            run("cat", tools("linux"), lambda t: sum(read_all(os.path.join(t.mp, f)) for f in pick), nginx)
+            run("cat", tools("linux", fill=True), lambda t: sum(read_all(os.path.join(t.mp, f)) for f in pick), nginx)
         if "ls" in tables:
             def ls(t):
                 out = subprocess.run(["ls", "-lR", t.mp], stdout=subprocess.PIPE, check=True).stdout
