@@ -1,8 +1,9 @@
 //! The reading commands on images made by erofs-utils 1.9's `mkfs.erofs` with what 1.5 cannot
 //! write (MicroLZMA, DEFLATE, fragments in the packed inode, dedupe, the 48-bit layout, compressed
-//! directories) agree with the kernel's mount of the same image: `sealfs ls -lAR` line for line
-//! with coreutils `ls -lAR` of the mount, `sealfs cat` of every regular file byte for byte, and
-//! `sealfs extract` equal to the mount (contents, modes, owners, times, xattrs, links).
+//! directories, metadata compression) agree with the kernel's mount of the same image:
+//! `sealfs ls -lAiR` line for line with coreutils `ls -lAiR` of the mount (inode numbers
+//! included), `sealfs cat` of every regular file byte for byte, and `sealfs extract` equal to the
+//! mount (contents, modes, owners, times, xattrs, links).
 //!
 //! Needs root, the kernel's erofs and `mkfs.erofs` 1.9 (`scripts/build-oracles.sh` or
 //! `$MKFS_EROFS`); prints `SKIP` without them (fails under CI).
@@ -29,6 +30,11 @@ const CASES: &[(&str, &[&str])] = &[
     (
         "lz4hc-16k-48bit-fragments",
         &["-zlz4hc", "-C16384", "-E48bit,fragments"],
+    ),
+    // Metadata compression: every inode in the metabox, which the reader decodes like a file.
+    (
+        "zstd-metabox-dirs-fragments",
+        &["-zzstd", "-C65536", "-m4096", "--zD", "-Efragments"],
     ),
 ];
 
@@ -93,12 +99,12 @@ fn check(mkfs: &Path, tmp: &Tmpfs, src: &Path, name: &str, args: &[&str]) {
     let mut problems = Vec::new();
 
     let theirs = ok(Command::new("ls")
-        .args(["-lAR", "-b", "-n", "--time-style=long-iso"])
+        .args(["-lAiR", "-b", "-n", "--time-style=long-iso"])
         .arg(m)
         .env("LC_ALL", "C")
         .env("TZ", "UTC"))
     .stdout;
-    let ours = ok(sealfs().args(["ls", "-lAR", "-b"]).arg(&image).arg("/")).stdout;
+    let ours = ok(sealfs().args(["ls", "-lAiR", "-b"]).arg(&image).arg("/")).stdout;
     let (a, b) = (
         ls_lines(&theirs, Some(m.as_os_str().as_bytes())),
         ls_lines(&ours, None),

@@ -37,6 +37,40 @@ pub const fn iloc(meta_blkaddr: u32, blkszbits: u8, nid: u64) -> u64 {
     ((meta_blkaddr as u64) << blkszbits) + (nid << INODE_SLOT_BITS)
 }
 
+/// Bit of a nid (in dirents, the superblock's root nid and inode numbers) that places the inode in the
+/// metabox: its slot is at `32 * (nid & EROFS_DIRENT_NID_MASK)` of the metabox inode's data, not of the
+/// metadata area (`METABOX`, Linux 6.17).
+pub const EROFS_DIRENT_NID_METABOX_BIT: u32 = 63;
+/// The slot part of a nid.
+pub const EROFS_DIRENT_NID_MASK: u64 = (1 << EROFS_DIRENT_NID_METABOX_BIT) - 1;
+
+/// Whether inode `nid` lives in the metabox.
+pub const fn nid_in_metabox(nid: u64) -> bool {
+    nid >> EROFS_DIRENT_NID_METABOX_BIT != 0
+}
+
+/// The inode number the kernel shows for `nid` (`erofs_nid_to_ino64`): the nid itself, except in
+/// images with a metabox, where bits 31..62 move up by one and the metabox bit becomes bit 31 (so
+/// that metabox inodes do not get huge numbers).
+pub const fn nid_to_ino64(metabox: bool, nid: u64) -> u64 {
+    if !metabox {
+        return nid;
+    }
+    ((nid << 1) & !((1u64 << 32) - 1))
+        | (nid & ((1 << 31) - 1))
+        | ((nid >> EROFS_DIRENT_NID_METABOX_BIT) << 31)
+}
+
+/// Inverse of [`nid_to_ino64`] for nids below 2^62 (every nid: `32 * nid` is a byte offset).
+pub const fn ino64_to_nid(metabox: bool, ino: u64) -> u64 {
+    if !metabox {
+        return ino;
+    }
+    ((ino >> 1) & !((1u64 << 31) - 1) & EROFS_DIRENT_NID_MASK)
+        | (ino & ((1 << 31) - 1))
+        | (((ino >> 31) & 1) << EROFS_DIRENT_NID_METABOX_BIT)
+}
+
 /// Linux "new" device number encoding, as stored in `i_u` of device inodes and carried by FUSE
 /// (`new_encode_dev`: `(minor & 0xff) | (major << 8) | ((minor & ~0xff) << 12)`). Only numbers that
 /// pass [`new_valid_dev`] round-trip. Not the C library's `makedev` (the 64-bit `st_rdev` form).
@@ -80,5 +114,28 @@ mod tests {
         assert!(!new_valid_dev(0, 0x100000));
         // The kernel's documented example: major 8, minor 1 encodes as 0x801.
         assert_eq!(new_encode_dev(8, 1), 0x801);
+    }
+
+    #[test]
+    fn metabox_inode_numbers_round_trip() {
+        // As the 6.18 kernel showed them for a `mkfs.erofs -m4096` image: `stat` of the root
+        // (nid 2^63) and of nid 2^63 + 3007 gives 2^31 and 2^31 + 3007.
+        assert_eq!(nid_to_ino64(true, 1 << 63), 1 << 31);
+        assert_eq!(nid_to_ino64(true, (1 << 63) + 3007), (1 << 31) + 3007);
+        assert_eq!(nid_to_ino64(true, 42), 42);
+        assert_eq!(nid_to_ino64(false, (1 << 63) + 5), (1 << 63) + 5);
+        for nid in [
+            0,
+            1,
+            42,
+            (1 << 31) - 1,
+            1 << 31,
+            (1 << 40) + 7,
+            (1 << 58) - 1,
+        ] {
+            for nid in [nid, nid | 1 << 63] {
+                assert_eq!(ino64_to_nid(true, nid_to_ino64(true, nid)), nid, "{nid:#x}");
+            }
+        }
     }
 }

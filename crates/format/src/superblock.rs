@@ -33,6 +33,8 @@ pub const EROFS_FEATURE_INCOMPAT_XATTR_PREFIXES: u32 = 0x0000_0040;
 pub const EROFS_FEATURE_INCOMPAT_48BIT: u32 = 0x0000_0080;
 /// `feature_incompat`: metadata compression.
 pub const EROFS_FEATURE_INCOMPAT_METABOX: u32 = 0x0000_0100;
+/// Shared xattrs are in the metabox (`xattr_blkaddr` counts blocks of the metabox inode's data).
+pub const EROFS_FEATURE_COMPAT_SHARED_EA_IN_METABOX: u32 = 0x0000_0008;
 /// Every incompatible feature Linux 6.18 knows.
 pub const EROFS_ALL_FEATURE_INCOMPAT: u32 = 0x0000_01FF;
 
@@ -100,6 +102,19 @@ const _: () = assert!(core::mem::size_of::<SuperBlock>() == 128);
 const _: () = assert!(core::mem::offset_of!(SuperBlock, feature_incompat) == 80);
 const _: () = assert!(core::mem::offset_of!(SuperBlock, xattr_filter_reserved) == 104);
 const _: () = assert!(core::mem::offset_of!(SuperBlock, rootnid_8b) == 112);
+
+/// The first 16-byte extension slot of the superblock (`sb_extslots >= 1`), right after
+/// [`SuperBlock`]: where a `METABOX` image names its metabox inode.
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct SuperBlockExt1 {
+    /// nid of the metabox inode (`METABOX`); never itself in the metabox.
+    pub metabox_nid: LeU64,
+    /// Reserved.
+    pub reserved3: [u8; 8],
+}
+
+const _: () = assert!(core::mem::size_of::<SuperBlockExt1>() == 16);
 
 impl SuperBlock {
     /// Length of the EROFS bytes of an image with this superblock: `blocks << blkszbits`. The kernel

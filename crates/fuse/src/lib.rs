@@ -75,31 +75,40 @@ type CheckOnce = Arc<std::sync::OnceLock<Result<(), Errno>>>;
 /// The FUSE node ids of an image's inodes.
 ///
 /// The kernel shows a node's `st_ino` from the attributes the filesystem returns, and for every node
-/// but the root (whose node id is always 1) the node id *is* that number in fuser. So node id = nid,
-/// except: the root is 1 (its attributes still say its nid), and nids 0 and 1 (when not the root),
-/// which FUSE cannot use, are moved above every possible nid (nids are below 2^59, since `nid * 32`
-/// is a byte offset).
+/// but the root (whose node id is always 1) the node id *is* that number in fuser. So node id = the
+/// inode number the kernel shows (the nid, or in an image with a metabox its
+/// [`sealfs_format::nid_to_ino64`] form), except: the root is 1 (its attributes still say its
+/// number), and numbers 0 and 1 (when not the root), which FUSE cannot use, are moved above every
+/// possible one (nids are below 2^59, since `nid * 32` is a byte offset, so their inode numbers are
+/// below 2^60).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeMap {
     root_nid: u64,
+    metabox: bool,
 }
 
 const ALIAS: u64 = 1 << 62;
 
 impl NodeMap {
-    /// The map for an image whose root directory is `root_nid`.
-    pub fn new(root_nid: u64) -> NodeMap {
-        NodeMap { root_nid }
+    /// The map for an image whose root directory is `root_nid`, with a metabox or not.
+    pub fn new(root_nid: u64, metabox: bool) -> NodeMap {
+        NodeMap { root_nid, metabox }
+    }
+
+    /// The inode number the kernel shows for `nid`.
+    pub fn ino(&self, nid: u64) -> u64 {
+        sealfs_format::nid_to_ino64(self.metabox, nid)
     }
 
     /// The node id of `nid`.
     pub fn node(&self, nid: u64) -> u64 {
+        let ino = self.ino(nid);
         if nid == self.root_nid {
             1
-        } else if nid <= 1 {
-            nid | ALIAS
+        } else if ino <= 1 {
+            ino | ALIAS
         } else {
-            nid
+            ino
         }
     }
 
@@ -107,10 +116,8 @@ impl NodeMap {
     pub fn nid(&self, node: u64) -> u64 {
         if node == 1 {
             self.root_nid
-        } else if node & ALIAS != 0 {
-            node & !ALIAS
         } else {
-            node
+            sealfs_format::ino64_to_nid(self.metabox, node & !ALIAS)
         }
     }
 }
@@ -273,7 +280,7 @@ impl SealFs {
         trust: String,
         log: Logger,
     ) -> SealFs {
-        let nodes = NodeMap::new(image.root_nid());
+        let nodes = NodeMap::new(image.root_nid(), image.superblock().metabox_nid.is_some());
         SealFs {
             image,
             verified,
@@ -651,7 +658,11 @@ impl Filesystem for SealFs {
         match self.inode(nid) {
             // The root's attributes carry its nid (its node id is 1): that is its st_ino.
             Ok(inode) => {
-                let shown = if ino.0 == 1 { nid } else { ino.0 };
+                let shown = if ino.0 == 1 {
+                    self.nodes.ino(nid)
+                } else {
+                    ino.0
+                };
                 reply.attr(&TTL, &self.attr(&inode, shown));
             }
             Err(e) => reply.error(e),
@@ -734,9 +745,9 @@ impl Filesystem for SealFs {
             Err(e) => return reply.error(e),
         };
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            // d_ino is the nid, as on a kernel mount.
+            // d_ino is the inode number, as on a kernel mount.
             if reply.add(
-                INodeNo(e.nid),
+                INodeNo(self.nodes.ino(e.nid)),
                 i as u64 + 1,
                 dirent_type(e),
                 OsStr::from_bytes(&e.name),
@@ -795,7 +806,11 @@ impl Filesystem for SealFs {
                 }
             };
             // "." and ".." are not linked by the kernel: their number is only d_ino.
-            let node = if dots { e.nid } else { self.nodes.node(e.nid) };
+            let node = if dots {
+                self.nodes.ino(e.nid)
+            } else {
+                self.nodes.node(e.nid)
+            };
             let attr = self.attr(&inode, node);
             if reply.add(
                 INodeNo(node),
@@ -930,14 +945,14 @@ mod tests {
 
     #[test]
     fn node_map_root_is_node_one_and_back() {
-        let m = NodeMap::new(36);
+        let m = NodeMap::new(36, false);
         assert_eq!(m.node(36), 1);
         assert_eq!(m.nid(1), 36);
     }
 
     #[test]
     fn node_map_ordinary_nids_are_their_own_node_ids() {
-        let m = NodeMap::new(36);
+        let m = NodeMap::new(36, false);
         for nid in [2, 3, 35, 37, 38, 1 << 20, MAX_NID] {
             assert_eq!(m.node(nid), nid, "nid {nid}");
             assert_eq!(m.nid(nid), nid, "node {nid}");
@@ -948,7 +963,7 @@ mod tests {
     /// 2^62 + nid, above every nid.
     #[test]
     fn node_map_nids_zero_and_one_are_moved_above_every_nid() {
-        let m = NodeMap::new(36);
+        let m = NodeMap::new(36, false);
         assert_eq!(m.node(0), 0x4000_0000_0000_0000);
         assert_eq!(m.node(1), 0x4000_0000_0000_0001);
         assert_eq!(m.nid(0x4000_0000_0000_0000), 0);
@@ -959,12 +974,12 @@ mod tests {
     /// A root at nid 0 or 1 takes node id 1; the other of the two is moved.
     #[test]
     fn node_map_root_at_nid_zero_or_one() {
-        let m = NodeMap::new(0);
+        let m = NodeMap::new(0, false);
         assert_eq!((m.node(0), m.nid(1)), (1, 0));
         assert_eq!(m.node(1), 0x4000_0000_0000_0001);
         assert_eq!(m.nid(0x4000_0000_0000_0001), 1);
 
-        let m = NodeMap::new(1);
+        let m = NodeMap::new(1, false);
         assert_eq!((m.node(1), m.nid(1)), (1, 1));
         assert_eq!(m.node(0), 0x4000_0000_0000_0000);
         assert_eq!(m.nid(0x4000_0000_0000_0000), 0);
@@ -977,8 +992,17 @@ mod tests {
         let nids: Vec<u64> = (0..70)
             .chain([1 << 16, (1 << 32) - 1, 1 << 32, MAX_NID - 1, MAX_NID])
             .collect();
-        for root in [0, 1, 2, 36, 65535, MAX_NID] {
-            let m = NodeMap::new(root);
+        let in_metabox: Vec<u64> = nids.iter().map(|n| n | 1 << 63).collect();
+        for (root, metabox) in [0, 1, 2, 36, 65535, MAX_NID, 1 << 63, (1 << 63) + 5]
+            .into_iter()
+            .flat_map(|r| [(r, false), (r, true)])
+            .filter(|&(r, metabox)| metabox || r >> 63 == 0)
+        {
+            let m = NodeMap::new(root, metabox);
+            let nids: Vec<u64> = match metabox {
+                true => nids.iter().chain(&in_metabox).copied().collect(),
+                false => nids.clone(),
+            };
             let mut seen = HashSet::new();
             for &nid in nids.iter().chain([&root]) {
                 let node = m.node(nid);

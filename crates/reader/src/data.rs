@@ -226,7 +226,7 @@ impl Image {
             .ok_or_else(|| Error::corrupted("chunk index position overflows", at))?;
         let at = at.with_offset(pos).with_block(pos >> self.sb.blkszbits);
         let mut entry = [0u8; 8];
-        self.blocks.read(pos, &mut entry[..unit as usize], at)?;
+        self.meta_read(pos, &mut entry[..unit as usize], at)?;
         let logical = chunknr << inode.chunkbits;
         let length = (1u64 << inode.chunkbits)
             .min((inode.size - logical).next_multiple_of(self.block_size()));
@@ -321,7 +321,7 @@ impl Image {
             match e.kind {
                 ExtentKind::Hole => dst.fill(0),
                 ExtentKind::Mapped { physical } => self.blocks.read_bulk(physical, dst, at)?,
-                ExtentKind::Inline { physical } => self.blocks.read(physical, dst, at)?,
+                ExtentKind::Inline { physical } => self.meta_read(physical, dst, at)?,
                 ExtentKind::Compressed { .. } | ExtentKind::Fragment { .. } => {
                     return Err(Error::corrupted("compressed extent in a flat inode", at))
                 }
@@ -446,8 +446,7 @@ impl Image {
             ExtentKind::Inline { physical } => {
                 let n = (e.logical + e.length - la).min(bsz) as usize;
                 let mut v = vec![0u8; bsz as usize];
-                self.blocks
-                    .read(physical + (la - e.logical), &mut v[..n], at)?;
+                self.meta_read(physical + (la - e.logical), &mut v[..n], at)?;
                 Ok(BlockRef::owned(v))
             }
             ExtentKind::Hole => Ok(BlockRef::owned(vec![0u8; bsz as usize])),

@@ -749,7 +749,7 @@ impl Image {
         let (plen, length) = (z.plen as usize, z.length as usize);
         let mut input = PclusterBuf::take(plen);
         if z.inline {
-            self.blocks.read(z.physical, &mut input, at)?;
+            self.meta_read(z.physical, &mut input, at)?;
         } else {
             self.blocks.read_bulk(z.physical, &mut input, at)?;
         }

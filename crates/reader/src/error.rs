@@ -59,6 +59,8 @@ impl Location {
     }
 }
 
+use crate::image::IN_METABOX as METABOX_TAG;
+
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut sep = "";
@@ -66,12 +68,18 @@ impl fmt::Display for Location {
             write!(f, "nid {nid}")?;
             sep = ", ";
         }
-        if let Some(block) = self.block {
+        // A metadata position in the metabox (bit 63, see `Image::meta_read`) has no image block.
+        let in_metabox = self.offset.is_some_and(|o| o & METABOX_TAG != 0);
+        if let Some(block) = self.block.filter(|_| !in_metabox) {
             write!(f, "{sep}block {block}")?;
             sep = ", ";
         }
         if let Some(offset) = self.offset {
-            write!(f, "{sep}offset {offset:#x}")?;
+            if in_metabox {
+                write!(f, "{sep}metabox offset {:#x}", offset & !METABOX_TAG)?;
+            } else {
+                write!(f, "{sep}offset {offset:#x}")?;
+            }
             sep = ", ";
         }
         if sep.is_empty() {

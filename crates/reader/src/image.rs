@@ -39,7 +39,15 @@ pub struct Image {
     pub(crate) sb: SuperInfo,
     pub(crate) prefixes: LongPrefixes,
     pub(crate) clusters: ClusterCache,
+    /// The metabox inode (`METABOX`): its data holds the inodes whose nid has bit 63 set.
+    pub(crate) metabox: Option<Inode>,
 }
+
+/// Bit 63 of a metadata position: the position is a byte offset in the metabox inode's data, not
+/// in the image. Positions derived from an inode's place (its xattrs, block map, compression indexes
+/// and inline data) carry the tag of the inode's nid, so one read path ([`Image::meta_read`]) serves
+/// both.
+pub(crate) const IN_METABOX: u64 = 1 << 63;
 
 impl std::fmt::Debug for Image {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -76,12 +84,27 @@ impl Image {
         let sb = read_superblock(&blocks)?;
         blocks.set_erofs_bits(sb.blkszbits);
         let prefixes = load_long_prefixes(&blocks, &sb)?;
-        let image = Image {
+        let mut image = Image {
             blocks,
             sb,
             prefixes,
             clusters: ClusterCache::new(options.cluster_cache_bytes),
+            metabox: None,
         };
+        if let Some(nid) = image.sb.metabox_nid {
+            // Never in the metabox itself (checked with the superblock), so read from the image.
+            let metabox = image.inode(nid)?;
+            if !metabox.is_file() {
+                return Err(Error::corrupted(
+                    format!(
+                        "the metabox inode is not a regular file (mode {:o})",
+                        metabox.mode()
+                    ),
+                    Location::nid(nid),
+                ));
+            }
+            image.metabox = Some(metabox);
+        }
         let root = image.root()?;
         if !root.is_dir() {
             return Err(Error::corrupted(
@@ -117,6 +140,12 @@ impl Image {
         self.sb.root_nid
     }
 
+    /// The inode number the kernel shows for `nid` (`stat`'s `st_ino` and `readdir`'s `d_ino`): the
+    /// nid, except in images with a metabox (see [`sealfs_format::nid_to_ino64`]).
+    pub fn ino_of(&self, nid: u64) -> u64 {
+        sealfs_format::nid_to_ino64(self.sb.metabox_nid.is_some(), nid)
+    }
+
     /// The root directory inode.
     pub fn root(&self) -> Result<Inode> {
         self.inode(self.sb.root_nid)
@@ -132,6 +161,42 @@ impl Image {
     /// structural dumps and tools; file data is read with [`Image::read`]).
     pub fn read_raw(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.blocks.read(offset, buf, Location::image())
+    }
+
+    /// Reads metadata at `pos`: image bytes, or with [`IN_METABOX`] set, bytes of the metabox
+    /// inode's data (decoded through the cluster cache, verified like any file data).
+    pub(crate) fn meta_read(&self, pos: u64, buf: &mut [u8], at: Location) -> Result<()> {
+        if pos & IN_METABOX == 0 {
+            return self.blocks.read(pos, buf, at);
+        }
+        let Some(metabox) = &self.metabox else {
+            return Err(Error::corrupted(
+                "an inode in the metabox of an image without one",
+                at,
+            ));
+        };
+        let off = pos & !IN_METABOX;
+        let end = off.checked_add(buf.len() as u64);
+        if end.is_none_or(|end| end > metabox.size()) {
+            return Err(Error::corrupted(
+                format!(
+                    "{} bytes of metadata beyond the end of the metabox ({} bytes)",
+                    buf.len(),
+                    metabox.size()
+                ),
+                at,
+            ));
+        }
+        let n = self.read(metabox, off, buf)?;
+        debug_assert_eq!(n, buf.len());
+        Ok(())
+    }
+
+    /// [`Image::meta_read`] into a new vector of `len` bytes.
+    pub(crate) fn meta_read_vec(&self, pos: u64, len: usize, at: Location) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; len];
+        self.meta_read(pos, &mut v, at)?;
+        Ok(v)
     }
 
     /// Byte position of EROFS block `blkaddr`, or a corruption error naming `at` on overflow.

@@ -1,13 +1,14 @@
 //! Inodes: compact (32-byte) and extended (64-byte), decoded like Linux 6.18's `erofs_read_inode`.
 //!
-//! An inode lives at `iloc(nid) = meta_blkaddr * blksz + 32 * nid`. It is followed by its inline xattr
+//! An inode lives at `iloc(nid) = meta_blkaddr * blksz + 32 * nid`, or, when bit 63 of the nid is
+//! set (`METABOX`), at `32 * (nid & EROFS_DIRENT_NID_MASK)` of the metabox inode's data. It is followed by its inline xattr
 //! body (`xattr_isize` bytes) and then the per-layout area: the inline tail (FLAT_INLINE) or the chunk
 //! index array (CHUNK_BASED). Compact inodes take their time from the superblock `epoch` plus their
 //! 32-bit `i_mtime` and `fixed_nsec`; with `NLINK_1` (non-directories) their nlink is 1 and `i_nb` holds
 //! the high start-block bits, otherwise `i_nb` is nlink.
 
 use crate::error::{Error, Location, Result};
-use crate::image::Image;
+use crate::image::{Image, IN_METABOX};
 use sealfs_format::{
     new_decode_dev, xattr_ibody_size, DataLayout, FromBytes, InodeCompact, InodeExtended,
     EROFS_CHUNK_FORMAT_48BIT, EROFS_CHUNK_FORMAT_BLKBITS_MASK, EROFS_CHUNK_FORMAT_INDEXES,
@@ -98,7 +99,7 @@ impl FileType {
 /// What `stat(2)` shows for an inode on a kernel mount (atime and ctime equal mtime).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
-    /// Inode number: the nid.
+    /// Inode number: the nid (mapped by [`sealfs_format::nid_to_ino64`] in images with a metabox).
     pub ino: u64,
     /// Type and permission bits.
     pub mode: u32,
@@ -140,6 +141,8 @@ pub fn glibc_makedev(major: u32, minor: u32) -> u64 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inode {
     pub(crate) nid: u64,
+    /// The inode number the kernel shows (see [`sealfs_format::nid_to_ino64`]).
+    pub(crate) ino: u64,
     pub(crate) iloc: u64,
     pub(crate) extended: bool,
     pub(crate) format: u16,
@@ -169,7 +172,13 @@ impl Inode {
         self.nid
     }
 
-    /// Absolute byte offset of the inode.
+    /// The inode number `stat` shows on a kernel mount: the nid, except in images with a metabox
+    /// (see [`sealfs_format::nid_to_ino64`]).
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    /// Byte offset of the inode: in the image, or with bit 63 set, in the metabox inode's data.
     pub fn iloc(&self) -> u64 {
         self.iloc
     }
@@ -305,7 +314,7 @@ impl Inode {
             self.size.next_multiple_of(1 << self.blkszbits) >> 9
         };
         Stat {
-            ino: self.nid,
+            ino: self.ino,
             mode: self.mode as u32,
             nlink: self.nlink,
             uid: self.uid,
@@ -333,6 +342,7 @@ impl Image {
         let bits = self.blocks.block_bits();
         let mut blocks: Vec<u64> = nids
             .iter()
+            .filter(|&&nid| !sealfs_format::nid_in_metabox(nid))
             .filter_map(|nid| nid.checked_mul(32)?.checked_add(base))
             .map(|pos| pos >> bits)
             .collect();
@@ -347,13 +357,20 @@ impl Image {
         let _metadata = crate::verified::MetadataReads::begin();
         let at = Location::nid(nid);
         let sb = &self.sb;
-        let pos = nid
-            .checked_mul(32)
-            .and_then(|o| ((sb.meta_blkaddr as u64) << sb.blkszbits).checked_add(o))
-            .ok_or_else(|| Error::corrupted("nid out of range", at))?;
+        let pos = if sealfs_format::nid_in_metabox(nid) {
+            (nid & sealfs_format::EROFS_DIRENT_NID_MASK)
+                .checked_mul(32)
+                .filter(|&o| o < IN_METABOX)
+                .map(|o| o | IN_METABOX)
+        } else {
+            nid.checked_mul(32)
+                .and_then(|o| ((sb.meta_blkaddr as u64) << sb.blkszbits).checked_add(o))
+                .filter(|&pos| pos < IN_METABOX)
+        }
+        .ok_or_else(|| Error::corrupted("nid out of range", at))?;
         let at = at.with_offset(pos).with_block(pos >> sb.blkszbits);
         let mut raw = [0u8; 64];
-        self.blocks.read(pos, &mut raw[..32], at)?;
+        self.meta_read(pos, &mut raw[..32], at)?;
         let dic = InodeCompact::read_from_bytes(&raw[..32]).expect("32 bytes");
         let ifmt = dic.i_format.get();
         if ifmt & !EROFS_I_ALL != 0 {
@@ -368,6 +385,7 @@ impl Image {
         let nlink_1 = (ifmt >> EROFS_I_NLINK_1_BIT) & 1 != 0;
         let mut inode = Inode {
             nid,
+            ino: sealfs_format::nid_to_ino64(sb.metabox_nid.is_some(), nid),
             iloc: pos,
             extended,
             format: ifmt,
@@ -392,7 +410,7 @@ impl Image {
         let (i_u, i_nb, addrmask);
         if extended {
             // An extended inode may straddle a block boundary: the choke point reads across it.
-            self.blocks.read(pos + 32, &mut raw[32..], at)?;
+            self.meta_read(pos + 32, &mut raw[32..], at)?;
             let die = InodeExtended::read_from_bytes(&raw).expect("64 bytes");
             inode.uid = die.i_uid.get();
             inode.gid = die.i_gid.get();

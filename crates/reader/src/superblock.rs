@@ -3,8 +3,9 @@
 //! Checks, in the kernel's order: magic, `blkszbits` in 9..=12, `dirblkbits == 0`, the checksum when
 //! `SB_CHKSUM` is set, no unknown incompatible feature, the superblock size. Then the root nid (48-bit
 //! form when `48BIT` is set and `rootnid_8b != 0`), the compression configuration (below) and the
-//! long xattr prefix table (see [`crate::xattr`]). Metadata compression (`METABOX`) is reported as
-//! unsupported.
+//! long xattr prefix table (see [`crate::xattr`]). With `METABOX` (metadata compression), the
+//! superblock must have an extension slot holding `metabox_nid`, which must not itself be in the
+//! metabox; neither may `packed_nid` be.
 //!
 //! **Compression configuration** (the kernel's `z_erofs_parse_cfgs`, run at mount). Without
 //! `COMPR_CFGS` the image may use LZ4 only, `u1` is `lz4_max_distance` and LZ4 pclusters are one
@@ -21,16 +22,16 @@ use crate::cache::Blocks;
 use crate::error::{Error, Location, Result};
 use sealfs_format::{
     superblock_checksum, superblock_checksum_len, DeflateCfgs, FromBytes, Lz4Cfgs, LzmaCfgs,
-    SuperBlock, ZstdCfgs, EROFS_ALL_FEATURE_INCOMPAT, EROFS_FEATURE_COMPAT_SB_CHKSUM,
-    EROFS_FEATURE_COMPAT_XATTR_FILTER, EROFS_FEATURE_INCOMPAT_48BIT,
-    EROFS_FEATURE_INCOMPAT_COMPR_CFGS, EROFS_FEATURE_INCOMPAT_METABOX, EROFS_SUPER_MAGIC_V1,
-    EROFS_SUPER_OFFSET, Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4,
-    Z_EROFS_COMPRESSION_LZMA, Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_DEFLATE_MAX_WINDOWBITS,
-    Z_EROFS_LZMA_FORMAT_MICROLZMA, Z_EROFS_LZMA_MIN_DICT_SIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
+    SuperBlock, SuperBlockExt1, ZstdCfgs, EROFS_ALL_FEATURE_INCOMPAT,
+    EROFS_FEATURE_COMPAT_SB_CHKSUM, EROFS_FEATURE_COMPAT_XATTR_FILTER,
+    EROFS_FEATURE_INCOMPAT_48BIT, EROFS_FEATURE_INCOMPAT_COMPR_CFGS,
+    EROFS_FEATURE_INCOMPAT_METABOX, EROFS_SUPER_MAGIC_V1, EROFS_SUPER_OFFSET,
+    Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4, Z_EROFS_COMPRESSION_LZMA,
+    Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_DEFLATE_MAX_WINDOWBITS, Z_EROFS_LZMA_FORMAT_MICROLZMA,
+    Z_EROFS_LZMA_MIN_DICT_SIZE, Z_EROFS_PCLUSTER_MAX_SIZE,
 };
 
-/// `feature_compat`: the shared xattr area lives in the metabox (6.17+).
-pub const EROFS_FEATURE_COMPAT_SHARED_EA_IN_METABOX: u32 = 0x0000_0008;
+pub use sealfs_format::EROFS_FEATURE_COMPAT_SHARED_EA_IN_METABOX;
 /// `feature_compat`: the long xattr prefix table is plain on disk (6.17-rc6+).
 pub const EROFS_FEATURE_COMPAT_PLAIN_XATTR_PFX: u32 = 0x0000_0010;
 
@@ -111,6 +112,8 @@ pub struct SuperInfo {
     pub packed_nid: u64,
     /// Must be 0 for the xattr name filters to be used.
     pub xattr_filter_reserved: u8,
+    /// nid of the metabox inode (`METABOX`), which holds the inodes whose nid has bit 63 set.
+    pub metabox_nid: Option<u64>,
     /// Compression algorithms and their configuration records.
     pub compr: ComprInfo,
 }
@@ -210,9 +213,6 @@ pub(crate) fn read_superblock(blocks: &Blocks) -> Result<SuperInfo> {
             at,
         ));
     }
-    if feature_incompat & EROFS_FEATURE_INCOMPAT_METABOX != 0 {
-        return Err(Error::unsupported("METABOX (metadata compression)", at));
-    }
     let sb_size = 128 + 16 * dsb.sb_extslots as u64;
     if sb_size > 4096 - EROFS_SUPER_OFFSET {
         return Err(Error::corrupted(
@@ -220,6 +220,35 @@ pub(crate) fn read_superblock(blocks: &Blocks) -> Result<SuperInfo> {
             at,
         ));
     }
+    if sealfs_format::nid_in_metabox(dsb.packed_nid.get()) {
+        return Err(Error::corrupted(
+            format!("packed_nid {:#x} is in the metabox", dsb.packed_nid.get()),
+            at,
+        ));
+    }
+    let metabox_nid = if feature_incompat & EROFS_FEATURE_INCOMPAT_METABOX != 0 {
+        if sb_size < 128 + 16 {
+            return Err(Error::corrupted(
+                "METABOX without the superblock slot that names the metabox inode",
+                at,
+            ));
+        }
+        let mut ext = [0u8; 16];
+        blocks.read(EROFS_SUPER_OFFSET + 128, &mut ext, at)?;
+        let nid = SuperBlockExt1::read_from_bytes(&ext)
+            .expect("16 bytes")
+            .metabox_nid
+            .get();
+        if sealfs_format::nid_in_metabox(nid) {
+            return Err(Error::corrupted(
+                format!("metabox_nid {nid:#x} is in the metabox itself"),
+                at,
+            ));
+        }
+        Some(nid)
+    } else {
+        None
+    };
     let compr = read_compr_cfgs(blocks, &dsb, feature_incompat, blkszbits, sb_size)?;
     let mut blocks_total = dsb.blocks.get() as u64;
     let root_nid =
@@ -250,6 +279,7 @@ pub(crate) fn read_superblock(blocks: &Blocks) -> Result<SuperInfo> {
         xattr_prefix_start: dsb.xattr_prefix_start.get(),
         packed_nid: dsb.packed_nid.get(),
         xattr_filter_reserved: dsb.xattr_filter_reserved,
+        metabox_nid,
         compr,
     })
 }

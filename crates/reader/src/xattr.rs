@@ -156,7 +156,7 @@ impl Image {
             return Err(Error::unsupported("xattr_isize 12 (i_xattr_icount 1)", at));
         }
         let mut head = [0u8; HEADER as usize];
-        self.blocks.read(pos, &mut head, at)?;
+        self.meta_read(pos, &mut head, at)?;
         let name_filter = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
         let count = head[4] as u64;
         let header = HEADER + EROFS_XATTR_SHARED_ID_SIZE * count;
@@ -166,7 +166,7 @@ impl Image {
                 at,
             ));
         }
-        let ids = self.blocks.read_vec(
+        let ids = self.meta_read_vec(
             pos + HEADER,
             (EROFS_XATTR_SHARED_ID_SIZE * count) as usize,
             at,
@@ -185,7 +185,7 @@ impl Image {
 
     fn entry_at(&self, pos: u64, at: Location) -> Result<Entry> {
         let mut h = [0u8; 4];
-        self.blocks.read(pos, &mut h, at)?;
+        self.meta_read(pos, &mut h, at)?;
         Ok(Entry {
             pos,
             name_len: h[0] as usize,
@@ -220,14 +220,16 @@ impl Image {
             remaining -= size;
             pos += size;
         }
-        if !body.shared.is_empty()
-            && self
-                .sb
-                .has_compat(EROFS_FEATURE_COMPAT_SHARED_EA_IN_METABOX)
-        {
-            return Err(Error::unsupported("shared xattrs in the metabox", nid_at));
+        let mut base = self.blkpos(self.sb.xattr_blkaddr as u64, nid_at)?;
+        if base >= crate::image::IN_METABOX {
+            return Err(Error::corrupted("xattr_blkaddr out of range", nid_at));
         }
-        let base = self.blkpos(self.sb.xattr_blkaddr as u64, nid_at)?;
+        if self
+            .sb
+            .has_compat(EROFS_FEATURE_COMPAT_SHARED_EA_IN_METABOX)
+        {
+            base |= crate::image::IN_METABOX;
+        }
         for &id in &body.shared {
             let pos = base + id as u64 * 4;
             let at = nid_at.with_offset(pos).with_block(pos >> self.sb.blkszbits);
@@ -252,7 +254,7 @@ impl Image {
         let Some(prefix) = xattr_prefix(base_index) else {
             return Ok(None);
         };
-        let suffix = self.blocks.read_vec(e.pos + 4, e.name_len, at)?;
+        let suffix = self.meta_read_vec(e.pos + 4, e.name_len, at)?;
         Ok(Some([prefix, infix, &suffix].concat()))
     }
 
@@ -281,9 +283,7 @@ impl Image {
         let mut out = Vec::new();
         self.for_each_entry(inode, &body, |e, at| {
             if let Some(name) = self.entry_name(e, at)? {
-                let value =
-                    self.blocks
-                        .read_vec(e.pos + 4 + e.name_len as u64, e.value_size, at)?;
+                let value = self.meta_read_vec(e.pos + 4 + e.name_len as u64, e.value_size, at)?;
                 out.push((name, value));
             }
             Ok(Flow::Continue)
@@ -331,13 +331,10 @@ impl Image {
             if rest.len() != e.name_len {
                 return Ok(Flow::Continue);
             }
-            if self.blocks.read_vec(e.pos + 4, e.name_len, at)? != rest {
+            if self.meta_read_vec(e.pos + 4, e.name_len, at)? != rest {
                 return Ok(Flow::Continue);
             }
-            found = Some(
-                self.blocks
-                    .read_vec(e.pos + 4 + e.name_len as u64, e.value_size, at)?,
-            );
+            found = Some(self.meta_read_vec(e.pos + 4 + e.name_len as u64, e.value_size, at)?);
             Ok(Flow::Stop)
         })?;
         Ok(found)

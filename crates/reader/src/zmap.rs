@@ -286,7 +286,7 @@ impl Image {
             .ok_or_else(|| Error::corrupted("map header position overflows", at))?;
         let hat = at.with_offset(hdr_pos).with_block(hdr_pos >> bits);
         let mut raw = [0u8; 8];
-        self.blocks.read(hdr_pos, &mut raw, hat)?;
+        self.meta_read(hdr_pos, &mut raw, hat)?;
         let h = MapHeader::read_from_bytes(&raw).expect("8 bytes");
         if let Some(fragmentoff) = fragment_inode_offset(raw) {
             // The whole file is a fragment; the other 63 bits of the header are its offset in the
@@ -421,7 +421,7 @@ impl Image {
             })?;
         let iat = self.index_at(pos, at);
         let mut raw = [0u8; 8];
-        self.blocks.read(pos, &mut raw, iat)?;
+        self.meta_read(pos, &mut raw, iat)?;
         let di = LclusterIndex::read_from_bytes(&raw).expect("8 bytes");
         m.lcn = lcn;
         m.nextpackoff = pos + 8;
@@ -521,7 +521,7 @@ impl Image {
         let iat = self.index_at(packpos, at);
         let mut pack = [0u8; 32];
         let pack = &mut pack[..packsize as usize];
-        self.blocks.read(packpos, pack, iat)?;
+        self.meta_read(packpos, pack, iat)?;
         m.nextpackoff = packpos + packsize;
         let big_pcluster = zi.advise & Z_EROFS_ADVISE_BIG_PCLUSTER_1 != 0;
         let cblkcnt = Z_EROFS_LI_D0_CBLKCNT as u64;
@@ -721,8 +721,7 @@ impl Image {
         let mut pos = z_erofs_extent_records_start(zi.hdr_pos, recsz);
         let mut rec = [0u8; 32];
         let read = |p: u64, n: u64, rec: &mut [u8; 32]| -> Result<()> {
-            self.blocks
-                .read(p, &mut rec[..n as usize], self.index_at(p, at))
+            self.meta_read(p, &mut rec[..n as usize], self.index_at(p, at))
         };
         let le32 = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let mut lend = inode.size;

@@ -329,10 +329,6 @@ fn superblock_checks() {
             "unknown incompatible",
             Box::new(|c: &mut Craft| c.sb.feature_incompat.set(0x200)),
         ),
-        (
-            "METABOX",
-            Box::new(|c: &mut Craft| c.sb.feature_incompat.set(EROFS_FEATURE_INCOMPAT_METABOX)),
-        ),
     ] {
         let (mut c, _) = layouts_image();
         f(&mut c);
@@ -340,6 +336,28 @@ fn superblock_checks() {
         assert!(matches!(e, Error::Unsupported { .. }), "{what}: {e}");
         assert!(e.to_string().contains(what), "{what}: {e}");
     }
+
+    // Metadata compression: the superblock must have the slot naming the metabox inode; that
+    // inode, and the packed inode, must not be in the metabox; an inode in the metabox of an image
+    // without one is corrupted.
+    let (mut c, _) = layouts_image();
+    c.sb.feature_incompat.set(EROFS_FEATURE_INCOMPAT_METABOX);
+    let e = open_err(c.finish());
+    assert!(e.is_corrupted() && e.to_string().contains("METABOX without"), "{e}");
+    let (mut c, _) = layouts_image();
+    c.sb.packed_nid.set(1 << 63 | 40);
+    let e = open_err(c.finish());
+    assert!(e.is_corrupted() && e.to_string().contains("packed_nid"), "{e}");
+    let (mut c, _) = layouts_image();
+    c.sb.root_nid.set(0);
+    c.sb.feature_incompat
+        .set(c.sb.feature_incompat.get() | EROFS_FEATURE_INCOMPAT_48BIT);
+    c.sb.rootnid_8b.set(1 << 63 | 40);
+    let e = open_err(c.finish());
+    assert!(
+        e.is_corrupted() && e.to_string().contains("metabox of an image without one"),
+        "{e}"
+    );
 
     let (mut c, _) = layouts_image();
     c.sb.root_nid.set(PLAIN as u16);

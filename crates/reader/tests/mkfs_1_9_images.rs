@@ -59,6 +59,16 @@ fn build_tree(root: &Path) {
         w(&format!("many/f{i:03}"), &data);
     }
     std::os::unix::fs::symlink("text-200k", root.join("link")).unwrap();
+    // Xattrs: one on ten files (in the shared area, since mkfs.erofs shares what more than two
+    // inodes have), and one of each file's own on two.
+    for i in 0..12 {
+        let p = root.join(format!("many/f{i:03}"));
+        let (name, value) = match i {
+            0..10 => ("user.common", b"the same value".to_vec()),
+            _ => ("user.own", format!("value {i}").into_bytes()),
+        };
+        xattr::set(&p, name, &value).unwrap();
+    }
 }
 
 struct Case {
@@ -144,6 +154,20 @@ fn cases() -> Vec<Case> {
             &["-zlz4hc", "--zD"],
             Compression::Lz4,
         ),
+        // Metadata compression: inodes, their xattrs, indexes and inline data in the metabox
+        // (`-m`), alone, with another algorithm than the data's, and with compressed directories
+        // and fragments.
+        c("lz4hc-metabox", &["-zlz4hc", "-m4096"], Compression::Lz4),
+        c(
+            "lzma-metabox-lz4-dirs",
+            &["-zlzma", "-C65536", "-m16384:lz4", "--zD"],
+            Compression::Lzma,
+        ),
+        f(
+            "zstd-metabox-fragments-ztail",
+            &["-zzstd", "-C65536", "-m4096", "-Efragments,ztailpacking"],
+            Some(Compression::Zstd),
+        ),
         // The 48-bit layout: encoded extents (fixed-input pclusters at byte addresses).
         c("lzma-48bit", &["-zlzma", "-E48bit"], Compression::Lzma),
         c(
@@ -168,7 +192,13 @@ fn cases() -> Vec<Case> {
 fn h_advise(img: &Image, inode: &Inode) -> u16 {
     let pos = inode.data_offset().next_multiple_of(8);
     let mut h = [0u8; 8];
-    img.read_raw(pos, &mut h).unwrap();
+    if pos >> 63 != 0 {
+        // The inode is in the metabox: the position is in the metabox inode's data.
+        let metabox = img.inode(img.superblock().metabox_nid.unwrap()).unwrap();
+        assert_eq!(img.read(&metabox, pos & !(1 << 63), &mut h).unwrap(), 8);
+    } else {
+        img.read_raw(pos, &mut h).unwrap();
+    }
     u16::from_le_bytes([h[4], h[5]])
 }
 
@@ -281,7 +311,10 @@ fn check_case(mkfs: &Path, dir: &Path, src: &Tree, case: &Case, kernel: bool, rn
     println!("{name}: encoded extent record sizes {recsz:?}");
     assert_eq!(
         !recsz.is_empty(),
-        case.args.iter().any(|a| a.contains("48bit")),
+        // (`-m` turns on the 48-bit layout, which the metabox needs for the root's 64-bit nid.)
+        case.args
+            .iter()
+            .any(|a| a.contains("48bit") || a.starts_with("-m")),
         "{name}: encoded extents"
     );
     if case.args.contains(&"--zD") {
@@ -297,6 +330,20 @@ fn check_case(mkfs: &Path, dir: &Path, src: &Tree, case: &Case, kernel: bool, rn
             })
             .count();
         assert!(dirs > 0, "{name}: no compressed directory");
+    }
+    if case.args.iter().any(|a| a.starts_with("-m")) {
+        // Every inode is in the metabox, which is itself compressed.
+        let metabox = img.superblock().metabox_nid.expect("a metabox");
+        let layout = img.inode(metabox).unwrap().layout();
+        assert!(
+            matches!(
+                layout,
+                DataLayout::CompressedFull | DataLayout::CompressedCompact
+            ),
+            "{name}: metabox layout {layout:?}"
+        );
+        let outside = tree.values().filter(|n| n.nid >> 63 == 0).count();
+        assert_eq!(outside, 0, "{name}: inodes outside the metabox");
     }
     if case.algorithm.is_some() {
         assert!(

@@ -125,8 +125,15 @@ pub fn walk_image(img: &Image) -> Result<Tree, String> {
             nid: inode.nid(),
             ..Node::default()
         };
-        if st.ino != inode.nid() {
-            return Err(format!("{what}: ino {} != nid {}", st.ino, inode.nid()));
+        // The kernel's rule (`erofs_nid_to_ino64`), written out here rather than taken from the
+        // format crate: the nid, or with a metabox, bits 31..62 moved up one and bit 63 to bit 31.
+        let nid = inode.nid();
+        let want_ino = match img.superblock().metabox_nid {
+            None => nid,
+            Some(_) => ((nid << 1) & !0xffff_ffff) | (nid & 0x7fff_ffff) | ((nid >> 63) << 31),
+        };
+        if st.ino != want_ino {
+            return Err(format!("{what}: ino {} for nid {nid}", st.ino));
         }
         let resolved = img.resolve(&rel, Follow::Never).map_err(err)?;
         if resolved.nid() != inode.nid() {

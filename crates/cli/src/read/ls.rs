@@ -37,7 +37,7 @@ pub struct LsArgs {
     /// List a directory itself, not its contents.
     #[arg(short = 'd', long)]
     directory: bool,
-    /// Show each entry's inode number (its nid).
+    /// Show each entry's inode number (its nid, as the kernel shows it).
     #[arg(short = 'i', long)]
     inode: bool,
     /// Keep the stored directory order instead of sorting by name bytes.
@@ -74,7 +74,8 @@ pub fn escape(name: &[u8]) -> Vec<u8> {
 
 /// One line of a listing.
 struct Row {
-    nid: u64,
+    /// The inode number the kernel shows.
+    ino: u64,
     name: Vec<u8>,
     inode: Option<Inode>,
     target: Option<Vec<u8>>,
@@ -122,7 +123,7 @@ impl Lister<'_> {
     /// A row for `name` (nid `nid`); reads the inode (and symlink target) for long listings.
     fn row(&mut self, dir_path: &[u8], name: &[u8], nid: u64) -> Option<Row> {
         let mut row = Row {
-            nid,
+            ino: self.img.ino_of(nid),
             name: name.to_vec(),
             inode: None,
             target: None,
@@ -161,11 +162,11 @@ impl Lister<'_> {
     /// Writes rows, columns aligned as `ls -l` aligns them.
     fn print(&mut self, rows: &[Row], total: bool) -> std::io::Result<()> {
         let w = |f: &dyn Fn(&Row) -> usize| rows.iter().map(f).max().unwrap_or(0);
-        let ino_w = w(&|r| r.nid.to_string().len());
+        let ino_w = w(&|r| r.ino.to_string().len());
         if !self.long {
             for r in rows {
                 if self.args.inode {
-                    write!(self.out, "{:>ino_w$} ", r.nid)?;
+                    write!(self.out, "{:>ino_w$} ", r.ino)?;
                 }
                 let name = self.name(&r.name);
                 self.out.write_all(&name)?;
@@ -218,7 +219,7 @@ impl Lister<'_> {
         for r in rows {
             let s = st(r);
             if self.args.inode {
-                write!(self.out, "{:>ino_w$} ", r.nid)?;
+                write!(self.out, "{:>ino_w$} ", r.ino)?;
             }
             let size = if is_dev(r) {
                 let dev = format!(
