@@ -226,7 +226,7 @@ mkfs_img mkfs-comp-lz4hc-ztail comp -zlz4hc -Eztailpacking
 mkfs_img mkfs-comp-lz4-legacy comp -zlz4 -Elegacy-compress
 mkfs_img mkfs-comp-lz4hc-c16k-blockmap comp -zlz4hc -C16384 -Eforce-inode-blockmap
 # erofs-utils 1.9 (scripts/build-oracles.sh, or $MKFS_EROFS): MicroLZMA, DEFLATE, fragments in the
-# packed inode (tails and whole files, compact and full indexes), dedupe.
+# packed inode (tails and whole files, compact and full indexes), dedupe, the metabox.
 mkfs19=${MKFS_EROFS:-$root/target/oracles/erofs-utils-1.9/bin/mkfs.erofs}
 [ -x "$mkfs19" ] || "$root/scripts/build-oracles.sh"
 mkfs19_img() { # name tree [args...]
@@ -244,6 +244,9 @@ mkfs19_img mkfs19-comp-zstd-48bit-fragments comp -zzstd -C16384 -E48bit,fragment
 mkfs19_img mkfs19-comp-lzma-48bit-ztail comp -zlzma -E48bit,ztailpacking
 # (erofs-utils 1.9.3 reads --zD=1 as "off": a bare --zD compresses directories.)
 mkfs19_img mkfs19-many-lz4hc-dirs many -zlz4hc --zD
+# Metadata compression (the metabox), with shared and inline xattrs, and with compressed directories.
+mkfs19_img mkfs19-xattrs-lz4-metabox xattrs -zlz4 -m4096 -x1
+mkfs19_img mkfs19-comp-zstd-metabox-dirs comp -zzstd -C16384 -m4096:lz4 --zD -Efragments
 
 # The verified target's seeds: each image in the honest-tree mode with a few parameter sets
 # (byte layout: see `verified_open_walk` in fuzz/src/harness.rs).
