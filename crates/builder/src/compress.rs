@@ -134,10 +134,15 @@ pub struct CompressOptions {
     /// (`pcluster_bytes` rounded down to a power of two) is compressed in one call to whatever
     /// length it takes, and the compressed bytes are packed one after another, not block-aligned.
     pub extents_48bit: bool,
+    /// Metadata compression (`-m`, the metabox, Linux 6.17 or later): every inode but the packed
+    /// one, with its xattrs, indexes and inline data, and the shared xattrs go into one inode whose
+    /// data is compressed in pclusters of at most this many bytes (a multiple of 4 KiB, at most
+    /// `pcluster_bytes`).
+    pub metabox: Option<u32>,
 }
 
 impl CompressOptions {
-    /// Checks the level and the cluster size.
+    /// Checks the level and the cluster sizes.
     pub fn validate(&self) -> Result<(), String> {
         self.algorithm.check_level()?;
         let p = self.pcluster_bytes as u64;
@@ -145,6 +150,14 @@ impl CompressOptions {
             return Err(format!(
                 "pcluster size {p} must be a multiple of 4096 from 4096 to 1048576"
             ));
+        }
+        if let Some(m) = self.metabox.map(u64::from) {
+            if !(BLKSZ..=p).contains(&m) || !m.is_multiple_of(BLKSZ) {
+                return Err(format!(
+                    "metabox pcluster size {m} must be a multiple of 4096 from 4096 to the \
+                     pcluster size ({p})"
+                ));
+            }
         }
         Ok(())
     }
@@ -626,6 +639,7 @@ mod tests {
             pcluster_bytes: 1 << 20,
             fragments: Fragments::Off,
             extents_48bit: false,
+            metabox: None,
         }
     }
 
@@ -802,6 +816,7 @@ mod tests {
                     pcluster_bytes: pcluster,
                     fragments: Fragments::Off,
                     extents_48bit: false,
+                    metabox: None,
                 };
                 for data in [
                     &text[..],
@@ -883,6 +898,7 @@ mod tests {
             pcluster_bytes,
             fragments: Fragments::Off,
             extents_48bit: false,
+            metabox: None,
         }
     }
 

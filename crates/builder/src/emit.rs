@@ -324,35 +324,45 @@ fn encode_dir(id: InodeId, tree: &Tree, plan: &Plan) -> Vec<u8> {
     out
 }
 
-/// Writes the metadata area and the data of directories and symlinks; returns the metadata hash.
-pub(crate) fn write_metadata(
-    file: &File,
-    path: &Path,
+/// A piece of output: `(byte offset, bytes)`.
+type Piece = (u64, Vec<u8>);
+
+/// The encoded metadata items of one area (offsets relative to it) and the data blocks of its
+/// directories and symlinks (image offsets).
+struct Encoded {
+    items: Vec<Piece>,
+    blocks: Vec<Piece>,
+}
+
+/// Encodes the metadata items of the inodes in the metabox (`in_metabox`) or of those outside it,
+/// with the shared xattr area if it is in that area.
+fn encode(
     tree: &Tree,
     plan: &Plan,
     shared: &SharedXattrs,
     opts: &BuildOptions,
-) -> Result<u128> {
+    in_metabox: bool,
+) -> Encoded {
     let shared_base_id = (plan.shared_offset / 4) as u32;
     let mut order: Vec<(u64, Option<InodeId>)> = plan
         .inodes
         .iter()
         .enumerate()
+        .filter(|(_, p)| p.in_metabox == in_metabox)
         .map(|(id, p)| (p.offset, Some(id)))
         .collect();
-    if !shared.bytes.is_empty() {
+    if !shared.bytes.is_empty() && plan.metabox_len.is_some() == in_metabox {
         order.push((plan.shared_offset, None));
     }
     order.sort_unstable();
     // Each inode's metadata item (and the data block of a directory or symlink) is encoded on its own,
-    // in parallel: only the write below is sequential.
-    type Piece = (u64, Vec<u8>);
+    // in parallel: only the write is sequential.
     let encoded: Vec<(Piece, Option<Piece>)> = order
         .into_par_iter()
         .with_min_len(1024)
         .map(|(offset, id)| {
             let Some(id) = id else {
-                return ((plan.meta_base + offset, shared.bytes.clone()), None);
+                return ((offset, shared.bytes.clone()), None);
             };
             let (inode, p) = (&tree.inodes[id], &plan.inodes[id]);
             let ibody = xattrs::encode_ibody(inode, shared, shared_base_id, opts.xattr_filter);
@@ -396,18 +406,20 @@ pub(crate) fn write_metadata(
                     block = Some((p.startblk as u64 * BLKSZ, data));
                 }
             }
-            ((plan.meta_base + offset, item), block)
+            ((offset, item), block)
         })
         .collect();
-    let mut pieces: Vec<Piece> = Vec::with_capacity(encoded.len() * 2);
-    let mut data_blocks: Vec<Piece> = Vec::new();
+    let mut items = Vec::with_capacity(encoded.len());
+    let mut blocks = Vec::new();
     for (piece, block) in encoded {
-        pieces.push(piece);
-        data_blocks.extend(block);
+        items.push(piece);
+        blocks.extend(block);
     }
-    // Everything in offset order: directory blocks come after the metadata in uncompressed images and
-    // before it in compressed ones.
-    pieces.append(&mut data_blocks);
+    Encoded { items, blocks }
+}
+
+/// Writes `pieces` in offset order; returns the hash of what was written.
+fn write_pieces(file: &File, path: &Path, mut pieces: Vec<Piece>) -> Result<u128> {
     pieces.sort_unstable_by_key(|(offset, _)| *offset);
     let mut stream = Stream {
         file,
@@ -421,6 +433,47 @@ pub(crate) fn write_metadata(
     }
     stream.flush()?;
     Ok(stream.hash.digest128())
+}
+
+/// Writes the metadata area (outside the metabox, if there is one) and the data of directories and
+/// symlinks whose inodes are there; returns the metadata hash.
+pub(crate) fn write_metadata(
+    file: &File,
+    path: &Path,
+    tree: &Tree,
+    plan: &Plan,
+    shared: &SharedXattrs,
+    opts: &BuildOptions,
+) -> Result<u128> {
+    let Encoded { items, mut blocks } = encode(tree, plan, shared, opts, false);
+    // Everything in offset order: directory blocks come after the metadata in uncompressed images and
+    // before it in compressed ones.
+    let mut pieces: Vec<Piece> = items
+        .into_iter()
+        .map(|(offset, bytes)| (plan.meta_base + offset, bytes))
+        .collect();
+    pieces.append(&mut blocks);
+    write_pieces(file, path, pieces)
+}
+
+/// Encodes the metabox's data (its inodes and the shared xattrs) and writes the data blocks of its
+/// directories and symlinks; returns the data and the hash of the blocks written.
+pub(crate) fn metabox_data(
+    file: &File,
+    path: &Path,
+    tree: &Tree,
+    plan: &Plan,
+    shared: &SharedXattrs,
+    opts: &BuildOptions,
+) -> Result<(Vec<u8>, u128)> {
+    let len = plan.metabox_len.expect("a metabox was planned");
+    let Encoded { items, blocks } = encode(tree, plan, shared, opts, true);
+    let mut data = vec![0u8; len as usize];
+    for (offset, bytes) in items {
+        data[offset as usize..][..bytes.len()].copy_from_slice(&bytes);
+    }
+    let hash = write_pieces(file, path, blocks)?;
+    Ok((data, hash))
 }
 
 thread_local! {
@@ -703,6 +756,15 @@ pub(crate) fn finish(
     if plan.packed.is_some() {
         incompat |= fmt::EROFS_FEATURE_INCOMPAT_FRAGMENTS;
     }
+    // A metabox: the root's nid (with the metabox bit) needs the 64-bit root nid of 48BIT, the
+    // superblock's first extension slot names the metabox inode, and the shared xattrs are in it.
+    let metabox_nid = plan.metabox.map(|id| plan.inodes[id].nid());
+    let sb_extslots = metabox_nid.map_or(0, |_| 1u8);
+    if metabox_nid.is_some() {
+        incompat |= fmt::EROFS_FEATURE_INCOMPAT_METABOX | fmt::EROFS_FEATURE_INCOMPAT_48BIT;
+        compat |= fmt::EROFS_FEATURE_COMPAT_SHARED_EA_IN_METABOX;
+    }
+    let sb_size = 128 + 16 * sb_extslots as u64;
     let mut u1 = 0u16;
     if !zmaps.is_empty() {
         // Compressed data is right-aligned; every algorithm used has a configuration record.
@@ -754,14 +816,31 @@ pub(crate) fn finish(
             records.extend_from_slice(&(payload.len() as u16).to_le_bytes());
             records.extend_from_slice(&payload);
         }
-        file.write_all_at(&records, fmt::EROFS_SUPER_OFFSET + 128)
+        file.write_all_at(&records, fmt::EROFS_SUPER_OFFSET + sb_size)
             .map_err(|e| BuildError::io(path, "write compression records", e))?;
     }
+    if let Some(nid) = metabox_nid {
+        let ext = fmt::SuperBlockExt1 {
+            metabox_nid: nid.into(),
+            reserved3: [0; 8],
+        };
+        file.write_all_at(ext.as_bytes(), fmt::EROFS_SUPER_OFFSET + 128)
+            .map_err(|e| BuildError::io(path, "write superblock", e))?;
+    }
+    let root_nid = plan.inodes[0].nid();
     let sb = SuperBlock {
         magic: fmt::EROFS_SUPER_MAGIC_V1.into(),
         feature_compat: compat.into(),
         blkszbits: fmt::BLKSZBITS,
-        root_nid: (plan.inodes[0].nid() as u16).into(),
+        sb_extslots,
+        // (With 48BIT and `rootnid_8b` set, this field holds the high bits of `blocks`: 0.)
+        root_nid: (if metabox_nid.is_some() {
+            0
+        } else {
+            root_nid as u16
+        })
+        .into(),
+        rootnid_8b: (if metabox_nid.is_some() { root_nid } else { 0 }).into(),
         inos: (tree.inodes.len() as u64).into(),
         epoch: plan.epoch.into(),
         fixed_nsec: plan.fixed_nsec.into(),
@@ -771,7 +850,13 @@ pub(crate) fn finish(
         feature_incompat: incompat.into(),
         u1: u1.into(),
         meta_blkaddr: ((plan.meta_base / BLKSZ) as u32).into(),
-        xattr_blkaddr: ((plan.meta_base / BLKSZ) as u32).into(),
+        // The shared xattrs: at the start of the metadata area, or of the metabox's data.
+        xattr_blkaddr: (if metabox_nid.is_some() {
+            0
+        } else {
+            (plan.meta_base / BLKSZ) as u32
+        })
+        .into(),
         packed_nid: plan.packed.map_or(0, |id| plan.inodes[id].nid()).into(),
         ..Default::default()
     };

@@ -37,6 +37,8 @@ pub(crate) struct InodePlan {
     pub inline_bytes: Option<Vec<u8>>,
     /// The whole file is a fragment at this offset of the packed inode (COMPRESSED_FULL).
     pub fragment: Option<u64>,
+    /// `offset` is in the metabox's data (the nid gets the metabox bit).
+    pub in_metabox: bool,
 }
 
 /// A compressed file's extents, as the data phase of a compressed build placed them.
@@ -154,7 +156,12 @@ pub(crate) fn zmap_header_offset(isize: u64, ibody_len: u64) -> u64 {
 
 impl InodePlan {
     pub fn nid(&self) -> u64 {
-        self.offset >> fmt::INODE_SLOT_BITS
+        let metabox = if self.in_metabox {
+            1 << fmt::EROFS_DIRENT_NID_METABOX_BIT
+        } else {
+            0
+        };
+        (self.offset >> fmt::INODE_SLOT_BITS) | metabox
     }
 
     pub fn isize(&self) -> u64 {
@@ -205,6 +212,12 @@ pub(crate) struct Plan {
     pub chunked: bool,
     /// Id of the packed inode, if there are fragments.
     pub packed: Option<InodeId>,
+    /// Bytes each inode takes in its metadata area, inline data included.
+    pub item_lens: Vec<u64>,
+    /// Bytes of the metabox's data (inodes and shared xattrs), when there is one.
+    pub metabox_len: Option<u64>,
+    /// Id of the metabox inode, once it is added (see [`place_outside_metabox`]).
+    pub metabox: Option<InodeId>,
 }
 
 /// Directory block layout: the entries (including "." and "..") in order, and where each block starts.
@@ -348,7 +361,17 @@ const PLACEMENT_WINDOW: usize = 256;
 /// Plans the image for `tree`. Without `pre`, the metadata area starts in block 0 and file data follows
 /// it; with `pre` (a compressed build, whose file data was written first), directories' blocks follow
 /// the file data and the metadata area comes last.
-pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>) -> Result<Plan> {
+///
+/// With `metabox` (a compressed build), every inode but the packed one and the shared xattrs are
+/// placed in the metabox's data instead, the shared xattrs first (so that `xattr_blkaddr` is 0
+/// there); the metadata area outside it is placed once the metabox is compressed
+/// ([`place_outside_metabox`]).
+pub(crate) fn plan(
+    tree: &Tree,
+    shared: &SharedXattrs,
+    mut pre: Option<PreData>,
+    metabox: bool,
+) -> Result<Plan> {
     let (epoch, fixed_nsec) = choose_epoch(tree);
     let mut chunked = false;
     let mut inodes = Vec::with_capacity(tree.inodes.len());
@@ -383,6 +406,7 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>)
             zmap: None,
             inline_bytes: None,
             fragment: None,
+            in_metabox: false,
         };
         let mut meta_len = isize + ibody_len;
         match placed {
@@ -449,30 +473,51 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>)
     // the metadata area its own blocks after the data (nids count from its start).
     // (nid 0 is skipped: the kernel reports the nid as the inode number, and userspace takes inode 0
     // for an empty directory slot.)
-    let mut alloc = MetaAllocator::new(if pre.is_some() {
+    let packed = pre.as_ref().and_then(|p| p.packed);
+    let mut alloc = MetaAllocator::new(if metabox {
+        0
+    } else if pre.is_some() {
         fmt::INODE_SLOT_SIZE
     } else {
         fmt::EROFS_SUPER_OFFSET + 128
     });
-    // The root first (its nid must fit 16 bits), then the shared xattr area, then everything else.
+    // The root first (its nid must fit 16 bits, unless it is in the metabox), then the shared xattr
+    // area, then everything else. In the metabox the shared area comes first, at block 0.
+    let shared_offset = match metabox {
+        true => alloc.place(shared.bytes.len() as u64, false),
+        false => 0,
+    };
+    inodes[0].in_metabox = metabox;
     inodes[0].offset = alloc.place(item_lens[0], inodes[0].inline_len > 0);
-    if inodes[0].nid() > u16::MAX as u64 {
+    if !metabox && inodes[0].nid() > u16::MAX as u64 {
         return Err(BuildError::TooLarge(
             "root inode does not fit a 16-bit nid".into(),
         ));
     }
-    let shared_offset = alloc.place(shared.bytes.len() as u64, false);
+    let shared_offset = match metabox {
+        true => shared_offset,
+        false => alloc.place(shared.bytes.len() as u64, false),
+    };
     let mut window: Vec<usize> = Vec::with_capacity(PLACEMENT_WINDOW);
     for start in (1..inodes.len()).step_by(PLACEMENT_WINDOW) {
         window.clear();
-        window.extend(start..(start + PLACEMENT_WINDOW).min(inodes.len()));
+        window.extend(
+            (start..(start + PLACEMENT_WINDOW).min(inodes.len()))
+                .filter(|&id| !(metabox && Some(id) == packed)),
+        );
         window.sort_by_key(|&id| std::cmp::Reverse(item_lens[id]));
         for &id in &window {
+            inodes[id].in_metabox = metabox;
             inodes[id].offset = alloc.place(item_lens[id], inodes[id].inline_len > 0);
         }
     }
 
-    let meta_len = round_up(alloc.cursor, BLKSZ);
+    let metabox_len = metabox.then_some(alloc.cursor);
+    let meta_len = if metabox {
+        0 // placed by `place_outside_metabox`
+    } else {
+        round_up(alloc.cursor, BLKSZ)
+    };
     let mut next_blk = match &pre {
         Some(pre) => pre.data_end,
         None => meta_len / BLKSZ,
@@ -520,8 +565,59 @@ pub(crate) fn plan(tree: &Tree, shared: &SharedXattrs, mut pre: Option<PreData>)
         epoch,
         fixed_nsec,
         chunked,
-        packed: pre.as_ref().and_then(|p| p.packed),
+        packed,
+        item_lens,
+        metabox_len,
+        metabox: None,
     })
+}
+
+/// The plan of the metabox inode `inode` with extents `z` (compact indexes, no inline data), and
+/// the bytes it takes in the metadata area; placed by [`place_outside_metabox`].
+pub(crate) fn metabox_inode_plan(
+    inode: &Inode,
+    z: ZPlan,
+    shared: &SharedXattrs,
+    epoch: (i64, u32),
+) -> Result<(InodePlan, u64)> {
+    let Kind::File(f) = &inode.kind else {
+        unreachable!("the metabox inode is a regular file")
+    };
+    let (extended, isize, ibody_len) = inode_lens(inode, f.size, epoch, shared)?;
+    let item_len = z.meta_len_of(isize, ibody_len, f.size);
+    let p = InodePlan {
+        offset: 0,
+        extended,
+        layout: DataLayout::CompressedCompact,
+        size: f.size,
+        ibody_len,
+        inline_len: 0,
+        startblk: EROFS_NULL_ADDR,
+        chunks: None,
+        zmap: Some(z),
+        inline_bytes: None,
+        fragment: None,
+        in_metabox: false,
+    };
+    Ok((p, item_len))
+}
+
+/// Places the metadata area of an image with a metabox: what cannot be in the metabox (the packed
+/// inode, and `metabox`, the metabox inode, whose plan the caller has just added) after everything
+/// written so far (`plan.total_blocks`).
+pub(crate) fn place_outside_metabox(plan: &mut Plan, metabox: InodeId) -> Result<()> {
+    plan.metabox = Some(metabox);
+    // (nid 0 is skipped, as in every image.)
+    let mut alloc = MetaAllocator::new(fmt::INODE_SLOT_SIZE);
+    for id in [Some(metabox), plan.packed].into_iter().flatten() {
+        let p = &mut plan.inodes[id];
+        p.in_metabox = false;
+        p.offset = alloc.place(plan.item_lens[id], p.inline_len > 0);
+    }
+    plan.meta_base = plan.total_blocks * BLKSZ;
+    plan.total_blocks += round_up(alloc.cursor, BLKSZ) / BLKSZ;
+    block_addr(plan.total_blocks)?;
+    Ok(())
 }
 
 fn block_addr(blk: u64) -> Result<u32> {

@@ -136,7 +136,7 @@ fn build_in_pool(
     };
     let (uuid, data_leaves, file_digests, image_bytes) = match &opts.compress {
         None => {
-            let plan = layout::plan(&tree, &shared, None)?;
+            let plan = layout::plan(&tree, &shared, None, false)?;
             let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
             tmp.as_file()
                 .set_len(image_bytes)
@@ -159,13 +159,39 @@ fn build_in_pool(
                 zdata::write_data(seal::Target::of(&tmp), &tree, &shared, c, hashers, progress)?;
             // The packed inode (fragments) is an inode of the image no directory names.
             tree.inodes.extend(data.packed);
-            let plan = layout::plan(&tree, &shared, Some(data.pre))?;
+            let mut plan = layout::plan(&tree, &shared, Some(data.pre), c.metabox.is_some())?;
+            let mut metabox_hash = 0;
+            if c.metabox.is_some() {
+                // The metabox: its data (the inodes and shared xattrs) is encoded and compressed
+                // after the directory blocks; then the metabox inode and the packed inode are placed
+                // in the metadata area after it.
+                let (bytes, blocks_hash) =
+                    emit::metabox_data(tmp.as_file(), tmp.path(), &tree, &plan, &shared, opts)?;
+                metabox_hash = blocks_hash ^ xxhash_rust::xxh3::xxh3_128(&bytes);
+                let epoch = (plan.epoch, plan.fixed_nsec);
+                let (inode, z, next_blk) = zdata::write_metabox(
+                    seal::Target::of(&tmp),
+                    bytes,
+                    c,
+                    epoch,
+                    plan.total_blocks,
+                )?;
+                tree.inodes.push(inode);
+                let id = tree.inodes.len() - 1;
+                plan.total_blocks = next_blk;
+                let (p, item_len) =
+                    layout::metabox_inode_plan(&tree.inodes[id], z, &shared, epoch)?;
+                plan.inodes.push(p);
+                plan.item_lens.push(item_len);
+                layout::place_outside_metabox(&mut plan, id)?;
+            }
             let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
             tmp.as_file()
                 .set_len(image_bytes)
                 .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
             let meta_hash =
-                emit::write_metadata(tmp.as_file(), tmp.path(), &tree, &plan, &shared, opts)?;
+                emit::write_metadata(tmp.as_file(), tmp.path(), &tree, &plan, &shared, opts)?
+                    ^ metabox_hash;
             let uuid = emit::finish(seal::Target::of(&tmp), &tree, &plan, opts, meta_hash)?;
             let mut digests: Vec<_> = data
                 .digests

@@ -105,12 +105,14 @@ impl Preset {
                 pcluster_bytes: 1 << 20,
                 fragments: Fragments::Small,
                 extents_48bit: false,
+                metabox: None,
             },
             Preset::Fast => CompressOptions {
                 algorithm: Algorithm::Lz4,
                 pcluster_bytes: 64 << 10,
                 fragments: Fragments::Small,
                 extents_48bit: false,
+                metabox: None,
             },
         }
     }

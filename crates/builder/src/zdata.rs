@@ -767,6 +767,7 @@ pub(crate) fn write_data(
                 zmap: None,
                 inline_bytes: None,
                 fragment: None,
+                in_metabox: false,
             };
             let (l, digest) = copier.copy_file(inode, &p)?;
             leaves.extend(l);
@@ -872,6 +873,91 @@ pub(crate) fn write_data(
         digests,
         packed: packed.map(|p| p.inode),
     })
+}
+
+/// Compresses the metabox's data (see [`crate::emit::metabox_data`]) in pclusters of at most
+/// `copts.metabox` bytes, with the data's algorithm and compact indexes, writes them from block
+/// `first_blk` on, and returns the metabox inode (its tree part and its planned extents) and the
+/// next free block. Segments are compressed in parallel; the result does not depend on the thread
+/// count.
+pub(crate) fn write_metabox(
+    out: Target<'_>,
+    data: Vec<u8>,
+    copts: &CompressOptions,
+    epoch: (i64, u32),
+    first_blk: u64,
+) -> Result<(Inode, ZPlan, u64)> {
+    use rayon::prelude::*;
+    let m = CompressOptions {
+        pcluster_bytes: copts.metabox.expect("metadata compression was asked for"),
+        fragments: Fragments::Off,
+        extents_48bit: false,
+        metabox: None,
+        ..*copts
+    };
+    let size = data.len() as u64;
+    let starts: Vec<usize> = (0..data.len())
+        .step_by(compress::SEGMENT as usize)
+        .collect();
+    let extents: Vec<Vec<ZExtent>> = starts
+        .par_iter()
+        .map(|&s| {
+            let seg = &data[s..(s + compress::SEGMENT as usize).min(data.len())];
+            compress::compress_segment(&m, seg, s as u64, size)
+        })
+        .collect();
+    let mut outb = Out {
+        first_blk,
+        buf: Vec::new(),
+    };
+    let placed: Vec<ZPlaced> = extents
+        .iter()
+        .flatten()
+        .map(|x| {
+            let blkaddr = outb.push(&x.data, x.blocks(), !x.plain) as u32;
+            ZPlaced {
+                start: x.start,
+                len: x.len,
+                plain: x.plain,
+                blkaddr,
+                blocks: x.blocks() as u32,
+                pstart: blkaddr as u64 * BLKSZ,
+                plen: x.data.len() as u64,
+            }
+        })
+        .collect();
+    out.file
+        .write_all_at(&outb.buf, first_blk * BLKSZ)
+        .map_err(|e| BuildError::io(out.path, "write image", e))?;
+    let z = ZPlan {
+        alg: m.algorithm.id(),
+        big_pcluster: placed.iter().any(|x| !x.plain && x.blocks > 1),
+        extents: placed,
+        idata: Vec::new(),
+        extents_48bit: None,
+    };
+    let inode = Inode {
+        kind: Kind::File(FileData {
+            size,
+            data_ranges: None,
+            fingerprint: Fingerprint {
+                size,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                ino: 0,
+                dev: 0,
+            },
+        }),
+        mode: fmt::S_IFREG | 0o644,
+        uid: 0,
+        gid: 0,
+        mtime: epoch.0,
+        mtime_nsec: epoch.1,
+        nlink: 1,
+        xattrs: Vec::new(),
+        path: PathBuf::from("(metabox inode)"),
+    };
+    Ok((inode, z, outb.next_blk()))
 }
 
 /// Where the units of an [`ordered_pipeline`] stand.

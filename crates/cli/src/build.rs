@@ -93,6 +93,12 @@ pub struct BuildArgs {
         value_delimiter = ','
     )]
     extended: Vec<String>,
+    /// Compress the metadata too, as `mkfs.erofs -m` does (the metabox; Linux 6.17 or later
+    /// mounts it): every inode, with its xattrs, indexes and inline data, and the shared xattrs go
+    /// into one inode compressed like file data, in pclusters of at most BYTES (a multiple of 4096,
+    /// at most -C). Needs -z.
+    #[arg(short = 'm', long = "metabox", value_name = "BYTES")]
+    metabox: Option<u32>,
     /// Write a plain EROFS image, without the Merkle tree and seal trailer.
     #[arg(long, conflicts_with_all = ["sidecar", "hash_alg", "salt", "verity_block_size"])]
     no_seal: bool,
@@ -132,8 +138,11 @@ impl BuildArgs {
             .map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
         let mut c = match (preset, &self.compress) {
             (None, None) => {
-                if !self.extended.is_empty() || self.pcluster_bytes.is_some() {
-                    bail!("-C and -E need -z (or --preset)");
+                if !self.extended.is_empty()
+                    || self.pcluster_bytes.is_some()
+                    || self.metabox.is_some()
+                {
+                    bail!("-C, -E and -m need -z (or --preset)");
                 }
                 return Ok(None);
             }
@@ -143,6 +152,7 @@ impl BuildArgs {
                 pcluster_bytes: 4096,
                 fragments: Fragments::Off,
                 extents_48bit: false,
+                metabox: None,
             },
         };
         if let Some(z) = &self.compress {
@@ -154,6 +164,9 @@ impl BuildArgs {
         }
         if !self.extended.is_empty() {
             (c.fragments, c.extents_48bit) = self.extended()?;
+        }
+        if self.metabox.is_some() {
+            c.metabox = self.metabox;
         }
         c.validate()
             .map_err(|e| anyhow::anyhow!("-C {}: {e}", c.pcluster_bytes))?;

@@ -30,6 +30,28 @@ const VARIANTS: &[&[&str]] = &[
     &["-z", "lz4", "-C", "1048576", "-E", "48bit,all-fragments"],
     &["-z", "lzma", "-C", "65536", "-E", "fragments"],
     &["-z", "deflate", "-C", "131072", "-E", "48bit,fragments"],
+    // Metadata compression (the metabox), with and without fragments and the 48-bit layout.
+    &[
+        "-z",
+        "lz4hc",
+        "-C",
+        "65536",
+        "-E",
+        "fragments",
+        "-m",
+        "4096",
+    ],
+    &["-z", "lzma", "-C", "16384", "-m", "16384"],
+    &[
+        "-z",
+        "zstd",
+        "-C",
+        "1048576",
+        "-E",
+        "48bit,fragments",
+        "-m",
+        "65536",
+    ],
 ];
 
 /// Small files, some alike, some identical (also with different modes and xattrs, which must
@@ -121,11 +143,28 @@ fn assert_features(image: &Path, what: &str) {
             "{what}: no fragments in the image:\n{out}"
         );
     }
+    // (A metabox needs 48BIT for the root's 64-bit nid.)
+    let metabox = what.contains(" -m ");
     assert_eq!(
         features.split_whitespace().any(|f| f == "48bit"),
-        what.contains("48bit"),
+        what.contains("48bit") || metabox,
         "{what}: 48bit feature:\n{out}"
     );
+    assert_eq!(
+        features.split_whitespace().any(|f| f == "metabox"),
+        metabox,
+        "{what}: metabox feature:\n{out}"
+    );
+    if metabox {
+        let root = out
+            .lines()
+            .find_map(|l| l.strip_prefix("Filesystem root nid:"))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        assert!(
+            root.is_some_and(|n| n >> 63 == 1),
+            "{what}: the root is not in the metabox:\n{out}"
+        );
+    }
 }
 
 /// Every oracle on one image of `src`; extractions go under `work` (a tmpfs, where every xattr
@@ -135,7 +174,9 @@ fn check(src: &Path, image: &Path, work: &Path, fsck_extract: bool, what: &str) 
     assert_features(image, what);
     assert_verifies_and_mounts_equal(src, image, what);
     let work = tempfile::tempdir_in(work).unwrap();
-    if fsck_extract {
+    // (fsck.erofs 1.9.4 extracts the inline data of inodes in a metabox as zeros, from its own
+    // images too: it only checks those.)
+    if fsck_extract && !what.contains(" -m ") {
         let fsck_out = work.path().join("fsck");
         fsck_1_9_extract(image, &fsck_out).unwrap_or_else(|e| panic!("{what}: {e}"));
         let diffs = same_content(src, &fsck_out);

@@ -343,11 +343,17 @@ fn superblock_checks() {
     let (mut c, _) = layouts_image();
     c.sb.feature_incompat.set(EROFS_FEATURE_INCOMPAT_METABOX);
     let e = open_err(c.finish());
-    assert!(e.is_corrupted() && e.to_string().contains("METABOX without"), "{e}");
+    assert!(
+        e.is_corrupted() && e.to_string().contains("METABOX without"),
+        "{e}"
+    );
     let (mut c, _) = layouts_image();
     c.sb.packed_nid.set(1 << 63 | 40);
     let e = open_err(c.finish());
-    assert!(e.is_corrupted() && e.to_string().contains("packed_nid"), "{e}");
+    assert!(
+        e.is_corrupted() && e.to_string().contains("packed_nid"),
+        "{e}"
+    );
     let (mut c, _) = layouts_image();
     c.sb.root_nid.set(0);
     c.sb.feature_incompat

@@ -20,6 +20,7 @@ pub fn compressed(alg: &str, pcluster_bytes: u32) -> BuildOptions {
         pcluster_bytes,
         fragments: sealfs_builder::Fragments::Off,
         extents_48bit: false,
+        metabox: None,
     };
     c.validate()
         .unwrap_or_else(|e| panic!("-C {pcluster_bytes}: {e}"));
