@@ -95,7 +95,15 @@ fn images() -> Images {
         let o = run(Command::new("openssl").args(args));
         assert!(o.status.success(), "openssl {args:?}");
     }
-    for (name, args) in [("plain", &[][..]), ("z", &["-z", "lz4", "-C", "65536"][..])] {
+    for (name, args) in [
+        ("plain", &[][..]),
+        ("z", &["-z", "lz4", "-C", "65536"][..]),
+        // Inodes in a metabox (fetched as pclusters of the metabox inode), small files packed.
+        (
+            "zm",
+            &["-z", "lz4", "-C", "65536", "-E", "fragments", "-m", "4096"][..],
+        ),
+    ] {
         let img = www.join(name);
         build_ok(&src, &img, args);
         sealfs_ok(&["sign", s(&img), "--key", s(&key)]);
@@ -290,7 +298,7 @@ fn every_reading_command_over_http_and_s3_equals_the_local_file() {
     let Some((http, s3)) = servers(&images) else {
         return;
     };
-    for name in ["plain", "z"] {
+    for name in ["plain", "z", "zm"] {
         every_command_equal(&images, name, &http.url(name), &[]);
         if let Some(s3) = &s3 {
             every_command_equal(&images, name, &format!("s3://bucket/{name}"), &s3.s3_env());

@@ -279,6 +279,12 @@ impl Image {
         }
         let mut level = vec![top.clone()];
         let mut seen = HashSet::from([top.nid()]);
+        // With a metabox, the inodes are in its pclusters: fetch them all in one concurrent fill
+        // rather than one pcluster per dependent read.
+        if let Some(metabox) = self.metabox.as_ref().filter(|_| self.prefetches()) {
+            self.blocks
+                .fill_source(&self.file_storage(metabox).unwrap_or_default());
+        }
         for depth in 0..=max_depth {
             if level.is_empty() {
                 break;
