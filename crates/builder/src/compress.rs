@@ -497,6 +497,25 @@ fn compress_fixed(opts: &CompressOptions, data: &[u8], seg_start: u64) -> Vec<ZE
         .collect()
 }
 
+/// Cuts `data`, the segment starting at `seg_start`, into extents stored as they are, without trying
+/// to compress them (a file a [`crate::CompressRule`] stores): one per logical cluster of a
+/// fixed-input build, else one per block.
+pub(crate) fn store_segment(opts: &CompressOptions, data: &[u8], seg_start: u64) -> Vec<ZExtent> {
+    let unit = match opts.extents_48bit {
+        true => 1usize << fixed_lcluster_bits(opts),
+        false => BLKSZ as usize,
+    };
+    data.chunks(unit)
+        .enumerate()
+        .map(|(i, chunk)| ZExtent {
+            start: seg_start + (i * unit) as u64,
+            len: chunk.len() as u64,
+            plain: true,
+            data: chunk.to_vec(),
+        })
+        .collect()
+}
+
 /// Cuts `data`, the segment of a file starting at `seg_start` (block-aligned) in a file of `file_size`
 /// bytes, into extents.
 pub(crate) fn compress_segment(

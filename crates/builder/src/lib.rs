@@ -25,7 +25,7 @@ mod zdata;
 
 pub use compress::{Algorithm, CompressOptions, Fragments};
 pub use error::{BuildError, Result};
-pub use options::{BuildOptions, Preset, UuidChoice};
+pub use options::{BuildOptions, CompressRule, Preset, UuidChoice};
 pub use seal::{seal_image, HashAlg, SealInfo, SealOptions, VerityParams};
 
 use std::fs;
@@ -96,6 +96,38 @@ pub fn build(
     pool.install(|| build_in_pool(src, out, opts, progress))
 }
 
+/// Each inode's codec where a rule chooses one (the first rule whose pattern matches a regular
+/// file's path relative to `src`); empty without rules.
+fn codecs_by_rule(
+    tree: &tree::Tree,
+    src: &Path,
+    copts: &CompressOptions,
+    rules: &[CompressRule],
+) -> Vec<zdata::Codec> {
+    use std::os::unix::ffi::OsStrExt;
+    if rules.is_empty() {
+        return Vec::new();
+    }
+    tree.inodes
+        .iter()
+        .map(|inode| {
+            let rel = inode.path.strip_prefix(src).unwrap_or(&inode.path);
+            match rules
+                .iter()
+                .find(|r| r.pattern.is_match(rel.as_os_str().as_bytes()))
+            {
+                Some(r) if matches!(inode.kind, tree::Kind::File(_)) => {
+                    r.algorithm.map(|algorithm| CompressOptions {
+                        algorithm,
+                        ..*copts
+                    })
+                }
+                _ => Some(*copts),
+            }
+        })
+        .collect()
+}
+
 fn build_in_pool(
     src: &Path,
     out: &Path,
@@ -155,8 +187,16 @@ fn build_in_pool(
         Some(c) => {
             c.validate().map_err(BuildError::InvalidOption)?;
             // Data first (sizes are known only once it is compressed), then the metadata after it.
-            let data =
-                zdata::write_data(seal::Target::of(&tmp), &tree, &shared, c, hashers, progress)?;
+            let codecs = codecs_by_rule(&tree, src, c, &opts.compress_rules);
+            let data = zdata::write_data(
+                seal::Target::of(&tmp),
+                &tree,
+                &shared,
+                c,
+                &codecs,
+                hashers,
+                progress,
+            )?;
             // The packed inode (fragments) is an inode of the image no directory names.
             tree.inodes.extend(data.packed);
             let mut plan = layout::plan(&tree, &shared, Some(data.pre), c.metabox.is_some())?;

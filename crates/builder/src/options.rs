@@ -17,6 +17,18 @@ pub enum UuidChoice {
     Random,
 }
 
+/// A per-file compression rule of a compressed build: a regular file whose path relative to the
+/// source root (no leading `/`) matches `pattern` is compressed with `algorithm` instead of the
+/// build's, or stored as it is (no compression tried) with `None`. Such files are never packed
+/// into fragments.
+#[derive(Clone, Debug)]
+pub struct CompressRule {
+    /// What the path must match.
+    pub pattern: Regex,
+    /// The algorithm, `None` to store the file uncompressed.
+    pub algorithm: Option<Algorithm>,
+}
+
 /// Everything that shapes an image besides the source tree.
 #[derive(Clone, Debug)]
 pub struct BuildOptions {
@@ -50,6 +62,8 @@ pub struct BuildOptions {
     pub seal: Option<SealOptions>,
     /// Compress file data; `None` stores it as is.
     pub compress: Option<CompressOptions>,
+    /// Per-file exceptions to `compress`, the first that matches a file applies.
+    pub compress_rules: Vec<CompressRule>,
 }
 
 impl Default for BuildOptions {
@@ -70,6 +84,7 @@ impl Default for BuildOptions {
             threads: 0,
             seal: Some(SealOptions::default()),
             compress: None,
+            compress_rules: Vec::new(),
         }
     }
 }

@@ -97,6 +97,21 @@ struct Sources<'a> {
     packed: Option<&'a Packed>,
 }
 
+impl UnitCtx<'_> {
+    /// The codec of file `id`.
+    fn codec(&self, id: usize) -> Codec {
+        self.codecs.get(id).copied().unwrap_or(Some(*self.copts))
+    }
+
+    /// Extents of segment `seg` (bytes `raw`) of file `id`, of `size` bytes, as its codec makes them.
+    fn extents(&self, id: usize, raw: &[u8], seg: u64, size: u64) -> Vec<ZExtent> {
+        match self.codec(id) {
+            Some(c) => compress::compress_segment(&c, raw, seg * compress::SEGMENT, size),
+            None => compress::store_segment(self.copts, raw, seg * compress::SEGMENT),
+        }
+    }
+}
+
 impl Sources<'_> {
     fn inode(&self, id: usize) -> &Inode {
         match self.packed {
@@ -127,12 +142,18 @@ impl Sources<'_> {
     }
 }
 
+/// How one file's data is stored: compressed with these options, or (`None`) as it is.
+pub(crate) type Codec = Option<CompressOptions>;
+
 /// What every unit needs to know besides its file.
 struct UnitCtx<'a> {
     sources: Sources<'a>,
     shared: &'a SharedXattrs,
     epoch: (i64, u32),
     copts: &'a CompressOptions,
+    /// Per-file codecs chosen by rules (by inode id; `Some(copts)` for the others and the packed
+    /// inode).
+    codecs: &'a [Codec],
     hashers: Hashers<'a>,
     /// Computes dedupe keys when no per-file digests are made (an unsealed build).
     key_hasher: Option<&'a BlockHasher>,
@@ -201,7 +222,7 @@ fn run_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
         Kind::File(f) => f.size,
         _ => unreachable!("units are regular files"),
     };
-    u.extents = compress::compress_segment(ctx.copts, &u.raw, seg * compress::SEGMENT, size);
+    u.extents = ctx.extents(id, &u.raw, seg, size);
     Ok(u)
 }
 
@@ -320,7 +341,7 @@ impl Placer<'_> {
             let exts: Vec<&ZExtent> = if done[k].skipped && twin.is_none() {
                 // Skipped for an earlier twin whose inline tail does not fit this inode (larger
                 // xattrs): compressed here, serially (rare).
-                redone = compress::compress_segment(ctx.copts, &done[k].raw, 0, f.size);
+                redone = ctx.extents(id, &done[k].raw, 0, f.size);
                 redone.iter().collect()
             } else {
                 done[k..e].iter().flat_map(|u| u.extents.iter()).collect()
@@ -423,7 +444,7 @@ impl Placer<'_> {
                     let big_pcluster = extents.iter().any(|x| !x.plain && x.blocks > 1);
                     let idata = tail.map(|t| t.data.clone()).unwrap_or_default();
                     self.files[id] = Some(Placed::Compressed(ZPlan {
-                        alg,
+                        alg: ctx.codec(id).map_or(alg, |c| c.algorithm.id()),
                         big_pcluster,
                         extents,
                         idata,
@@ -679,11 +700,14 @@ fn pack_fragments(
 }
 
 /// Compresses and writes every regular file's data from block 1 on.
+///
+/// `codecs` holds each inode's codec where a rule chose one (empty: the build's for every file).
 pub(crate) fn write_data(
     out: Target<'_>,
     tree: &Tree,
     shared: &SharedXattrs,
     copts: &CompressOptions,
+    codecs: &[Codec],
     hashers: Hashers<'_>,
     progress: &dyn Progress,
 ) -> Result<DataPhase> {
@@ -712,11 +736,18 @@ pub(crate) fn write_data(
         Fragments::Small => copts.pcluster_bytes as u64,
         Fragments::All => u64::MAX,
     };
+    // (A file a rule gives its own codec keeps its own clusters.)
+    let own_codec = |id: usize| codecs.get(id).is_some_and(|c| *c != Some(*copts));
     let fragment_bytes: u64 = tree
         .inodes
         .iter()
-        .map(|i| match &i.kind {
-            Kind::File(f) if f.data_ranges.is_none() && f.size < fragment_limit => f.size,
+        .enumerate()
+        .map(|(id, i)| match &i.kind {
+            Kind::File(f)
+                if f.data_ranges.is_none() && f.size < fragment_limit && !own_codec(id) =>
+            {
+                f.size
+            }
             _ => 0,
         })
         .sum();
@@ -790,7 +821,7 @@ pub(crate) fn write_data(
             });
             continue;
         }
-        if f.size < fragment_limit {
+        if f.size < fragment_limit && !own_codec(id) {
             fragments.push(id);
             continue;
         }
@@ -808,6 +839,7 @@ pub(crate) fn write_data(
         shared,
         epoch,
         copts,
+        codecs,
         hashers,
         key_hasher: own_key_hasher.as_ref(),
         claims: Mutex::new(HashMap::new()),

@@ -5,7 +5,9 @@ use crate::seal::SealArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use regex::bytes::Regex;
-use sealfs_builder::{Algorithm, BuildOptions, CompressOptions, Fragments, Preset, UuidChoice};
+use sealfs_builder::{
+    Algorithm, BuildOptions, CompressOptions, CompressRule, Fragments, Preset, UuidChoice,
+};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -100,6 +102,12 @@ pub struct BuildArgs {
     /// at most -C). Needs -z.
     #[arg(short = 'm', long = "metabox", value_name = "BYTES")]
     metabox: Option<u32>,
+    /// A per-file exception with -z: REGEX=ALG compresses regular files whose path (relative to
+    /// SRC, no leading '/') matches REGEX with ALG (as -z names it), REGEX=none stores them
+    /// uncompressed without trying (for example '\.(jpe?g|png|mp4|gz|xz|zst)$=none'). Repeatable;
+    /// the first that matches applies. Such files are never packed into fragments.
+    #[arg(long, value_name = "REGEX=ALG")]
+    compress_rule: Vec<String>,
     /// Write a plain EROFS image, without the Merkle tree and seal trailer.
     #[arg(long, conflicts_with_all = ["sidecar", "hash_alg", "salt", "verity_block_size"])]
     no_seal: bool,
@@ -253,7 +261,40 @@ impl BuildArgs {
                 Some(self.seal.options()?)
             },
             compress: self.compress_options()?,
+            compress_rules: self.compress_rules()?,
         })
+    }
+
+    /// The `--compress-rule`s, checked against the build's compression settings.
+    fn compress_rules(&self) -> Result<Vec<CompressRule>> {
+        let Some(c) = self.compress_options()? else {
+            if !self.compress_rule.is_empty() {
+                bail!("--compress-rule needs -z (or --preset)");
+            }
+            return Ok(Vec::new());
+        };
+        self.compress_rule
+            .iter()
+            .map(|rule| {
+                let what = || format!("--compress-rule {rule:?}");
+                let (pattern, alg) = rule
+                    .rsplit_once('=')
+                    .with_context(|| format!("{}: expected REGEX=ALG", what()))?;
+                let algorithm = match alg {
+                    "none" => None,
+                    _ => {
+                        let a = Algorithm::parse(alg)
+                            .map_err(|e| anyhow::anyhow!("{}: {e}", what()))?;
+                        CompressOptions { algorithm: a, ..c }
+                            .validate()
+                            .map_err(|e| anyhow::anyhow!("{}: {e}", what()))?;
+                        Some(a)
+                    }
+                };
+                let pattern = Regex::new(pattern).with_context(what)?;
+                Ok(CompressRule { pattern, algorithm })
+            })
+            .collect()
     }
 }
 

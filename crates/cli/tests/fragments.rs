@@ -1,6 +1,7 @@
 //! Smaller images: fragments (`-E fragments`, `-E all-fragments`: files packed whole into the
 //! packed inode and compressed together), whole-file dedupe (always on in compressed builds) and
-//! fixed-input clusters in 48-bit encoded extents (`-E 48bit`: data not block-aligned).
+//! fixed-input clusters in 48-bit encoded extents (`-E 48bit`: data not block-aligned), metadata
+//! compression (`-m`, the metabox) and per-file codecs (`--compress-rule`).
 //!
 //! Oracles: the kernel's mount equals the source (content and every attribute); `fsck.erofs` 1.9
 //! (which knows fragments) checks the image and its `--extract` holds the source's bytes; the
@@ -361,4 +362,105 @@ fn presets_build_what_they_name() {
         "an unknown preset is a usage error"
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("small, fast"));
+}
+
+/// `--compress-rule`: files matching `none` are stored as they are (whole-file: a flat layout;
+/// larger than a segment: raw clusters), files matching an algorithm use it (the image lists both
+/// algorithms), and neither is packed into fragments; every oracle reads the image back, and the
+/// image does not depend on the thread count.
+#[test]
+fn compress_rules_choose_each_files_codec() {
+    if !oracle_guard(mount_env().and(erofs_utils_1_9("fsck.erofs").map(drop))) {
+        return;
+    }
+    let tmp = Tmpfs::new("zrule").expect("tmpfs");
+    let src = tmp.join("src");
+    fs::create_dir_all(src.join("pics")).unwrap();
+    let mut rng = Rng::new(77);
+    let text = |n: usize| -> Vec<u8> {
+        (0..)
+            .map(|i| format!("line {i} of a log file that compresses well\n"))
+            .flat_map(String::into_bytes)
+            .take(n)
+            .collect()
+    };
+    for (name, n) in [("a.jpg", 3000), ("b.jpg", 200_000), ("big.jpg", 9 << 20)] {
+        fs::write(src.join("pics").join(name), rng.bytes(n)).unwrap();
+    }
+    for (name, n) in [
+        ("small.log", 20_000),
+        ("big.log", 300_000),
+        ("notes.txt", 250_000),
+    ] {
+        fs::write(src.join(name), text(n)).unwrap();
+    }
+    fs::write(src.join("tiny.txt"), text(1500)).unwrap();
+    let image = tmp.join("img");
+    let args = [
+        "-z",
+        "zstd",
+        "-C",
+        "65536",
+        "-E",
+        "fragments",
+        "--compress-rule",
+        r"\.jpg$=none",
+        "--compress-rule",
+        r"\.log$=lzma,9",
+    ];
+    build_ok(&src, &image, &args);
+    let what = args.join(" ");
+    check(&src, &image, &tmp.join(""), true, &what);
+    let dump = erofs_utils_1_9("dump.erofs").expect("dump.erofs 1.9");
+    let out = run_ok(Command::new(&dump).arg("-s").arg(&image)).expect("dump.erofs -s");
+    assert!(
+        out.contains("compr_algs:") && out.contains("lzma, zstd"),
+        "{out}"
+    );
+    // Layout and compression ratio of each file, as dump.erofs reads them.
+    let shown = |path: &str| -> (u32, f64) {
+        let out = run_ok(
+            Command::new(&dump)
+                .arg(format!("--path={path}"))
+                .arg(&image),
+        )
+        .expect("dump.erofs --path");
+        let field = |key: &str| {
+            let at = out
+                .find(key)
+                .unwrap_or_else(|| panic!("{path}: no {key:?}:\n{out}"));
+            out[at + key.len()..]
+                .split(|c: char| c.is_whitespace() || c == '%')
+                .find(|w| !w.is_empty())
+                .unwrap()
+                .to_string()
+        };
+        (
+            field("Layout:").parse().unwrap(),
+            field("Compression ratio:").parse().unwrap(),
+        )
+    };
+    // FLAT_PLAIN 0, COMPRESSED_FULL 1, FLAT_INLINE 2, COMPRESSED_COMPACT 3.
+    for path in ["/pics/a.jpg", "/pics/b.jpg"] {
+        let (layout, _) = shown(path);
+        assert!(layout == 0 || layout == 2, "{path}: layout {layout}");
+    }
+    let (layout, ratio) = shown("/pics/big.jpg");
+    assert!(layout == 1 || layout == 3, "/pics/big.jpg: layout {layout}");
+    assert!(ratio >= 100.0, "/pics/big.jpg: stored raw, ratio {ratio}");
+    for path in ["/small.log", "/big.log", "/notes.txt"] {
+        let (layout, ratio) = shown(path);
+        assert!(
+            (layout == 1 || layout == 3) && ratio < 50.0,
+            "{path}: layout {layout}, ratio {ratio}"
+        );
+    }
+    // The small log has its own clusters; the small text file is a fragment (no blocks of its
+    // own: dump.erofs shows a ratio of 0).
+    assert_eq!(shown("/tiny.txt").1, 0.0, "/tiny.txt is a fragment");
+    assert!(
+        shown("/small.log").1 > 0.0,
+        "/small.log has its own clusters"
+    );
+    assert_deterministic_with_fsverity_digests(&src, &tmp.join(""), &args, &what);
 }
