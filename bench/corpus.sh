@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Fetch and prepare benchmark corpora (see shared benchmarks.md, "Corpora").
 #
-#   bench/corpus.sh [linux|big]...     (default: linux)
+#   bench/corpus.sh [linux|big|rootfs]...     (default: linux)
 #
 #   linux  Debian bookworm's linux-source-6.1, unpacked:
 #          $CORPUS_DIR/linux/linux-source-6.1/...   (~1.5 GB, ~79 k files)
 #   big    the uncompressed tarball of that source as one file:
 #          $CORPUS_DIR/big/linux.tar                (~1.4 GB)
+#   rootfs `debootstrap --variant=minbase bookworm` (from the system's Debian mirror), with
+#          `security.capability` set on a few binaries (setcap):
+#          $CORPUS_DIR/rootfs/tree/...              (~190 MB: symlinks, devices, setuid,
+#                                                    hard links, xattrs)
 #
 # CORPUS_DIR defaults to bench/.corpus (gitignored). Idempotent: a corpus that
 # is already complete is skipped; a half-made one (interrupted run) is redone.
@@ -112,6 +116,36 @@ prepare_big() {
     log "big: done: $(stat -c %s "$out/linux.tar") bytes"
 }
 
+prepare_rootfs() {
+    local out="$CORPUS_DIR/rootfs"
+    if [[ -f "$out/.done" && -d "$out/tree" ]]; then
+        log "rootfs: already prepared at $out/tree ($(cat "$out/VERSION" 2>/dev/null || echo '?'))"
+        return
+    fi
+    need debootstrap debootstrap
+    need setcap libcap2-bin
+    [[ $(id -u) == 0 ]] || die "rootfs: debootstrap needs root"
+    local mirror
+    mirror="$(awk '/^URIs:/ && $2 ~ /debian$/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+    mirror="${mirror:-http://deb.debian.org/debian}"
+    local tmp="$CORPUS_DIR/rootfs.tmp"
+    rm -rf "$tmp" "$out"
+    mkdir -p "$tmp"
+    log "rootfs: debootstrap --variant=minbase bookworm from $mirror (a few minutes)"
+    debootstrap --variant=minbase bookworm "$tmp/tree" "$mirror" >"$tmp/debootstrap.log" 2>&1 ||
+        { tail -n 20 "$tmp/debootstrap.log" >&2; die "debootstrap failed"; }
+    # File capabilities, as a real image carries them (security.capability xattrs).
+    local b
+    for b in usr/bin/ping usr/bin/newgidmap usr/bin/newuidmap usr/bin/dpkg usr/bin/apt; do
+        [[ -f "$tmp/tree/$b" ]] && setcap cap_net_raw,cap_setuid+ep "$tmp/tree/$b"
+    done
+    printf 'debootstrap minbase bookworm %s\n' "$(date -u +%F)" >"$tmp/VERSION"
+    rm -f "$tmp/debootstrap.log"
+    touch "$tmp/.done"
+    mv "$tmp" "$out"
+    log "rootfs: done: $(find "$out/tree" -xdev | wc -l) entries, $(du -sb "$out/tree" | cut -f1) bytes"
+}
+
 main() {
     local which=("$@")
     [[ ${#which[@]} -gt 0 ]] || which=(linux)
@@ -120,9 +154,10 @@ main() {
         case "$c" in
             linux) prepare_linux ;;
             big) prepare_big ;;
-            all) prepare_linux; prepare_big ;;
-            -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-            *) die "unknown corpus '$c' (known: linux, big, all)" ;;
+            rootfs) prepare_rootfs ;;
+            all) prepare_linux; prepare_big; prepare_rootfs ;;
+            -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+            *) die "unknown corpus '$c' (known: linux, big, rootfs, all)" ;;
         esac
     done
 }

@@ -17,6 +17,7 @@
 #   MKFS_EROFS=mkfs.erofs       the mkfs.erofs to compare with (e.g. target/oracles/erofs-utils-1.9/bin/mkfs.erofs,
 #                               erofs-utils 1.9 from scripts/build-oracles.sh); the report names its version
 #   CORPUS_DIR=bench/.corpus    corpus cache (bench/corpus.sh fills it if empty)
+#   CORPUS=linux                the tree: linux, or rootfs (bench/corpus.sh rootfs; size rows only)
 #   WORK_DIR=$CORPUS_DIR        where the images are written (a temporary folder is made
 #                               inside; it must be a real disk, not tmpfs)
 #   NO_DOCS=1                   do not touch docs/benchmarks.md / docs/bench-zbuild.png
@@ -33,6 +34,8 @@
 #   sealfs-small  sealfs build -q -T 0 --preset small SRC OUT
 #   sealfs-fast   sealfs build -q -T 0 --preset fast SRC OUT
 #   sealfs-zstd-1m-48bit-frag   sealfs build -q -T 0 -z zstd,L -C 1048576 -E 48bit,fragments SRC OUT
+#   sealfs-zstd-1m-48bit-frag-m the same with -m 65536 (metadata compressed, the metabox)
+#   sealfs-zstd15-small         sealfs build -q -T 0 --preset small -z zstd,15 SRC OUT
 #   mksquashfs-zstd15-1m  -comp zstd -Xcompression-level 15 -b 1M;  mksquashfs-xz-1m  -comp xz -b 1M
 #   mksquashfs-zstd-128k  -comp zstd -Xcompression-level L -b 128K
 #
@@ -54,7 +57,12 @@ ZSTD_LEVEL="${ZSTD_LEVEL:-3}"
 SEALFS="${SEALFS:-$repo/target/release/sealfs}"
 CORPUS_DIR="${CORPUS_DIR:-$here/.corpus}"
 WORK_DIR="${WORK_DIR:-$CORPUS_DIR}"
-SRC="$CORPUS_DIR/linux/linux-source-6.1"
+CORPUS="${CORPUS:-linux}"
+case "$CORPUS" in
+    linux) SRC="$CORPUS_DIR/linux/linux-source-6.1" ;;
+    rootfs) SRC="$CORPUS_DIR/rootfs/tree" ;;   # bench/corpus.sh rootfs
+    *) printf 'zbuild: error: CORPUS must be linux or rootfs\n' >&2; exit 1 ;;
+esac
 PY="${PYTHON:-python3}"
 MKFS_EROFS="${MKFS_EROFS:-mkfs.erofs}"   # e.g. target/oracles/erofs-utils-1.9/bin/mkfs.erofs (1.9, scripts/build-oracles.sh)
 
@@ -94,12 +102,12 @@ for t in "${tools[@]}"; do
 done
 
 # --- corpus ----------------------------------------------------------------
-if [[ ! -f "$CORPUS_DIR/linux/.done" ]]; then
-    log "corpus 'linux' missing, preparing it"
-    CORPUS_DIR="$CORPUS_DIR" "$here/corpus.sh" linux
+if [[ ! -f "$CORPUS_DIR/$CORPUS/.done" ]]; then
+    log "corpus '$CORPUS' missing, preparing it"
+    CORPUS_DIR="$CORPUS_DIR" "$here/corpus.sh" "$CORPUS"
 fi
 [[ -d "$SRC" ]] || die "corpus tree $SRC not found"
-corpus_version="$(cat "$CORPUS_DIR/linux/VERSION" 2>/dev/null || echo 'linux-source-6.1 ?')"
+corpus_version="$(cat "$CORPUS_DIR/$CORPUS/VERSION" 2>/dev/null || echo "$CORPUS ?")"
 corpus_files="$(find "$SRC" -type f | wc -l)"
 corpus_dirs="$(find "$SRC" -type d | wc -l)"
 corpus_bytes="$(du -sb "$SRC" | cut -f1)"
@@ -132,6 +140,9 @@ build_cmd() { # tool out -> sets cmd array
         sealfs-fast) cmd=("$SEALFS" build -q -T 0 --preset fast "$SRC" "$2"); return ;;
         sealfs-zstd-1m-48bit-frag) cmd=("$SEALFS" build -q -T 0 -z "zstd,$ZSTD_LEVEL" -C 1048576
             -E 48bit,fragments "$SRC" "$2"); return ;;
+        sealfs-zstd-1m-48bit-frag-m) cmd=("$SEALFS" build -q -T 0 -z "zstd,$ZSTD_LEVEL" -C 1048576
+            -E 48bit,fragments -m 65536 "$SRC" "$2"); return ;;
+        sealfs-zstd15-small) cmd=("$SEALFS" build -q -T 0 --preset small -z zstd,15 "$SRC" "$2"); return ;;
         mksquashfs-zstd15-1m) cmd=(mksquashfs "$SRC" "$2" -noappend -comp zstd
             -Xcompression-level 15 -b 1M "${sqtime[@]}"); return ;;
         mksquashfs-xz-1m) cmd=(mksquashfs "$SRC" "$2" -noappend -comp xz -b 1M "${sqtime[@]}"); return ;;
@@ -160,7 +171,7 @@ build_cmd() { # tool out -> sets cmd array
 mkdir -p "$here/results"
 csv="$here/results/zbuild-$stamp.csv"
 {
-    echo "# benchmark: build, corpus linux ($corpus_version: $corpus_files files, $corpus_dirs dirs, $corpus_bytes bytes), compressed (lz4hc level $LZ4HC_LEVEL, zstd level $ZSTD_LEVEL), page cache warm"
+    echo "# benchmark: build, corpus $CORPUS ($corpus_version: $corpus_files files, $corpus_dirs dirs, $corpus_bytes bytes), compressed (lz4hc level $LZ4HC_LEVEL, zstd level $ZSTD_LEVEL), page cache warm"
     echo "# date: $date_h"
     echo "# machine: $machine"
     for t in "${tools[@]}"; do echo "# version $t: ${version[$t]}"; done

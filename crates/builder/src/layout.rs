@@ -572,8 +572,8 @@ pub(crate) fn plan(
     })
 }
 
-/// The plan of the metabox inode `inode` with extents `z` (compact indexes, no inline data), and
-/// the bytes it takes in the metadata area; placed by [`place_outside_metabox`].
+/// The plan of the metabox inode `inode` with extents `z` (encoded extents or compact indexes, no
+/// inline data), and the bytes it takes in the metadata area; placed by [`place_outside_metabox`].
 pub(crate) fn metabox_inode_plan(
     inode: &Inode,
     z: ZPlan,
@@ -588,7 +588,10 @@ pub(crate) fn metabox_inode_plan(
     let p = InodePlan {
         offset: 0,
         extended,
-        layout: DataLayout::CompressedCompact,
+        layout: match z.extents_48bit {
+            Some(_) => DataLayout::CompressedFull,
+            None => DataLayout::CompressedCompact,
+        },
         size: f.size,
         ibody_len,
         inline_len: 0,

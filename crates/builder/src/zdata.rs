@@ -908,10 +908,10 @@ pub(crate) fn write_data(
 }
 
 /// Compresses the metabox's data (see [`crate::emit::metabox_data`]) in pclusters of at most
-/// `copts.metabox` bytes, with the data's algorithm and compact indexes, writes them from block
-/// `first_blk` on, and returns the metabox inode (its tree part and its planned extents) and the
-/// next free block. Segments are compressed in parallel; the result does not depend on the thread
-/// count.
+/// `copts.metabox` bytes, with the data's algorithm (in fixed-input clusters and encoded extents
+/// with `-E 48bit`, else cut to fit with compact indexes), writes them from block `first_blk` on,
+/// and returns the metabox inode (its tree part and its planned extents) and the next free block.
+/// Segments are compressed in parallel; the result does not depend on the thread count.
 pub(crate) fn write_metabox(
     out: Target<'_>,
     data: Vec<u8>,
@@ -923,10 +923,10 @@ pub(crate) fn write_metabox(
     let m = CompressOptions {
         pcluster_bytes: copts.metabox.expect("metadata compression was asked for"),
         fragments: Fragments::Off,
-        extents_48bit: false,
         metabox: None,
         ..*copts
     };
+    let bits48 = m.extents_48bit.then(|| compress::fixed_lcluster_bits(&m));
     let size = data.len() as u64;
     let starts: Vec<usize> = (0..data.len())
         .step_by(compress::SEGMENT as usize)
@@ -946,6 +946,19 @@ pub(crate) fn write_metabox(
         .iter()
         .flatten()
         .map(|x| {
+            if bits48.is_some() {
+                let pstart = outb.push_bytes(&x.data);
+                let end = pstart + x.data.len() as u64;
+                return ZPlaced {
+                    start: x.start,
+                    len: x.len,
+                    plain: x.plain,
+                    blkaddr: 0,
+                    blocks: (end.div_ceil(BLKSZ) - pstart / BLKSZ) as u32,
+                    pstart,
+                    plen: x.data.len() as u64,
+                };
+            }
             let blkaddr = outb.push(&x.data, x.blocks(), !x.plain) as u32;
             ZPlaced {
                 start: x.start,
@@ -958,6 +971,8 @@ pub(crate) fn write_metabox(
             }
         })
         .collect();
+    outb.buf
+        .resize(outb.buf.len().next_multiple_of(BLKSZ as usize), 0);
     out.file
         .write_all_at(&outb.buf, first_blk * BLKSZ)
         .map_err(|e| BuildError::io(out.path, "write image", e))?;
@@ -966,7 +981,7 @@ pub(crate) fn write_metabox(
         big_pcluster: placed.iter().any(|x| !x.plain && x.blocks > 1),
         extents: placed,
         idata: Vec::new(),
-        extents_48bit: None,
+        extents_48bit: bits48,
     };
     let inode = Inode {
         kind: Kind::File(FileData {
