@@ -672,31 +672,36 @@ fn pack_fragments(
         placer,
         |p, done| p.place(done),
     )?;
-    let len = placer.len;
     Ok(Packed {
+        inode: special_inode(placer.len, ctx.epoch, "(packed inode)"),
         file: placer.file,
-        inode: Inode {
-            kind: Kind::File(FileData {
-                size: len,
-                data_ranges: None,
-                fingerprint: Fingerprint {
-                    size: len,
-                    mtime_ns: 0,
-                    ctime_ns: 0,
-                    ino: 0,
-                    dev: 0,
-                },
-            }),
-            mode: fmt::S_IFREG | 0o644,
-            uid: 0,
-            gid: 0,
-            mtime: ctx.epoch.0,
-            mtime_nsec: ctx.epoch.1,
-            nlink: 1,
-            xattrs: Vec::new(),
-            path: PathBuf::from("(packed inode)"),
-        },
     })
+}
+
+/// An inode of the image that no directory names (the packed inode, the metabox inode): a regular
+/// file of `size` bytes, mode 0644, owned by root, with the image's common time.
+fn special_inode(size: u64, epoch: (i64, u32), what: &str) -> Inode {
+    Inode {
+        kind: Kind::File(FileData {
+            size,
+            data_ranges: None,
+            fingerprint: Fingerprint {
+                size,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                ino: 0,
+                dev: 0,
+            },
+        }),
+        mode: fmt::S_IFREG | 0o644,
+        uid: 0,
+        gid: 0,
+        mtime: epoch.0,
+        mtime_nsec: epoch.1,
+        nlink: 1,
+        xattrs: Vec::new(),
+        path: PathBuf::from(what),
+    }
 }
 
 /// Compresses and writes every regular file's data from block 1 on.
@@ -983,27 +988,7 @@ pub(crate) fn write_metabox(
         idata: Vec::new(),
         extents_48bit: bits48,
     };
-    let inode = Inode {
-        kind: Kind::File(FileData {
-            size,
-            data_ranges: None,
-            fingerprint: Fingerprint {
-                size,
-                mtime_ns: 0,
-                ctime_ns: 0,
-                ino: 0,
-                dev: 0,
-            },
-        }),
-        mode: fmt::S_IFREG | 0o644,
-        uid: 0,
-        gid: 0,
-        mtime: epoch.0,
-        mtime_nsec: epoch.1,
-        nlink: 1,
-        xattrs: Vec::new(),
-        path: PathBuf::from("(metabox inode)"),
-    };
+    let inode = special_inode(size, epoch, "(metabox inode)");
     Ok((inode, z, outb.next_blk()))
 }
 
