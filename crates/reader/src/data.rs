@@ -347,10 +347,12 @@ impl Image {
             self.read_fragment(inode, offset.saturating_add(from as u64), &mut dst[..n])?;
             return Ok(n as u64);
         }
-        // Reads of the packed inode are reads of fragments, each a small part of an extent that
-        // the fragments around it will read too: decode (and cache) whole extents, as a read
-        // from an extent's start does, so one decode serves all of them.
-        let hint = if inode.nid == self.sb.packed_nid && self.has_fragments() {
+        // Reads of the packed inode (and of the metabox) are reads of fragments (inodes), each a
+        // small part of an extent that the ones around it will read too: decode (and cache) whole
+        // extents, as a read from an extent's start does, so one decode serves all of them.
+        let hint = if (inode.nid == self.sb.packed_nid && self.has_fragments())
+            || self.sb.metabox_nid == Some(inode.nid)
+        {
             0
         } else {
             from as u64

@@ -41,6 +41,10 @@ pub struct Image {
     pub(crate) clusters: ClusterCache,
     /// The metabox inode (`METABOX`): its data holds the inodes whose nid has bit 63 set.
     pub(crate) metabox: Option<Inode>,
+    /// The metabox extent decoded last, `(first byte, its bytes)`: metadata reads are local, so
+    /// most are served from it without mapping or a cache lookup. Decoded from verified bytes, one
+    /// extent at a time.
+    metabox_last: std::sync::Mutex<Option<(u64, Arc<Vec<u8>>)>>,
 }
 
 /// Bit 63 of a metadata position: the position is a byte offset in the metabox inode's data, not
@@ -90,6 +94,7 @@ impl Image {
             prefixes,
             clusters: ClusterCache::new(options.cluster_cache_bytes),
             metabox: None,
+            metabox_last: std::sync::Mutex::new(None),
         };
         if let Some(nid) = image.sb.metabox_nid {
             // Never in the metabox itself (checked with the superblock), so read from the image.
@@ -186,6 +191,31 @@ impl Image {
                 ),
                 at,
             ));
+        }
+        let end = off + buf.len() as u64;
+        let last = self
+            .metabox_last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some((start, data)) = last {
+            if off >= start && end <= start + data.len() {
+                buf.copy_from_slice(&data[(off - start) as usize..(end - start) as usize]);
+                return Ok(());
+            }
+        }
+        // A whole extent decoded (and kept) when it holds the read; anything else (a hole, a
+        // fragment, a read across extents) goes the general way.
+        let z = self.zmap(metabox, off)?;
+        if !z.hole && z.fragment.is_none() && end <= z.logical + z.length {
+            let data = self.decoded_extent(metabox, &z, 0, z.length)?;
+            if data.len() >= z.length {
+                let from = (off - z.logical) as usize;
+                buf.copy_from_slice(&data[from..from + buf.len()]);
+                *self.metabox_last.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((z.logical, data));
+                return Ok(());
+            }
         }
         let n = self.read(metabox, off, buf)?;
         debug_assert_eq!(n, buf.len());
