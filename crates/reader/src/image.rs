@@ -204,8 +204,18 @@ impl Image {
                 return Ok(());
             }
         }
-        // A whole extent decoded (and kept) when it holds the read; anything else (a hole, a
-        // fragment, a read across extents) goes the general way.
+        // A whole extent decoded (and kept) when it holds the read; anything else (a metabox
+        // stored uncompressed, a hole, a fragment, a read across extents) goes the general way.
+        let compressed = matches!(
+            metabox.layout(),
+            sealfs_format::DataLayout::CompressedFull
+                | sealfs_format::DataLayout::CompressedCompact
+        );
+        if !compressed {
+            let n = self.read(metabox, off, buf)?;
+            debug_assert_eq!(n, buf.len());
+            return Ok(());
+        }
         let z = self.zmap(metabox, off)?;
         if !z.hole && z.fragment.is_none() && end <= z.logical + z.length {
             let data = self.decoded_extent(metabox, &z, 0, z.length)?;
