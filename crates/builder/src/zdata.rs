@@ -270,6 +270,32 @@ impl Out {
         blk
     }
 
+    /// Appends extent `x` and says where it went: packed byte by byte (encoded extents), or as a
+    /// pcluster of whole blocks, or nowhere when it is the tail stored inline (`inline_tail`).
+    fn place(&mut self, x: &ZExtent, packed: bool, inline_tail: bool) -> ZPlaced {
+        let plen = x.data.len() as u64;
+        let (blkaddr, blocks, pstart) = if packed {
+            let pstart = self.push_bytes(&x.data);
+            let blocks = (pstart + plen).div_ceil(BLKSZ) - pstart / BLKSZ;
+            (0, blocks as u32, pstart)
+        } else {
+            let blkaddr = match inline_tail {
+                true => 0,
+                false => self.push(&x.data, x.blocks(), !x.plain) as u32,
+            };
+            (blkaddr, x.blocks() as u32, blkaddr as u64 * BLKSZ)
+        };
+        ZPlaced {
+            start: x.start,
+            len: x.len,
+            plain: x.plain,
+            blkaddr,
+            blocks,
+            pstart,
+            plen,
+        }
+    }
+
     /// Appends bytes right after the previous ones; returns their byte address.
     fn push_bytes(&mut self, data: &[u8]) -> u64 {
         let at = self.first_blk * BLKSZ + self.buf.len() as u64;
@@ -409,34 +435,7 @@ impl Placer<'_> {
             } else {
                 for (x_i, x) in exts.iter().enumerate() {
                     let is_tail = tail.is_some() && x_i + 1 == exts.len();
-                    let placed = if bits48.is_some() {
-                        let pstart = outb.push_bytes(&x.data);
-                        let end = pstart + x.data.len() as u64;
-                        ZPlaced {
-                            start: x.start,
-                            len: x.len,
-                            plain: x.plain,
-                            blkaddr: 0,
-                            blocks: (end.div_ceil(BLKSZ) - pstart / BLKSZ) as u32,
-                            pstart,
-                            plen: x.data.len() as u64,
-                        }
-                    } else {
-                        let blkaddr = if is_tail {
-                            0
-                        } else {
-                            outb.push(&x.data, x.blocks(), !x.plain) as u32
-                        };
-                        ZPlaced {
-                            start: x.start,
-                            len: x.len,
-                            plain: x.plain,
-                            blkaddr,
-                            blocks: x.blocks() as u32,
-                            pstart: blkaddr as u64 * BLKSZ,
-                            plen: x.data.len() as u64,
-                        }
-                    };
+                    let placed = outb.place(x, bits48.is_some(), is_tail);
                     st.extents.push(placed);
                 }
                 if last_seg {
@@ -950,31 +949,7 @@ pub(crate) fn write_metabox(
     let placed: Vec<ZPlaced> = extents
         .iter()
         .flatten()
-        .map(|x| {
-            if bits48.is_some() {
-                let pstart = outb.push_bytes(&x.data);
-                let end = pstart + x.data.len() as u64;
-                return ZPlaced {
-                    start: x.start,
-                    len: x.len,
-                    plain: x.plain,
-                    blkaddr: 0,
-                    blocks: (end.div_ceil(BLKSZ) - pstart / BLKSZ) as u32,
-                    pstart,
-                    plen: x.data.len() as u64,
-                };
-            }
-            let blkaddr = outb.push(&x.data, x.blocks(), !x.plain) as u32;
-            ZPlaced {
-                start: x.start,
-                len: x.len,
-                plain: x.plain,
-                blkaddr,
-                blocks: x.blocks() as u32,
-                pstart: blkaddr as u64 * BLKSZ,
-                plen: x.data.len() as u64,
-            }
-        })
+        .map(|x| outb.place(x, bits48.is_some(), false))
         .collect();
     outb.buf
         .resize(outb.buf.len().next_multiple_of(BLKSZ as usize), 0);
