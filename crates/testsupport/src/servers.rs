@@ -53,6 +53,20 @@ impl Server {
             .collect()
     }
 
+    /// [`Server::requests`] once the log has at least `n` lines, or after 5 s: nginx writes a
+    /// request's line when it finalizes the request, which may be just after the client has its
+    /// last byte.
+    pub fn requests_at_least(&self, n: usize) -> Vec<String> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let log = self.requests();
+            if log.len() >= n || std::time::Instant::now() >= deadline {
+                return log;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// Empties the access log (nginx appends, so the next request starts it again).
     pub fn clear_requests(&self) {
         let log = self.access_log.as_ref().expect("an nginx server");
