@@ -30,7 +30,17 @@ struct Stream<'a> {
     hash: Xxh3,
 }
 
-impl Stream<'_> {
+impl<'a> Stream<'a> {
+    fn new(file: &'a File, path: &'a Path, start: u64) -> Self {
+        Stream {
+            file,
+            path,
+            buf: Vec::new(),
+            start,
+            hash: Xxh3::new(),
+        }
+    }
+
     const MAX_GAP: u64 = 64 << 10;
     const MAX_BUF: usize = 4 << 20;
 
@@ -290,7 +300,6 @@ fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
             item.extend_from_slice(&bytes);
         }
     }
-    item.extend_from_slice(&z.idata);
 }
 
 /// Encodes a directory's data: whole blocks, the last one cut to the directory size.
@@ -324,119 +333,147 @@ fn encode_dir(id: InodeId, tree: &Tree, plan: &Plan) -> Vec<u8> {
     out
 }
 
-/// A piece of output: `(byte offset, bytes)`.
-type Piece = (u64, Vec<u8>);
-
-/// The encoded metadata items of one area (offsets relative to it) and the data blocks of its
-/// directories and symlinks (image offsets).
-struct Encoded {
-    items: Vec<Piece>,
-    blocks: Vec<Piece>,
+/// A part of a metadata area, encoded on its own: an inode's item (`None`: the shared xattrs), or
+/// the data block(s) of a directory or symlink.
+#[derive(Clone, Copy)]
+enum Part {
+    Item(Option<InodeId>),
+    Block(InodeId),
 }
 
-/// Encodes the metadata items of the inodes in the metabox (`in_metabox`) or of those outside it,
-/// with the shared xattr area if it is in that area.
-fn encode(
+/// A part and its position.
+type PartAt = (u64, Part);
+
+/// How many parts are encoded at once (in parallel) before they are written: bounds the memory of
+/// the metadata phase whatever the image's size.
+const PARTS_AT_ONCE: usize = 4096;
+
+/// The parts of the metadata area inside the metabox (`in_metabox`) or outside it, each with its
+/// position: items at their offset in the area, blocks at their byte address in the image.
+fn parts(
+    tree: &Tree,
+    plan: &Plan,
+    shared: &SharedXattrs,
+    in_metabox: bool,
+) -> (Vec<PartAt>, Vec<PartAt>) {
+    let mut items = Vec::new();
+    let mut blocks = Vec::new();
+    for (id, p) in plan.inodes.iter().enumerate() {
+        if p.in_metabox != in_metabox {
+            continue;
+        }
+        items.push((p.offset, Part::Item(Some(id))));
+        let dir_or_symlink = matches!(tree.inodes[id].kind, Kind::Dir { .. } | Kind::Symlink(_));
+        if dir_or_symlink && p.size > p.inline_len {
+            blocks.push((p.startblk as u64 * BLKSZ, Part::Block(id)));
+        }
+    }
+    if !shared.bytes.is_empty() && plan.metabox_len.is_some() == in_metabox {
+        items.push((plan.shared_offset, Part::Item(None)));
+    }
+    items.sort_unstable_by_key(|(offset, _)| *offset);
+    blocks.sort_unstable_by_key(|(offset, _)| *offset);
+    (items, blocks)
+}
+
+/// Encodes `parts` in order, [`PARTS_AT_ONCE`] at a time in parallel, and hands each to `put` in
+/// that order.
+fn encode_each(
     tree: &Tree,
     plan: &Plan,
     shared: &SharedXattrs,
     opts: &BuildOptions,
-    in_metabox: bool,
-) -> Encoded {
-    let shared_base_id = (plan.shared_offset / 4) as u32;
-    let mut order: Vec<(u64, Option<InodeId>)> = plan
-        .inodes
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.in_metabox == in_metabox)
-        .map(|(id, p)| (p.offset, Some(id)))
-        .collect();
-    if !shared.bytes.is_empty() && plan.metabox_len.is_some() == in_metabox {
-        order.push((plan.shared_offset, None));
+    parts: &[PartAt],
+    mut put: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<()> {
+    for chunk in parts.chunks(PARTS_AT_ONCE) {
+        let encoded: Vec<Vec<u8>> = chunk
+            .par_iter()
+            .with_min_len(256)
+            .map(|&(_, part)| encode_part(tree, plan, shared, opts, part))
+            .collect::<Result<_>>()?;
+        for ((offset, _), bytes) in chunk.iter().zip(encoded) {
+            put(*offset, &bytes)?;
+        }
     }
-    order.sort_unstable();
-    // Each inode's metadata item (and the data block of a directory or symlink) is encoded on its own,
-    // in parallel: only the write is sequential.
-    let encoded: Vec<(Piece, Option<Piece>)> = order
-        .into_par_iter()
-        .with_min_len(1024)
-        .map(|(offset, id)| {
-            let Some(id) = id else {
-                return ((offset, shared.bytes.clone()), None);
-            };
-            let (inode, p) = (&tree.inodes[id], &plan.inodes[id]);
-            let ibody = xattrs::encode_ibody(inode, shared, shared_base_id, opts.xattr_filter);
-            let mut item = encode_inode(id, inode, p, plan, ibody.len() as u64);
-            item.extend_from_slice(&ibody);
-            let data = match &inode.kind {
-                Kind::Dir { .. } => Some(encode_dir(id, tree, plan)),
-                Kind::Symlink(target) => Some(target.clone()),
-                _ => None,
-            };
-            if let Some(z) = &p.zmap {
-                encode_zmap(&mut item, p, z);
-            }
-            if let Some(offset) = p.fragment {
-                item.resize(zmap_header_offset(p.isize(), p.ibody_len) as usize, 0);
-                let header = fmt::fragment_inode_header(offset)
-                    .expect("fragment offsets are below 2^63 (the packed inode's size)");
-                item.extend_from_slice(&header);
-                item.resize(item.len() + fmt::Z_EROFS_FULL_INDEX_START as usize, 0);
-            }
-            if let Some(tail) = &p.inline_bytes {
-                item.extend_from_slice(tail);
-            }
-            if let Some(chunks) = &p.chunks {
-                item.resize(
-                    crate::layout::ChunkPlan::map_offset(p.isize(), p.ibody_len) as usize,
-                    0,
-                );
-                for blk in &chunks.map {
-                    item.extend_from_slice(&blk.to_le_bytes());
-                }
-            }
-            let mut block = None;
-            if let Some(mut data) = data {
-                if p.inline_len > 0 {
-                    item.extend_from_slice(&data[data.len() - p.inline_len as usize..]);
-                    data.truncate(data.len() - p.inline_len as usize);
-                }
-                if !data.is_empty() {
-                    data.resize(fmt::round_up(data.len() as u64, BLKSZ) as usize, 0);
-                    block = Some((p.startblk as u64 * BLKSZ, data));
-                }
-            }
-            ((offset, item), block)
-        })
-        .collect();
-    let mut items = Vec::with_capacity(encoded.len());
-    let mut blocks = Vec::new();
-    for (piece, block) in encoded {
-        items.push(piece);
-        blocks.extend(block);
-    }
-    Encoded { items, blocks }
+    Ok(())
 }
 
-/// Writes `pieces` in offset order; returns the hash of what was written.
-fn write_pieces(file: &File, path: &Path, mut pieces: Vec<Piece>) -> Result<u128> {
-    pieces.sort_unstable_by_key(|(offset, _)| *offset);
-    let mut stream = Stream {
-        file,
-        path,
-        buf: Vec::new(),
-        start: pieces.first().map_or(0, |p| p.0),
-        hash: Xxh3::new(),
-    };
-    for (offset, bytes) in pieces {
-        stream.put(offset, &bytes)?;
+/// The data of a directory or symlink, whole.
+fn dir_or_symlink_data(id: InodeId, tree: &Tree, plan: &Plan) -> Option<Vec<u8>> {
+    match &tree.inodes[id].kind {
+        Kind::Dir { .. } => Some(encode_dir(id, tree, plan)),
+        Kind::Symlink(target) => Some(target.clone()),
+        _ => None,
     }
-    stream.flush()?;
-    Ok(stream.hash.digest128())
+}
+
+/// Encodes one part: an inode's metadata item (core, xattrs, indexes, inline data), the shared
+/// xattrs, or the blocks of a directory or symlink's data before its inline tail.
+fn encode_part(
+    tree: &Tree,
+    plan: &Plan,
+    shared: &SharedXattrs,
+    opts: &BuildOptions,
+    part: Part,
+) -> Result<Vec<u8>> {
+    let id = match part {
+        Part::Item(None) => return Ok(shared.bytes.clone()),
+        Part::Item(Some(id)) => id,
+        Part::Block(id) => {
+            let p = &plan.inodes[id];
+            let mut data = dir_or_symlink_data(id, tree, plan).unwrap_or_default();
+            data.truncate(data.len() - p.inline_len as usize);
+            data.resize(fmt::round_up(data.len() as u64, BLKSZ) as usize, 0);
+            return Ok(data);
+        }
+    };
+    let shared_base_id = (plan.shared_offset / 4) as u32;
+    let (inode, p) = (&tree.inodes[id], &plan.inodes[id]);
+    let ibody = xattrs::encode_ibody(inode, shared, shared_base_id, opts.xattr_filter);
+    let mut item = encode_inode(id, inode, p, plan, ibody.len() as u64);
+    item.extend_from_slice(&ibody);
+    if let Some(z) = &p.zmap {
+        encode_zmap(&mut item, p, z);
+        if !z.idata.is_empty() {
+            item.extend_from_slice(&spill_of(plan).read(z.idata)?);
+        }
+    }
+    if let Some(offset) = p.fragment {
+        item.resize(zmap_header_offset(p.isize(), p.ibody_len) as usize, 0);
+        let header = fmt::fragment_inode_header(offset)
+            .expect("fragment offsets are below 2^63 (the packed inode's size)");
+        item.extend_from_slice(&header);
+        item.resize(item.len() + fmt::Z_EROFS_FULL_INDEX_START as usize, 0);
+    }
+    if let Some(tail) = p.inline_bytes {
+        item.extend_from_slice(&spill_of(plan).read(tail)?);
+    }
+    if let Some(chunks) = &p.chunks {
+        item.resize(
+            crate::layout::ChunkPlan::map_offset(p.isize(), p.ibody_len) as usize,
+            0,
+        );
+        for blk in &chunks.map {
+            item.extend_from_slice(&blk.to_le_bytes());
+        }
+    }
+    if p.inline_len > 0 {
+        if let Some(data) = dir_or_symlink_data(id, tree, plan) {
+            item.extend_from_slice(&data[data.len() - p.inline_len as usize..]);
+        }
+    }
+    Ok(item)
+}
+
+fn spill_of(plan: &Plan) -> &crate::spill::Spill {
+    plan.spill
+        .as_ref()
+        .expect("spilled inline data comes with the plan's spill")
 }
 
 /// Writes the metadata area (outside the metabox, if there is one) and the data of directories and
-/// symlinks whose inodes are there; returns the metadata hash.
+/// symlinks whose inodes are there, in offset order; returns the metadata hash.
 pub(crate) fn write_metadata(
     file: &File,
     path: &Path,
@@ -445,15 +482,21 @@ pub(crate) fn write_metadata(
     shared: &SharedXattrs,
     opts: &BuildOptions,
 ) -> Result<u128> {
-    let Encoded { items, mut blocks } = encode(tree, plan, shared, opts, false);
-    // Everything in offset order: directory blocks come after the metadata in uncompressed images and
-    // before it in compressed ones.
-    let mut pieces: Vec<Piece> = items
+    let (items, blocks) = parts(tree, plan, shared, false);
+    // Directory blocks come after the metadata in uncompressed images and before it in compressed
+    // ones: one stream in offset order.
+    let mut all: Vec<PartAt> = items
         .into_iter()
-        .map(|(offset, bytes)| (plan.meta_base + offset, bytes))
+        .map(|(offset, part)| (plan.meta_base + offset, part))
+        .chain(blocks)
         .collect();
-    pieces.append(&mut blocks);
-    write_pieces(file, path, pieces)
+    all.sort_by_key(|(offset, _)| *offset);
+    let mut stream = Stream::new(file, path, all.first().map_or(0, |p| p.0));
+    encode_each(tree, plan, shared, opts, &all, |offset, bytes| {
+        stream.put(offset, bytes)
+    })?;
+    stream.flush()?;
+    Ok(stream.hash.digest128())
 }
 
 /// Encodes the metabox's data (its inodes and the shared xattrs) and writes the data blocks of its
@@ -467,13 +510,18 @@ pub(crate) fn metabox_data(
     opts: &BuildOptions,
 ) -> Result<(Vec<u8>, u128)> {
     let len = plan.metabox_len.expect("a metabox was planned");
-    let Encoded { items, blocks } = encode(tree, plan, shared, opts, true);
+    let (items, blocks) = parts(tree, plan, shared, true);
     let mut data = vec![0u8; len as usize];
-    for (offset, bytes) in items {
-        data[offset as usize..][..bytes.len()].copy_from_slice(&bytes);
-    }
-    let hash = write_pieces(file, path, blocks)?;
-    Ok((data, hash))
+    encode_each(tree, plan, shared, opts, &items, |offset, bytes| {
+        data[offset as usize..][..bytes.len()].copy_from_slice(bytes);
+        Ok(())
+    })?;
+    let mut stream = Stream::new(file, path, blocks.first().map_or(0, |p| p.0));
+    encode_each(tree, plan, shared, opts, &blocks, |offset, bytes| {
+        stream.put(offset, bytes)
+    })?;
+    stream.flush()?;
+    Ok((data, stream.hash.digest128()))
 }
 
 thread_local! {

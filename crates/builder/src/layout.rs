@@ -9,6 +9,7 @@
 //! metadata area, file by file in the same order.
 
 use crate::error::{BuildError, Result};
+use crate::spill::{Spill, Spilled};
 use crate::tree::{Inode, InodeId, Kind, Tree};
 use crate::xattrs::{self, SharedXattrs};
 use sealfs_format::{self as fmt, round_up, DataLayout, BLKSZ, EROFS_DIRENT_SIZE, EROFS_NULL_ADDR};
@@ -33,8 +34,9 @@ pub(crate) struct InodePlan {
     pub chunks: Option<ChunkPlan>,
     /// Extents of a compressed inode (COMPRESSED_FULL), placed by the data phase.
     pub zmap: Option<ZPlan>,
-    /// Inline tail bytes already read by the data phase (otherwise the copy phase writes them).
-    pub inline_bytes: Option<Vec<u8>>,
+    /// Inline tail bytes already read by the data phase, in the plan's spill (otherwise the copy
+    /// phase writes them).
+    pub inline_bytes: Option<Spilled>,
     /// The whole file is a fragment at this offset of the packed inode (COMPRESSED_FULL).
     pub fragment: Option<u64>,
     /// `offset` is in the metabox's data (the nid gets the metabox bit).
@@ -50,8 +52,9 @@ pub(crate) struct ZPlan {
     pub big_pcluster: bool,
     /// The extents in file order.
     pub extents: Vec<ZPlaced>,
-    /// The tail pcluster stored inline after the indexes (ztailpacking), empty if none.
-    pub idata: Vec<u8>,
+    /// The tail pcluster stored inline after the indexes (ztailpacking), in the plan's spill; empty
+    /// if none.
+    pub idata: Spilled,
     /// 48-bit encoded extents, one per logical cluster of `1 << bits` bytes, their data packed
     /// byte by byte from the first extent's `pstart` (COMPRESSED_FULL); `None`: COMPACT indexes.
     pub extents_48bit: Option<u8>,
@@ -118,7 +121,7 @@ pub(crate) enum Placed {
     Flat {
         startblk: u32,
         blocks: u64,
-        tail: Option<Vec<u8>>,
+        tail: Option<Spilled>,
     },
     /// Chunk-based with holes, its map filled.
     Chunks(ChunkPlan),
@@ -131,6 +134,8 @@ pub(crate) struct PreData {
     pub data_end: u64,
     /// Id of the packed inode (the last), if there are fragments.
     pub packed: Option<InodeId>,
+    /// The inline data of the placements.
+    pub spill: Spill,
 }
 
 /// Inode core size and xattr body size of an inode of `size` bytes, as the plan will choose them.
@@ -218,6 +223,8 @@ pub(crate) struct Plan {
     pub metabox_len: Option<u64>,
     /// Id of the metabox inode, once it is added (see [`place_outside_metabox`]).
     pub metabox: Option<InodeId>,
+    /// Where `inline_bytes` and `ZPlan::idata` are (compressed builds).
+    pub spill: Option<Spill>,
 }
 
 /// Directory block layout: the entries (including "." and "..") in order, and where each block starts.
@@ -421,7 +428,7 @@ pub(crate) fn plan(
                     Some(_) => DataLayout::CompressedFull,
                     None => DataLayout::CompressedCompact,
                 };
-                p.inline_len = z.idata.len() as u64;
+                p.inline_len = z.idata.len();
                 meta_len = z.meta_len_of(isize, ibody_len, size);
                 p.zmap = Some(z);
             }
@@ -437,7 +444,7 @@ pub(crate) fn plan(
                 };
                 if let Some(tail) = tail {
                     p.layout = DataLayout::FlatInline;
-                    p.inline_len = tail.len() as u64;
+                    p.inline_len = tail.len();
                     p.inline_bytes = Some(tail);
                 }
             }
@@ -569,6 +576,7 @@ pub(crate) fn plan(
         item_lens,
         metabox_len,
         metabox: None,
+        spill: pre.map(|p| p.spill),
     })
 }
 

@@ -19,6 +19,7 @@ mod error;
 mod layout;
 mod options;
 mod seal;
+mod spill;
 mod tree;
 mod xattrs;
 mod zdata;

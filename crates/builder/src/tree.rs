@@ -273,6 +273,9 @@ pub(crate) fn scan(
         }
         level = next;
     }
+    // The vector grew by doubling; room for the two inodes a build may add (the packed inode, the
+    // metabox inode), so that adding them does not double it again.
+    tree.inodes.shrink_to(tree.inodes.len() + 2);
     count_links(&mut tree);
     Ok(tree)
 }

@@ -30,6 +30,7 @@ use crate::emit::{Copier, DataLeaves, FileDigests, Hashers};
 use crate::error::{BuildError, Result};
 use crate::layout::{self, ChunkPlan, InodePlan, Placed, PreData, ZPlaced, ZPlan};
 use crate::seal::Target;
+use crate::spill::{Spill, Spilled};
 use crate::tree::{self, FileData, Fingerprint, Inode, Kind, Tree};
 use crate::xattrs::SharedXattrs;
 use crate::Progress;
@@ -62,9 +63,16 @@ struct Unit {
     skipped: bool,
 }
 
-/// What makes two files share their data: the same content (fs-verity digest, which binds the
-/// size).
-type DedupeKey = Digest;
+/// What makes two files share their data: the same content, named by its fs-verity digest (which
+/// binds the size), or by the first 256 bits of a longer one; a map entry is half the size of one
+/// keyed by a whole [`Digest`].
+type DedupeKey = [u8; 32];
+
+fn dedupe_key(d: &Digest) -> DedupeKey {
+    d.as_bytes()[..32]
+        .try_into()
+        .expect("digests are at least 256 bits")
+}
 
 /// What the data phase produced.
 pub(crate) struct DataPhase {
@@ -191,7 +199,7 @@ fn read_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
         let digest = sealfs_verity::Tree::from_leaf_hashes_serial(hasher.params(), f.size, &leaves)
             .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?
             .digest();
-        Some(digest)
+        Some(dedupe_key(&digest))
     } else {
         None
     };
@@ -232,9 +240,9 @@ fn fits_inline(placed: Option<&Placed>, isize: u64, ibody: u64, size: u64) -> bo
     match placed {
         Some(Placed::Flat {
             tail: Some(tail), ..
-        }) => isize + ibody + tail.len() as u64 <= BLKSZ,
+        }) => isize + ibody + tail.len() <= BLKSZ,
         Some(Placed::Compressed(z)) if !z.idata.is_empty() => {
-            ZPlan::meta_len(isize, ibody, size) + z.idata.len() as u64 <= BLKSZ
+            ZPlan::meta_len(isize, ibody, size) + z.idata.len() <= BLKSZ
         }
         Some(_) => true,
         None => false,
@@ -326,6 +334,8 @@ struct Placer<'a> {
     carry: Vec<u8>,
     leaves: DataLeaves,
     digests: FileDigests,
+    /// Inline tails, kept out of memory until the metadata is written.
+    spill: Spill,
 }
 
 impl Placer<'_> {
@@ -426,7 +436,10 @@ impl Placer<'_> {
                 } else {
                     fmt::EROFS_NULL_ADDR
                 };
-                let tail = inline_fits.then(|| raw[(f.size - tail_len) as usize..].to_vec());
+                let tail = match inline_fits {
+                    true => Some(self.spill.put(&raw[(f.size - tail_len) as usize..])?),
+                    false => None,
+                };
                 self.files[id] = Some(Placed::Flat {
                     startblk,
                     blocks,
@@ -441,7 +454,10 @@ impl Placer<'_> {
                 if last_seg {
                     let extents = std::mem::take(&mut st.extents);
                     let big_pcluster = extents.iter().any(|x| !x.plain && x.blocks > 1);
-                    let idata = tail.map(|t| t.data.clone()).unwrap_or_default();
+                    let idata = match tail {
+                        Some(t) => self.spill.put(&t.data)?,
+                        None => Spilled::default(),
+                    };
                     self.files[id] = Some(Placed::Compressed(ZPlan {
                         alg: ctx.codec(id).map_or(alg, |c| c.algorithm.id()),
                         big_pcluster,
@@ -720,7 +736,16 @@ pub(crate) fn write_data(
     // One more slot for the packed inode.
     let mut files: Vec<Option<Placed>> = (0..=n).map(|_| None).collect();
     let mut leaves = DataLeaves::new();
-    let mut digests = FileDigests::new();
+    // One digest per regular file, the packed inode's excepted: reserved, not grown by doubling.
+    let mut digests = match hashers.file {
+        Some(_) => FileDigests::with_capacity(
+            tree.inodes
+                .iter()
+                .filter(|i| matches!(i.kind, Kind::File(_)))
+                .count(),
+        ),
+        None => FileDigests::new(),
+    };
     let mut next_blk = 1u64;
     let alg = copts.algorithm.id();
     let total: u64 = tree
@@ -879,6 +904,7 @@ pub(crate) fn write_data(
         carry: Vec::new(),
         leaves,
         digests,
+        spill: Spill::beside(out.path)?,
     };
     let placer = ordered_pipeline(
         rayon::current_num_threads(),
@@ -895,6 +921,7 @@ pub(crate) fn write_data(
         files,
         leaves,
         mut digests,
+        spill,
         ..
     } = placer;
     progress.end();
@@ -904,6 +931,7 @@ pub(crate) fn write_data(
             files,
             data_end: next_blk,
             packed: packed.as_ref().map(|_| n),
+            spill,
         },
         leaves,
         digests,
@@ -960,7 +988,7 @@ pub(crate) fn write_metabox(
         alg: m.algorithm.id(),
         big_pcluster: placed.iter().any(|x| !x.plain && x.blocks > 1),
         extents: placed,
-        idata: Vec::new(),
+        idata: Spilled::default(),
         extents_48bit: bits48,
     };
     let inode = special_inode(size, epoch, "(metabox inode)");
