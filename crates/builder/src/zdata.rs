@@ -167,9 +167,11 @@ struct UnitCtx<'a> {
     key_hasher: Option<&'a BlockHasher>,
     /// The first (lowest id) file seen so far with each key, by any worker.
     claims: Mutex<HashMap<DedupeKey, usize>>,
+    /// Keys of the files of more than one segment that may have a twin ([`multi_segment_keys`]).
+    multi_keys: HashMap<usize, DedupeKey>,
 }
 
-/// Reads and hashes one segment; for a file of one segment, also its dedupe key.
+/// Reads and hashes one segment, with its file's dedupe key (if it has one).
 fn read_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
     let inode = ctx.sources.inode(id);
     let Kind::File(f) = &inode.kind else {
@@ -201,7 +203,7 @@ fn read_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
             .digest();
         Some(dedupe_key(&digest))
     } else {
-        None
+        ctx.multi_keys.get(&id).copied()
     };
     Ok(Unit {
         id,
@@ -232,6 +234,54 @@ fn run_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
     };
     u.extents = ctx.extents(id, &u.raw, seg, size);
     Ok(u)
+}
+
+/// Dedupe keys of the files of more than one segment that share their size with another such
+/// file, the only ones that can have a twin: their content is read and hashed once more, before
+/// the data phase, since their first segments are placed before their last is read. (A
+/// one-segment file's key comes with its only unit.)
+fn multi_segment_keys(
+    tree: &Tree,
+    ids: &[usize],
+    hasher: &BlockHasher,
+) -> Result<HashMap<usize, DedupeKey>> {
+    use rayon::prelude::*;
+    let size_of = |id: usize| match &tree.inodes[id].kind {
+        Kind::File(f) => f.size,
+        _ => unreachable!("units are regular files"),
+    };
+    let mut by_size: HashMap<u64, Vec<usize>> = HashMap::new();
+    for &id in ids {
+        by_size.entry(size_of(id)).or_default().push(id);
+    }
+    let candidates: Vec<usize> = by_size
+        .into_values()
+        .filter(|ids| ids.len() > 1)
+        .flatten()
+        .collect();
+    candidates
+        .par_iter()
+        .map(|&id| {
+            let (inode, size) = (&tree.inodes[id], size_of(id));
+            let src = tree::open_source(inode)?;
+            let digest_size = hasher.params().digest_size();
+            let mut leaves = vec![0u8; size.div_ceil(BLKSZ) as usize * digest_size];
+            let mut buf = vec![0u8; compress::SEGMENT as usize];
+            for start in (0..size).step_by(compress::SEGMENT as usize) {
+                let len = (size - start).min(compress::SEGMENT) as usize;
+                tree::read_source(inode, &src, &mut buf[..len], start)?;
+                let at = (start / BLKSZ) as usize * digest_size;
+                let n = len.div_ceil(BLKSZ as usize) * digest_size;
+                hasher.hash_blocks_into(&buf[..len], &mut leaves[at..at + n]);
+            }
+            tree::check_unchanged(inode, &src)?;
+            let digest =
+                sealfs_verity::Tree::from_leaf_hashes_serial(hasher.params(), size, &leaves)
+                    .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?
+                    .digest();
+            Ok((id, dedupe_key(&digest)))
+        })
+        .collect()
 }
 
 /// Whether a file placed as `placed` can share that placement with an inode whose core and
@@ -366,22 +416,26 @@ impl Placer<'_> {
             for u in &done[k..e] {
                 st.leaves.extend_from_slice(&u.file_leaves);
             }
-            // A one-segment file whose twin was placed shares the twin's data, when the twin's
-            // inline part (if any) fits this inode too (its xattrs may be larger).
+            // A file whose twin was placed (whole, as it has a lower id) shares the twin's data,
+            // when the twin's inline part (if any) fits this inode too (its xattrs may be larger).
             let (_, isize, ibody) = layout::inode_lens(inode, f.size, epoch, shared)?;
-            let key = done[k].key.filter(|_| e == k + 1);
+            let key = done[k].key;
             let twin = key
                 .and_then(|key| self.seen.get(&key).copied())
                 .filter(|&t| fits_inline(self.files[t].as_ref(), isize, ibody, f.size));
-            let redone;
-            let exts: Vec<&ZExtent> = if done[k].skipped && twin.is_none() {
-                // Skipped for an earlier twin whose inline tail does not fit this inode (larger
-                // xattrs): compressed here, serially (rare).
-                redone = ctx.extents(id, &done[k].raw, 0, f.size);
-                redone.iter().collect()
-            } else {
-                done[k..e].iter().flat_map(|u| u.extents.iter()).collect()
-            };
+            // Units skipped for an earlier twin whose inline tail does not fit this inode (larger
+            // xattrs) are compressed here, serially (rare).
+            let redone: Vec<Option<Vec<ZExtent>>> = done[k..e]
+                .iter()
+                .map(|u| {
+                    (u.skipped && twin.is_none()).then(|| ctx.extents(id, &u.raw, u.seg, f.size))
+                })
+                .collect();
+            let exts: Vec<&ZExtent> = done[k..e]
+                .iter()
+                .zip(&redone)
+                .flat_map(|(u, r)| r.as_ref().unwrap_or(&u.extents).iter())
+                .collect();
             let bits48 = ctx
                 .copts
                 .extents_48bit
@@ -790,6 +844,7 @@ pub(crate) fn write_data(
         file_hasher: hashers.file,
     };
     let mut units: Vec<(usize, u64, u64)> = Vec::new(); // (id, segment, bytes)
+    let mut multi = Vec::new(); // files of more than one segment
     let mut fragments = Vec::new();
     for (id, inode) in tree.inodes.iter().enumerate() {
         let Kind::File(f) = &inode.kind else { continue };
@@ -854,6 +909,9 @@ pub(crate) fn write_data(
             fragments.push(id);
             continue;
         }
+        if f.size > compress::SEGMENT {
+            multi.push(id);
+        }
         units.extend(segments(id, f.size));
     }
 
@@ -872,7 +930,13 @@ pub(crate) fn write_data(
         hashers,
         key_hasher: own_key_hasher.as_ref(),
         claims: Mutex::new(HashMap::new()),
+        multi_keys: HashMap::new(),
     };
+    let key_hasher = hashers
+        .file
+        .or(own_key_hasher.as_ref())
+        .expect("one of the two hashers is there");
+    ctx.multi_keys = multi_segment_keys(tree, &multi, key_hasher)?;
     let packed = match fragments.is_empty() {
         true => None,
         false => Some(pack_fragments(

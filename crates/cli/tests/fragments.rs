@@ -303,6 +303,38 @@ fn fragments_and_dedupe_make_images_smaller() {
             forty - one
         );
     }
+
+    // Files of more than one 4 MiB segment: two copies of a 9 MB file are stored once; a file of
+    // the same size that differs in its last byte is stored apart. The kernel, fsverity and -j1/-j3
+    // agree.
+    let big = tmp.join("big");
+    fs::create_dir(&big).unwrap();
+    let mut data = Rng::new(5).bytes(9_000_000);
+    fs::write(big.join("a"), &data).unwrap();
+    let one = size(&["-z", "lz4", "-C", "65536"], &big);
+    fs::write(big.join("b"), &data).unwrap();
+    fs::write(big.join("c"), &data).unwrap();
+    let three = size(&["-z", "lz4", "-C", "65536"], &big);
+    *data.last_mut().unwrap() ^= 1;
+    fs::write(big.join("d"), &data).unwrap();
+    let four = size(&["-z", "lz4", "-C", "65536"], &big);
+    println!("9 MB file: once {one} bytes, three copies {three}, and one that differs {four}");
+    assert!(
+        three < one + 100_000,
+        "copies of 9 MB took {} more bytes",
+        three - one
+    );
+    assert!(
+        four > three + 8_900_000,
+        "a file that differs was not stored: {four} against {three}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    assert_deterministic_with_fsverity_digests(
+        &big,
+        dir.path(),
+        &["-z", "lz4", "-C", "65536"],
+        "big",
+    );
 }
 
 #[test]
