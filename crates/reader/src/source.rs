@@ -33,6 +33,12 @@ pub trait ReadAt: Send + Sync {
         Ok(())
     }
 
+    /// Whether each request costs a network round trip. A verifying reader then fetches a read's
+    /// data and its hash blocks from two such sources (a detached seal) at once, not in turn.
+    fn is_remote(&self) -> bool {
+        false
+    }
+
     /// Fills `buf` from `offset`; an end of data before `buf` is full is `UnexpectedEof`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {
@@ -206,6 +212,10 @@ impl<T: ReadAt + ?Sized> ReadAt for &T {
     fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
         (**self).read_batch(reqs)
     }
+
+    fn is_remote(&self) -> bool {
+        (**self).is_remote()
+    }
 }
 
 impl<T: ReadAt + ?Sized> ReadAt for Arc<T> {
@@ -220,6 +230,10 @@ impl<T: ReadAt + ?Sized> ReadAt for Arc<T> {
     fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
         (**self).read_batch(reqs)
     }
+
+    fn is_remote(&self) -> bool {
+        (**self).is_remote()
+    }
 }
 
 impl<T: ReadAt + ?Sized> ReadAt for Box<T> {
@@ -233,6 +247,10 @@ impl<T: ReadAt + ?Sized> ReadAt for Box<T> {
 
     fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
         (**self).read_batch(reqs)
+    }
+
+    fn is_remote(&self) -> bool {
+        (**self).is_remote()
     }
 }
 
@@ -270,6 +288,10 @@ impl<R: ReadAt> ReadAt for SubRange<R> {
 
     fn len(&self) -> u64 {
         self.len
+    }
+
+    fn is_remote(&self) -> bool {
+        self.inner.is_remote()
     }
 }
 

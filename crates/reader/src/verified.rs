@@ -1043,6 +1043,22 @@ impl VerifiedBlocks {
                 if !hashes.is_empty() {
                     self.data.read_batch(&mut hashes).map_err(io)?;
                 }
+            } else if !self.dependent_hash_fetch
+                && (self.data.is_remote() || self.tree.is_remote())
+                && !hashes.is_empty()
+                && !data_reqs.is_empty()
+            {
+                // A detached seal over the network: the hashes come from their own source in a
+                // batch of its own, at the same time as the data (one round trip, not two).
+                let (data, tree) = (&self.data, &self.tree);
+                let (d, h) = std::thread::scope(|s| {
+                    let h = s.spawn(|| tree.read_batch(&mut hashes));
+                    let d = data.read_batch(&mut data_reqs);
+                    (d, h.join())
+                });
+                d.map_err(io)?;
+                h.unwrap_or_else(|p| std::panic::resume_unwind(p))
+                    .map_err(io)?;
             } else {
                 // Data first, then the hashes that check it.
                 if !data_reqs.is_empty() {
@@ -1291,6 +1307,76 @@ mod tests {
         );
         assert_eq!(shared + hits, 7, "shared {shared}, cache hits {hits}");
         assert_eq!(s.blocks_verified.load(Relaxed), 512);
+    }
+
+    /// A network source (`is_remote`) whose batches wait (up to `wait`) until two batches, of
+    /// either source of the pair, are in flight at once; records whether that happened.
+    struct Rendezvous {
+        bytes: Vec<u8>,
+        /// (batches in flight, most ever in flight)
+        meet: Arc<(Mutex<(u32, u32)>, std::sync::Condvar)>,
+        met: Arc<Mutex<Vec<bool>>>,
+        wait: std::time::Duration,
+    }
+
+    impl ReadAt for Rendezvous {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            self.bytes.read_at(buf, offset)
+        }
+        fn len(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+        fn is_remote(&self) -> bool {
+            true
+        }
+        fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> std::io::Result<()> {
+            let (lock, cv) = &*self.meet;
+            let mut state = lock.lock().unwrap();
+            state.0 += 1;
+            state.1 = state.1.max(state.0);
+            cv.notify_all();
+            let (mut state, _) = cv
+                .wait_timeout_while(state, self.wait, |(_, most)| *most < 2)
+                .unwrap();
+            self.met.lock().unwrap().push(state.1 >= 2);
+            state.0 -= 1;
+            drop(state);
+            for (offset, buf) in reqs.iter_mut() {
+                self.bytes.read_exact_at(buf, *offset)?;
+            }
+            Ok(())
+        }
+    }
+
+    /// With a detached seal over the network, a cold read fetches its data and its hash blocks at
+    /// the same time, each from its own source (not the data first, then the hashes); with
+    /// dependent hash fetches (the benchmark's switch) they come in turn.
+    #[test]
+    fn a_detached_remote_seal_fetches_data_and_hashes_at_once() {
+        let (data, tree, info) = sealed(256 * 4096, b"");
+        for dependent in [false, true] {
+            let meet = Arc::new((Mutex::new((0, 0)), std::sync::Condvar::new()));
+            let met = Arc::new(Mutex::new(Vec::new()));
+            // Long enough for a thread to start; waited out only when the batches come in turn.
+            let wait = std::time::Duration::from_millis(if dependent { 200 } else { 10_000 });
+            let src = |bytes: &Vec<u8>| {
+                Arc::new(Rendezvous {
+                    bytes: bytes.clone(),
+                    meet: meet.clone(),
+                    met: met.clone(),
+                    wait,
+                })
+            };
+            let vb = VerifiedBlocks::new(src(&data), src(&tree), info.clone(), 64)
+                .unwrap()
+                .with_dependent_hash_fetch(dependent);
+            let mut buf = vec![0u8; 16 * 4096];
+            vb.read_blocks(100, &mut buf).unwrap();
+            assert!(buf == data[100 * 4096..116 * 4096]);
+            let met = met.lock().unwrap().clone();
+            assert_eq!(met.len(), 2, "one batch from each source");
+            assert_eq!(met, vec![!dependent; 2], "dependent fetches: {dependent}");
+        }
     }
 
     /// Tree bytes whose first answer covering one offset has that byte flipped (a fault on the
