@@ -470,6 +470,102 @@ fn https_with_a_private_ca_is_read_with_ca_cert() {
     assert!(err.contains("certificate authority"), "{err}");
 }
 
+/// A server certificate the client does not trust fails the open at its first TLS handshake:
+/// nginx sees one handshake broken off per object the open asks for (the image; with `--key` also
+/// `URL.sig`, fetched beside it), where object_store retried each 5 times and the open then asked
+/// again for the object's metadata, 5 times more (12 handshakes, 0.7 s). The refusal still names
+/// the certificate, exit 2, nothing on stdout. (A refused connection is still retried: the remote
+/// crate's `a_refused_connection_is_retried_until_the_server_listens`.)
+#[test]
+fn an_untrusted_certificate_fails_at_the_first_handshake_without_retries() {
+    if !oracle_guard(need_tool("openssl")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_, cert, key) = tls_certificates(&d.join("tls")).unwrap();
+    fs::create_dir(d.join("www")).unwrap();
+    let https = match nginx_with(&d.join("www"), &d.join("nginx"), Some((&cert, &key))) {
+        Ok(s) => s,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let signing_key = d.join("key.pem");
+    let public_key = d.join("key.pub");
+    for args in [
+        &["genpkey", "-algorithm", "ed25519", "-out", s(&signing_key)][..],
+        &[
+            "pkey",
+            "-in",
+            s(&signing_key),
+            "-pubout",
+            "-out",
+            s(&public_key),
+        ][..],
+    ] {
+        assert!(run(Command::new("openssl").args(args)).status.success());
+    }
+    // The handshake fails before any byte of the image is asked for: no image is needed.
+    let url = https.url("x.sealfs");
+    let digest = format!("sha256:{}", "0".repeat(64));
+    // Handshakes nginx saw broken off with an alert, once there are at least `n` (nginx logs one
+    // when it reads the alert, which may be just after the client exits) or after 5 s.
+    let broken_off = |n: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let seen = https
+                .errors()
+                .iter()
+                .filter(|l| l.contains("SSL_do_handshake() failed"))
+                .count();
+            if seen >= n || std::time::Instant::now() >= deadline {
+                // Late ones (a retry) would have been logged by now too.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                return https
+                    .errors()
+                    .iter()
+                    .filter(|l| l.contains("SSL_do_handshake() failed"))
+                    .count();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    for (options, objects) in [
+        (&["--digest", digest.as_str(), "--no-cache"][..], 1),
+        // With the persistent cache, which has no kept tail of the image to stand in.
+        (&["--digest", digest.as_str()][..], 1),
+        (&["--key", s(&public_key), "--no-cache"][..], 2),
+    ] {
+        let before = broken_off(0);
+        let mut args = vec!["ls"];
+        args.extend_from_slice(options);
+        args.extend([url.as_str(), "/"]);
+        let start = std::time::Instant::now();
+        let o = sealfs_run(&args, &[]);
+        let took = start.elapsed();
+        let err = String::from_utf8_lossy(&o.stderr).to_lowercase();
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("invalid peer certificate: unknownissuer"),
+            "the refusal names the certificate: {err}"
+        );
+        assert!(o.stdout.is_empty());
+        let handshakes = broken_off(before + objects) - before;
+        assert_eq!(
+            handshakes, objects,
+            "{options:?}: one handshake per object, none retried (failed in {took:?}): {err}"
+        );
+        assert!(
+            https.errors().iter().any(|l| l.contains("alert number 48")),
+            "the client refused the certificate (unknown CA): {:?}",
+            https.errors()
+        );
+    }
+    assert!(https.requests().is_empty(), "no request got through");
+}
+
 /// An image signed only detached (`sealfs sign --detached` writes `IMAGE.sig`) and served with
 /// its `.sig` beside it: `--key` finds `URL.sig` as it finds `IMAGE.sig` beside a local file, for
 /// reading commands, `inspect` and `verify`; without the `.sig` on the server the image is

@@ -21,7 +21,9 @@
 //! - **Retries.** `object_store` retries timeouts, connection errors and 5xx answers with
 //!   exponential backoff ([`RemoteOptions::retries`]); a body shorter than asked for, or broken off,
 //!   is retried here the same way. After the retries the batch fails with an [`io::Error`] that
-//!   names the URL and range; other reads go on.
+//!   names the URL and range; other reads go on. A server certificate that TLS refuses (an
+//!   untrusted issuer, say) fails at once, neither retried nor followed by other requests: no
+//!   retry can change it (the client is `object_store`'s own, wrapped in `tls.rs`).
 //! - **A private runtime.** The [`ReadAt`] API is synchronous and is called from many threads (FUSE
 //!   workers among them); each call blocks on a small tokio runtime owned by the object.
 //! - **Trust.** Bytes from a server are only as good as the digest they are checked against:
@@ -48,6 +50,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+mod tls;
 
 /// Why a remote object could not be opened or read. Every message names the URL.
 #[derive(Debug, thiserror::Error)]
@@ -317,6 +321,7 @@ fn store_for(
                 .with_url(base)
                 .with_retry(retry)
                 .with_client_options(client.with_allow_http(true))
+                .with_http_connector(tls::CertificateErrorsFinal)
                 .build()
                 .map_err(setup)?;
             Ok((Arc::new(store), path))
@@ -341,7 +346,8 @@ fn store_for(
             let mut builder = object_store::aws::AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_retry(retry)
-                .with_client_options(client);
+                .with_client_options(client)
+                .with_http_connector(tls::CertificateErrorsFinal);
             if let Some(e) = &endpoint {
                 builder = builder
                     .with_endpoint(e)
@@ -463,6 +469,10 @@ impl RemoteObject {
                 Err(object_store::Error::NotFound { .. }) => Err(RemoteError::NotFound {
                     url: url.to_string(),
                 }),
+                // The server's certificate is refused: asking again cannot help.
+                Err(e) if tls::is_certificate_error(&e) => {
+                    Err(request_err("the tail of the object", e))
+                }
                 // An empty object has no range to give (416); ask for its metadata instead.
                 Err(e) => {
                     stats.requests.fetch_add(1, Relaxed);
@@ -576,8 +586,18 @@ impl RemoteObject {
                                     got: b.len() as u64,
                                 })
                             }
+                            // object_store asks again for a body broken off, over a new
+                            // connection: its handshake may be refused too.
+                            Err(e) if tls::is_certificate_error(&e) => {
+                                return Err(self.request_error(&range, e));
+                            }
                             Err(e) => Err(self.request_error(&range, e)),
                         }
+                    }
+                    // The server's certificate is refused: neither a retry nor a request to see
+                    // whether the object changed can get past it.
+                    Err(e) if tls::is_certificate_error(&e) => {
+                        return Err(self.request_error(&range, e));
                     }
                     Err(e) => {
                         // Conditions that cannot succeed on a retry; object_store has already retried
@@ -1001,6 +1021,65 @@ mod tests {
         assert!(err.to_string().contains("ftp://h/x"), "{err}");
         let err = store_for("http://h/", &RemoteOptions::default()).unwrap_err();
         assert!(err.to_string().contains("no object named"), "{err}");
+    }
+
+    /// A refused connection is still retried, with backoff (only a refused certificate is not):
+    /// a server that starts listening while the open is retrying gets its request.
+    #[test]
+    fn a_refused_connection_is_retried_until_the_server_listens() {
+        use std::io::{Read, Write};
+        use std::net::TcpListener;
+        use std::time::Instant;
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        // Nothing listens on the port for 150 ms; the open's attempts are at least 100 ms apart
+        // (5 retries: 500 ms at least). Then one request is answered 404.
+        let server = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut conn = loop {
+                match listener.accept() {
+                    Ok((conn, _)) => break conn,
+                    Err(_) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(5))
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            conn.set_nonblocking(false)?;
+            let mut request = Vec::new();
+            let mut buf = [0; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf)? {
+                    0 => break,
+                    n => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            conn.write_all(
+                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            )?;
+            Ok(request)
+        });
+        let options = RemoteOptions {
+            retries: 5,
+            initial_backoff: Duration::from_millis(100),
+            ..RemoteOptions::default()
+        };
+        let start = Instant::now();
+        let err =
+            RemoteObject::open_with(&format!("http://127.0.0.1:{port}/img"), options).unwrap_err();
+        let took = start.elapsed();
+        let request = server
+            .join()
+            .unwrap()
+            .expect("the open's request reached the server");
+        assert!(matches!(err, RemoteError::NotFound { .. }), "{err}");
+        assert!(request.starts_with(b"GET /img "), "{request:?}");
+        assert!(took >= Duration::from_millis(150), "{took:?}");
     }
 
     #[test]

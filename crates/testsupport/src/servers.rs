@@ -26,6 +26,8 @@ pub struct Server {
     pub port: u16,
     /// nginx: the access log, one `METHOD URI RANGE STATUS BYTES` line per request.
     pub access_log: Option<PathBuf>,
+    /// nginx: the error log, at level `info` (a TLS handshake the client broke off is a line).
+    error_log: Option<PathBuf>,
     /// `http` or `https`.
     scheme: &'static str,
 }
@@ -65,6 +67,19 @@ impl Server {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+    }
+
+    /// The lines of the error log (nginx, level `info`): among them one `SSL_do_handshake()
+    /// failed (... alert number N)` line per TLS handshake the client broke off with an alert (a
+    /// certificate it refused: alert 48, unknown CA), and none for a connection closed without
+    /// one (the readiness probe's).
+    pub fn errors(&self) -> Vec<String> {
+        let log = self.error_log.as_ref().expect("an nginx server");
+        fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     /// Empties the access log (nginx appends, so the next request starts it again).
@@ -200,7 +215,7 @@ pub fn nginx_with(root: &Path, work: &Path, tls: Option<(&Path, &Path)>) -> Resu
 master_process off;
 {user}
 pid {w}/nginx.pid;
-error_log {w}/error.log;
+error_log {w}/error.log info;
 events {{ worker_connections 256; }}
 http {{
   log_format ranges '$request_method $uri $http_range $status $body_bytes_sent';
@@ -238,6 +253,7 @@ http {{
         child,
         port,
         access_log: Some(work.join("access.log")),
+        error_log: Some(error_log.clone()),
         scheme: if tls.is_some() { "https" } else { "http" },
     }
     .wait_ready("nginx", &error_log)
@@ -287,6 +303,7 @@ pub fn versitygw(root: &Path, work: &Path) -> Result<Server, String> {
         child,
         port,
         access_log: None,
+        error_log: None,
         scheme: "http",
     }
     .wait_ready("versitygw", &log)
