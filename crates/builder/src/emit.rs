@@ -132,7 +132,8 @@ struct Lcluster {
     d0: u16,
     /// NONHEAD: distance forward to the next head.
     d1: u16,
-    /// The head of the inline tail pcluster (its block address means nothing).
+    /// The head of the inline tail pcluster or of a tail fragment (its block address means
+    /// nothing).
     inline_tail: bool,
 }
 
@@ -161,7 +162,8 @@ fn lclusters(size: u64, z: &ZPlan) -> Vec<Lcluster> {
                 },
                 clusterofs: (e.start % BLKSZ) as u16,
                 blkaddr: e.blkaddr,
-                inline_tail: !z.idata.is_empty() && k + 1 == ext.len(),
+                inline_tail: (!z.idata.is_empty() || z.fragment_tail.is_some())
+                    && k + 1 == ext.len(),
                 ..Default::default()
             }
         } else {
@@ -198,9 +200,14 @@ fn compact_nblk(pack: &[(u16, u16)], i: usize, big: bool) -> Option<u32> {
 fn encode_extents_48bit(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan, bits: u8) {
     let hdr = zmap_header_offset(p.isize(), p.ibody_len);
     item.resize(hdr as usize, 0);
+    let mut advise = fmt::Z_EROFS_ADVISE_EXTENTS; // record size field 0: 4-byte records
+    if z.fragment_tail.is_some() {
+        advise |= fmt::Z_EROFS_ADVISE_FRAGMENT_PCLUSTER;
+    }
     let header = fmt::MapHeader {
-        h_fragmentoff_or_idata: 0.into(),
-        h_advise: fmt::Z_EROFS_ADVISE_EXTENTS.into(), // record size field 0: 4-byte records
+        // The kernel takes a tail fragment's offset from its record; mkfs.erofs writes it here too.
+        h_fragmentoff_or_idata: (z.fragment_tail.unwrap_or(0) as u32).into(),
+        h_advise: advise.into(),
         h_algorithmtype: 0,
         h_clusterbits: bits - fmt::BLKSZBITS,
     };
@@ -212,7 +219,13 @@ fn encode_extents_48bit(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan, bits: u8) 
     let pstart = z.extents.first().map_or(0, |e| e.pstart);
     item.extend_from_slice(&pstart.to_le_bytes());
     let mut next = pstart;
-    for e in &z.extents {
+    for (k, e) in z.extents.iter().enumerate() {
+        if let Some(offset) = z.fragment_tail.filter(|_| k + 1 == z.extents.len()) {
+            // A tail fragment: the last record holds its offset in the packed inode.
+            let offset = u32::try_from(offset).expect("tail fragments are placed below 4 GiB");
+            item.extend_from_slice(&offset.to_le_bytes());
+            continue;
+        }
         debug_assert_eq!(e.pstart, next, "encoded extents are contiguous");
         let plen = e.plen;
         next += plen;
@@ -236,8 +249,15 @@ fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
     if !z.idata.is_empty() {
         advise |= fmt::Z_EROFS_ADVISE_INLINE_PCLUSTER;
     }
+    let fragmentoff_or_idata = match z.fragment_tail {
+        Some(offset) => {
+            advise |= fmt::Z_EROFS_ADVISE_FRAGMENT_PCLUSTER;
+            u32::try_from(offset).expect("tail fragments are placed below 4 GiB")
+        }
+        None => (z.idata.len() as u32) << 16,
+    };
     let header = fmt::MapHeader {
-        h_fragmentoff_or_idata: ((z.idata.len() as u32) << 16).into(),
+        h_fragmentoff_or_idata: fragmentoff_or_idata.into(),
         h_advise: advise.into(),
         h_algorithmtype: z.alg,
         h_clusterbits: 0,

@@ -58,6 +58,9 @@ pub(crate) struct ZPlan {
     /// 48-bit encoded extents, one per logical cluster of `1 << bits` bytes, their data packed
     /// byte by byte from the first extent's `pstart` (COMPRESSED_FULL); `None`: COMPACT indexes.
     pub extents_48bit: Option<u8>,
+    /// The last extent's data is in the packed inode at this offset (`FRAGMENT_PCLUSTER`, a tail
+    /// fragment); that extent is in `extents` with no blocks.
+    pub fragment_tail: Option<u64>,
 }
 
 /// One placed extent.

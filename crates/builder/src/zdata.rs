@@ -83,19 +83,13 @@ pub(crate) struct DataPhase {
     pub packed: Option<Inode>,
 }
 
-/// The packed inode being built: fragments appended to an unnamed temporary file.
+/// The packed inode being built: fragments appended to an unnamed temporary file, whole files
+/// first, then the tails of larger files as they are placed; the inode once it is complete.
 struct Packed {
     file: File,
-    inode: Inode,
-}
-
-impl Packed {
-    fn len(&self) -> u64 {
-        match &self.inode.kind {
-            Kind::File(f) => f.size,
-            _ => unreachable!("the packed inode is a regular file"),
-        }
-    }
+    /// Bytes of the whole files.
+    whole: u64,
+    inode: std::sync::OnceLock<Inode>,
 }
 
 /// Everything units are read from: the tree's files, and the packed inode once it exists (id
@@ -123,7 +117,10 @@ impl UnitCtx<'_> {
 impl Sources<'_> {
     fn inode(&self, id: usize) -> &Inode {
         match self.packed {
-            Some(p) if id == self.tree.inodes.len() => &p.inode,
+            Some(p) if id == self.tree.inodes.len() => p
+                .inode
+                .get()
+                .expect("the packed inode is complete before it is read"),
             _ => &self.tree.inodes[id],
         }
     }
@@ -386,6 +383,19 @@ struct Placer<'a> {
     digests: FileDigests,
     /// Inline tails, kept out of memory until the metadata is written.
     spill: Spill,
+    /// With `-E fragments`: the packed inode's file, where the last extent of each compressed file
+    /// goes (its tail), and its length so far.
+    tails: Option<(&'a File, u64)>,
+}
+
+/// Appends a tail to the packed inode (`Placer::tails`); returns its offset there.
+fn append_tail(tails: &mut Option<(&File, u64)>, bytes: &[u8]) -> Result<u64> {
+    let (file, len) = tails.as_mut().expect("tails go to the packed inode");
+    let at = *len;
+    file.write_all_at(bytes, at)
+        .map_err(|e| BuildError::io(Path::new("(packed inode)"), "write", e))?;
+    *len += bytes.len() as u64;
+    Ok(at)
 }
 
 impl Placer<'_> {
@@ -440,6 +450,16 @@ impl Placer<'_> {
                 .copts
                 .extents_48bit
                 .then(|| compress::fixed_lcluster_bits(ctx.copts));
+            // With fragments, the last extent of a file goes to the packed inode when it is
+            // compressed (as mkfs.erofs -E fragments does), where its offset fits the index (32
+            // bits).
+            let packed_id = ctx.sources.tree.inodes.len();
+            let frag_tail = last_seg
+                && twin.is_none()
+                && id != packed_id
+                && ctx.codec(id) == Some(*ctx.copts)
+                && self.tails.is_some_and(|(_, len)| len < 1 << 32)
+                && exts.last().is_some_and(|x| !x.plain);
             let (tail, zcost) = match bits48 {
                 // Encoded extents: the data packed byte by byte, no inline tail.
                 Some(bits) => (
@@ -453,14 +473,18 @@ impl Placer<'_> {
                     let zmeta = ZPlan::meta_len(isize, ibody, f.size);
                     let tail = exts.last().filter(|t| {
                         last_seg
+                            && !frag_tail
                             && !t.plain
                             && t.blocks() == 1
                             && zmeta + t.data.len() as u64 <= BLKSZ
                     });
-                    let stored_blocks: u64 =
-                        exts.iter().map(|x| x.blocks()).sum::<u64>() - tail.map_or(0, |_| 1);
-                    let zcost =
-                        stored_blocks * BLKSZ + zmeta + tail.map_or(0, |t| t.data.len() as u64);
+                    // The last extent inline or in the packed inode: its compressed bytes.
+                    let elsewhere = exts.last().filter(|_| tail.is_some() || frag_tail);
+                    let stored_blocks: u64 = exts.iter().map(|x| x.blocks()).sum::<u64>()
+                        - elsewhere.map_or(0, |t| t.blocks());
+                    let zcost = stored_blocks * BLKSZ
+                        + zmeta
+                        + elsewhere.map_or(0, |t| t.data.len() as u64);
                     (tail, zcost)
                 }
             };
@@ -500,12 +524,34 @@ impl Placer<'_> {
                     tail,
                 });
             } else {
-                for (x_i, x) in exts.iter().enumerate() {
+                let in_image = exts.len() - usize::from(frag_tail);
+                for (x_i, x) in exts[..in_image].iter().enumerate() {
                     let is_tail = tail.is_some() && x_i + 1 == exts.len();
                     let placed = outb.place(x, bits48.is_some(), is_tail);
                     st.extents.push(placed);
                 }
-                if last_seg {
+                let mut fragment_tail = None;
+                if frag_tail {
+                    let (x, u) = (exts[in_image], &done[e - 1]);
+                    let from = (x.start - u.seg * compress::SEGMENT) as usize;
+                    let at = append_tail(&mut self.tails, &u.raw[from..from + x.len as usize])?;
+                    fragment_tail = Some(at);
+                    st.extents.push(ZPlaced {
+                        start: x.start,
+                        len: x.len,
+                        plain: false,
+                        blkaddr: 0,
+                        blocks: 0,
+                        pstart: 0,
+                        plen: 0,
+                    });
+                }
+                let whole_tail = fragment_tail.filter(|_| last_seg && st.extents.len() == 1);
+                if let Some(offset) = whole_tail {
+                    // The whole file is its tail.
+                    st.extents.clear();
+                    self.files[id] = Some(Placed::Fragment { offset });
+                } else if last_seg {
                     let extents = std::mem::take(&mut st.extents);
                     let big_pcluster = extents.iter().any(|x| !x.plain && x.blocks > 1);
                     let idata = match tail {
@@ -518,6 +564,7 @@ impl Placer<'_> {
                         extents,
                         idata,
                         extents_48bit: bits48,
+                        fragment_tail,
                     }));
                 }
             }
@@ -742,8 +789,9 @@ fn pack_fragments(
         |p, done| p.place(done),
     )?;
     Ok(Packed {
-        inode: special_inode(placer.len, ctx.epoch, "(packed inode)"),
+        whole: placer.len,
         file: placer.file,
+        inode: std::sync::OnceLock::new(),
     })
 }
 
@@ -937,9 +985,10 @@ pub(crate) fn write_data(
         .or(own_key_hasher.as_ref())
         .expect("one of the two hashers is there");
     ctx.multi_keys = multi_segment_keys(tree, &multi, key_hasher)?;
-    let packed = match fragments.is_empty() {
-        true => None,
-        false => Some(pack_fragments(
+    // With fragments: whole small files packed first; tails are added as files are placed.
+    let packed = match copts.fragments {
+        Fragments::Off => None,
+        _ => Some(pack_fragments(
             &ctx,
             out,
             fragments,
@@ -948,12 +997,8 @@ pub(crate) fn write_data(
             progress,
         )?),
     };
-    match &packed {
-        Some(p) => {
-            units.extend(segments(n, p.len()));
-            progress.advance(fragment_bytes - p.len()); // identical fragments stored once
-        }
-        None => files.truncate(n),
+    if let Some(p) = &packed {
+        progress.advance(fragment_bytes - p.whole); // identical fragments stored once
     }
     ctx.sources.packed = packed.as_ref();
     let placer = Placer {
@@ -969,8 +1014,9 @@ pub(crate) fn write_data(
         leaves,
         digests,
         spill: Spill::beside(out.path)?,
+        tails: packed.as_ref().map(|p| (&p.file, p.whole)),
     };
-    let placer = ordered_pipeline(
+    let mut placer = ordered_pipeline(
         rayon::current_num_threads(),
         &batches_of(&units),
         WINDOW,
@@ -978,7 +1024,24 @@ pub(crate) fn write_data(
         placer,
         |placer, done| placer.place(done),
     )?;
-    let mut placer = placer;
+    // Then the packed inode, complete, compressed like any file (if it holds anything).
+    let packed_len = placer.tails.take().map_or(0, |(_, len)| len);
+    let packed_inode = || special_inode(packed_len, ctx.epoch, "(packed inode)");
+    match packed.as_ref().filter(|_| packed_len > 0) {
+        Some(p) => {
+            p.inode.set(packed_inode()).expect("set once");
+            let units = segments(n, packed_len).collect::<Vec<_>>();
+            placer = ordered_pipeline(
+                rayon::current_num_threads(),
+                &batches_of(&units),
+                WINDOW,
+                |i| run_unit(&ctx, units[i].0, units[i].1),
+                placer,
+                |placer, done| placer.place(done),
+            )?;
+        }
+        None => placer.files.truncate(n),
+    }
     placer.finish()?;
     let Placer {
         next_blk,
@@ -994,12 +1057,12 @@ pub(crate) fn write_data(
         pre: PreData {
             files,
             data_end: next_blk,
-            packed: packed.as_ref().map(|_| n),
+            packed: (packed_len > 0).then_some(n),
             spill,
         },
         leaves,
         digests,
-        packed: packed.map(|p| p.inode),
+        packed: (packed_len > 0).then(packed_inode),
     })
 }
 
@@ -1054,6 +1117,7 @@ pub(crate) fn write_metabox(
         extents: placed,
         idata: Spilled::default(),
         extents_48bit: bits48,
+        fragment_tail: None,
     };
     let inode = special_inode(size, epoch, "(metabox inode)");
     Ok((inode, z, outb.next_blk()))

@@ -85,8 +85,9 @@ pub struct BuildArgs {
     #[arg(long, value_name = "NAME")]
     preset: Option<String>,
     /// Extended options with -z, comma-separated, as mkfs.erofs names them: `fragments` (files
-    /// smaller than one pcluster are packed together into the packed inode and compressed there,
-    /// in path order), `all-fragments` (every file is packed), `48bit` (each
+    /// smaller than one pcluster, and the last extent of larger ones, are packed together into the
+    /// packed inode and compressed there, in path order), `all-fragments` (every file is packed),
+    /// `48bit` (each
     /// cluster of input compressed in one call, its bytes packed without block padding, in 48-bit
     /// encoded extents: faster builds and smaller images; Linux 6.15 or later mounts them).
     #[arg(

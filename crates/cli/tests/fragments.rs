@@ -86,6 +86,15 @@ fn make_small_files(dir: &Path) {
             fs::write(dir.join(format!("copies/{name}{c}")), &random[..len]).unwrap();
         }
     }
+    // Text larger than every cluster size used: its last extent is a tail fragment with
+    // `-E fragments`.
+    let mut long = String::new();
+    while long.len() < 1_300_000 {
+        long += &words[rng.below(words.len() as u64) as usize];
+        long.push(' ');
+    }
+    fs::write(dir.join("src/long.txt"), &long[..1_300_000]).unwrap();
+    fs::write(dir.join("src/long-200k.txt"), &long[..200_000]).unwrap();
     fs::write(dir.join("src/sub/empty"), b"").unwrap();
     let odd = dir.join("copies/large-other-mode");
     fs::write(&odd, &random).unwrap();
@@ -129,7 +138,7 @@ fn same_content(a: &Path, b: &Path) -> Vec<String> {
 /// fragments (`FRAGMENTS` and a packed inode), 48-bit layouts (`48BIT`).
 fn assert_features(image: &Path, what: &str) {
     let dump = erofs_utils_1_9("dump.erofs").expect("dump.erofs 1.9");
-    let out = run_ok(Command::new(dump).arg("-s").arg(image)).expect("dump.erofs -s");
+    let out = run_ok(Command::new(&dump).arg("-s").arg(image)).expect("dump.erofs -s");
     let packed = out
         .lines()
         .find_map(|l| l.strip_prefix("Filesystem packed nid:"))
@@ -142,6 +151,32 @@ fn assert_features(image: &Path, what: &str) {
         assert!(
             features.contains("fragments") && packed.as_deref().is_some_and(|n| n != "0"),
             "{what}: no fragments in the image:\n{out}"
+        );
+    }
+    // Tails (`-E fragments`, the small-files tree): the last extent of a file larger than a
+    // cluster is in the packed inode (the whole file, when it is one extent), which dump.erofs
+    // shows as an extent of no physical bytes.
+    if what.contains(" fragments") && what.contains("small ") {
+        let ext = run_ok(
+            Command::new(&dump)
+                .args(["-e", "--path=/src/long.txt"])
+                .arg(image),
+        )
+        .expect("dump.erofs -e");
+        let extents: Vec<&str> = ext
+            .lines()
+            .filter(|l| {
+                l.trim_start()
+                    .split(':')
+                    .next()
+                    .is_some_and(|n| n.trim().parse::<u32>().is_ok())
+            })
+            .collect();
+        assert!(
+            extents
+                .last()
+                .is_some_and(|l| l.trim_end().ends_with("|       0")),
+            "{what}: the tail of /src/long.txt is not a fragment:\n{ext}"
         );
     }
     // (A metabox needs 48BIT for the root's 64-bit nid.)
@@ -260,6 +295,10 @@ fn fragments_and_dedupe_make_images_smaller() {
     let tmp = Tmpfs::new("zsmall").expect("tmpfs");
     let src = tmp.join("src");
     make_small_files(&src);
+    // Only the small files: the long text is the same size either way.
+    for long in ["src/long.txt", "src/long-200k.txt"] {
+        fs::remove_file(src.join(long)).unwrap();
+    }
     let size = |args: &[&str], src: &Path| {
         let image = tmp.join("img");
         build_ok(src, &image, args);
