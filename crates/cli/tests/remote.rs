@@ -736,6 +736,69 @@ fn a_cold_cat_over_http_fetches_hash_blocks_only_beside_its_data() {
     assert!(dependent > round_trips, "{dependent} against {round_trips}");
 }
 
+/// A detached seal (the Merkle tree in its own object) is read from its URL (`--sidecar URL`):
+/// listings, file bytes and `verify` equal those of the local image with its local sidecar, and
+/// nginx served both objects by range. (That a read fetches its data and its hash blocks at once,
+/// one from each object, is checked in the reader: `a_detached_remote_seal_fetches_data_and_
+/// hashes_at_once`.)
+#[test]
+fn a_detached_seal_is_read_from_its_sidecar_url() {
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let d = images.dir.path();
+    let (img, seal) = (
+        d.join("www/detached-seal"),
+        d.join("www/detached-seal.seal"),
+    );
+    let built = sealfs_ok(&[
+        "build",
+        "-q",
+        "--sidecar",
+        s(&seal),
+        s(&d.join("src")),
+        s(&img),
+    ]);
+    let digest = String::from_utf8_lossy(&built.stdout).trim().to_string();
+    let (url, seal_url) = (http.url("detached-seal"), http.url("detached-seal.seal"));
+    let files: Vec<&str> = images.files.iter().map(String::as_str).collect();
+    let before = http.requests().len();
+    for (cmd, args) in [
+        ("ls", vec!["-lAR", "/"]),
+        ("cat", files.clone()),
+        ("verify", vec![]),
+    ] {
+        let run_on = |image: &str, sidecar: &str| {
+            let mut a = vec![cmd, "--digest", &digest, "--sidecar", sidecar, image];
+            if cmd != "verify" {
+                a.insert(1, "--no-cache"); // cold: every block over the link
+            }
+            a.extend(&args);
+            sealfs_run(&a, &[])
+        };
+        let ours = run_on(s(&img), s(&seal));
+        let theirs = run_on(&url, &seal_url);
+        assert_eq!(ours.status.code(), Some(0), "{cmd}: {ours:?}");
+        assert_eq!(theirs.status.code(), Some(0), "{cmd} over http: {theirs:?}");
+        if cmd != "verify" {
+            assert!(ours.stdout == theirs.stdout, "{cmd}: the output differs");
+        }
+        if cmd == "cat" {
+            assert!(ours.stdout.len() > BIG);
+        }
+    }
+    let log = http.requests()[before..].to_vec();
+    let served = |path: &str| {
+        log.iter()
+            .filter(|l| l.split(' ').nth(1) == Some(path) && l.split(' ').nth(3) == Some("206"))
+            .count()
+    };
+    println!("{} requests: {log:?}", log.len());
+    assert!(served("/detached-seal") > 0, "{log:?}");
+    assert!(served("/detached-seal.seal") > 0, "{log:?}");
+}
+
 /// `sealfs mount URL` forks its daemon after opening the image: the daemon must build its own
 /// client (the parent's runtime threads and connections do not exist in it; reads used to hang).
 #[test]

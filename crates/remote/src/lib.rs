@@ -752,6 +752,10 @@ impl ReadAt for RemoteObject {
         self.read_ranges(&mut [(offset, buf)])
             .map_err(RemoteError::into_io)
     }
+
+    fn is_remote(&self) -> bool {
+        true
+    }
 }
 
 /// Where the tail of `url` is kept in `dir`.
