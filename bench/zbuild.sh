@@ -38,6 +38,7 @@
 #   sealfs-zstd15-small         sealfs build -q -T 0 --preset small -z zstd,15 SRC OUT
 #   mksquashfs-zstd15-1m  -comp zstd -Xcompression-level 15 -b 1M;  mksquashfs-xz-1m  -comp xz -b 1M
 #   mksquashfs-zstd-128k  -comp zstd -Xcompression-level L -b 128K
+#   sealfs-lz4hc-frag-64k  -z lz4hc,L -C 65536 -E fragments;  mkfs.erofs-lz4hc-frag-64k  the same
 #
 # Page cache: warm (one untimed read of the whole corpus first). Wall time and peak
 # RSS (and user and system CPU time) come from GNU time (`/usr/bin/time -f '%e %M %U %S'`), image
@@ -143,6 +144,10 @@ build_cmd() { # tool out -> sets cmd array
         sealfs-zstd-1m-48bit-frag-m) cmd=("$SEALFS" build -q -T 0 -z "zstd,$ZSTD_LEVEL" -C 1048576
             -E 48bit,fragments -m 65536 "$SRC" "$2"); return ;;
         sealfs-zstd15-small) cmd=("$SEALFS" build -q -T 0 --preset small -z zstd,15 "$SRC" "$2"); return ;;
+        sealfs-lz4hc-frag-64k) cmd=("$SEALFS" build -q -T 0 -z "lz4hc,$LZ4HC_LEVEL" -C 65536
+            -E fragments "$SRC" "$2"); return ;;
+        mkfs.erofs-lz4hc-frag-64k) cmd=("$MKFS_EROFS" -T0 --quiet "-zlz4hc,$LZ4HC_LEVEL" -C65536
+            -Efragments "$2" "$SRC"); return ;;
         mksquashfs-zstd15-1m) cmd=(mksquashfs "$SRC" "$2" -noappend -comp zstd
             -Xcompression-level 15 -b 1M "${sqtime[@]}"); return ;;
         mksquashfs-xz-1m) cmd=(mksquashfs "$SRC" "$2" -noappend -comp xz -b 1M "${sqtime[@]}"); return ;;
