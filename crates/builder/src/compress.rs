@@ -139,6 +139,10 @@ pub struct CompressOptions {
     /// data is compressed in pclusters of at most this many bytes (a multiple of 4 KiB, at most
     /// `pcluster_bytes`).
     pub metabox: Option<u32>,
+    /// Identical clusters of input stored once (`-E dedupe`, with `extents_48bit`): a cluster
+    /// whose content (the SHA-256 of its blocks' hashes, with its length and codec) was placed
+    /// before, in any file, refers to that data instead of storing it again.
+    pub dedupe: bool,
 }
 
 impl CompressOptions {
@@ -150,6 +154,12 @@ impl CompressOptions {
             return Err(format!(
                 "pcluster size {p} must be a multiple of 4096 from 4096 to 1048576"
             ));
+        }
+        if self.dedupe && !self.extents_48bit {
+            return Err(
+                "-E dedupe needs -E 48bit (extents of fixed-input clusters can point anywhere)"
+                    .into(),
+            );
         }
         if let Some(m) = self.metabox.map(u64::from) {
             if !(BLKSZ..=p).contains(&m) || !m.is_multiple_of(BLKSZ) {
@@ -658,6 +668,7 @@ mod tests {
             pcluster_bytes: 1 << 20,
             fragments: Fragments::Off,
             extents_48bit: false,
+            dedupe: false,
             metabox: None,
         }
     }
@@ -835,6 +846,7 @@ mod tests {
                     pcluster_bytes: pcluster,
                     fragments: Fragments::Off,
                     extents_48bit: false,
+                    dedupe: false,
                     metabox: None,
                 };
                 for data in [
@@ -917,6 +929,7 @@ mod tests {
             pcluster_bytes,
             fragments: Fragments::Off,
             extents_48bit: false,
+            dedupe: false,
             metabox: None,
         }
     }

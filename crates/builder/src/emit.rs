@@ -194,44 +194,65 @@ fn compact_nblk(pack: &[(u16, u16)], i: usize, big: bool) -> Option<u32> {
     .map(|n| n as u32)
 }
 
-/// Appends a compressed inode's map header and its 48-bit encoded extents: the first extent's
-/// byte address, then one 4-byte `plen` per logical cluster (its format in the top bits: the
-/// algorithm + 1, or 0 for raw bytes), each extent's data right after the previous one's.
+/// Appends a compressed inode's map header and its 48-bit encoded extents, one record per logical
+/// cluster (its `plen` with the format in the top bits: the algorithm + 1, or 0 for raw bytes):
+/// 4-byte records count each extent's data from the previous one's (after an 8-byte first
+/// address); 8- and 16-byte ones give each extent's address (see [`ZPlan::record_size`]). The
+/// last record of a tail fragment holds its offset in the packed inode instead.
 fn encode_extents_48bit(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan, bits: u8) {
+    let recsz = z.record_size();
     let hdr = zmap_header_offset(p.isize(), p.ibody_len);
     item.resize(hdr as usize, 0);
-    let mut advise = fmt::Z_EROFS_ADVISE_EXTENTS; // record size field 0: 4-byte records
+    let mut advise = fmt::Z_EROFS_ADVISE_EXTENTS
+        | (recsz.trailing_zeros() as u16 - 2) << fmt::Z_EROFS_ADVISE_EXTRECSZ_BIT;
     if z.fragment_tail.is_some() {
         advise |= fmt::Z_EROFS_ADVISE_FRAGMENT_PCLUSTER;
     }
+    // With encoded extents the first 4 bytes are the record count (`h_extents_lo`; a tail
+    // fragment's offset is in its record), bytes 6-7 its high bits (`h_extents_hi`, zero below
+    // 2^32 records but for the cluster bits that share them).
     let header = fmt::MapHeader {
-        // The kernel takes a tail fragment's offset from its record; mkfs.erofs writes it here too.
-        h_fragmentoff_or_idata: (z.fragment_tail.unwrap_or(0) as u32).into(),
+        h_fragmentoff_or_idata: u32::try_from(z.extents.len())
+            .expect("fewer than 2^32 extents")
+            .into(),
         h_advise: advise.into(),
         h_algorithmtype: 0,
         h_clusterbits: bits - fmt::BLKSZBITS,
     };
     item.extend_from_slice(header.as_bytes());
-    item.resize(
-        fmt::z_erofs_extent_records_start(hdr, fmt::Z_EROFS_EXTENT_RECSZ_PLEN) as usize,
-        0,
-    );
-    let pstart = z.extents.first().map_or(0, |e| e.pstart);
-    item.extend_from_slice(&pstart.to_le_bytes());
-    let mut next = pstart;
+    item.resize(fmt::z_erofs_extent_records_start(hdr, recsz) as usize, 0);
+    let mut next = z.extents.first().map_or(0, |e| e.pstart);
+    if recsz == fmt::Z_EROFS_EXTENT_RECSZ_PLEN {
+        item.extend_from_slice(&next.to_le_bytes());
+    }
     for (k, e) in z.extents.iter().enumerate() {
-        if let Some(offset) = z.fragment_tail.filter(|_| k + 1 == z.extents.len()) {
-            // A tail fragment: the last record holds its offset in the packed inode.
-            let offset = u32::try_from(offset).expect("tail fragments are placed below 4 GiB");
-            item.extend_from_slice(&offset.to_le_bytes());
-            continue;
+        let (plen, pstart) = match z.fragment_tail.filter(|_| k + 1 == z.extents.len()) {
+            // A tail fragment: its offset in the packed inode, the high half as the address.
+            Some(offset) => (offset as u32, offset >> 32),
+            None => {
+                let fmt_bits = if e.plain { 0 } else { z.alg as u32 + 1 };
+                (
+                    e.plen as u32 | fmt_bits << fmt::Z_EROFS_EXTENT_PLEN_FMT_BIT,
+                    e.pstart,
+                )
+            }
+        };
+        item.extend_from_slice(&plen.to_le_bytes());
+        match recsz {
+            4 => {
+                debug_assert!(
+                    z.fragment_tail.is_some() && k + 1 == z.extents.len() || e.pstart == next,
+                    "4-byte records: each extent's data right after the previous one's"
+                );
+                next += e.plen;
+            }
+            8 => item.extend_from_slice(&(pstart as u32).to_le_bytes()),
+            _ => {
+                item.extend_from_slice(&(pstart as u32).to_le_bytes());
+                item.extend_from_slice(&((pstart >> 32) as u32).to_le_bytes());
+                item.extend_from_slice(&(e.start as u32).to_le_bytes());
+            }
         }
-        debug_assert_eq!(e.pstart, next, "encoded extents are contiguous");
-        let plen = e.plen;
-        next += plen;
-        let fmt_bits = if e.plain { 0 } else { z.alg as u32 + 1 };
-        let rec = plen as u32 | fmt_bits << fmt::Z_EROFS_EXTENT_PLEN_FMT_BIT;
-        item.extend_from_slice(&rec.to_le_bytes());
     }
 }
 

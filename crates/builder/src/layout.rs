@@ -88,20 +88,44 @@ impl ZPlan {
         ebase + fmt::compact_index_split(ebase, size.div_ceil(BLKSZ), advise).index_bytes()
     }
 
-    /// Bytes from the inode start to the end of its encoded extent records: the map header, the
-    /// 8-byte `pstart`, then a 4-byte record per logical cluster of `1 << bits` bytes.
-    pub fn meta_len_48bit(isize: u64, ibody_len: u64, size: u64, bits: u8) -> u64 {
-        let records = fmt::z_erofs_extent_records_start(
-            zmap_header_offset(isize, ibody_len),
-            fmt::Z_EROFS_EXTENT_RECSZ_PLEN,
-        );
-        records + 8 + size.div_ceil(1 << bits) * fmt::Z_EROFS_EXTENT_RECSZ_PLEN
+    /// Bytes from the inode start to the end of its encoded extent records of `recsz` bytes, one
+    /// per logical cluster of `1 << bits` bytes, after the map header (and, for 4-byte records,
+    /// the 8-byte `pstart` they count from).
+    pub fn meta_len_48bit(isize: u64, ibody_len: u64, size: u64, bits: u8, recsz: u64) -> u64 {
+        let records =
+            fmt::z_erofs_extent_records_start(zmap_header_offset(isize, ibody_len), recsz);
+        let pstart = if recsz == fmt::Z_EROFS_EXTENT_RECSZ_PLEN {
+            8
+        } else {
+            0
+        };
+        records + pstart + size.div_ceil(1 << bits) * recsz
+    }
+
+    /// The size of its encoded extent records: 4 bytes (`plen`) while each extent's data follows
+    /// the previous one's; 8 (`plen`, `pstart_lo`) when some extent refers to data placed earlier
+    /// (dedupe), all below 4 GiB; else 16 (`pstart_hi`, `lstart` too).
+    pub fn record_size(&self) -> u64 {
+        let data = match self.fragment_tail {
+            Some(_) => &self.extents[..self.extents.len() - 1],
+            None => &self.extents[..],
+        };
+        let contiguous = data
+            .windows(2)
+            .all(|w| w[0].pstart + w[0].plen == w[1].pstart);
+        if contiguous {
+            fmt::Z_EROFS_EXTENT_RECSZ_PLEN
+        } else if data.iter().all(|e| e.pstart < 1 << 32) {
+            8
+        } else {
+            16
+        }
     }
 
     /// Bytes from the inode start to the end of its indexes, whichever form they take.
     pub fn meta_len_of(&self, isize: u64, ibody_len: u64, size: u64) -> u64 {
         match self.extents_48bit {
-            Some(bits) => Self::meta_len_48bit(isize, ibody_len, size, bits),
+            Some(bits) => Self::meta_len_48bit(isize, ibody_len, size, bits, self.record_size()),
             None => Self::meta_len(isize, ibody_len, size),
         }
     }

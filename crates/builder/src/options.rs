@@ -122,6 +122,7 @@ impl Preset {
                 pcluster_bytes: 1 << 20,
                 fragments: Fragments::Small,
                 extents_48bit: false,
+                dedupe: false,
                 metabox: Some(64 << 10),
             },
             Preset::Fast => CompressOptions {
@@ -129,6 +130,7 @@ impl Preset {
                 pcluster_bytes: 64 << 10,
                 fragments: Fragments::Small,
                 extents_48bit: false,
+                dedupe: false,
                 metabox: None,
             },
         }

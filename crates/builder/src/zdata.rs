@@ -176,7 +176,12 @@ fn read_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
     };
     let raw = ctx.sources.read_segment(id, seg)?;
     let mut file_leaves = Vec::new();
-    if let Some(h) = ctx.hashers.file {
+    // (-E dedupe names each cluster of input by its blocks' hashes.)
+    let leaf_hasher = ctx
+        .hashers
+        .file
+        .or(ctx.key_hasher.filter(|_| ctx.copts.dedupe));
+    if let Some(h) = leaf_hasher {
         file_leaves.resize(
             raw.len().div_ceil(BLKSZ as usize) * h.params().digest_size(),
             0,
@@ -187,6 +192,9 @@ fn read_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
     let key = if raw.len() as u64 == f.size && !packed {
         let (hasher, leaves) = match (ctx.hashers.file, ctx.key_hasher) {
             (Some(h), _) => (h, std::borrow::Cow::Borrowed(&file_leaves)),
+            (None, Some(h)) if !file_leaves.is_empty() => {
+                (h, std::borrow::Cow::Borrowed(&file_leaves))
+            }
             (None, Some(h)) => {
                 let mut l =
                     vec![0u8; raw.len().div_ceil(BLKSZ as usize) * h.params().digest_size()];
@@ -386,6 +394,28 @@ struct Placer<'a> {
     /// With `-E fragments`: the packed inode's file, where the last extent of each compressed file
     /// goes (its tail), and its length so far.
     tails: Option<(&'a File, u64)>,
+    /// With `-E dedupe`: the first placement of each cluster of input.
+    chunks: HashMap<ChunkKey, ZPlaced>,
+}
+
+/// A cluster of input as `-E dedupe` names it: the fs-verity digest of its bytes (which binds the
+/// length; 256 bits of it), the algorithm it is compressed with, and whether it is stored as is.
+type ChunkKey = (DedupeKey, u8, bool);
+
+/// The key of extent `x` of file `id`, from the leaf hashes of the units `done` (one file's).
+fn chunk_key(ctx: &UnitCtx<'_>, id: usize, done: &[Unit], x: &ZExtent) -> Option<ChunkKey> {
+    let hasher = ctx.hashers.file.or(ctx.key_hasher)?;
+    let u = done.iter().find(|u| u.seg == x.start / compress::SEGMENT)?;
+    let ds = hasher.params().digest_size();
+    let first = ((x.start - u.seg * compress::SEGMENT) / BLKSZ) as usize * ds;
+    let leaves = u
+        .file_leaves
+        .get(first..first + (x.len.div_ceil(BLKSZ) as usize) * ds)?;
+    let digest = sealfs_verity::Tree::from_leaf_hashes_serial(hasher.params(), x.len, leaves)
+        .ok()?
+        .digest();
+    let alg = ctx.codec(id).map_or(u8::MAX, |c| c.algorithm.id());
+    Some((dedupe_key(&digest), alg, x.plain))
 }
 
 /// Appends a tail to the packed inode (`Placer::tails`); returns its offset there.
@@ -454,7 +484,15 @@ impl Placer<'_> {
             // compressed (as mkfs.erofs -E fragments does), where its offset fits the index (32
             // bits).
             let packed_id = ctx.sources.tree.inodes.len();
+            // (A tail that -E dedupe finds placed before is referred to instead.)
+            let dedupe = ctx.copts.dedupe && bits48.is_some() && f.size < 1 << 32;
+            let tail_placed = dedupe
+                && exts.last().is_some_and(|x| {
+                    chunk_key(ctx, id, &done[k..e], x)
+                        .is_some_and(|key| self.chunks.contains_key(&key))
+                });
             let frag_tail = last_seg
+                && !tail_placed
                 && twin.is_none()
                 && id != packed_id
                 && ctx.codec(id) == Some(*ctx.copts)
@@ -465,7 +503,13 @@ impl Placer<'_> {
                 Some(bits) => (
                     None,
                     exts.iter().map(|x| x.data.len() as u64).sum::<u64>()
-                        + ZPlan::meta_len_48bit(isize, ibody, f.size, bits),
+                        + ZPlan::meta_len_48bit(
+                            isize,
+                            ibody,
+                            f.size,
+                            bits,
+                            fmt::Z_EROFS_EXTENT_RECSZ_PLEN,
+                        ),
                 ),
                 None => {
                     // The tail extent inline after the indexes, if it is compressed into one block
@@ -525,9 +569,25 @@ impl Placer<'_> {
                 });
             } else {
                 let in_image = exts.len() - usize::from(frag_tail);
+                // -E dedupe (fixed-input clusters, files below 4 GiB: 16-byte records hold
+                // 32-bit logical starts): a cluster placed before is referred to, not stored.
                 for (x_i, x) in exts[..in_image].iter().enumerate() {
                     let is_tail = tail.is_some() && x_i + 1 == exts.len();
-                    let placed = outb.place(x, bits48.is_some(), is_tail);
+                    let key = dedupe.then(|| chunk_key(ctx, id, &done[k..e], x)).flatten();
+                    let placed = match key.and_then(|key| self.chunks.get(&key).map(|p| (key, p))) {
+                        Some((_, earlier)) => ZPlaced {
+                            start: x.start,
+                            len: x.len,
+                            ..*earlier
+                        },
+                        None => {
+                            let placed = outb.place(x, bits48.is_some(), is_tail);
+                            if let Some(key) = key {
+                                self.chunks.insert(key, placed);
+                            }
+                            placed
+                        }
+                    };
                     st.extents.push(placed);
                 }
                 let mut fragment_tail = None;
@@ -1015,6 +1075,7 @@ pub(crate) fn write_data(
         digests,
         spill: Spill::beside(out.path)?,
         tails: packed.as_ref().map(|p| (&p.file, p.whole)),
+        chunks: HashMap::new(),
     };
     let mut placer = ordered_pipeline(
         rayon::current_num_threads(),

@@ -87,7 +87,7 @@ pub struct BuildArgs {
     /// Extended options with -z, comma-separated, as mkfs.erofs names them: `fragments` (files
     /// smaller than one pcluster, and the last extent of larger ones, are packed together into the
     /// packed inode and compressed there, in path order), `all-fragments` (every file is packed),
-    /// `48bit` (each
+    /// `dedupe` (identical clusters of input, in any files, stored once; with 48bit), `48bit` (each
     /// cluster of input compressed in one call, its bytes packed without block padding, in 48-bit
     /// encoded extents: faster builds and smaller images; Linux 6.15 or later mounts them).
     #[arg(
@@ -162,6 +162,7 @@ impl BuildArgs {
                 pcluster_bytes: 4096,
                 fragments: Fragments::Off,
                 extents_48bit: false,
+                dedupe: false,
                 metabox: None,
             },
         };
@@ -173,7 +174,7 @@ impl BuildArgs {
             c.pcluster_bytes = p;
         }
         if !self.extended.is_empty() {
-            (c.fragments, c.extents_48bit) = self.extended()?;
+            (c.fragments, c.extents_48bit, c.dedupe) = self.extended()?;
         }
         if self.metabox.is_some() {
             c.metabox = self.metabox;
@@ -183,20 +184,24 @@ impl BuildArgs {
         Ok(Some(c))
     }
 
-    /// The fragments choice and 48-bit extents from `-E`.
-    fn extended(&self) -> Result<(Fragments, bool)> {
+    /// The fragments choice, 48-bit extents and dedupe from `-E`.
+    fn extended(&self) -> Result<(Fragments, bool, bool)> {
         let mut fragments = Fragments::Off;
         let mut extents_48bit = false;
+        let mut dedupe = false;
         for opt in &self.extended {
             match opt.as_str() {
                 "fragments" if fragments == Fragments::Off => fragments = Fragments::Small,
                 "fragments" => {}
                 "all-fragments" => fragments = Fragments::All,
                 "48bit" => extents_48bit = true,
-                _ => bail!("-E {opt}: unknown extended option (fragments, all-fragments, 48bit)"),
+                "dedupe" => dedupe = true,
+                _ => bail!(
+                    "-E {opt}: unknown extended option (fragments, all-fragments, 48bit, dedupe)"
+                ),
             }
         }
-        Ok((fragments, extents_48bit))
+        Ok((fragments, extents_48bit, dedupe))
     }
 
     fn options(&self) -> Result<BuildOptions> {

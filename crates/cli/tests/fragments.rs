@@ -31,6 +31,18 @@ const VARIANTS: &[&[&str]] = &[
     &["-z", "lz4", "-C", "1048576", "-E", "48bit,all-fragments"],
     &["-z", "lzma", "-C", "65536", "-E", "fragments"],
     &["-z", "deflate", "-C", "131072", "-E", "48bit,fragments"],
+    // Identical clusters of input stored once (with and without fragments and a metabox).
+    &["-z", "lz4hc", "-C", "16384", "-E", "48bit,dedupe"],
+    &[
+        "-z",
+        "zstd",
+        "-C",
+        "65536",
+        "-E",
+        "48bit,fragments,dedupe",
+        "-m",
+        "4096",
+    ],
     // Metadata compression (the metabox), with and without fragments and the 48-bit layout.
     &[
         "-z",
@@ -95,6 +107,15 @@ fn make_small_files(dir: &Path) {
     }
     fs::write(dir.join("src/long.txt"), &long[..1_300_000]).unwrap();
     fs::write(dir.join("src/long-200k.txt"), &long[..200_000]).unwrap();
+    // The same 64 KiB of text eight times (`-E dedupe` stores its clusters once), and a file
+    // holding two of them at another alignment.
+    let block = &long[..65536];
+    fs::write(dir.join("src/repeat.txt"), block.repeat(8)).unwrap();
+    fs::write(
+        dir.join("src/sub/repeat-shifted.txt"),
+        format!("{}{}", &long[..5000], block.repeat(2)),
+    )
+    .unwrap();
     fs::write(dir.join("src/sub/empty"), b"").unwrap();
     let odd = dir.join("copies/large-other-mode");
     fs::write(&odd, &random).unwrap();
@@ -296,7 +317,12 @@ fn fragments_and_dedupe_make_images_smaller() {
     let src = tmp.join("src");
     make_small_files(&src);
     // Only the small files: the long text is the same size either way.
-    for long in ["src/long.txt", "src/long-200k.txt"] {
+    for long in [
+        "src/long.txt",
+        "src/long-200k.txt",
+        "src/repeat.txt",
+        "src/sub/repeat-shifted.txt",
+    ] {
         fs::remove_file(src.join(long)).unwrap();
     }
     let size = |args: &[&str], src: &Path| {
@@ -373,6 +399,24 @@ fn fragments_and_dedupe_make_images_smaller() {
         dir.path(),
         &["-z", "lz4", "-C", "65536"],
         "big",
+    );
+
+    // -E dedupe: the same 64 KiB of text eight times over, in 16 KiB clusters, and once more in
+    // another file: four clusters stored, not 40 (the kernel reads both files back, above).
+    let rep = tmp.join("rep");
+    fs::create_dir(&rep).unwrap();
+    let text: String = (0..12_000)
+        .map(|i| format!("w{} ", i * 7919 % 100_003))
+        .collect();
+    let block = &text.as_bytes()[..65536];
+    fs::write(rep.join("a"), block.repeat(8)).unwrap();
+    fs::write(rep.join("b"), block.repeat(2)).unwrap();
+    let plain = size(&["-z", "lz4hc", "-C", "16384", "-E", "48bit"], &rep);
+    let deduped = size(&["-z", "lz4hc", "-C", "16384", "-E", "48bit,dedupe"], &rep);
+    println!("64 KiB of text 10 times: {plain} bytes, with -E dedupe {deduped}");
+    assert!(
+        deduped * 4 < plain,
+        "-E dedupe: {deduped} bytes against {plain}"
     );
 }
 

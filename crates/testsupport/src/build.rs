@@ -20,6 +20,7 @@ pub fn compressed(alg: &str, pcluster_bytes: u32) -> BuildOptions {
         pcluster_bytes,
         fragments: sealfs_builder::Fragments::Off,
         extents_48bit: false,
+        dedupe: false,
         metabox: None,
     };
     c.validate()
