@@ -1077,29 +1077,25 @@ pub(crate) fn write_data(
         tails: packed.as_ref().map(|p| (&p.file, p.whole)),
         chunks: HashMap::new(),
     };
-    let mut placer = ordered_pipeline(
-        rayon::current_num_threads(),
-        &batches_of(&units),
-        WINDOW,
-        |i| run_unit(&ctx, units[i].0, units[i].1),
-        placer,
-        |placer, done| placer.place(done),
-    )?;
+    // Compresses and places `units` (in order) after what `placer` placed.
+    let place = |placer, units: &[(usize, u64, u64)]| {
+        ordered_pipeline(
+            rayon::current_num_threads(),
+            &batches_of(units),
+            WINDOW,
+            |i| run_unit(&ctx, units[i].0, units[i].1),
+            placer,
+            |placer: &mut Placer<'_>, done| placer.place(done),
+        )
+    };
+    let mut placer = place(placer, &units)?;
     // Then the packed inode, complete, compressed like any file (if it holds anything).
     let packed_len = placer.tails.take().map_or(0, |(_, len)| len);
     let packed_inode = || special_inode(packed_len, ctx.epoch, "(packed inode)");
     match packed.as_ref().filter(|_| packed_len > 0) {
         Some(p) => {
             p.inode.set(packed_inode()).expect("set once");
-            let units = segments(n, packed_len).collect::<Vec<_>>();
-            placer = ordered_pipeline(
-                rayon::current_num_threads(),
-                &batches_of(&units),
-                WINDOW,
-                |i| run_unit(&ctx, units[i].0, units[i].1),
-                placer,
-                |placer, done| placer.place(done),
-            )?;
+            placer = place(placer, &segments(n, packed_len).collect::<Vec<_>>())?;
         }
         None => placer.files.truncate(n),
     }
