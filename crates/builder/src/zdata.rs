@@ -480,12 +480,13 @@ impl Placer<'_> {
                 .copts
                 .extents_48bit
                 .then(|| compress::fixed_lcluster_bits(ctx.copts));
-            // With fragments, the last extent of a file goes to the packed inode when it is
-            // compressed (as mkfs.erofs -E fragments does), where its offset fits the index (32
-            // bits).
-            let packed_id = ctx.sources.tree.inodes.len();
-            // (A tail that -E dedupe finds placed before is referred to instead.)
+            // -E dedupe: a cluster of input placed before is referred to, not stored again (files
+            // below 4 GiB: 16-byte records hold 32-bit logical starts).
             let dedupe = ctx.copts.dedupe && bits48.is_some() && f.size < 1 << 32;
+            // With fragments, the last extent of a file goes to the packed inode when it is
+            // compressed (as mkfs.erofs -E fragments does) and its offset fits the index (32
+            // bits), unless dedupe finds it placed before.
+            let packed_id = ctx.sources.tree.inodes.len();
             let tail_placed = dedupe
                 && exts.last().is_some_and(|x| {
                     chunk_key(ctx, id, &done[k..e], x)
@@ -569,13 +570,11 @@ impl Placer<'_> {
                 });
             } else {
                 let in_image = exts.len() - usize::from(frag_tail);
-                // -E dedupe (fixed-input clusters, files below 4 GiB: 16-byte records hold
-                // 32-bit logical starts): a cluster placed before is referred to, not stored.
                 for (x_i, x) in exts[..in_image].iter().enumerate() {
                     let is_tail = tail.is_some() && x_i + 1 == exts.len();
                     let key = dedupe.then(|| chunk_key(ctx, id, &done[k..e], x)).flatten();
-                    let placed = match key.and_then(|key| self.chunks.get(&key).map(|p| (key, p))) {
-                        Some((_, earlier)) => ZPlaced {
+                    let placed = match key.and_then(|key| self.chunks.get(&key)) {
+                        Some(earlier) => ZPlaced {
                             start: x.start,
                             len: x.len,
                             ..*earlier
