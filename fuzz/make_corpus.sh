@@ -214,6 +214,10 @@ sealfs_img sealfs-comp-zstd comp -z zstd
 sealfs_img sealfs-comp-lz4hc-c16k comp -z lz4hc -C 16384
 sealfs_img sealfs-comp-zstd-fragments comp -z zstd -C 65536 -E fragments
 sealfs_img sealfs-comp-lz4-48bit-all-fragments comp -z lz4 -C 16384 -E 48bit,all-fragments
+# Tails of larger files in the packed inode (compact indexes; 48-bit records), and clusters of
+# input stored once (8-byte extent records pointing back).
+sealfs_img sealfs-comp-lz4hc-c16k-tails comp -z lz4hc -C 16384 -E fragments
+sealfs_img sealfs-comp-lz4-48bit-dedupe-tails comp -z lz4 -C 16384 -E 48bit,fragments,dedupe
 mkfs_img mkfs-basic-chunk4k basic --chunksize=4096
 mkfs_img mkfs-basic-chunkidx basic --chunksize=8192 -Eforce-chunk-indexes
 mkfs_img mkfs-basic-noinline basic -Enoinline_data
