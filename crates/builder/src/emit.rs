@@ -203,8 +203,7 @@ fn encode_extents_48bit(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan, bits: u8) 
     let recsz = z.record_size();
     let hdr = zmap_header_offset(p.isize(), p.ibody_len);
     item.resize(hdr as usize, 0);
-    let mut advise = fmt::Z_EROFS_ADVISE_EXTENTS
-        | (recsz.trailing_zeros() as u16 - 2) << fmt::Z_EROFS_ADVISE_EXTRECSZ_BIT;
+    let mut advise = fmt::Z_EROFS_ADVISE_EXTENTS | fmt::z_erofs_advise_extrecsz(recsz);
     if z.fragment_tail.is_some() {
         advise |= fmt::Z_EROFS_ADVISE_FRAGMENT_PCLUSTER;
     }

@@ -103,6 +103,18 @@ impl MapHeader {
 /// size `h_advise` gives with [`Z_EROFS_ADVISE_EXTRECSZ_BIT`] field 0.
 pub const Z_EROFS_EXTENT_RECSZ_PLEN: u64 = 4;
 
+/// The size of the encoded extent records `h_advise` gives: `4 << field` (4, 8, 16 or 32 bytes).
+pub const fn z_erofs_extent_recsz(advise: u16) -> u64 {
+    4 << ((advise >> Z_EROFS_ADVISE_EXTRECSZ_BIT) & Z_EROFS_ADVISE_EXTRECSZ_MASK)
+}
+
+/// The `h_advise` bits that give records of `recsz` bytes (4, 8, 16 or 32); the inverse of
+/// [`z_erofs_extent_recsz`].
+pub const fn z_erofs_advise_extrecsz(recsz: u64) -> u16 {
+    ((recsz.trailing_zeros() - 2) as u16 & Z_EROFS_ADVISE_EXTRECSZ_MASK)
+        << Z_EROFS_ADVISE_EXTRECSZ_BIT
+}
+
 /// Where the encoded extent records of `recsz` bytes start for a map header at `header_start`:
 /// the first multiple of `recsz` after the header (`z_erofs_map_blocks_ext`).
 pub const fn z_erofs_extent_records_start(header_start: u64, recsz: u64) -> u64 {
@@ -453,6 +465,16 @@ mod tests {
     use super::*;
 
     const TWO_B: u16 = Z_EROFS_ADVISE_COMPACTED_2B;
+
+    /// The record size field round-trips, in the bits the kernel reads (`(advise >> 1) & 3`).
+    #[test]
+    fn extent_record_sizes_round_trip() {
+        for (recsz, field) in [(4u64, 0u16), (8, 1), (16, 2), (32, 3)] {
+            let advise = z_erofs_advise_extrecsz(recsz);
+            assert_eq!((advise >> 1) & 3, field);
+            assert_eq!(z_erofs_extent_recsz(advise | Z_EROFS_ADVISE_EXTENTS), recsz);
+        }
+    }
 
     /// The kernel's lookup, written as `z_erofs_load_compact_lcluster` does it (uncapped
     /// `compacted_4b_initial`), to compare [`CompactIndexSplit::locate`] against.

@@ -75,10 +75,10 @@ use crate::image::Image;
 use crate::inode::Inode;
 use sealfs_format::{
     compact_head_nblk, compact_index_split, compact_pack, fragment_inode_offset,
-    z_erofs_extent_records_start, z_erofs_map_header_start, CompactIndexPos, CompactPack,
-    DataLayout, FromBytes, LclusterIndex, MapHeader, EROFS_FEATURE_INCOMPAT_COMPR_CFGS,
-    Z_EROFS_ADVISE_BIG_PCLUSTER_1, Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS,
-    Z_EROFS_ADVISE_EXTRECSZ_BIT, Z_EROFS_ADVISE_EXTRECSZ_MASK, Z_EROFS_ADVISE_FRAGMENT_PCLUSTER,
+    z_erofs_extent_records_start, z_erofs_extent_recsz, z_erofs_map_header_start, CompactIndexPos,
+    CompactPack, DataLayout, FromBytes, LclusterIndex, MapHeader,
+    EROFS_FEATURE_INCOMPAT_COMPR_CFGS, Z_EROFS_ADVISE_BIG_PCLUSTER_1,
+    Z_EROFS_ADVISE_BIG_PCLUSTER_2, Z_EROFS_ADVISE_EXTENTS, Z_EROFS_ADVISE_FRAGMENT_PCLUSTER,
     Z_EROFS_ADVISE_INLINE_PCLUSTER, Z_EROFS_ADVISE_INTERLACED_PCLUSTER,
     Z_EROFS_COMPACT_4B_MAX_LCLUSTERBITS, Z_EROFS_COMPRESSION_DEFLATE, Z_EROFS_COMPRESSION_LZ4,
     Z_EROFS_COMPRESSION_LZMA, Z_EROFS_COMPRESSION_ZSTD, Z_EROFS_EXTENT_PLEN_FMT_BIT,
@@ -715,8 +715,7 @@ impl Image {
         ofs: u64,
         at: Location,
     ) -> Result<ZExtent> {
-        let recsz =
-            4u64 << ((zi.advise >> Z_EROFS_ADVISE_EXTRECSZ_BIT) & Z_EROFS_ADVISE_EXTRECSZ_MASK);
+        let recsz = z_erofs_extent_recsz(zi.advise);
         let lcs = 1u64 << zi.lclusterbits;
         let mut pos = z_erofs_extent_records_start(zi.hdr_pos, recsz);
         let mut rec = [0u8; 32];
