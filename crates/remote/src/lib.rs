@@ -923,18 +923,23 @@ pub fn open_counted_with(
         let remote_options = remote_options.clone();
         std::thread::spawn(move || (detached_signatures(&url, &remote_options), url))
     });
-    let (source, object) = match location.to_str() {
-        Some(url) if remote => {
-            let object =
-                Arc::new(RemoteObject::open_with(url, remote_options.clone()).map_err(to_open)?);
-            (Source::reader(object.clone(), url), Some(object))
-        }
-        _ => (Source::Path(location.to_path_buf()), None),
+    let opened = match location.to_str() {
+        Some(url) if remote => RemoteObject::open_with(url, remote_options.clone())
+            .map(|object| {
+                let object = Arc::new(object);
+                (Source::reader(object.clone(), url), Some(object))
+            })
+            .map_err(to_open),
+        _ => Ok((Source::Path(location.to_path_buf()), None)),
     };
+    // The signatures' fetch is waited for even when the image's failed: no request is left
+    // running behind the caller's back.
+    let sig = sig.map(|sig| sig.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+    let (source, object) = opened?;
     let mut with_sig = None;
     let mut sig_failed = None;
     if let Some(sig) = sig {
-        match sig.join().unwrap_or_else(|p| std::panic::resume_unwind(p)) {
+        match sig {
             (Ok(Some(signatures)), _) => {
                 let mut o = options.clone();
                 o.signatures = Some(signatures);
