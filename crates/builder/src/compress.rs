@@ -5,8 +5,11 @@
 //! `LZ4_compress_HC_destSize` from the linked liblz4, declared here since the Rust wrapper lacks them),
 //! and so does MicroLZMA (liblzma's `lzma_microlzma_encoder`: with `avail_out = N` and `LZMA_FINISH`
 //! it encodes as much input as fits and reports how much it took, exactly as mkfs.erofs uses it).
-//! zstd and DEFLATE have no such call, so a prefix of the input is searched for ([`fit_prefix`]:
-//! compress, shrink or grow by the measured ratio, retry).
+//! DEFLATE has no such call, so a prefix of the input is searched for ([`fit_prefix`]: compress,
+//! shrink or grow by the measured ratio, retry). zstd has none either, but its streaming encoder
+//! can be flushed after any input and the frame ended there later ([`zstd_dest`]): input that does
+//! not fit whole is fed once, in pieces sized by the ratio so far, and the frame ends at the last
+//! piece that fit.
 //!
 //! DEFLATE is libdeflate's (through `libdeflater`, which builds a pinned copy of its C source, so
 //! the bytes do not depend on the machine's zlib), as in mkfs.erofs's `compressor_libdeflate.c`.
@@ -20,8 +23,8 @@
 //!
 #![allow(
     unsafe_code,
-    reason = "liblz4's destSize and HC-state calls and liblzma's MicroLZMA encoder, which no safe \
-              binding offers, through their C API"
+    reason = "liblz4's destSize and HC-state calls, liblzma's MicroLZMA encoder and zstd's \
+              stable-input streaming, which no safe binding offers, through their C API"
 )]
 
 // Links liblz4, whose destSize functions are declared below.
@@ -30,6 +33,7 @@ use lz4_sys as _;
 use sealfs_format::{self as fmt, BLKSZ};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
+use zstd::zstd_safe::zstd_sys as zs;
 
 /// Compression algorithm and level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,7 +237,7 @@ impl Drop for LzmaStream {
 
 thread_local! {
     static LZ4HC_STATE: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
-    static ZSTD_CTX: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
+    static ZSTD_CTX: RefCell<Option<ZstdCtx>> = const { RefCell::new(None) };
     /// This thread's MicroLZMA encoder, re-initialized for every pcluster (liblzma keeps its buffers).
     static LZMA_STREAM: RefCell<Option<LzmaStream>> = const { RefCell::new(None) };
     /// This thread's libdeflate compressor and its level.
@@ -310,20 +314,9 @@ fn compress_dest(opts: &CompressOptions, input: &[u8], dst: &mut [u8]) -> Option
         Algorithm::Zstd(level) => ZSTD_CTX.with_borrow_mut(|ctx| {
             let ctx = match ctx {
                 Some(ctx) => ctx,
-                None => ctx.insert(zstd::bulk::Compressor::new(level).ok()?),
+                None => ctx.insert(ZstdCtx::new()?),
             };
-            ctx.set_compression_level(level).ok()?;
-            ctx.set_parameter(zstd::zstd_safe::CParameter::WindowLog(
-                ZSTD_WINDOW_LOG as u32,
-            ))
-            .ok()?;
-            SCRATCH.with_borrow_mut(|scratch| {
-                fit_prefix(src_len, dst, scratch, |len, scratch| {
-                    scratch.clear();
-                    scratch.reserve(zstd::zstd_safe::compress_bound(len));
-                    ctx.compress_to_buffer(&input[..len], scratch).ok()
-                })
-            })
+            SCRATCH.with_borrow_mut(|scratch| zstd_dest(ctx, level, input, dst, scratch))
         }),
         Algorithm::Lzma(level) => lzma_dest(level, opts.lzma_dict_size(), input, dst),
         Algorithm::Deflate(level) => DEFLATE.with_borrow_mut(|slot| {
@@ -355,11 +348,238 @@ fn compress_dest(opts: &CompressOptions, input: &[u8], dst: &mut [u8]) -> Option
     }
 }
 
+/// A zstd compression context (libzstd's `ZSTD_CCtx`), freed when dropped.
+struct ZstdCtx(std::ptr::NonNull<zs::ZSTD_CCtx>);
+
+impl Drop for ZstdCtx {
+    fn drop(&mut self) {
+        // SAFETY: the context came from ZSTD_createCCtx and is freed once, here.
+        unsafe { zs::ZSTD_freeCCtx(self.0.as_ptr()) };
+    }
+}
+
+impl ZstdCtx {
+    fn new() -> Option<Self> {
+        // SAFETY: a plain constructor; null on allocation failure.
+        std::ptr::NonNull::new(unsafe { zs::ZSTD_createCCtx() }).map(ZstdCtx)
+    }
+
+    /// Sets a parameter; `None` if zstd refuses it.
+    fn set(&mut self, param: zs::ZSTD_cParameter, value: i32) -> Option<()> {
+        // SAFETY: a valid context; zstd checks the parameter and its value.
+        let r = unsafe { zs::ZSTD_CCtx_setParameter(self.0.as_ptr(), param, value) };
+        ok(r).map(drop)
+    }
+
+    /// Starts a new frame at `level` for `len` bytes of input at most: the kernel's largest window; from level 10 on, zstd's
+    /// block splitter (blocks cut where the statistics change; measured on linux-source-6.1 at
+    /// level 12: 0.2% smaller for at most 10% more time; at level 3, 70% more time for 0.3%); and
+    /// input read in place across streaming calls (`ZSTD_c_stableInBuffer`), so the whole input
+    /// stays one window (streamed through zstd's own buffer, the window wraps and matches are
+    /// searched in two parts: a third of the time on a Debian rootfs).
+    fn start(&mut self, level: i32, len: usize) -> Option<()> {
+        use zs::ZSTD_cParameter::*;
+        // SAFETY: a valid context. A frame the last call left unended (ended by hand) is dropped:
+        // parameters cannot change inside one.
+        ok(unsafe {
+            zs::ZSTD_CCtx_reset(
+                self.0.as_ptr(),
+                zs::ZSTD_ResetDirective::ZSTD_reset_session_only,
+            )
+        })?;
+        self.set(ZSTD_c_compressionLevel, level)?;
+        self.set(ZSTD_c_windowLog, i32::from(ZSTD_WINDOW_LOG))?;
+        // ZSTD_c_splitAfterSequences (the block splitter): 1 on, 2 off.
+        self.set(ZSTD_c_experimentalParam13, if level >= 10 { 1 } else { 2 })?;
+        // ZSTD_c_srcSizeHint: tables sized for this input when streaming, as one call sizes them
+        // (for an unknown size zstd takes its largest: 48 MiB more per thread at level 12).
+        self.set(
+            ZSTD_c_experimentalParam7,
+            i32::try_from(len).unwrap_or(i32::MAX),
+        )?;
+        // ZSTD_c_stableInBuffer.
+        self.set(ZSTD_c_experimentalParam9, 1)
+    }
+
+    /// Compresses all of `input` as one frame into `out` (cleared first); its length.
+    fn whole(&mut self, input: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+        out.clear();
+        let cap = zstd::zstd_safe::compress_bound(input.len());
+        out.reserve(cap);
+        // SAFETY: `out` has room for `cap` bytes, `input` is readable; zstd writes at most `cap`.
+        let n = ok(unsafe {
+            zs::ZSTD_compress2(
+                self.0.as_ptr(),
+                out.as_mut_ptr().cast(),
+                cap,
+                input.as_ptr().cast(),
+                input.len(),
+            )
+        })?;
+        // SAFETY: zstd wrote `n` bytes.
+        unsafe { out.set_len(n) };
+        Some(n)
+    }
+
+    /// Feeds `input[pos..upto]` into the frame begun on `input` (the same slice every call, as
+    /// `ZSTD_c_stableInBuffer` requires) and flushes (`end`: ends the frame) into `out` from `at`;
+    /// the output's new end.
+    fn feed(
+        &mut self,
+        input: &[u8],
+        pos: usize,
+        upto: usize,
+        out: &mut [u8],
+        at: usize,
+        end: bool,
+    ) -> Option<usize> {
+        let mut inb = zs::ZSTD_inBuffer {
+            src: input.as_ptr().cast(),
+            size: upto,
+            pos,
+        };
+        let mut outb = zs::ZSTD_outBuffer {
+            dst: out.as_mut_ptr().cast(),
+            size: out.len(),
+            pos: at,
+        };
+        let mode = if end {
+            zs::ZSTD_EndDirective::ZSTD_e_end
+        } else {
+            zs::ZSTD_EndDirective::ZSTD_e_flush
+        };
+        loop {
+            // SAFETY: `inb` covers `input[..upto]`, readable; `outb` covers `out`, writable; zstd
+            // moves the positions within those bounds.
+            let left = ok(unsafe {
+                zs::ZSTD_compressStream2(self.0.as_ptr(), &mut outb, &mut inb, mode)
+            })?;
+            if left == 0 && inb.pos == upto {
+                return Some(outb.pos);
+            }
+            if outb.pos == outb.size {
+                return None; // no room left: cannot happen, `out` holds a piece's bound
+            }
+        }
+    }
+}
+
+/// A zstd result: `None` for an error code.
+fn ok(r: usize) -> Option<usize> {
+    // SAFETY: a pure function of its argument.
+    (unsafe { zs::ZSTD_isError(r) } == 0).then_some(r)
+}
+
+/// zstd into at most `dst.len()` bytes: (input bytes consumed, bytes written), `None` when
+/// nothing fits.
+///
+/// Input that may fit whole (at most twice the room, or a whole that the ratio of its first
+/// 64 KiB says fits with 15% to spare) is compressed in one call, which gives zstd's best output.
+/// Otherwise, and when that did not fit after all, the streaming encoder takes the input in
+/// pieces (128 KiB, then smaller as the room fills, sized by the ratio so far), flushing after
+/// each: the output of a flushed prefix is final, so when a piece overflows the room the frame is
+/// ended after the piece before it, with the empty last block zstd itself writes to end a flushed
+/// frame. So each input byte is compressed about once, where a search over prefixes
+/// ([`fit_prefix`]) compressed it two to four times: on a Debian rootfs at level 12, 1 MiB
+/// clusters, the build took 0.65 times as long and the image was 0.3% smaller (the pieces fill
+/// the room closer; one call alone packs a little better, by zstd's pre-splitting of blocks,
+/// which needs the input whole). The frames carry no content size: the kernel and erofs-utils
+/// decode with zstd's streaming decoder, which needs none.
+fn zstd_dest(
+    ctx: &mut ZstdCtx,
+    level: i32,
+    input: &[u8],
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Option<(usize, usize)> {
+    /// Input whose ratio decides whether the whole is compressed in one call.
+    const PROBE: usize = 64 << 10;
+    /// zstd's largest block: pieces are no larger, so a flush adds no block boundary of its own.
+    const PIECE: usize = 128 << 10;
+    /// A zstd frame ended after a flush: one empty raw block marked last.
+    const EMPTY_LAST_BLOCK: [u8; 3] = [1, 0, 0];
+    let room = dst.len();
+    if room <= EMPTY_LAST_BLOCK.len() + 16 || input.is_empty() {
+        return None;
+    }
+    let whole = |ctx: &mut ZstdCtx, dst: &mut [u8], scratch: &mut Vec<u8>| {
+        ctx.start(level, input.len())?;
+        let n = ctx.whole(input, scratch)?;
+        if n <= room {
+            dst[..n].copy_from_slice(&scratch[..n]);
+        }
+        Some(n)
+    };
+    // Bytes of output per byte of input, as far as known.
+    let mut ratio = 1.0f64;
+    // Whether the whole input was tried in one call, or the probe said it would not fit.
+    let mut decided = input.len() <= 2 * room;
+    if decided {
+        let n = whole(ctx, dst, scratch)?;
+        if n <= room {
+            return Some((input.len(), n));
+        }
+        ratio = n as f64 / input.len() as f64;
+    }
+    'frame: loop {
+        ctx.start(level, input.len())?;
+        scratch.clear();
+        scratch.resize(room + zstd::zstd_safe::compress_bound(PIECE), 0);
+        let limit = room - EMPTY_LAST_BLOCK.len();
+        // The last prefix that fit: (input consumed, output written).
+        let (mut consumed, mut written) = (0usize, 0usize);
+        loop {
+            if consumed == input.len() {
+                let n = ctx.feed(input, consumed, consumed, scratch, written, true)?;
+                if n > room {
+                    return None;
+                }
+                dst[..n].copy_from_slice(&scratch[..n]);
+                return Some((consumed, n));
+            }
+            // Aim at 90% of the room left, and at half of it near the end, where one piece
+            // too many ends the frame (its bytes cannot be taken back).
+            let aim = if (limit - written) * 4 > room { 0.9 } else { 0.5 };
+            let wanted = ((limit - written) as f64 / ratio * aim) as usize;
+            let left = input.len() - consumed;
+            let piece = wanted.min(if decided { PIECE } else { PROBE }).min(left);
+            // Too little room left to be worth another block.
+            if piece < 512.min(left) || piece == 0 {
+                break;
+            }
+            let n = ctx.feed(input, consumed, consumed + piece, scratch, written, false)?;
+            if n > limit {
+                break;
+            }
+            (consumed, written) = (consumed + piece, n);
+            ratio = n as f64 / consumed as f64;
+            if !decided {
+                decided = true;
+                // The probe says the whole fits: one call instead, which packs better.
+                if ratio * input.len() as f64 <= 0.85 * limit as f64 {
+                    let n = whole(ctx, dst, scratch)?;
+                    if n <= room {
+                        return Some((input.len(), n));
+                    }
+                    ratio = n as f64 / input.len() as f64;
+                    continue 'frame;
+                }
+            }
+        }
+        if consumed == 0 {
+            return None;
+        }
+        dst[..written].copy_from_slice(&scratch[..written]);
+        dst[written..written + EMPTY_LAST_BLOCK.len()].copy_from_slice(&EMPTY_LAST_BLOCK);
+        return Some((consumed, written + EMPTY_LAST_BLOCK.len()));
+    }
+}
+
 /// A bit of a DEFLATE stored block's header byte that inflaters skip (they go to the byte
 /// boundary after BFINAL and BTYPE): set in a stream that would otherwise start with a zero byte.
 const DEFLATE_STORED_PAD_BIT: u8 = 1 << 3;
 
-/// For compressors without a fixed-output mode (zstd, DEFLATE): searches for a long prefix of the
+/// For compressors without a fixed-output mode (DEFLATE): searches for a long prefix of the
 /// `src_len` input bytes whose whole compressed form fits in `dst`, which gets the longest one found.
 /// `compress(len, scratch)` writes the compressed form of the first `len` bytes to the start of
 /// `scratch` and returns its length (`None`: the compressor failed). Starts at four times the
@@ -1080,5 +1300,68 @@ mod tests {
             Some(s.len())
         });
         assert_eq!(got, None);
+    }
+
+    /// zstd input that does not fit whole is cut in one streaming pass: the frame ends (with
+    /// zstd's empty last block) after the last piece that fit, fills its room closely, and decodes
+    /// to exactly the input it claims; input that fits is one call's frame (it decodes whole);
+    /// noise that fits nowhere gives `None`.
+    #[test]
+    fn zstd_frames_are_cut_after_the_last_piece_that_fits() {
+        let noise = tests_noise(3 << 20, 11);
+        let text = shapes(9).swap_remove(3).repeat(3);
+        let mut half = Vec::new();
+        for k in 0..(2 << 20) / 2048 {
+            half.extend_from_slice(&noise[k * 2048..(k + 1) * 2048]);
+            half.extend_from_slice(&text[(k * 2048) % (text.len() - 2048)..][..2048]);
+        }
+        let decode = |frame: &[u8], len: usize| {
+            let mut d = zstd::stream::raw::Decoder::new().unwrap();
+            let mut out = vec![0u8; len + 1];
+            let mut inb = zstd::stream::raw::InBuffer::around(frame);
+            let mut outb = zstd::stream::raw::OutBuffer::around(&mut out[..]);
+            let left = zstd::stream::raw::Operation::run(&mut d, &mut inb, &mut outb).unwrap();
+            assert_eq!(left, 0, "the frame is complete");
+            let n = outb.pos();
+            out.truncate(n);
+            out
+        };
+        for (level, room) in [(3, 1 << 20), (12, 1 << 20), (3, 65536), (19, 16384)] {
+            let opts = CompressOptions {
+                algorithm: Algorithm::Zstd(level),
+                ..mb(Algorithm::Zstd(level))
+            };
+            let mut dst = vec![0u8; room];
+            let (consumed, n) = compress_dest(&opts, &half, &mut dst).expect("fits");
+            assert!(consumed < half.len(), "level {level}, room {room}: cut");
+            assert!(
+                n <= room && n * 100 >= room * 95,
+                "level {level}: {n} of {room} bytes"
+            );
+            assert_eq!(&dst[n - 3..n], &[1, 0, 0], "ended by an empty last block");
+            assert!(
+                decode(&dst[..n], half.len()) == half[..consumed],
+                "level {level}, room {room}"
+            );
+            // Text that fits whole: one call, the whole input.
+            let (consumed, n) = compress_dest(&opts, &text[..room], &mut dst).expect("fits");
+            assert_eq!(consumed, room);
+            assert!(decode(&dst[..n], room) == text[..room]);
+        }
+        let mut dst = vec![0u8; 65536];
+        let got = compress_dest(&mb(Algorithm::Zstd(3)), &noise[..4096], &mut dst[..4096]);
+        assert!(got.is_none_or(|(c, n)| n <= 4096 && c <= 4096), "{got:?}");
+    }
+
+    fn tests_noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
     }
 }

@@ -1,7 +1,7 @@
 //! Compressed builds against the kernel: lz4, lz4hc, zstd, lzma (MicroLZMA) and deflate images at
 //! 4 KiB, 64 KiB and 1 MiB physical clusters mount and read back identical to the source (the full
-//! fixture, random trees and edge cases: empty, one byte, incompressible, all zeros, sizes on block
-//! and cluster boundaries, tails that do and do not fit inline, a DEFLATE stream that starts with a
+//! fixture, random trees and edge cases: empty, one byte, incompressible, all zeros, half noise,
+//! sizes on block and cluster boundaries, tails that do and do not fit inline, a DEFLATE stream that starts with a
 //! stored block); `fsck.erofs` passes (the installed 1.5 for lz4, which has no zstd, lzma nor
 //! deflate) and erofs-utils 1.9's `fsck.erofs --extract` of every image equals the source; the seal
 //! and the per-file digests hold; the image does not depend on the thread count.
@@ -76,6 +76,15 @@ fn make_edges(dir: &Path) {
         mixed.extend_from_slice(&random[k * 3001..k * 3001 + 3001]);
     }
     fs::write(dir.join("mixed"), &mixed).unwrap();
+    // Half noise, half text in 2 KiB runs, 6 MiB: about 0.55 of its size compressed, so even 1 MiB
+    // clusters are cut inside a segment (zstd: a flushed frame ended after the last piece that fit).
+    let noise = Rng::new(7).bytes(3 << 20);
+    let mut half = Vec::new();
+    for k in 0..(3 << 20) / 2048 {
+        half.extend_from_slice(&noise[k * 2048..(k + 1) * 2048]);
+        half.extend_from_slice(&text[(k * 2048) % (2 << 20)..][..2048]);
+    }
+    fs::write(dir.join("half"), &half).unwrap();
     // Noise, then zeros: libdeflate starts the stream of a cluster holding both with a stored block,
     // whose first byte would be 0 (taken for padding) without the bit the builder sets.
     let mut noisy_start = Rng::new(6).bytes(300_000);
