@@ -77,9 +77,10 @@ pub struct BuildArgs {
     /// 4096).
     #[arg(short = 'C', long = "pcluster-bytes", value_name = "BYTES")]
     pcluster_bytes: Option<u32>,
-    /// Compression settings by name; -z, -C, -E and -m change what they name. `small`: lzma
-    /// (MicroLZMA) level 6, 1 MiB clusters, fragments, metadata compressed (-m 65536) (the
-    /// smallest sensible image; Linux 6.17 or later mounts it); `fast`: lz4, 64 KiB clusters,
+    /// Compression settings by name; -z, -C, -E and -m change what they name. `small`: zstd
+    /// level 12, 1 MiB clusters, fragments, metadata compressed (-m 65536) (a small image, quick
+    /// to build; `--preset small -z lzma` is smaller still and slower; Linux 6.17 or later mounts
+    /// it); `fast`: lz4, 64 KiB clusters,
     /// fragments (quick to build and to read). Identical files are stored once in every
     /// compressed build.
     #[arg(long, value_name = "NAME")]

@@ -451,7 +451,8 @@ fn presets_build_what_they_name() {
     let image = tmp.join("img");
     let dump = erofs_utils_1_9("dump.erofs").expect("dump.erofs 1.9");
     for (args, alg) in [
-        (&["--preset", "small"][..], "lzma"),
+        (&["--preset", "small"][..], "zstd"),
+        (&["--preset", "small", "-z", "lzma"][..], "lzma"),
         (&["--preset", "fast"][..], "lz4"),
         (&["--preset", "small", "-z", "lz4hc"][..], "lz4"),
     ] {
