@@ -539,7 +539,11 @@ fn zstd_dest(
             }
             // Aim at 90% of the room left, and at half of it near the end, where one piece
             // too many ends the frame (its bytes cannot be taken back).
-            let aim = if (limit - written) * 4 > room { 0.9 } else { 0.5 };
+            let aim = if (limit - written) * 4 > room {
+                0.9
+            } else {
+                0.5
+            };
             let wanted = ((limit - written) as f64 / ratio * aim) as usize;
             let left = input.len() - consumed;
             let piece = wanted.min(if decided { PIECE } else { PROBE }).min(left);
