@@ -7,9 +7,10 @@ server (nginx, an S3 server) and, as a control file says, spoils some responses 
 Listens on 127.0.0.1 (a free port, written to PORT_FILE and printed). For each request it reads
 CONTROL_FILE (JSON, absent or empty = no faults), e.g.
 
-    {"latency_ms": 20, "fail": 2, "status": 503, "drop": 0, "truncate": 0, "flip": 1,
+    {"gen": 3, "latency_ms": 20, "fail": 2, "status": 503, "drop": 0, "truncate": 0, "flip": 1,
      "only_ranges": true}
 
+- gen: a number the writer changes with every new setting (see below);
 - latency_ms: delay before answering every request;
 - fail: answer the next N requests with `status` (default 503) and no body;
 - drop: close the connection without an answer for the next N requests;
@@ -17,9 +18,12 @@ CONTROL_FILE (JSON, absent or empty = no faults), e.g.
 - flip: flip one byte in the middle of the next N bodies;
 - only_ranges: count and spoil only requests with a Range header (so an open's HEAD is spared).
 
-Counters go down as faults are used and are written back to CONTROL_FILE, so a test can set a
-fault, run a command and see that it was used. Every request is logged to stderr as one line:
-METHOD PATH RANGE -> STATUS FAULT.
+Only the test writes CONTROL_FILE (atomically, by renaming a new file over it), and only the proxy
+writes CONTROL_FILE.left: the proxy takes a setting when its `gen` is new, counts the faults down
+in memory and writes what is left, with the `gen` it belongs to, to CONTROL_FILE.left, so a test
+can set a fault, run a command and see that it was used. (When both wrote the one file, a count
+written back after the test had set new faults undid them.) Every request is logged to stderr as
+one line: METHOD PATH RANGE -> STATUS FAULT.
 """
 
 import http.client
@@ -35,29 +39,34 @@ UPSTREAM = int(sys.argv[1])
 CONTROL = sys.argv[2]
 PORT_FILE = sys.argv[3] if len(sys.argv) > 3 else None
 LOCK = threading.Lock()
+# The setting in force: its `gen` and the faults left of it.
+CURRENT = {"gen": None, "faults": {}}
 
 
 def take_fault(has_range):
-    """The fault for this request, decrementing its counter (under a lock, read-modify-write)."""
+    """The fault for this request, counted down (under a lock)."""
     with LOCK:
         try:
             with open(CONTROL) as f:
                 c = json.load(f)
         except (OSError, ValueError):
-            return {}, 0
+            c = {}
+        if c.get("gen") != CURRENT["gen"]:
+            CURRENT["gen"] = c.get("gen")
+            CURRENT["faults"] = c
+        c = CURRENT["faults"]
         latency = c.get("latency_ms", 0)
         if c.get("only_ranges") and not has_range:
             return {}, latency
         for kind in ("drop", "fail", "truncate", "flip"):
             if c.get(kind, 0) > 0:
                 c[kind] -= 1
-                tmp = CONTROL + ".tmp"
+                tmp = CONTROL + ".left.tmp"
                 with open(tmp, "w") as f:
                     json.dump(c, f)
-                os.replace(tmp, CONTROL)
+                os.replace(tmp, CONTROL + ".left")
                 return {"kind": kind, "status": c.get("status", 503)}, latency
         return {}, latency
-
 
 class Proxy(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"

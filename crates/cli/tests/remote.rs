@@ -426,6 +426,8 @@ fn https_with_a_private_ca_is_read_with_ca_cert() {
     if fuse_env().is_ok() {
         let mnt = d.join("mnt-tls");
         fs::create_dir(&mnt).unwrap();
+        let _unmount = Unmount(&mnt);
+        let _unmount = Unmount(&mnt);
         let o = sealfs_run(
             &[
                 "mount",
@@ -814,6 +816,7 @@ fn a_daemon_mount_of_a_url_reads_after_the_fork() {
     let digest = digest_of(&local);
     let mnt = images.dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
+    let _unmount = Unmount(&mnt);
     let url = http.url("z");
     let o = sealfs_run(&["mount", "--digest", digest.trim(), &url, s(&mnt)], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -1113,12 +1116,30 @@ fn regular_files(dir: &Path) -> Vec<String> {
     v
 }
 
+/// Unmounts what is left mounted at the path when dropped (a failed assertion), so that a test's
+/// directory is removed without walking through the mount, and no daemon outlives the test.
+struct Unmount<'a>(&'a Path);
+
+impl Drop for Unmount<'_> {
+    fn drop(&mut self) {
+        let mounted = fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+            m.lines()
+                .any(|l| l.split(' ').nth(1) == Some(&*self.0.to_string_lossy()))
+        });
+        if mounted {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+}
+
 /// `scripts/faultproxy.py` in front of `upstream`, spoiling answers as `control` says.
 struct FaultProxy {
     child: std::process::Child,
     port: u16,
     control: PathBuf,
     log: PathBuf,
+    /// The number of the last setting ([`FaultProxy::set`]).
+    gen: std::cell::Cell<u64>,
 }
 
 impl FaultProxy {
@@ -1150,6 +1171,7 @@ impl FaultProxy {
                     port,
                     control,
                     log,
+                    gen: std::cell::Cell::new(0),
                 });
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -1161,14 +1183,27 @@ impl FaultProxy {
         format!("http://127.0.0.1:{}/{name}", self.port)
     }
 
-    /// Sets the faults (JSON), for range requests only (an open's suffix request is a range too).
+    /// Sets the faults (JSON), for range requests only (an open's suffix request is a range too):
+    /// numbered, and renamed into place whole, so the proxy never sees half a setting and takes
+    /// every new one (it counts them down in a file of its own).
     fn set(&self, faults: &str) {
-        fs::write(&self.control, faults).unwrap();
+        self.gen.set(self.gen.get() + 1);
+        let mut v: serde_json::Value = serde_json::from_str(faults).unwrap();
+        v["gen"] = self.gen.get().into();
+        let tmp = self.control.with_extension("json.tmp");
+        fs::write(&tmp, v.to_string()).unwrap();
+        fs::rename(&tmp, &self.control).unwrap();
     }
 
-    /// The faults left unused.
+    /// The faults left unused of the last setting.
     fn left(&self) -> serde_json::Value {
-        serde_json::from_str(&fs::read_to_string(&self.control).unwrap()).unwrap()
+        let left = self.control.with_extension("json.left");
+        let set: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&self.control).unwrap()).unwrap();
+        match fs::read_to_string(left).map(|l| serde_json::from_str::<serde_json::Value>(&l)) {
+            Ok(Ok(l)) if l["gen"] == set["gen"] => l,
+            _ => set, // nothing of it used yet
+        }
     }
 
     fn log(&self) -> String {
@@ -1240,6 +1275,7 @@ fn faults_are_retried_or_fail_only_the_reads_they_touch() {
     }
     let mnt = work.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
+    let _unmount = Unmount(&mnt);
     let cache = work.path().join("cache");
     proxy.set("{}");
     let o = sealfs_run(
@@ -1375,6 +1411,7 @@ fn a_recorded_profile_warms_a_fresh_cache() {
     let work = tempfile::tempdir().unwrap();
     let mnt = work.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
+    let _unmount = Unmount(&mnt);
     let local_dir = work.path().join("local");
     sealfs_ok(&[
         "extract",
@@ -1515,6 +1552,7 @@ fn a_filled_mount_reads_every_file_offline() {
         work.path().join("local"),
     );
     fs::create_dir(&mnt).unwrap();
+    let _unmount = Unmount(&mnt);
     sealfs_ok(&[
         "extract",
         "-q",
