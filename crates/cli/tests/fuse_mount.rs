@@ -71,6 +71,20 @@ impl FuseMount {
     }
 }
 
+/// The mount's log once it has at least `lines` lines (failures are named and written by a thread
+/// of the daemon, after the failed request is answered), or after 10 s; a moment later, so that a
+/// line too many would be seen too.
+fn logged(log: &Path, lines: usize) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline
+        && fs::read_to_string(log).unwrap_or_default().lines().count() < lines
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    fs::read_to_string(log).unwrap_or_default()
+}
+
 impl Drop for FuseMount {
     fn drop(&mut self) {
         let ok = Command::new(sealfs_bin())
@@ -509,7 +523,7 @@ fn tampered_block_gives_eio_only_for_its_file() {
         "{s}"
     );
     assert!(s["verify"]["failures"].as_u64().unwrap() >= 1, "{s}");
-    let text = fs::read_to_string(&log).unwrap();
+    let text = logged(&log, 1);
     let lines: Vec<&str> = text.lines().collect();
     println!("log: {lines:?}");
     let block = off / 4096;
@@ -1234,7 +1248,7 @@ fn double_verification_checks_each_file_against_its_digest() {
         assert_files_read(&fuse.path, &src, |i| i != 3);
         let s = stats(&fuse.path);
         assert_eq!(s["fuse"]["file_check_failures"], 1, "{s}");
-        let text = fs::read_to_string(&log).unwrap();
+        let text = logged(&log, 1);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 1, "logged once: {lines:?}");
         assert!(

@@ -42,7 +42,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Entries whose inodes one `readdirplus` reads ahead (from its offset): what a large reply holds
@@ -156,7 +156,7 @@ pub struct SealFs {
     /// alone does not keep a large tree's inodes).
     inodes: InodeCache,
     logged: Mutex<HashSet<String>>,
-    log: Logger,
+    failures: FailureLog,
     /// Double verification: each regular file is checked whole by this before its first read.
     file_check: Option<FileCheck>,
     /// The outcome of that check per nid (at most one entry per regular file of the image).
@@ -271,6 +271,112 @@ thread_local! {
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Failed requests' log lines: each failure is named by its path ([`path_of`], a walk of the tree
+/// that reads the image: over a network, and while the link fails, that takes seconds) and written
+/// by a thread of its own, so the request that failed is answered at once. Started at the first
+/// failure (a daemon forks after the filesystem is made); lines still queued at unmount are
+/// written for a few seconds at most.
+struct FailureLog {
+    log: Arc<dyn Fn(&str) + Send + Sync>,
+    /// The worker, once started; `true` once drained (at unmount).
+    worker: Mutex<(Option<FailureWorker>, bool)>,
+}
+
+struct FailureWorker {
+    queue: mpsc::Sender<(u64, String)>,
+    /// Closed when the worker has written every line queued.
+    done: mpsc::Receiver<()>,
+}
+
+/// How long an unmount waits for queued failures to be named and logged.
+const FAILURE_LOG_DRAIN: Duration = Duration::from_secs(10);
+
+impl FailureLog {
+    fn new(log: Logger) -> FailureLog {
+        FailureLog {
+            log: Arc::from(log),
+            worker: Mutex::new((None, false)),
+        }
+    }
+
+    /// Queues the failure of `nid` (`what` failed) to be named and logged.
+    fn push(&self, image: &Arc<Image>, root_nid: u64, nid: u64, what: String) {
+        let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+        if worker.1 {
+            return (self.log)(&format!("<nid {nid}>: {what}"));
+        }
+        let w = worker.0.get_or_insert_with(|| {
+            let (queue, rx) = mpsc::channel::<(u64, String)>();
+            let (done_tx, done) = mpsc::channel::<()>();
+            let (image, log) = (image.clone(), self.log.clone());
+            std::thread::spawn(move || {
+                let _done = done_tx;
+                for (nid, what) in rx {
+                    log(&format!("{}: {what}", path_of(&image, root_nid, nid)));
+                }
+            });
+            FailureWorker { queue, done }
+        });
+        if w.queue.send((nid, what.clone())).is_err() {
+            (self.log)(&format!("<nid {nid}>: {what}"));
+        }
+    }
+
+    /// Waits (a bounded time) for the lines queued to be written; later failures are logged
+    /// unnamed, at once.
+    fn drain(&self) {
+        let w = {
+            let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+            worker.1 = true;
+            worker.0.take()
+        };
+        let Some(w) = w else {
+            return;
+        };
+        drop(w.queue);
+        let _ = w.done.recv_timeout(FAILURE_LOG_DRAIN);
+    }
+}
+
+/// A path of `nid` in the image, found by walking the tree from the root (only when a failure is
+/// logged, so nothing is kept per inode while serving). Gives `<nid N>` if the walk does not find
+/// it within a bound (damaged directories are skipped).
+fn path_of(image: &Image, root_nid: u64, nid: u64) -> String {
+    const MAX_VISITED: usize = 1 << 21;
+    if nid == root_nid {
+        return "/".into();
+    }
+    let Ok(root) = image.inode(root_nid) else {
+        return format!("<nid {nid}>");
+    };
+    let mut visited = 0usize;
+    let mut found = None;
+    let _ = image.walk(&root, b"", &mut |event| {
+        let (path, entry) = match event {
+            WalkEvent::Entry(e) => (e.path, e.entry),
+            // An entry whose inode is damaged is still named.
+            WalkEvent::Error {
+                path,
+                entry: Some(entry),
+                ..
+            } => (path, entry),
+            WalkEvent::Dir { .. } | WalkEvent::Error { entry: None, .. } => {
+                return Ok(Visit::Continue)
+            }
+        };
+        visited += 1;
+        if entry.nid == nid {
+            found = Some(format!("/{}", String::from_utf8_lossy(path)));
+            return Err(());
+        }
+        if visited > MAX_VISITED {
+            return Err(());
+        }
+        Ok(Visit::Continue)
+    });
+    found.unwrap_or_else(|| format!("<nid {nid}>"))
+}
+
 impl SealFs {
     /// A filesystem serving `image`. `verified` is the verifying block source under it, if reads are
     /// verified here (for its statistics); `trust` says what reads are checked against.
@@ -289,7 +395,7 @@ impl SealFs {
             listings: Mutex::new(VecDeque::new()),
             inodes: InodeCache::new(INODE_CACHE_ENTRIES),
             logged: Mutex::new(HashSet::new()),
-            log,
+            failures: FailureLog::new(log),
             file_check: None,
             checked: Mutex::new(HashMap::new()),
             counters: Counters::default(),
@@ -373,49 +479,11 @@ impl SealFs {
                     .file_check_failures
                     .fetch_add(1, Ordering::Relaxed);
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                (self.log)(&format!("{}: {why}", self.path_of(nid)));
+                self.failures
+                    .push(&self.image, self.nodes.root_nid, nid, why);
                 Errno::EIO
             })
         })
-    }
-
-    /// A path of `nid` in the image, found by walking the tree from the root (only when a failure is
-    /// logged, so nothing is kept per inode while serving). Gives `<nid N>` if the walk does not find
-    /// it within a bound (damaged directories are skipped).
-    fn path_of(&self, nid: u64) -> String {
-        const MAX_VISITED: usize = 1 << 21;
-        if nid == self.nodes.root_nid {
-            return "/".into();
-        }
-        let Ok(root) = self.image.inode(self.nodes.root_nid) else {
-            return format!("<nid {nid}>");
-        };
-        let mut visited = 0usize;
-        let mut found = None;
-        let _ = self.image.walk(&root, b"", &mut |event| {
-            let (path, entry) = match event {
-                WalkEvent::Entry(e) => (e.path, e.entry),
-                // An entry whose inode is damaged is still named.
-                WalkEvent::Error {
-                    path,
-                    entry: Some(entry),
-                    ..
-                } => (path, entry),
-                WalkEvent::Dir { .. } | WalkEvent::Error { entry: None, .. } => {
-                    return Ok(Visit::Continue)
-                }
-            };
-            visited += 1;
-            if entry.nid == nid {
-                found = Some(format!("/{}", String::from_utf8_lossy(path)));
-                return Err(());
-            }
-            if visited > MAX_VISITED {
-                return Err(());
-            }
-            Ok(Visit::Continue)
-        });
-        found.unwrap_or_else(|| format!("<nid {nid}>"))
     }
 
     /// Turns a reader error about `nid` into an errno, logging it once.
@@ -440,7 +508,8 @@ impl SealFs {
                 logged.len() < MAX_LOGGED && logged.insert(key)
             };
             if new {
-                (self.log)(&format!("{}: {e}", self.path_of(nid)));
+                self.failures
+                    .push(&self.image, self.nodes.root_nid, nid, e.to_string());
             }
         }
         Errno::from_i32(code)
@@ -606,6 +675,10 @@ fn reply_xattr(reply: ReplyXattr, size: u32, data: &[u8]) {
 }
 
 impl Filesystem for SealFs {
+    fn destroy(&mut self) {
+        self.failures.drain();
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let wanted = InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_DO_READDIRPLUS
