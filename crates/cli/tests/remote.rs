@@ -1493,7 +1493,20 @@ fn a_recorded_profile_warms_a_fresh_cache() {
         );
     }
     let missing = cat(unread);
+    // The whole tree read with the server gone ends by itself, the unread files failing: each
+    // read the cache cannot serve is tried once, not retried with backoff (and its failure is
+    // named in the log without holding up the reply). About a second here; 60 s when every
+    // failure was retried.
+    let whole = run(Command::new("timeout")
+        .args(["30", "tar", "-cf", "-", "."])
+        .current_dir(&mnt));
     umount();
+    assert_eq!(
+        whole.status.code(),
+        Some(2),
+        "tar of the tree with the server gone: {}",
+        String::from_utf8_lossy(&whole.stderr)
+    );
     assert!(
         !missing.status.success(),
         "{unread} was not in the profile yet read offline"

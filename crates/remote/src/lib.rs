@@ -47,7 +47,7 @@ use sealfs_reader::{OpenError, OpenOptions, OpenedImage, ReadAt, Source};
 use std::io;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -219,18 +219,32 @@ pub struct RemoteObject {
     tail: Bytes,
     options: RemoteOptions,
     stats: RemoteStats,
+    /// The server could not be reached: the last request failed after all its retries (or the
+    /// open found it unreachable and used a kept tail). Until a request succeeds again, each is
+    /// tried once, so that a read of what the cache lacks fails at once rather than after a cycle
+    /// of retries and backoff (a cold `ls -lR` of a mount with the network gone would wait that
+    /// long for every entry).
+    unreachable: AtomicBool,
 }
 
 /// A store client and the runtime its requests run on, in the process that made them.
 struct Io {
     pid: u32,
     store: Arc<dyn ObjectStore>,
+    /// The same store without retries, for requests while the link is down
+    /// ([`RemoteObject::unreachable`]).
+    store_once: Arc<dyn ObjectStore>,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Io {
     fn new(url: &str, options: &RemoteOptions) -> Result<(Io, ObjectPath), RemoteError> {
         let (store, path) = store_for(url, options)?;
+        let once = RemoteOptions {
+            retries: 0,
+            ..options.clone()
+        };
+        let (store_once, _) = store_for(url, &once)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("sealfs-remote")
@@ -245,6 +259,7 @@ impl Io {
             Io {
                 pid,
                 store,
+                store_once,
                 runtime,
             },
             path,
@@ -483,6 +498,7 @@ impl RemoteObject {
                 }
             }
         });
+        let mut unreachable = false;
         let (meta, tail) = match (fetched, options.tail_cache.as_deref()) {
             (Ok((meta, tail)), Some(dir)) => {
                 let _ = save_tail(dir, url, &meta, &tail);
@@ -492,7 +508,10 @@ impl RemoteObject {
             (Err(e @ RemoteError::NotFound { .. }), _) => return Err(e),
             // Unreachable: the kept tail, if there is one, stands in.
             (Err(e), Some(dir)) => match load_tail(dir, url, &path) {
-                Some(kept) => kept,
+                Some(kept) => {
+                    unreachable = true;
+                    kept
+                }
                 None => return Err(e),
             },
             (Err(e), None) => return Err(e),
@@ -508,6 +527,7 @@ impl RemoteObject {
             tail,
             options,
             stats,
+            unreachable: AtomicBool::new(unreachable),
         })
     }
 
@@ -551,12 +571,33 @@ impl RemoteObject {
     }
 
     /// Fetches one range, retrying short or broken bodies; a failure is checked against the
-    /// object's current ETag, so that a changed object is reported as such.
-    async fn fetch(
+    /// object's current ETag, so that a changed object is reported as such. While the server is
+    /// unreachable ([`Self::unreachable`]) it is asked once, without retries or that check.
+    async fn fetch(&self, io: &Io, range: Range<u64>) -> Result<Bytes, RemoteError> {
+        let once = self.unreachable.load(Relaxed);
+        let result = self.fetch_retried(io, range, once).await;
+        match &result {
+            Ok(_) => self.unreachable.store(false, Relaxed),
+            // What object_store gives up on after its retries (connections, timeouts, 5xx); not
+            // an answer that says something (a refused condition, a missing object).
+            Err(RemoteError::Request {
+                source: source @ object_store::Error::Generic { .. },
+                ..
+            }) if !tls::is_certificate_error(source) => self.unreachable.store(true, Relaxed),
+            Err(RemoteError::Short { .. }) => self.unreachable.store(true, Relaxed),
+            Err(_) => {}
+        }
+        result
+    }
+
+    async fn fetch_retried(
         &self,
-        store: &dyn ObjectStore,
+        io: &Io,
         range: Range<u64>,
+        once: bool,
     ) -> Result<Bytes, RemoteError> {
+        let store: &dyn ObjectStore = if once { &*io.store_once } else { &*io.store };
+        let retries = if once { 0 } else { self.options.retries };
         let mut backoff = self.options.initial_backoff;
         let mut attempt = 0;
         loop {
@@ -602,7 +643,11 @@ impl RemoteObject {
                     Err(e) => {
                         // Conditions that cannot succeed on a retry; object_store has already retried
                         // the transient ones (timeouts, connections, 5xx).
+                        let answered = !matches!(e, object_store::Error::Generic { .. });
                         let err = self.request_error(&range, e);
+                        if once && !answered {
+                            return Err(err);
+                        }
                         return Err(self.check_changed(store, err).await);
                     }
                 };
@@ -610,7 +655,10 @@ impl RemoteObject {
                 Ok(never) => match never {},
                 Err(e) => e,
             };
-            if attempt >= self.options.retries {
+            if attempt >= retries {
+                if once {
+                    return Err(err);
+                }
                 return Err(self.check_changed(store, err).await);
             }
             attempt += 1;
@@ -706,10 +754,10 @@ impl RemoteObject {
         self.stats.round_trips.fetch_add(1, Relaxed);
         let parts = split(&spans, self.options.max_request_bytes);
         let io = self.io()?;
-        let store = &*io.store;
+        let io = &*io;
         let fetched: Vec<(usize, Range<u64>, Bytes)> = io.runtime.block_on(
             stream::iter(parts)
-                .map(|(k, r)| async move { self.fetch(store, r.clone()).await.map(|b| (k, r, b)) })
+                .map(|(k, r)| async move { self.fetch(io, r.clone()).await.map(|b| (k, r, b)) })
                 .buffer_unordered(self.options.max_in_flight.max(1))
                 .try_collect(),
         )?;
@@ -1089,6 +1137,129 @@ mod tests {
         assert!(matches!(err, RemoteError::NotFound { .. }), "{err}");
         assert!(request.starts_with(b"GET /img "), "{request:?}");
         assert!(took >= Duration::from_millis(150), "{took:?}");
+    }
+
+    /// An HTTP server on loopback for `data` (ETag `"v1"`), one request per connection, that can
+    /// be switched to closing every connection unanswered (a server gone): counts connections.
+    struct FlakyServer {
+        port: u16,
+        down: Arc<AtomicBool>,
+        connections: Arc<AtomicU64>,
+    }
+
+    impl FlakyServer {
+        fn start(data: Vec<u8>) -> FlakyServer {
+            use std::io::{Read, Write};
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let down = Arc::new(AtomicBool::new(false));
+            let connections = Arc::new(AtomicU64::new(0));
+            let (d, c) = (down.clone(), connections.clone());
+            std::thread::spawn(move || {
+                for conn in listener.incoming() {
+                    let Ok(mut conn) = conn else { continue };
+                    c.fetch_add(1, Relaxed);
+                    if d.load(Relaxed) {
+                        continue; // dropped: closed without an answer
+                    }
+                    let mut request = Vec::new();
+                    let mut buf = [0; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                    let len = data.len();
+                    let (a, b) = match text.lines().find_map(|l| l.strip_prefix("range: bytes=")) {
+                        Some(r) => {
+                            let (x, y) = r.trim().split_once('-').unwrap();
+                            match (x.parse::<usize>(), y.parse::<usize>()) {
+                                (Ok(x), Ok(y)) => (x, (y + 1).min(len)),
+                                (Err(_), Ok(n)) => (len - n.min(len), len),
+                                (Ok(x), Err(_)) => (x, len),
+                                _ => (0, len),
+                            }
+                        }
+                        None => (0, len),
+                    };
+                    let head = format!(
+                        "HTTP/1.1 206 Partial Content\r\ncontent-length: {}\r\n\
+                         content-range: bytes {a}-{}/{len}\r\netag: \"v1\"\r\n\
+                         last-modified: Thu, 26 Nov 2026 10:00:00 GMT\r\nconnection: close\r\n\r\n",
+                        b - a,
+                        b - 1
+                    );
+                    let body: &[u8] = if text.starts_with("head ") {
+                        &[]
+                    } else {
+                        &data[a..b]
+                    };
+                    let _ = conn
+                        .write_all(head.as_bytes())
+                        .and_then(|_| conn.write_all(body));
+                }
+            });
+            FlakyServer {
+                port,
+                down,
+                connections,
+            }
+        }
+
+        /// Connections accepted while `f` ran.
+        fn count<T>(&self, f: impl FnOnce() -> T) -> (T, u64) {
+            let before = self.connections.load(Relaxed);
+            let out = f();
+            // The last dropped connection is counted when accepted, before the client sees it
+            // closed: nothing is left to count once `f` has returned.
+            (out, self.connections.load(Relaxed) - before)
+        }
+    }
+
+    /// A server gone: the first read that cannot reach it fails after its retries (and a request
+    /// to see whether the object changed, with retries too); the next ones are tried once. Once a
+    /// request gets through, failures are retried in full again.
+    #[test]
+    fn reads_while_the_server_is_unreachable_are_tried_once() {
+        let data: Vec<u8> = (0..256 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+        let server = FlakyServer::start(data.clone());
+        let options = RemoteOptions {
+            retries: 2,
+            initial_backoff: Duration::from_millis(10),
+            tail_bytes: 4096,
+            ..RemoteOptions::default()
+        };
+        let url = format!("http://127.0.0.1:{}/img", server.port);
+        let object = RemoteObject::open_with(&url, options).unwrap();
+        let mut buf = vec![0u8; 4096];
+        object.read_exact_at(&mut buf, 8192).unwrap();
+        assert_eq!(buf, data[8192..12288]);
+
+        server.down.store(true, Relaxed);
+        let full = 2 * (2 + 1); // the GET and the HEAD, each with 2 retries
+        let (r, n) = server.count(|| object.read_exact_at(&mut buf, 16384));
+        assert!(r.is_err());
+        assert_eq!(n, full, "the first failure is retried");
+        for _ in 0..3 {
+            let (r, n) = server.count(|| object.read_exact_at(&mut buf, 32768));
+            assert!(r.is_err());
+            assert_eq!(n, 1, "later failures are tried once");
+        }
+
+        server.down.store(false, Relaxed);
+        let (r, n) = server.count(|| object.read_exact_at(&mut buf, 65536));
+        r.unwrap();
+        assert_eq!((buf.as_slice(), n), (&data[65536..69632], 1));
+
+        server.down.store(true, Relaxed);
+        let (r, n) = server.count(|| object.read_exact_at(&mut buf, 16384));
+        assert!(r.is_err());
+        assert_eq!(
+            n, full,
+            "reachable again: a failure is retried in full again"
+        );
     }
 
     #[test]
