@@ -799,7 +799,10 @@ fn cut_segment(
         let head = start / BLKSZ;
         let mut cap = room;
         let mut chosen = None;
-        while cap >= b {
+        // At most a block left: compressed, it still takes a block, and saves none (below), so it
+        // is not compressed at all (as mkfs.erofs does not). In the linux tree, 40,000 files.
+        let may_save = data.len() - pos > b;
+        while may_save && cap >= b {
             let Some((consumed, written)) = compress_dest(opts, &data[pos..], &mut dst[..cap])
             else {
                 break;
