@@ -317,7 +317,7 @@ impl FailureLog {
             });
             FailureWorker { queue, done }
         });
-        if w.queue.send((nid, what.clone())).is_err() {
+        if let Err(mpsc::SendError((nid, what))) = w.queue.send((nid, what)) {
             (self.log)(&format!("<nid {nid}>: {what}"));
         }
     }
