@@ -659,16 +659,41 @@ impl Copier<'_> {
 
     /// Copies one regular file's data to its planned blocks and inline tail, checking it did not change.
     /// Returns the level-0 image hashes of its blocks and its own fs-verity digest.
+    ///
+    /// `known` is its content digest (by the file hasher, if there is one) when another file has
+    /// the same: a file whose blocks are another's ([`InodePlan::blocks_of`]) has only its inline
+    /// tail written and `known` as its digest; one whose blocks others share must still hash to it.
     pub(crate) fn copy_file(
         &self,
         inode: &Inode,
         p: &InodePlan,
+        known: Option<&Digest>,
     ) -> Result<(DataLeaves, Option<Digest>)> {
         let Kind::File(f) = &inode.kind else {
             return Ok((Vec::new(), None));
         };
         let path = inode.path.as_path();
         let src = tree::open_source(inode)?;
+        if p.blocks_of.is_some() {
+            if p.inline_len > 0 {
+                let leaves = Leaves {
+                    image: None,
+                    file: None,
+                };
+                let tail_at = f.size - p.inline_len;
+                self.copy(
+                    &src,
+                    inode,
+                    tail_at,
+                    p.inline_offset(),
+                    p.inline_len,
+                    leaves,
+                )?;
+            }
+            tree::check_unchanged(inode, &src)?;
+            let known = known.expect("files sharing blocks have content digests");
+            return Ok((Vec::new(), self.file_hasher.map(|_| *known)));
+        }
         let mut image_leaves = DataLeaves::new();
         let mut file_leaves: Option<Vec<u8>> = self.file_hasher.map(|_| Vec::new());
         let mut run =
@@ -734,6 +759,15 @@ impl Copier<'_> {
             ),
             _ => None,
         };
+        // What was copied is what the files sharing it were found equal to.
+        if let (Some(d), Some(k)) = (&digest, known) {
+            if d != k {
+                return Err(BuildError::Changed {
+                    path: inode.path.clone(),
+                    what: "content".into(),
+                });
+            }
+        }
         Ok((image_leaves, digest))
     }
 }
@@ -772,9 +806,10 @@ pub(crate) fn write_image(
         .inodes
         .par_iter()
         .zip(plan.inodes.par_iter())
-        .filter(|(inode, _)| matches!(&inode.kind, Kind::File(_)))
-        .map(|(inode, p)| {
-            let (l, digest) = copier.copy_file(inode, p)?;
+        .enumerate()
+        .filter(|(_, (inode, _))| matches!(&inode.kind, Kind::File(_)))
+        .map(|(id, (inode, p))| {
+            let (l, digest) = copier.copy_file(inode, p, plan.alike.get(&id))?;
             if let Kind::File(f) = &inode.kind {
                 progress.advance(f.size);
             }

@@ -8,11 +8,13 @@
 //! starts the next one, and the gap it leaves is offered to later inodes. Data blocks follow the
 //! metadata area, file by file in the same order.
 
+use crate::dedupe::ContentDigests;
 use crate::error::{BuildError, Result};
 use crate::spill::{Spill, Spilled};
 use crate::tree::{Inode, InodeId, Kind, Tree};
 use crate::xattrs::{self, SharedXattrs};
 use sealfs_format::{self as fmt, round_up, DataLayout, BLKSZ, EROFS_DIRENT_SIZE, EROFS_NULL_ADDR};
+use sealfs_verity::Digest;
 use std::collections::{BTreeSet, HashMap};
 
 /// Where one inode goes and how its data is laid out.
@@ -41,6 +43,8 @@ pub(crate) struct InodePlan {
     pub fragment: Option<u64>,
     /// `offset` is in the metabox's data (the nid gets the metabox bit).
     pub in_metabox: bool,
+    /// Its whole blocks are those of this identical file (whole-file dedupe, FLAT layouts).
+    pub blocks_of: Option<InodeId>,
 }
 
 /// A compressed file's extents, as the data phase of a compressed build placed them.
@@ -252,6 +256,8 @@ pub(crate) struct Plan {
     pub metabox: Option<InodeId>,
     /// Where `inline_bytes` and `ZPlan::idata` are (compressed builds).
     pub spill: Option<Spill>,
+    /// Content digests of the files that may share blocks (an uncompressed build), by inode id.
+    pub alike: ContentDigests,
 }
 
 /// Directory block layout: the entries (including "." and "..") in order, and where each block starts.
@@ -346,6 +352,31 @@ pub(crate) fn plan_chunks(size: u64, ranges: &[(u64, u64)]) -> Option<(u8, Vec<b
     Some((bits, mapped))
 }
 
+/// Marks the flat files whose content `digests` names alike to share one copy of their whole
+/// blocks: those of the first of them stored without an inline tail (its last block holds the tail,
+/// so it has all the blocks any of them needs), or else of the first of them.
+fn share_blocks(inodes: &mut [InodePlan], digests: &ContentDigests) {
+    let mut alike: HashMap<&Digest, Vec<InodeId>> = HashMap::new();
+    for (&id, d) in digests {
+        let p = &inodes[id];
+        if matches!(p.layout, DataLayout::FlatPlain | DataLayout::FlatInline) && p.full_blocks() > 0
+        {
+            alike.entry(d).or_default().push(id);
+        }
+    }
+    for mut ids in alike.into_values().filter(|ids| ids.len() > 1) {
+        ids.sort_unstable();
+        let owner = ids
+            .iter()
+            .copied()
+            .find(|&id| inodes[id].layout == DataLayout::FlatPlain)
+            .unwrap_or(ids[0]);
+        for id in ids.into_iter().filter(|&id| id != owner) {
+            inodes[id].blocks_of = Some(owner);
+        }
+    }
+}
+
 /// Placement of metadata items: a cursor, plus the gaps left in earlier blocks by inodes whose inline
 /// tail had to start a new block. Gaps are reused best-fit (smallest that holds the item), which is
 /// deterministic and keeps the metadata area dense.
@@ -396,6 +427,8 @@ const PLACEMENT_WINDOW: usize = 256;
 /// it; with `pre` (a compressed build, whose file data was written first), directories' blocks follow
 /// the file data and the metadata area comes last.
 ///
+/// Files with equal content digests in `alike` (an uncompressed build) share their blocks ([`share_blocks`]).
+///
 /// With `metabox` (a compressed build), every inode but the packed one and the shared xattrs are
 /// placed in the metabox's data instead, the shared xattrs first (so that `xattr_blkaddr` is 0
 /// there); the metadata area outside it is placed once the metabox is compressed
@@ -405,6 +438,7 @@ pub(crate) fn plan(
     shared: &SharedXattrs,
     mut pre: Option<PreData>,
     metabox: bool,
+    alike: ContentDigests,
 ) -> Result<Plan> {
     let (epoch, fixed_nsec) = choose_epoch(tree);
     let mut chunked = false;
@@ -441,6 +475,7 @@ pub(crate) fn plan(
             inline_bytes: None,
             fragment: None,
             in_metabox: false,
+            blocks_of: None,
         };
         let mut meta_len = isize + ibody_len;
         match placed {
@@ -556,7 +591,11 @@ pub(crate) fn plan(
         Some(pre) => pre.data_end,
         None => meta_len / BLKSZ,
     };
+    share_blocks(&mut inodes, &alike);
     for (p, mask) in inodes.iter_mut().zip(chunk_masks) {
+        if p.blocks_of.is_some() {
+            continue; // placed with the file it shares its blocks with
+        }
         if p.zmap.is_some()
             || (pre.is_some() && p.startblk != EROFS_NULL_ADDR)
             || (pre.is_some() && p.chunks.as_ref().is_some_and(|c| !c.map.is_empty()))
@@ -582,6 +621,11 @@ pub(crate) fn plan(
             next_blk += p.full_blocks();
         }
     }
+    for id in 0..inodes.len() {
+        if let Some(owner) = inodes[id].blocks_of {
+            inodes[id].startblk = inodes[owner].startblk;
+        }
+    }
     let meta_base = match &pre {
         Some(_) => {
             let base = next_blk * BLKSZ;
@@ -604,6 +648,7 @@ pub(crate) fn plan(
         metabox_len,
         metabox: None,
         spill: pre.map(|p| p.spill),
+        alike,
     })
 }
 
@@ -636,6 +681,7 @@ pub(crate) fn metabox_inode_plan(
         inline_bytes: None,
         fragment: None,
         in_metabox: false,
+        blocks_of: None,
     };
     Ok((p, item_len))
 }

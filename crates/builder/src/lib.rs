@@ -14,6 +14,7 @@
 //! beside the output and renamed into place only when complete.
 
 mod compress;
+mod dedupe;
 mod emit;
 mod error;
 mod layout;
@@ -169,7 +170,20 @@ fn build_in_pool(
     };
     let (uuid, data_leaves, file_digests, image_bytes) = match &opts.compress {
         None => {
-            let plan = layout::plan(&tree, &shared, None, false)?;
+            // Identical files are stored once: the files that share their size with another are
+            // named by their content first (by their per-file digests, when the build makes them).
+            let own_hasher = file_hasher.is_none().then(dedupe::key_hasher);
+            let key_hasher = file_hasher
+                .as_ref()
+                .or(own_hasher.as_ref())
+                .expect("one of the two hashers is there");
+            let candidates: Vec<usize> = (0..tree.inodes.len())
+                .filter(|&id| matches!(&tree.inodes[id].kind, tree::Kind::File(f) if f.size >= sealfs_format::BLKSZ))
+                .collect();
+            progress.begin("finding identical files", None);
+            let alike = dedupe::same_size_digests(&tree, &candidates, key_hasher)?;
+            progress.end();
+            let plan = layout::plan(&tree, &shared, None, false, alike)?;
             let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
             tmp.as_file()
                 .set_len(image_bytes)
@@ -200,7 +214,13 @@ fn build_in_pool(
             )?;
             // The packed inode (fragments) is an inode of the image no directory names.
             tree.inodes.extend(data.packed);
-            let mut plan = layout::plan(&tree, &shared, Some(data.pre), c.metabox.is_some())?;
+            let mut plan = layout::plan(
+                &tree,
+                &shared,
+                Some(data.pre),
+                c.metabox.is_some(),
+                Default::default(),
+            )?;
             let mut metabox_hash = 0;
             if c.metabox.is_some() {
                 // The metabox: its data (the inodes and shared xattrs) is encoded and compressed

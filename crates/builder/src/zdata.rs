@@ -26,6 +26,7 @@
 //! and each fragment file records only its offset in it.
 
 use crate::compress::{self, CompressOptions, Fragments, ZExtent};
+use crate::dedupe;
 use crate::emit::{Copier, DataLeaves, FileDigests, Hashers};
 use crate::error::{BuildError, Result};
 use crate::layout::{self, ChunkPlan, InodePlan, Placed, PreData, ZPlaced, ZPlan};
@@ -164,7 +165,7 @@ struct UnitCtx<'a> {
     key_hasher: Option<&'a BlockHasher>,
     /// The first (lowest id) file seen so far with each key, by any worker.
     claims: Mutex<HashMap<DedupeKey, usize>>,
-    /// Keys of the files of more than one segment that may have a twin ([`multi_segment_keys`]).
+    /// Keys of the files of more than one segment that may have a twin ([`dedupe::same_size_digests`]).
     multi_keys: HashMap<usize, DedupeKey>,
 }
 
@@ -239,54 +240,6 @@ fn run_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
     };
     u.extents = ctx.extents(id, &u.raw, seg, size);
     Ok(u)
-}
-
-/// Dedupe keys of the files of more than one segment that share their size with another such
-/// file, the only ones that can have a twin: their content is read and hashed once more, before
-/// the data phase, since their first segments are placed before their last is read. (A
-/// one-segment file's key comes with its only unit.)
-fn multi_segment_keys(
-    tree: &Tree,
-    ids: &[usize],
-    hasher: &BlockHasher,
-) -> Result<HashMap<usize, DedupeKey>> {
-    use rayon::prelude::*;
-    let size_of = |id: usize| match &tree.inodes[id].kind {
-        Kind::File(f) => f.size,
-        _ => unreachable!("units are regular files"),
-    };
-    let mut by_size: HashMap<u64, Vec<usize>> = HashMap::new();
-    for &id in ids {
-        by_size.entry(size_of(id)).or_default().push(id);
-    }
-    let candidates: Vec<usize> = by_size
-        .into_values()
-        .filter(|ids| ids.len() > 1)
-        .flatten()
-        .collect();
-    candidates
-        .par_iter()
-        .map(|&id| {
-            let (inode, size) = (&tree.inodes[id], size_of(id));
-            let src = tree::open_source(inode)?;
-            let digest_size = hasher.params().digest_size();
-            let mut leaves = vec![0u8; size.div_ceil(BLKSZ) as usize * digest_size];
-            let mut buf = vec![0u8; compress::SEGMENT as usize];
-            for start in (0..size).step_by(compress::SEGMENT as usize) {
-                let len = (size - start).min(compress::SEGMENT) as usize;
-                tree::read_source(inode, &src, &mut buf[..len], start)?;
-                let at = (start / BLKSZ) as usize * digest_size;
-                let n = len.div_ceil(BLKSZ as usize) * digest_size;
-                hasher.hash_blocks_into(&buf[..len], &mut leaves[at..at + n]);
-            }
-            tree::check_unchanged(inode, &src)?;
-            let digest =
-                sealfs_verity::Tree::from_leaf_hashes_serial(hasher.params(), size, &leaves)
-                    .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?
-                    .digest();
-            Ok((id, dedupe_key(&digest)))
-        })
-        .collect()
 }
 
 /// Whether a file placed as `placed` can share that placement with an inode whose core and
@@ -990,8 +943,9 @@ pub(crate) fn write_data(
                 inline_bytes: None,
                 fragment: None,
                 in_metabox: false,
+                blocks_of: None,
             };
-            let (l, digest) = copier.copy_file(inode, &p)?;
+            let (l, digest) = copier.copy_file(inode, &p, None)?;
             leaves.extend(l);
             digests.extend(digest.map(|d| (id as u64, d)));
             files[id] = Some(Placed::Chunks(chunks));
@@ -1023,11 +977,7 @@ pub(crate) fn write_data(
     }
 
     // Dedupe keys are fs-verity digests: the per-file ones when the build makes them, else these.
-    let own_key_hasher = hashers.file.is_none().then(|| {
-        let p = sealfs_verity::Params::new(sealfs_verity::HashAlg::Sha256, BLKSZ as usize, b"")
-            .expect("4 KiB blocks are valid");
-        BlockHasher::new(&p)
-    });
+    let own_key_hasher = hashers.file.is_none().then(dedupe::key_hasher);
     let mut ctx = UnitCtx {
         sources: Sources { tree, packed: None },
         shared,
@@ -1043,7 +993,13 @@ pub(crate) fn write_data(
         .file
         .or(own_key_hasher.as_ref())
         .expect("one of the two hashers is there");
-    ctx.multi_keys = multi_segment_keys(tree, &multi, key_hasher)?;
+    // Files of more than one segment are read and hashed once more, before the data phase, if
+    // they may have a twin: their first segments are placed before their last is read. (A
+    // one-segment file's key comes with its only unit.)
+    ctx.multi_keys = dedupe::same_size_digests(tree, &multi, key_hasher)?
+        .into_iter()
+        .map(|(id, d)| (id, dedupe_key(&d)))
+        .collect();
     // With fragments: whole small files packed first; tails are added as files are placed.
     let packed = match copts.fragments {
         Fragments::Off => None,

@@ -1,5 +1,5 @@
 //! Smaller images: fragments (`-E fragments`, `-E all-fragments`: files packed whole into the
-//! packed inode and compressed together), whole-file dedupe (always on in compressed builds) and
+//! packed inode and compressed together), whole-file dedupe (always on, uncompressed builds too) and
 //! fixed-input clusters in 48-bit encoded extents (`-E 48bit`: data not block-aligned), metadata
 //! compression (`-m`, the metabox) and per-file codecs (`--compress-rule`).
 //!
@@ -65,6 +65,8 @@ const VARIANTS: &[&[&str]] = &[
         "-m",
         "65536",
     ],
+    // Uncompressed: identical files share their blocks (whole-file dedupe is always on).
+    &[],
 ];
 
 /// Small files, some alike, some identical (also with different modes and xattrs, which must
@@ -125,6 +127,11 @@ fn make_small_files(dir: &Path) {
     let tagged = dir.join("copies/small-with-xattr");
     fs::write(&tagged, &random[..3000]).unwrap();
     xattr::set(&tagged, "user.tag", &[b'x'; 300]).unwrap();
+    // Too many xattrs for its tail to fit inline: in an uncompressed build its last block holds
+    // the tail, and the other copies share its blocks.
+    let crowded = dir.join("copies/large-crowded");
+    fs::write(&crowded, &random).unwrap();
+    xattr::set(&crowded, "user.crowd", &[b'y'; 3500]).unwrap();
 }
 
 /// The regular files and symlinks under `b` hold the bytes of those under `a`, and no others.
@@ -347,17 +354,16 @@ fn fragments_and_dedupe_make_images_smaller() {
     fs::create_dir(&dup).unwrap();
     let random = Rng::new(3).bytes(200_000);
     fs::write(dup.join("only"), &random).unwrap();
-    for extra in [&[][..], &["-E", "all-fragments"][..]] {
-        let args: Vec<&str> = ["-z", "lz4", "-C", "65536"]
-            .iter()
-            .chain(extra)
-            .copied()
-            .collect();
-        let one = size(&args, &dup);
+    for args in [
+        &[][..],
+        &["-z", "lz4", "-C", "65536"][..],
+        &["-z", "lz4", "-C", "65536", "-E", "all-fragments"][..],
+    ] {
+        let one = size(args, &dup);
         for c in 0..40 {
             fs::write(dup.join(format!("copy{c}")), &random).unwrap();
         }
-        let forty = size(&args, &dup);
+        let forty = size(args, &dup);
         for c in 0..40 {
             fs::remove_file(dup.join(format!("copy{c}"))).unwrap();
         }
@@ -373,33 +379,34 @@ fn fragments_and_dedupe_make_images_smaller() {
     // the same size that differs in its last byte is stored apart. The kernel, fsverity and -j1/-j3
     // agree.
     let big = tmp.join("big");
-    fs::create_dir(&big).unwrap();
-    let mut data = Rng::new(5).bytes(9_000_000);
-    fs::write(big.join("a"), &data).unwrap();
-    let one = size(&["-z", "lz4", "-C", "65536"], &big);
-    fs::write(big.join("b"), &data).unwrap();
-    fs::write(big.join("c"), &data).unwrap();
-    let three = size(&["-z", "lz4", "-C", "65536"], &big);
-    *data.last_mut().unwrap() ^= 1;
-    fs::write(big.join("d"), &data).unwrap();
-    let four = size(&["-z", "lz4", "-C", "65536"], &big);
-    println!("9 MB file: once {one} bytes, three copies {three}, and one that differs {four}");
-    assert!(
-        three < one + 100_000,
-        "copies of 9 MB took {} more bytes",
-        three - one
-    );
-    assert!(
-        four > three + 8_900_000,
-        "a file that differs was not stored: {four} against {three}"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    assert_deterministic_with_fsverity_digests(
-        &big,
-        dir.path(),
-        &["-z", "lz4", "-C", "65536"],
-        "big",
-    );
+    let data = Rng::new(5).bytes(9_000_000);
+    let mut other = data.clone();
+    *other.last_mut().unwrap() ^= 1;
+    for args in [&[][..], &["-z", "lz4", "-C", "65536"][..]] {
+        let _ = fs::remove_dir_all(&big);
+        fs::create_dir(&big).unwrap();
+        fs::write(big.join("a"), &data).unwrap();
+        let one = size(args, &big);
+        fs::write(big.join("b"), &data).unwrap();
+        fs::write(big.join("c"), &data).unwrap();
+        let three = size(args, &big);
+        fs::write(big.join("d"), &other).unwrap();
+        let four = size(args, &big);
+        println!(
+            "{args:?}: 9 MB file: once {one} bytes, three copies {three}, and one that differs {four}"
+        );
+        assert!(
+            three < one + 100_000,
+            "{args:?}: copies of 9 MB took {} more bytes",
+            three - one
+        );
+        assert!(
+            four > three + 8_900_000,
+            "{args:?}: a file that differs was not stored: {four} against {three}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        assert_deterministic_with_fsverity_digests(&big, dir.path(), args, "big");
+    }
 
     // -E dedupe: the same 64 KiB of text eight times over, in 16 KiB clusters, and once more in
     // another file: four clusters stored, not 40 (the kernel reads both files back, above).

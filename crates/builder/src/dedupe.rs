@@ -1,0 +1,103 @@
+//! Whole-file dedupe: a file can have an identical twin only if another file has its size, so only
+//! those files are read and named by their content (their fs-verity digest) before their data is
+//! placed; files with equal digests share their data.
+
+use crate::error::{BuildError, Result};
+use crate::tree::{self, Kind, Tree};
+use sealfs_format::BLKSZ;
+use sealfs_verity::{BlockHasher, Digest};
+use std::collections::HashMap;
+
+/// Content digests of files, by inode id.
+pub(crate) type ContentDigests = HashMap<usize, Digest>;
+
+/// Bytes read at a time.
+const READ: u64 = 4 << 20;
+
+/// The hasher that names content when the build makes no per-file digests (an unsealed build).
+pub(crate) fn key_hasher() -> BlockHasher {
+    let p = sealfs_verity::Params::new(sealfs_verity::HashAlg::Sha256, BLKSZ as usize, b"")
+        .expect("4 KiB blocks are valid");
+    BlockHasher::new(&p)
+}
+
+/// The fs-verity digests (by `hasher`, 4 KiB blocks) of those regular files among `ids` that have
+/// a twin candidate: files of the same size are read in parallel and compared by a fast hash first,
+/// and only those that match another are hashed with `hasher` (which alone decides equality). Each
+/// file read is checked unchanged since the scan.
+pub(crate) fn same_size_digests(
+    tree: &Tree,
+    ids: &[usize],
+    hasher: &BlockHasher,
+) -> Result<ContentDigests> {
+    use rayon::prelude::*;
+    let mut by_size: HashMap<u64, Vec<usize>> = HashMap::new();
+    for &id in ids {
+        by_size.entry(size_of(tree, id)).or_default().push(id);
+    }
+    let same_size: Vec<usize> = by_size
+        .into_values()
+        .filter(|ids| ids.len() > 1)
+        .flatten()
+        .collect();
+    let quick: Vec<(usize, u128)> = same_size
+        .par_iter()
+        .map(|&id| {
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            read_file(tree, id, |data| h.update(data))?;
+            Ok((id, h.digest128()))
+        })
+        .collect::<Result<_>>()?;
+    let mut by_quick: HashMap<(u64, u128), Vec<usize>> = HashMap::new();
+    for (id, q) in quick {
+        by_quick.entry((size_of(tree, id), q)).or_default().push(id);
+    }
+    let candidates: Vec<usize> = by_quick
+        .into_values()
+        .filter(|ids| ids.len() > 1)
+        .flatten()
+        .collect();
+    candidates
+        .par_iter()
+        .map(|&id| {
+            let size = size_of(tree, id);
+            let digest_size = hasher.params().digest_size();
+            let mut leaves = vec![0u8; size.div_ceil(BLKSZ) as usize * digest_size];
+            let mut at = 0;
+            read_file(tree, id, |data| {
+                let n = data.len().div_ceil(BLKSZ as usize) * digest_size;
+                hasher.hash_blocks_into(data, &mut leaves[at..at + n]);
+                at += n;
+            })?;
+            let digest =
+                sealfs_verity::Tree::from_leaf_hashes_serial(hasher.params(), size, &leaves)
+                    .map_err(|e| {
+                        let path = &tree.inodes[id].path;
+                        BuildError::io(path, "hash", std::io::Error::other(e))
+                    })?
+                    .digest();
+            Ok((id, digest))
+        })
+        .collect()
+}
+
+fn size_of(tree: &Tree, id: usize) -> u64 {
+    match &tree.inodes[id].kind {
+        Kind::File(f) => f.size,
+        _ => unreachable!("only regular files have content digests"),
+    }
+}
+
+/// Reads file `id` whole, in pieces of [`READ`] bytes (all but the last a multiple of the block
+/// size), and checks it unchanged since the scan.
+fn read_file(tree: &Tree, id: usize, mut each: impl FnMut(&[u8])) -> Result<()> {
+    let (inode, size) = (&tree.inodes[id], size_of(tree, id));
+    let src = tree::open_source(inode)?;
+    let mut buf = vec![0u8; size.min(READ) as usize];
+    for start in (0..size).step_by(READ as usize) {
+        let len = (size - start).min(READ) as usize;
+        tree::read_source(inode, &src, &mut buf[..len], start)?;
+        each(&buf[..len]);
+    }
+    tree::check_unchanged(inode, &src)
+}
