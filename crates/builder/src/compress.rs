@@ -147,6 +147,9 @@ pub struct CompressOptions {
     /// whose content (the SHA-256 of its blocks' hashes, with its length and codec) was placed
     /// before, in any file, refers to that data instead of storing it again.
     pub dedupe: bool,
+    /// Directories compressed too (`--zD`, as mkfs.erofs names it): each directory's data goes
+    /// whole into the packed inode, compressed there with the fragments.
+    pub compress_dirs: bool,
 }
 
 impl CompressOptions {
@@ -917,6 +920,7 @@ mod tests {
             fragments: Fragments::Off,
             extents_48bit: false,
             dedupe: false,
+            compress_dirs: false,
             metabox: None,
         }
     }
@@ -1095,6 +1099,7 @@ mod tests {
                     fragments: Fragments::Off,
                     extents_48bit: false,
                     dedupe: false,
+                    compress_dirs: false,
                     metabox: None,
                 };
                 for data in [
@@ -1178,6 +1183,7 @@ mod tests {
             fragments: Fragments::Off,
             extents_48bit: false,
             dedupe: false,
+            compress_dirs: false,
             metabox: None,
         }
     }

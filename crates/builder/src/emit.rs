@@ -373,6 +373,27 @@ fn encode_dir(id: InodeId, tree: &Tree, plan: &Plan) -> Vec<u8> {
     out
 }
 
+/// Writes the data of every directory that is a fragment (compressed directories) into the packed
+/// inode's data `packed`, at its offset there.
+pub(crate) fn write_dir_fragments(packed: &File, tree: &Tree, plan: &Plan) -> Result<()> {
+    let dirs: Vec<InodeId> = (0..tree.inodes.len())
+        .filter(|&id| tree.inodes[id].is_dir() && plan.inodes[id].fragment.is_some())
+        .collect();
+    for chunk in dirs.chunks(PARTS_AT_ONCE) {
+        let encoded: Vec<Vec<u8>> = chunk
+            .par_iter()
+            .map(|&id| encode_dir(id, tree, plan))
+            .collect();
+        for (&id, bytes) in chunk.iter().zip(encoded) {
+            let offset = plan.inodes[id].fragment.expect("filtered on fragments");
+            packed
+                .write_all_at(&bytes, offset)
+                .map_err(|e| BuildError::io(Path::new("(packed inode)"), "write", e))?;
+        }
+    }
+    Ok(())
+}
+
 /// A part of a metadata area, encoded on its own: an inode's item (`None`: the shared xattrs), or
 /// the data block(s) of a directory or symlink.
 #[derive(Clone, Copy)]
@@ -404,7 +425,7 @@ fn parts(
         }
         items.push((p.offset, Part::Item(Some(id))));
         let dir_or_symlink = matches!(tree.inodes[id].kind, Kind::Dir { .. } | Kind::Symlink(_));
-        if dir_or_symlink && p.size > p.inline_len {
+        if dir_or_symlink && p.size > p.inline_len && p.fragment.is_none() {
             blocks.push((p.startblk as u64 * BLKSZ, Part::Block(id)));
         }
     }

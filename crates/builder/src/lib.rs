@@ -221,6 +221,24 @@ fn build_in_pool(
                 c.metabox.is_some(),
                 Default::default(),
             )?;
+            if let Some(packed) = data.deferred {
+                // Compressed directories: with every nid known, the directories go into the
+                // packed inode, which is compressed after the metadata area.
+                emit::write_dir_fragments(&packed.file, &tree, &plan)?;
+                let (z, next_blk) = zdata::write_packed(
+                    seal::Target::of(&tmp),
+                    &packed.file,
+                    packed.len,
+                    c,
+                    plan.total_blocks,
+                    progress,
+                )?;
+                let id = plan
+                    .packed
+                    .expect("compressed directories make a packed inode");
+                plan.inodes[id].zmap = Some(z);
+                plan.total_blocks = next_blk;
+            }
             let mut metabox_hash = 0;
             if c.metabox.is_some() {
                 // The metabox: its data (the inodes and shared xattrs) is encoded and compressed

@@ -82,6 +82,16 @@ pub(crate) struct DataPhase {
     pub digests: FileDigests,
     /// The packed inode (fragments), to add to the tree: its id is the tree's inode count.
     pub packed: Option<Inode>,
+    /// With compressed directories: the packed inode's data so far (the fragments), to which the
+    /// directories are added once the layout has given every inode its nid; compressed then by
+    /// [`write_packed`]. Its plan is a placeholder until then.
+    pub deferred: Option<DeferredPacked>,
+}
+
+/// The packed inode's data, complete but for the directories, and its length with them.
+pub(crate) struct DeferredPacked {
+    pub file: File,
+    pub len: u64,
 }
 
 /// The packed inode being built: fragments appended to an unnamed temporary file, whole files
@@ -894,7 +904,13 @@ pub(crate) fn write_data(
             _ => 0,
         })
         .sum();
-    progress.begin("compressing file data", Some(total + fragment_bytes));
+    // (With compressed directories the packed inode is compressed later, on its own.)
+    let twice = if copts.compress_dirs {
+        0
+    } else {
+        fragment_bytes
+    };
+    progress.begin("compressing file data", Some(total + twice));
 
     // Sparse files: chunk-based, copied as in uncompressed builds.
     let copier = Copier {
@@ -1001,8 +1017,9 @@ pub(crate) fn write_data(
         .map(|(id, d)| (id, dedupe_key(&d)))
         .collect();
     // With fragments: whole small files packed first; tails are added as files are placed.
-    let packed = match copts.fragments {
-        Fragments::Off => None,
+    // (Compressed directories alone need the packed inode too.)
+    let packed = match (copts.fragments, copts.compress_dirs) {
+        (Fragments::Off, false) => None,
         _ => Some(pack_fragments(
             &ctx,
             out,
@@ -1029,7 +1046,10 @@ pub(crate) fn write_data(
         leaves,
         digests,
         spill: Spill::beside(out.path)?,
-        tails: packed.as_ref().map(|p| (&p.file, p.whole)),
+        tails: packed
+            .as_ref()
+            .filter(|_| copts.fragments != Fragments::Off)
+            .map(|p| (&p.file, p.whole)),
         chunks: HashMap::new(),
     };
     // Compresses and places `units` (in order) after what `placer` placed.
@@ -1044,14 +1064,27 @@ pub(crate) fn write_data(
         )
     };
     let mut placer = place(placer, &units)?;
+    let mut packed_len = placer.tails.take().map_or(0, |(_, len)| len);
+    // Compressed directories: each one whole in the packed inode, after the fragments, in id
+    // order; the packed inode is compressed once they are written (after the layout).
+    let deferred = copts.compress_dirs;
+    if deferred {
+        for (id, inode) in tree.inodes.iter().enumerate() {
+            if inode.is_dir() {
+                placer.files[id] = Some(Placed::Fragment { offset: packed_len });
+                packed_len += layout::dir_blocks(id, inode).size;
+            }
+        }
+        placer.files[n] = Some(Placed::Compressed(packed_placeholder(copts)));
+    }
     // Then the packed inode, complete, compressed like any file (if it holds anything).
-    let packed_len = placer.tails.take().map_or(0, |(_, len)| len);
     let packed_inode = || special_inode(packed_len, ctx.epoch, "(packed inode)");
-    match packed.as_ref().filter(|_| packed_len > 0) {
+    match packed.as_ref().filter(|_| packed_len > 0 && !deferred) {
         Some(p) => {
             p.inode.set(packed_inode()).expect("set once");
             placer = place(placer, &segments(n, packed_len).collect::<Vec<_>>())?;
         }
+        None if deferred => {}
         None => placer.files.truncate(n),
     }
     placer.finish()?;
@@ -1075,7 +1108,100 @@ pub(crate) fn write_data(
         leaves,
         digests,
         packed: (packed_len > 0).then(packed_inode),
+        deferred: match packed {
+            Some(p) if deferred => Some(DeferredPacked {
+                file: p.file,
+                len: packed_len,
+            }),
+            _ => None,
+        },
     })
+}
+
+/// The plan of a packed inode compressed later by [`write_packed`]: no extents yet, but the same
+/// index size (compact indexes take a size given by the inode's size alone; encoded extents
+/// packed one after another take 4-byte records) and no inline tail.
+fn packed_placeholder(copts: &CompressOptions) -> ZPlan {
+    ZPlan {
+        alg: copts.algorithm.id(),
+        big_pcluster: false,
+        extents: Vec::new(),
+        idata: Spilled::default(),
+        extents_48bit: copts
+            .extents_48bit
+            .then(|| compress::fixed_lcluster_bits(copts)),
+        fragment_tail: None,
+    }
+}
+
+/// Segments of the packed inode that may be held in memory at once by [`write_packed`].
+const PACKED_WINDOW: usize = 8;
+
+/// Compresses the packed inode's data (`len` bytes of `src`), with the data's algorithm and
+/// clusters, one segment per unit of an [`ordered_pipeline`] (at most [`PACKED_WINDOW`] in memory),
+/// and writes it from block `first_blk` on; returns its extents and the next free block. The
+/// result does not depend on the thread count.
+pub(crate) fn write_packed(
+    out: Target<'_>,
+    src: &File,
+    len: u64,
+    copts: &CompressOptions,
+    first_blk: u64,
+    progress: &dyn Progress,
+) -> Result<(ZPlan, u64)> {
+    let copts = &CompressOptions {
+        fragments: Fragments::Off,
+        metabox: None,
+        dedupe: false,
+        compress_dirs: false,
+        ..*copts
+    };
+    let packed = copts.extents_48bit;
+    let starts: Vec<u64> = (0..len).step_by(compress::SEGMENT as usize).collect();
+    let batches: Vec<_> = (0..starts.len()).map(|i| i..i + 1).collect();
+    let outb = Out {
+        first_blk,
+        buf: Vec::new(),
+    };
+    progress.begin("compressing the packed inode", Some(len));
+    let (mut outb, placed) = ordered_pipeline(
+        rayon::current_num_threads(),
+        &batches,
+        PACKED_WINDOW,
+        |i| {
+            let s = starts[i];
+            let mut seg = vec![0u8; (len - s).min(compress::SEGMENT) as usize];
+            src.read_exact_at(&mut seg, s)
+                .map_err(|e| BuildError::io(Path::new("(packed inode)"), "read", e))?;
+            let extents = compress::compress_segment(copts, &seg, s, len);
+            progress.advance(seg.len() as u64);
+            Ok(extents)
+        },
+        (outb, Vec::new()),
+        |(outb, placed): &mut (Out, Vec<ZPlaced>), done: Vec<Vec<ZExtent>>| {
+            placed.extend(done.iter().flatten().map(|x| outb.place(x, packed, false)));
+            // Whole blocks are written; a partly filled one (encoded extents) waits for the next.
+            let whole = outb.buf.len() / BLKSZ as usize * BLKSZ as usize;
+            out.file
+                .write_all_at(&outb.buf[..whole], outb.first_blk * BLKSZ)
+                .map_err(|e| BuildError::io(out.path, "write image", e))?;
+            outb.buf.drain(..whole);
+            outb.first_blk += whole as u64 / BLKSZ;
+            Ok(())
+        },
+    )?;
+    progress.end();
+    outb.buf
+        .resize(outb.buf.len().next_multiple_of(BLKSZ as usize), 0);
+    out.file
+        .write_all_at(&outb.buf, outb.first_blk * BLKSZ)
+        .map_err(|e| BuildError::io(out.path, "write image", e))?;
+    let z = ZPlan {
+        big_pcluster: placed.iter().any(|x| !x.plain && x.blocks > 1),
+        extents: placed,
+        ..packed_placeholder(copts)
+    };
+    Ok((z, outb.next_blk()))
 }
 
 /// Compresses the metabox's data (see [`crate::emit::metabox_data`]) in pclusters of at most

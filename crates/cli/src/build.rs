@@ -77,12 +77,11 @@ pub struct BuildArgs {
     /// 4096).
     #[arg(short = 'C', long = "pcluster-bytes", value_name = "BYTES")]
     pcluster_bytes: Option<u32>,
-    /// Compression settings by name; -z, -C, -E and -m change what they name. `small`: zstd
-    /// level 12, 1 MiB clusters, fragments, metadata compressed (-m 65536) (a small image, quick
-    /// to build; `--preset small -z lzma` is smaller still and slower; Linux 6.17 or later mounts
-    /// it); `fast`: lz4, 64 KiB clusters,
-    /// fragments (quick to build and to read). Identical files are stored once in every
-    /// compressed build.
+    /// Compression settings by name; -z, -C, -E, -m and --zD change what they name. `small`:
+    /// zstd level 12, 1 MiB clusters, fragments, metadata and directories compressed (-m 65536
+    /// --zD) (a small image, quick to build; `--preset small -z lzma` is smaller still and slower;
+    /// Linux 6.17 or later mounts it); `fast`: lz4, 64 KiB clusters, fragments (quick to build
+    /// and to read). Identical files are stored once in every build.
     #[arg(long, value_name = "NAME")]
     preset: Option<String>,
     /// Extended options with -z, comma-separated, as mkfs.erofs names them: `fragments` (files
@@ -104,6 +103,18 @@ pub struct BuildArgs {
     /// at most -C). Needs -z.
     #[arg(short = 'm', long = "metabox", value_name = "BYTES")]
     metabox: Option<u32>,
+    /// Compress directories too, as `mkfs.erofs --zD` does: each directory's entries go whole into
+    /// the packed inode and are compressed there, with the fragments if any (`--zD=0`: not, as
+    /// with --preset small otherwise). Needs -z.
+    #[arg(
+        long = "zD",
+        value_name = "0|1",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1",
+        value_parser = ["0", "1"]
+    )]
+    compress_dirs: Option<String>,
     /// A per-file exception with -z: REGEX=ALG compresses regular files whose path (relative to
     /// SRC, no leading '/') matches REGEX with ALG (as -z names it), REGEX=none stores them
     /// uncompressed without trying (for example '\.(jpe?g|png|mp4|gz|xz|zst)$=none'). Repeatable;
@@ -152,8 +163,9 @@ impl BuildArgs {
                 if !self.extended.is_empty()
                     || self.pcluster_bytes.is_some()
                     || self.metabox.is_some()
+                    || self.compress_dirs.is_some()
                 {
-                    bail!("-C, -E and -m need -z (or --preset)");
+                    bail!("-C, -E, -m and --zD need -z (or --preset)");
                 }
                 return Ok(None);
             }
@@ -165,6 +177,7 @@ impl BuildArgs {
                 extents_48bit: false,
                 dedupe: false,
                 metabox: None,
+                compress_dirs: false,
             },
         };
         if let Some(z) = &self.compress {
@@ -179,6 +192,9 @@ impl BuildArgs {
         }
         if self.metabox.is_some() {
             c.metabox = self.metabox;
+        }
+        if let Some(d) = &self.compress_dirs {
+            c.compress_dirs = d == "1";
         }
         c.validate()
             .map_err(|e| anyhow::anyhow!("-C {}: {e}", c.pcluster_bytes))?;

@@ -67,6 +67,21 @@ const VARIANTS: &[&[&str]] = &[
     ],
     // Uncompressed: identical files share their blocks (whole-file dedupe is always on).
     &[],
+    // Compressed directories (`--zD`): alone, with fragments, and with 48-bit extents and a
+    // metabox.
+    &["-z", "lz4", "-C", "4096", "--zD"],
+    &["-z", "zstd", "-C", "65536", "-E", "fragments", "--zD"],
+    &[
+        "-z",
+        "lz4hc",
+        "-C",
+        "16384",
+        "-E",
+        "48bit,all-fragments",
+        "-m",
+        "4096",
+        "--zD",
+    ],
 ];
 
 /// Small files, some alike, some identical (also with different modes and xattrs, which must
@@ -207,6 +222,21 @@ fn assert_features(image: &Path, what: &str) {
             "{what}: the tail of /src/long.txt is not a fragment:\n{ext}"
         );
     }
+    // Compressed directories are whole fragments in the packed inode: a compressed layout
+    // (COMPRESSED_FULL, 1) where they are compressed, a flat one (0 or 2) where they are not.
+    let dirs_compressed = what.contains("--zD") || what.contains("--preset small");
+    if dirs_compressed {
+        assert!(
+            features.contains("fragments") && packed.as_deref().is_some_and(|n| n != "0"),
+            "{what}: compressed directories without a packed inode:\n{out}"
+        );
+    }
+    let root = run_ok(Command::new(&dump).arg("--path=/").arg(image)).expect("dump.erofs --path");
+    assert_eq!(
+        root.contains("Layout: 1 "),
+        dirs_compressed,
+        "{what}: the root directory's layout:\n{root}"
+    );
     // (A metabox needs 48BIT for the root's 64-bit nid.)
     let metabox = what.contains(" -m ");
     assert_eq!(

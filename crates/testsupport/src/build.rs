@@ -21,6 +21,7 @@ pub fn compressed(alg: &str, pcluster_bytes: u32) -> BuildOptions {
         fragments: sealfs_builder::Fragments::Off,
         extents_48bit: false,
         dedupe: false,
+        compress_dirs: false,
         metabox: None,
     };
     c.validate()
