@@ -154,6 +154,10 @@ pub struct RemoteOptions {
     pub initial_backoff: Duration,
     /// Time allowed for one request, connection included.
     pub timeout: Duration,
+    /// Time allowed to establish a connection: at most this, and at most
+    /// [`UNREACHABLE_CONNECT_TIMEOUT`] while the server is found unreachable (a host that drops
+    /// packets rather than refusing them costs that much per read then, not this).
+    pub connect_timeout: Duration,
     /// A directory where the tail fetched at open is kept (with the object's size and ETag), so
     /// that an image whose blocks are all in the persistent cache opens with the network gone: the
     /// kept tail stands in for the request. The seal in it is checked against the expected digest
@@ -175,6 +179,7 @@ impl Default for RemoteOptions {
             retries: 5,
             initial_backoff: Duration::from_millis(50),
             timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
             tail_cache: None,
             ca_certificates: Vec::new(),
         }
@@ -227,6 +232,13 @@ pub struct RemoteObject {
     unreachable: AtomicBool,
 }
 
+/// The most a connection may take to establish while the server is found unreachable: long
+/// enough for a round trip across the world and one lost SYN (retransmitted after a second), short
+/// enough that reads of what the cache lacks fail quickly while a host drops every packet. (The
+/// time allowed for the request itself is not shortened: a slow link that has come back must
+/// still carry a whole range.)
+pub const UNREACHABLE_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A store client and the runtime its requests run on, in the process that made them.
 struct Io {
     pid: u32,
@@ -242,6 +254,7 @@ impl Io {
         let (store, path) = store_for(url, options)?;
         let once = RemoteOptions {
             retries: 0,
+            connect_timeout: options.connect_timeout.min(UNREACHABLE_CONNECT_TIMEOUT),
             ..options.clone()
         };
         let (store_once, _) = store_for(url, &once)?;
@@ -298,7 +311,7 @@ fn store_for(
     };
     let mut client = ClientOptions::new()
         .with_timeout(options.timeout)
-        .with_connect_timeout(options.timeout.min(Duration::from_secs(10)));
+        .with_connect_timeout(options.connect_timeout.min(options.timeout));
     for path in &options.ca_certificates {
         let cert_err = |reason: String| RemoteError::Certificate {
             path: path.clone(),
@@ -1144,6 +1157,8 @@ mod tests {
     struct FlakyServer {
         port: u16,
         down: Arc<AtomicBool>,
+        /// Stops accepting at the next connection (see [`FlakyServer::stall`]).
+        stalled: Arc<AtomicBool>,
         connections: Arc<AtomicU64>,
     }
 
@@ -1154,11 +1169,15 @@ mod tests {
             let port = listener.local_addr().unwrap().port();
             let down = Arc::new(AtomicBool::new(false));
             let connections = Arc::new(AtomicU64::new(0));
-            let (d, c) = (down.clone(), connections.clone());
+            let stalled = Arc::new(AtomicBool::new(false));
+            let (d, c, s) = (down.clone(), connections.clone(), stalled.clone());
             std::thread::spawn(move || {
                 for conn in listener.incoming() {
                     let Ok(mut conn) = conn else { continue };
                     c.fetch_add(1, Relaxed);
+                    while s.load(Relaxed) {
+                        std::thread::park(); // never accepts again; the listener stays open
+                    }
                     if d.load(Relaxed) {
                         continue; // dropped: closed without an answer
                     }
@@ -1204,8 +1223,25 @@ mod tests {
             FlakyServer {
                 port,
                 down,
+                stalled,
                 connections,
             }
+        }
+
+        /// Makes the host drop every connection attempt, as one gone from the network does: the
+        /// server stops accepting, and its accept queue is filled (with the connections returned,
+        /// to hold), after which the kernel drops each SYN unanswered.
+        fn stall(&self) -> Vec<std::net::TcpStream> {
+            self.stalled.store(true, Relaxed);
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+            let mut held = Vec::new();
+            for _ in 0..4096 {
+                match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+                    Ok(c) => held.push(c),
+                    Err(_) => return held,
+                }
+            }
+            panic!("the listener's queue never filled");
         }
 
         /// Connections accepted while `f` ran.
@@ -1218,21 +1254,27 @@ mod tests {
         }
     }
 
-    /// A server gone: the first read that cannot reach it fails after its retries (and a request
-    /// to see whether the object changed, with retries too); the next ones are tried once. Once a
-    /// request gets through, failures are retried in full again.
-    #[test]
-    fn reads_while_the_server_is_unreachable_are_tried_once() {
+    /// A [`FlakyServer`] of 256 KiB of data, and the object opened on it with `retries`.
+    fn open_flaky(retries: usize) -> (FlakyServer, RemoteObject, Vec<u8>) {
         let data: Vec<u8> = (0..256 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
         let server = FlakyServer::start(data.clone());
         let options = RemoteOptions {
-            retries: 2,
+            retries,
             initial_backoff: Duration::from_millis(10),
             tail_bytes: 4096,
             ..RemoteOptions::default()
         };
         let url = format!("http://127.0.0.1:{}/img", server.port);
         let object = RemoteObject::open_with(&url, options).unwrap();
+        (server, object, data)
+    }
+
+    /// A server gone: the first read that cannot reach it fails after its retries (and a request
+    /// to see whether the object changed, with retries too); the next ones are tried once. Once a
+    /// request gets through, failures are retried in full again.
+    #[test]
+    fn reads_while_the_server_is_unreachable_are_tried_once() {
+        let (server, object, data) = open_flaky(2);
         let mut buf = vec![0u8; 4096];
         object.read_exact_at(&mut buf, 8192).unwrap();
         assert_eq!(buf, data[8192..12288]);
@@ -1259,6 +1301,28 @@ mod tests {
         assert_eq!(
             n, full,
             "reachable again: a failure is retried in full again"
+        );
+    }
+
+    /// A host that drops packets rather than refusing connections: once the server is found
+    /// unreachable, a read fails after [`UNREACHABLE_CONNECT_TIMEOUT`], not the usual connect
+    /// timeout (10 s).
+    #[test]
+    fn reads_while_the_host_drops_packets_fail_after_the_short_connect_timeout() {
+        let (server, object, _) = open_flaky(1);
+        let mut buf = vec![0u8; 4096];
+        object.read_exact_at(&mut buf, 8192).unwrap();
+        server.down.store(true, Relaxed);
+        assert!(object.read_exact_at(&mut buf, 16384).is_err());
+
+        let _held = server.stall();
+        let start = std::time::Instant::now();
+        let r = object.read_exact_at(&mut buf, 32768);
+        let took = start.elapsed();
+        assert!(r.is_err());
+        assert!(
+            took >= UNREACHABLE_CONNECT_TIMEOUT.mul_f32(0.9) && took < Duration::from_secs(6),
+            "a read with every SYN dropped took {took:?}"
         );
     }
 
