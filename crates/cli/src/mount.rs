@@ -28,6 +28,24 @@ use std::sync::Arc;
 /// Blocks the block cache of a mount keeps by default (16 MiB with 4 KiB blocks).
 const MOUNT_BLOCK_CACHE: usize = 4096;
 
+/// The decompressed clusters a mount keeps by default: a sixteenth of the machine's memory, from
+/// 64 MiB to 1 GiB. Random reads of small files packed into large clusters decompress a whole
+/// cluster for each file whose cluster the cache no longer holds: 2,000 random files of `linux`
+/// built with `--preset small` (1 MiB clusters of fragments) took 14.6 s with 64 MiB, 5.9 s with
+/// 512 MiB and 3.0 s with 1 GiB (the kernel's mount: 2.6 s, its page cache keeping what it
+/// decompressed). Streaming reads take no room ([`crate::open::ImageArgs::drop_passed_extents`]).
+fn mount_cluster_cache() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let total = usize::try_from(pages).unwrap_or(0) * usize::try_from(page).unwrap_or(0);
+    (total / 16).clamp(sealfs_reader::DEFAULT_CLUSTER_CACHE_BYTES, 1 << 30)
+}
+
 /// Arguments of `sealfs mount`.
 #[derive(Args)]
 pub struct MountArgs {
@@ -290,6 +308,12 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     }
     // A daemon serves many lookups over time: keep the metadata of a large tree verified in memory.
     args.image.block_cache.get_or_insert(MOUNT_BLOCK_CACHE);
+    // Decoded clusters: room for what random reads come back to, and none taken by streaming
+    // reads (the kernel's page cache keeps what they read).
+    args.image
+        .cluster_cache
+        .get_or_insert_with(mount_cluster_cache);
+    args.image.drop_passed_extents = true;
     // Background threads start in the daemon, after the fork (see below).
     args.image.defer_readahead = true;
     let opened = args.image.open_any()?;

@@ -34,9 +34,10 @@ pub struct ImageArgs {
     /// checks each regular file whole against its own recorded digest before its first read.
     #[arg(long, value_name = "MODE", default_value = "default", value_parser = ["default", "none", "double"], global = true)]
     pub verify: String,
-    /// Bytes of decompressed clusters kept in memory (0 turns the cache off).
-    #[arg(long, value_name = "BYTES", default_value_t = sealfs_reader::DEFAULT_CLUSTER_CACHE_BYTES, global = true)]
-    pub cluster_cache: usize,
+    /// Bytes of decompressed clusters kept in memory (0 turns the cache off) [default: 67108864;
+    /// for `mount`, a sixteenth of the machine's memory, from 64 MiB to 1 GiB]
+    #[arg(long, value_name = "BYTES", global = true)]
+    pub cluster_cache: Option<usize>,
     /// Where a remote image's verified blocks are kept across commands and mounts, and how much.
     #[command(flatten)]
     pub cache: crate::cache::CacheArgs,
@@ -49,6 +50,10 @@ pub struct ImageArgs {
     /// thread of the parent could hold a lock the child would then wait for forever).
     #[arg(skip)]
     pub defer_readahead: bool,
+    /// Drop a file's decoded extent from the cluster cache once a read has taken it to its end
+    /// (`mount`: the kernel's page cache keeps what was read).
+    #[arg(skip)]
+    pub drop_passed_extents: bool,
     /// Verified Merkle hash blocks kept in memory (each 4 KiB covers 512 KiB of data).
     #[arg(long, value_name = "BLOCKS", default_value_t = sealfs_reader::verified::DEFAULT_HASH_CACHE_BLOCKS, global = true)]
     pub hash_cache_blocks: usize,
@@ -156,7 +161,10 @@ impl ImageArgs {
             cache_blocks: self
                 .block_cache
                 .unwrap_or(sealfs_reader::DEFAULT_CACHE_BLOCKS),
-            cluster_cache_bytes: self.cluster_cache,
+            cluster_cache_bytes: self
+                .cluster_cache
+                .unwrap_or(sealfs_reader::DEFAULT_CLUSTER_CACHE_BYTES),
+            keep_passed_extents: !self.drop_passed_extents,
             hash_cache_blocks: self.hash_cache_blocks,
             // Remote images read through the persistent cache of verified blocks, which the
             // readahead fills; local files need neither.

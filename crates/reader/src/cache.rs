@@ -158,6 +158,12 @@ impl<K: Copy + Eq + Hash, V: Clone + Weigh> Lru<K, V> {
         self.nodes[i].val.clone()
     }
 
+    /// Removes the entry under `key`; returns its value.
+    pub(crate) fn remove(&mut self, key: K) -> Option<V> {
+        let i = *self.map.get(&key)?;
+        self.remove_slot(i)
+    }
+
     /// Removes the least recently used entry; returns its value.
     fn evict_tail(&mut self) -> Option<V> {
         if self.tail != NIL {

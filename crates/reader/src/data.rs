@@ -350,14 +350,11 @@ impl Image {
         // Reads of the packed inode (and of the metabox) are reads of fragments (inodes), each a
         // small part of an extent that the ones around it will read too: decode (and cache) whole
         // extents, as a read from an extent's start does, so one decode serves all of them.
-        let hint = if (inode.nid == self.sb.packed_nid && self.has_fragments())
-            || self.sb.metabox_nid == Some(inode.nid)
-        {
-            0
-        } else {
-            from as u64
-        };
-        let data = self.decoded_extent(inode, &z, hint, (from + n) as u64)?;
+        let shared = (inode.nid == self.sb.packed_nid && self.has_fragments())
+            || self.sb.metabox_nid == Some(inode.nid);
+        let hint = if shared { 0 } else { from as u64 };
+        let keep = shared || self.clusters.keep_passed || ((from + n) as u64) < z.length;
+        let data = self.decoded_extent(inode, &z, hint, (from + n) as u64, keep)?;
         let src = data.get(from..from + n).ok_or_else(|| {
             Error::corrupted(
                 format!(

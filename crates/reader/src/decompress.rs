@@ -72,6 +72,11 @@
 //! cache, a miss costs what a read with the cache off costs, and the cache holds more, shorter
 //! entries. Buffers of evicted and uncached extents are reused by later decodes (a few, of at most
 //! 1 MiB each, outside the bound), so a miss does not pay for a fresh zeroed allocation either.
+//! With [`crate::Options::keep_passed_extents`] off (a FUSE mount, where the kernel's page cache
+//! keeps what was read), a file's extent that a read takes to its end is not cached, or is dropped
+//! from the cache (also when the read of its head completes after the read of its rest, as
+//! concurrent requests of one stream do): streaming reads leave the cache empty, and its room goes
+//! to what random reads come back to, the packed inode's extents above all.
 //! A miss on an extent another read is decoding (at least as much of it as this read needs) waits
 //! for that decode instead of repeating it: two FUSE threads serving neighbouring requests both
 //! need the extent across their border, and decoded it twice before (1.8 decoded bytes per byte
@@ -172,6 +177,12 @@ pub(crate) struct ClusterCache {
     /// (two FUSE threads serving neighbouring requests both need the extent across their border).
     inflight: Mutex<HashMap<ClusterKey, Arc<Decoding>>>,
     max_bytes: usize,
+    /// [`crate::Options::keep_passed_extents`].
+    pub(crate) keep_passed: bool,
+    /// Without `keep_passed`: the last extents a read took to their end without caching them.
+    /// Concurrent requests of one stream complete out of order: when the read of an extent's head
+    /// comes after the read of its rest, it does not cache what the stream has already passed.
+    passed: Mutex<std::collections::VecDeque<ClusterKey>>,
     /// Buffers of evicted or uncached extents, reused by the next decodes: a decode then writes
     /// into memory already mapped, instead of a fresh allocation that is zeroed and faulted in
     /// (what made a miss with the cache on cost more than one with it off). At most
@@ -186,12 +197,14 @@ const SPARE_MAX_BYTES: usize = 1 << 20;
 
 impl ClusterCache {
     /// A cache holding at most `max_bytes` decoded bytes (0: nothing is cached).
-    pub(crate) fn new(max_bytes: usize) -> ClusterCache {
+    pub(crate) fn new(max_bytes: usize, keep_passed: bool) -> ClusterCache {
         let cap = if max_bytes == 0 { 0 } else { usize::MAX };
         ClusterCache {
             lru: Mutex::new(Lru::with_bounds(cap, max_bytes)),
             inflight: Mutex::new(HashMap::new()),
             max_bytes,
+            keep_passed,
+            passed: Mutex::new(std::collections::VecDeque::new()),
             spare: Mutex::new(Vec::new()),
         }
     }
@@ -222,6 +235,42 @@ impl ClusterCache {
             key,
             decoding: d,
         })
+    }
+
+    /// Notes that a read took the extent under `key` to its end.
+    fn passed(&self, key: ClusterKey) {
+        /// Extents remembered: a few per stream, for the requests in flight.
+        const PASSED: usize = 64;
+        let mut passed = self.passed.lock().unwrap_or_else(|p| p.into_inner());
+        if passed.len() == PASSED {
+            passed.pop_front();
+        }
+        passed.push_back(key);
+    }
+
+    /// Whether a read already took the extent under `key` to its end (and forgets that it did).
+    fn was_passed(&self, key: ClusterKey) -> bool {
+        let mut passed = self.passed.lock().unwrap_or_else(|p| p.into_inner());
+        match passed.iter().position(|k| *k == key) {
+            Some(i) => {
+                passed.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drops the entry under `key` (a read has passed it), its buffer kept for reuse.
+    fn forget(&self, key: ClusterKey, stats: &Stats) {
+        let dropped = {
+            let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+            let v = lru.remove(key);
+            stats.set_cluster_cache(0, lru.bytes() as u64);
+            v
+        };
+        if let Some(v) = dropped {
+            self.recycle(v);
+        }
     }
 
     fn insert(&self, key: ClusterKey, val: Arc<Vec<u8>>, stats: &Stats) {
@@ -686,7 +735,8 @@ fn transform_plain(req: &DecodeReq<'_>, interlaced: Option<usize>) -> Result<Vec
 impl Image {
     /// Decoded bytes of extent `z` of `inode`, at least its first `need` bytes (all `z.length` of
     /// them, or a prefix), for a read of the extent's bytes `from..need`: from the cluster cache,
-    /// or read and decoded (and then cached).
+    /// or read and decoded (and then cached). Unless `keep`: not cached, and dropped from the cache
+    /// if it was there (the read takes it to its end, and nothing after it will need it).
     ///
     /// What a miss decodes: the whole extent when the cache is on and either the read starts at
     /// the extent's start (streaming reads go on to the rest of it) or the cache already holds a
@@ -699,6 +749,7 @@ impl Image {
         z: &ZExtent,
         from: u64,
         need: u64,
+        keep: bool,
     ) -> Result<Arc<Vec<u8>>> {
         let bits = self.sb.blkszbits;
         let bsz = self.block_size();
@@ -717,6 +768,9 @@ impl Image {
         if let Some(v) = &cached {
             if v.len() as u64 >= need {
                 stats.add_cluster_hit();
+                if !keep {
+                    self.clusters.forget(key, stats);
+                }
                 return Ok(v.clone());
             }
         }
@@ -725,15 +779,22 @@ impl Image {
         } else {
             need
         };
+        // (Another read decoded it meanwhile, and cached it before handing it over.)
+        let passed = |v: Arc<Vec<u8>>| {
+            if !keep {
+                self.clusters.forget(key, stats);
+            }
+            v
+        };
         let claim = match self.clusters.claim(key, need, want) {
             Miss::Cached(v) => {
                 stats.add_cluster_hit();
-                return Ok(v);
+                return Ok(passed(v));
             }
             Miss::Wait(d) => match d.outcome.wait() {
                 Some(v) if v.len() as u64 >= need => {
                     stats.add_cluster_hit();
-                    return Ok(v);
+                    return Ok(passed(v));
                 }
                 // That decode failed: this read decodes the extent itself, so that it fails only
                 // on what it read.
@@ -804,7 +865,14 @@ impl Image {
         debug_assert_eq!(out.len() as u64, want);
         stats.add_decompressed(out.len() as u64);
         let out = Arc::new(out);
-        self.clusters.insert(key, out.clone(), stats);
+        if !keep {
+            if cached.is_some() {
+                self.clusters.forget(key, stats);
+            }
+            self.clusters.passed(key);
+        } else if self.clusters.keep_passed || !self.clusters.was_passed(key) {
+            self.clusters.insert(key, out.clone(), stats);
+        }
         if let Some(claim) = claim {
             claim.publish(out.clone());
         }

@@ -18,6 +18,12 @@ pub struct Options {
     /// Bytes of decoded compressed extents the cluster cache keeps (see [`crate::decompress`]);
     /// never exceeded. 0 disables it.
     pub cluster_cache_bytes: usize,
+    /// Whether a regular file's decoded extent stays cached once a read has taken it to its end
+    /// (true, the default). A FUSE mount sets false: the kernel's page cache keeps what was read,
+    /// and streaming reads would otherwise fill the cache with extents nothing reads again,
+    /// pushing out those that random reads come back to (the packed inode's). Extents of the
+    /// packed inode and of the metabox are always kept.
+    pub keep_passed_extents: bool,
 }
 
 /// Default size of the block cache: 256 blocks, 1 MiB with 4 KiB blocks.
@@ -28,6 +34,7 @@ impl Default for Options {
         Options {
             cache_blocks: DEFAULT_CACHE_BLOCKS,
             cluster_cache_bytes: DEFAULT_CLUSTER_CACHE_BYTES,
+            keep_passed_extents: true,
         }
     }
 }
@@ -92,7 +99,7 @@ impl Image {
             blocks,
             sb,
             prefixes,
-            clusters: ClusterCache::new(options.cluster_cache_bytes),
+            clusters: ClusterCache::new(options.cluster_cache_bytes, options.keep_passed_extents),
             metabox: None,
             metabox_last: std::sync::Mutex::new(None),
         };
@@ -218,7 +225,7 @@ impl Image {
         }
         let z = self.zmap(metabox, off)?;
         if !z.hole && z.fragment.is_none() && end <= z.logical + z.length {
-            let data = self.decoded_extent(metabox, &z, 0, z.length)?;
+            let data = self.decoded_extent(metabox, &z, 0, z.length, true)?;
             if data.len() >= z.length {
                 let from = (off - z.logical) as usize;
                 buf.copy_from_slice(&data[from..from + buf.len()]);

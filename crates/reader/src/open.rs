@@ -234,6 +234,9 @@ pub struct OpenOptions {
     pub cache_blocks: usize,
     /// Bytes of decompressed clusters kept in memory (0 turns the cache off).
     pub cluster_cache_bytes: usize,
+    /// Whether a file's decoded extent stays cached once a read has taken it to its end
+    /// ([`Options::keep_passed_extents`]; false for a FUSE mount).
+    pub keep_passed_extents: bool,
     /// Verified Merkle hash blocks kept in memory.
     pub hash_cache_blocks: usize,
     /// Ask the kernel whether it enforces fs-verity on the image file with the image digest, and if so
@@ -263,6 +266,7 @@ impl Default for OpenOptions {
             verify: VerifyMode::Full,
             cache_blocks: reader.cache_blocks,
             cluster_cache_bytes: reader.cluster_cache_bytes,
+            keep_passed_extents: reader.keep_passed_extents,
             hash_cache_blocks: DEFAULT_HASH_CACHE_BLOCKS,
             kernel_offload: true,
             store: None,
@@ -499,6 +503,7 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
     let reader_options = Options {
         cluster_cache_bytes: options.cluster_cache_bytes,
         cache_blocks: options.cache_blocks,
+        keep_passed_extents: options.keep_passed_extents,
     };
     // Checksum offload: an image file whose kernel fs-verity digest is the image digest (the detached
     // form on ext4/f2fs/btrfs with fs-verity enabled) is verified by the kernel on every read.

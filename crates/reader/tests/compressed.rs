@@ -515,6 +515,42 @@ fn cluster_cache_hits_bounds_and_counts() {
     assert!(s.cluster_cache_peak_bytes <= bound as u64, "{s:?}");
     assert!(s.cluster_evictions > 0 && s.cluster_hits > 0, "{s:?}");
 
+    // A mount's policy (`keep_passed_extents: false`): an extent a read takes to its end is not
+    // kept, so a streaming read leaves the cache empty; an extent a read stops inside is kept for
+    // the read that goes on, which takes it from the cache and drops it.
+    let open_streaming = || {
+        Image::open_unverified_with(
+            fs::File::open(&img_path).unwrap(),
+            &Options {
+                keep_passed_extents: false,
+                ..Options::default()
+            },
+        )
+        .unwrap()
+    };
+    let streaming = open_streaming();
+    assert_eq!(streaming.read_vec(&text, 0, 4 << 20).unwrap(), want);
+    let s = streaming.stats();
+    assert_eq!((s.cluster_misses, s.cluster_hits), (n, 0), "{s:?}");
+    assert_eq!(streaming.cluster_cache_usage(), (0, 0));
+    // (A fresh image: that read has just passed every extent, so a read of one's head now is
+    // taken for a late request of the same stream, and not cached either.)
+    let streaming = open_streaming();
+    let s = streaming.stats();
+    let e = streaming.map(&text, text.size() / 2).unwrap();
+    let half = e.logical + e.length / 2;
+    let first = streaming.read_vec(&text, e.logical, (half - e.logical) as usize);
+    assert_eq!(first.unwrap(), &want[e.logical as usize..half as usize]);
+    assert_eq!(streaming.cluster_cache_usage(), (1, e.length as usize));
+    let rest = streaming.read_vec(&text, half, (e.logical + e.length - half) as usize);
+    assert_eq!(
+        rest.unwrap(),
+        &want[half as usize..(e.logical + e.length) as usize]
+    );
+    let s2 = streaming.stats().since(&s);
+    assert_eq!((s2.cluster_misses, s2.cluster_hits), (1, 1), "{s2:?}");
+    assert_eq!(streaming.cluster_cache_usage(), (0, 0));
+
     // A bound smaller than every extent caches nothing; 0 turns the cache off.
     for bound in [1000, 0] {
         let img = open_with(&img_path, bound);

@@ -199,6 +199,8 @@ fn open_and_walk(bytes: Vec<u8>, what: &str) -> bool {
             &Options {
                 cache_blocks: 3,
                 cluster_cache_bytes: 100_000,
+                // (Extents read to their end dropped, as a mount does.)
+                keep_passed_extents: false,
             },
         ) {
             Ok(img) => {
