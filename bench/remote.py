@@ -3,12 +3,15 @@
 today (rclone mounting the HTTP directory, the kernel mounting the image file through it,
 unverified), and against sealfs fetching hash blocks only after the data (dependent requests).
 
-    bench/remote.py [TABLE...]     (as root; RUNS=3, SEALFS=target/release/sealfs, CORPUS_DIR=bench/.corpus)
+    bench/remote.py [TABLE...]     (as root; RUNS=3, SEALFS=target/release/sealfs, CORPUS_DIR=bench/.corpus,
+                                    SEALFS_MOUNT_ARGS="--cluster-cache 1073741824" to add mount options)
 
 TABLE is any of seq, cat, ls (default: all):
   seq   cold sequential read of `big` (linux.tar, 1.36 GB, lz4hc 64 KiB clusters) through the mount;
         reported as MB/s and as a share of the link rate;
   cat   cold `cat` of 2,000 random files (fixed seed) of the `linux` tree image (uncompressed);
+  catz  the same files from a compressed image of the tree (`--preset small`: zstd 12 in 1 MiB
+        clusters, fragments, compressed metadata and directories; CATZ_ARGS to change it);
   ls    cold `ls -lR` of the `linux` tree image.
 
 The link: the script runs itself in a network namespace of its own (`unshare -n`), where nginx
@@ -48,6 +51,7 @@ RUNS = int(os.environ.get("RUNS", "3"))
 SEALFS = os.environ.get("SEALFS", os.path.join(REPO, "target/release/sealfs"))
 CORPUS = os.environ.get("CORPUS_DIR", os.path.join(HERE, ".corpus"))
 TOXIPROXY = os.environ.get("TOXIPROXY", os.path.join(REPO, "target/oracles/toxiproxy-server"))
+MOUNT_ARGS = os.environ.get("SEALFS_MOUNT_ARGS", "").split()  # more `sealfs mount` options
 LINK_MBPS = 125.0  # 1 Gbit/s
 ROWS = []
 
@@ -169,7 +173,7 @@ class Tool:
         os.makedirs(self.cache)
         if self.kind == "sealfs":
             env = dict(os.environ, **self.env)
-            sh([SEALFS, "mount", *self.args, "--digest", self.digest, "--cache-dir", self.cache, self.url, self.mp],
+            sh([SEALFS, "mount", *MOUNT_ARGS, *self.args, "--digest", self.digest, "--cache-dir", self.cache, self.url, self.mp],
                env=env)
             target = self.mp
         else:
@@ -248,6 +252,10 @@ def main():
     if "seq" in tables:
         digests["big"] = sh([SEALFS, "build", "-q", "-T", "0", "-z", "lz4hc", "-C", "65536",
                              os.path.join(CORPUS, "big"), os.path.join(www, "big.sealfs")]).strip()
+    if "catz" in tables:
+        args = os.environ.get("CATZ_ARGS", "--preset small").split()
+        digests["linuxz"] = sh([SEALFS, "build", "-q", "-T", "0"] + args + [
+            os.path.join(CORPUS, "linux"), os.path.join(www, "linuxz.sealfs")]).strip()
     if "cat" in tables or "ls" in tables:
         digests["linux"] = sh([SEALFS, "build", "-q", "-T", "0", os.path.join(CORPUS, "linux"),
                                os.path.join(www, "linux.sealfs")]).strip()
@@ -265,7 +273,7 @@ def main():
             ]
         if "seq" in tables:
             run("seq", tools("big"), lambda t: read_all(os.path.join(t.mp, "linux.tar")), nginx)
-        if "cat" in tables or "ls" in tables:
+        if "cat" in tables or "catz" in tables or "ls" in tables:
             src = os.path.join(CORPUS, "linux")
             files = []
             for root, _, names in os.walk(src):
@@ -277,6 +285,9 @@ def main():
             pick = random.Random(42).sample(files, 2000)
         if "cat" in tables:
             run("cat", tools("linux", fill=True), lambda t: sum(read_all(os.path.join(t.mp, f)) for f in pick), nginx)
+        if "catz" in tables:
+            run("catz", tools("linuxz", fill=True),
+                lambda t: sum(read_all(os.path.join(t.mp, f)) for f in pick), nginx)
         if "ls" in tables:
             def ls(t):
                 out = subprocess.run(["ls", "-lR", t.mp], stdout=subprocess.PIPE, check=True).stdout
