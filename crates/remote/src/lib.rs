@@ -158,6 +158,11 @@ pub struct RemoteOptions {
     /// [`UNREACHABLE_CONNECT_TIMEOUT`] while the server is found unreachable (a host that drops
     /// packets rather than refusing them costs that much per read then, not this).
     pub connect_timeout: Duration,
+    /// The longest a request may go without its answer, or its body without a byte, before it is
+    /// given up on as timed out (and retried over a new connection): a connection kept from an
+    /// earlier request to a host that has since gone silent would otherwise hold a read for all of
+    /// [`Self::timeout`].
+    pub stall_timeout: Duration,
     /// A directory where the tail fetched at open is kept (with the object's size and ETag), so
     /// that an image whose blocks are all in the persistent cache opens with the network gone: the
     /// kept tail stands in for the request. The seal in it is checked against the expected digest
@@ -180,6 +185,7 @@ impl Default for RemoteOptions {
             initial_backoff: Duration::from_millis(50),
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
+            stall_timeout: Duration::from_secs(10),
             tail_cache: None,
             ca_certificates: Vec::new(),
         }
@@ -349,7 +355,9 @@ fn store_for(
                 .with_url(base)
                 .with_retry(retry)
                 .with_client_options(client.with_allow_http(true))
-                .with_http_connector(tls::CertificateErrorsFinal)
+                .with_http_connector(tls::Connector {
+                    stall: options.stall_timeout,
+                })
                 .build()
                 .map_err(setup)?;
             Ok((Arc::new(store), path))
@@ -375,7 +383,9 @@ fn store_for(
                 .with_bucket_name(bucket)
                 .with_retry(retry)
                 .with_client_options(client)
-                .with_http_connector(tls::CertificateErrorsFinal);
+                .with_http_connector(tls::Connector {
+                    stall: options.stall_timeout,
+                });
             if let Some(e) = &endpoint {
                 builder = builder
                     .with_endpoint(e)
@@ -1031,6 +1041,7 @@ pub fn open_counted_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU8;
 
     /// Data and the hash blocks beside it become one request when close; far ones stay apart (but
     /// are fetched concurrently); overlapping and unsorted requests are served; spans stop at `max`.
@@ -1161,7 +1172,23 @@ mod tests {
         down: Arc<AtomicBool>,
         /// Stops accepting at the next connection (see [`FlakyServer::stall`]).
         stalled: Arc<AtomicBool>,
+        /// How requests are answered: [`Answer`] as a number.
+        answer: Arc<AtomicU8>,
         connections: Arc<AtomicU64>,
+    }
+
+    /// How a [`FlakyServer`] answers a request it has read.
+    #[derive(Clone, Copy)]
+    #[repr(u8)]
+    enum Answer {
+        /// At once, whole.
+        Whole,
+        /// Never: the connection is kept open, silent.
+        Silent,
+        /// The header and half the body, then silence on an open connection.
+        HalfThenSilent,
+        /// The body in eight parts, 300 ms apart.
+        Dribbled,
     }
 
     impl FlakyServer {
@@ -1172,8 +1199,15 @@ mod tests {
             let down = Arc::new(AtomicBool::new(false));
             let connections = Arc::new(AtomicU64::new(0));
             let stalled = Arc::new(AtomicBool::new(false));
-            let (d, c, s) = (down.clone(), connections.clone(), stalled.clone());
+            let answer = Arc::new(AtomicU8::new(Answer::Whole as u8));
+            let (d, c, s, how) = (
+                down.clone(),
+                connections.clone(),
+                stalled.clone(),
+                answer.clone(),
+            );
             std::thread::spawn(move || {
+                let mut held = Vec::new();
                 for conn in listener.incoming() {
                     let Ok(mut conn) = conn else { continue };
                     c.fetch_add(1, Relaxed);
@@ -1217,15 +1251,30 @@ mod tests {
                     } else {
                         &data[a..b]
                     };
-                    let _ = conn
-                        .write_all(head.as_bytes())
-                        .and_then(|_| conn.write_all(body));
+                    let how = how.load(Relaxed);
+                    if how == Answer::Silent as u8 {
+                        held.push(conn);
+                        continue;
+                    }
+                    let _ = conn.write_all(head.as_bytes());
+                    if how == Answer::HalfThenSilent as u8 {
+                        let _ = conn.write_all(&body[..body.len() / 2]);
+                        held.push(conn);
+                    } else if how == Answer::Dribbled as u8 {
+                        for part in body.chunks(body.len().div_ceil(8).max(1)) {
+                            std::thread::sleep(Duration::from_millis(300));
+                            let _ = conn.write_all(part);
+                        }
+                    } else {
+                        let _ = conn.write_all(body);
+                    }
                 }
             });
             FlakyServer {
                 port,
                 down,
                 stalled,
+                answer,
                 connections,
             }
         }
@@ -1258,13 +1307,20 @@ mod tests {
 
     /// A [`FlakyServer`] of 256 KiB of data, and the object opened on it with `retries`.
     fn open_flaky(retries: usize) -> (FlakyServer, RemoteObject, Vec<u8>) {
+        open_flaky_with(RemoteOptions {
+            retries,
+            ..RemoteOptions::default()
+        })
+    }
+
+    /// [`open_flaky`] with `options` (a short backoff and tail set here).
+    fn open_flaky_with(options: RemoteOptions) -> (FlakyServer, RemoteObject, Vec<u8>) {
         let data: Vec<u8> = (0..256 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
         let server = FlakyServer::start(data.clone());
         let options = RemoteOptions {
-            retries,
             initial_backoff: Duration::from_millis(10),
             tail_bytes: 4096,
-            ..RemoteOptions::default()
+            ..options
         };
         let url = format!("http://127.0.0.1:{}/img", server.port);
         let object = RemoteObject::open_with(&url, options).unwrap();
@@ -1325,6 +1381,42 @@ mod tests {
         assert!(
             took >= UNREACHABLE_CONNECT_TIMEOUT.mul_f32(0.9) && took < Duration::from_secs(6),
             "a read with every SYN dropped took {took:?}"
+        );
+    }
+
+    /// A server that goes silent with the connection open (as a host gone from the network looks
+    /// to a connection made before): a read waits [`RemoteOptions::stall_timeout`] per request,
+    /// not the request's whole timeout (30 s), whether the answer or the rest of a body never
+    /// comes; a body that keeps coming, however slowly, is read to its end.
+    #[test]
+    fn a_silent_server_fails_reads_after_the_stall_timeout_and_a_slow_one_does_not() {
+        let stall = Duration::from_secs(1);
+        let (server, object, data) = open_flaky_with(RemoteOptions {
+            retries: 1,
+            stall_timeout: stall,
+            ..RemoteOptions::default()
+        });
+        let mut buf = vec![0u8; 4096];
+        for (how, at) in [(Answer::Silent, 16384), (Answer::HalfThenSilent, 32768)] {
+            server.answer.store(how as u8, Relaxed);
+            let start = std::time::Instant::now();
+            let r = object.read_exact_at(&mut buf, at);
+            let took = start.elapsed();
+            assert!(r.is_err(), "a read from a silent server returned data");
+            // Two GETs and the HEAD asking whether the object changed, a stall each: under a
+            // second of backoff besides (with the whole request's timeout it was 60 s).
+            assert!(
+                took >= stall && took < Duration::from_secs(8),
+                "a read from a silent server took {took:?}"
+            );
+        }
+        server.answer.store(Answer::Dribbled as u8, Relaxed);
+        let start = std::time::Instant::now();
+        object.read_exact_at(&mut buf, 65536).unwrap();
+        assert_eq!(buf, data[65536..69632]);
+        assert!(
+            start.elapsed() > stall,
+            "the body took longer than the stall timeout, in parts"
         );
     }
 
