@@ -8,7 +8,8 @@ unverified), and against sealfs fetching hash blocks only after the data (depend
 
 TABLE is any of seq, cat, ls (default: all):
   seq   cold sequential read of `big` (linux.tar, 1.36 GB, lz4hc 64 KiB clusters) through the mount;
-        reported as MB/s and as a share of the link rate;
+        reported as MB/s used (decompressed) and as the link's use: bytes fetched per second, and
+        their share of the link rate;
   cat   cold `cat` of 2,000 random files (fixed seed) of the `linux` tree image (uncompressed);
   catz  the same files from a compressed image of the tree (`--preset small`: zstd 12 in 1 MiB
         clusters, fragments, compressed metadata and directories; CATZ_ARGS to change it);
@@ -312,7 +313,9 @@ def main():
             used = statistics.median(r[4] for r in rs)
             fetched = statistics.median(r[5] for r in rs)
             rate = used / med / 1e6 if table != "ls" else float("nan")
-            share = f" ({rate / LINK_MBPS * 100:.0f}% of the link)" if table == "seq" else ""
+            # The link's use: the bytes that crossed it (fetched, compressed) per second.
+            share = (f" (link {fetched / med / 1e6:.1f} MB/s, {fetched / med / 1e6 / LINK_MBPS * 100:.0f}% of it)"
+                     if table == "seq" else "")
             print(f"| {table} | {name} | {med:.2f} ({min(secs):.2f}-{max(secs):.2f}) | {rate:.1f}{share} | "
                   f"{fetched / used:.2f} |" if used else f"| {table} | {name} | {med:.2f} | | |")
     shutil.rmtree(work, ignore_errors=True)
