@@ -177,6 +177,24 @@ struct UnitCtx<'a> {
     claims: Mutex<HashMap<DedupeKey, usize>>,
     /// Keys of the files of more than one segment that may have a twin ([`dedupe::same_size_digests`]).
     multi_keys: HashMap<usize, DedupeKey>,
+    /// Sizes shared by two or more files of one segment: only those can have a twin, so an
+    /// unsealed build hashes only those for their keys (a sealed one has every digest anyway).
+    twin_sizes: std::collections::HashSet<u64>,
+}
+
+/// The sizes that two or more files of one segment among `files` share (fragments and units
+/// together: a size shared across the two only costs hashing).
+fn twin_sizes(tree: &Tree, files: impl Iterator<Item = usize>) -> std::collections::HashSet<u64> {
+    let mut seen = std::collections::HashSet::new();
+    let mut twins = std::collections::HashSet::new();
+    for id in files {
+        if let Some(Kind::File(f)) = tree.inodes.get(id).map(|i| &i.kind) {
+            if f.size <= compress::SEGMENT && !seen.insert(f.size) {
+                twins.insert(f.size);
+            }
+        }
+    }
+    twins
 }
 
 /// Reads and hashes one segment, with its file's dedupe key (if it has one).
@@ -201,23 +219,29 @@ fn read_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
     }
     let packed = id == ctx.sources.tree.inodes.len();
     let key = if raw.len() as u64 == f.size && !packed {
-        let (hasher, leaves) = match (ctx.hashers.file, ctx.key_hasher) {
-            (Some(h), _) => (h, std::borrow::Cow::Borrowed(&file_leaves)),
+        let named = match (ctx.hashers.file, ctx.key_hasher) {
+            (Some(h), _) => Some((h, std::borrow::Cow::Borrowed(&file_leaves))),
             (None, Some(h)) if !file_leaves.is_empty() => {
-                (h, std::borrow::Cow::Borrowed(&file_leaves))
+                Some((h, std::borrow::Cow::Borrowed(&file_leaves)))
             }
+            // No other file has its size: there is no twin to find.
+            (None, Some(_)) if !ctx.twin_sizes.contains(&f.size) => None,
             (None, Some(h)) => {
                 let mut l =
                     vec![0u8; raw.len().div_ceil(BLKSZ as usize) * h.params().digest_size()];
                 h.hash_blocks_into(&raw, &mut l);
-                (h, std::borrow::Cow::Owned(l))
+                Some((h, std::borrow::Cow::Owned(l)))
             }
             (None, None) => unreachable!("write_data always has a key hasher"),
         };
-        let digest = sealfs_verity::Tree::from_leaf_hashes_serial(hasher.params(), f.size, &leaves)
-            .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?
-            .digest();
-        Some(dedupe_key(&digest))
+        match named {
+            Some((hasher, leaves)) => Some(dedupe_key(
+                &sealfs_verity::Tree::from_leaf_hashes_serial(hasher.params(), f.size, &leaves)
+                    .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?
+                    .digest(),
+            )),
+            None => None,
+        }
     } else {
         ctx.multi_keys.get(&id).copied()
     };
@@ -1004,6 +1028,13 @@ pub(crate) fn write_data(
         key_hasher: own_key_hasher.as_ref(),
         claims: Mutex::new(HashMap::new()),
         multi_keys: HashMap::new(),
+        twin_sizes: twin_sizes(
+            tree,
+            (units.iter())
+                .filter(|&&(_, seg, _)| seg == 0)
+                .map(|&(id, _, _)| id)
+                .chain(fragments.iter().copied()),
+        ),
     };
     let key_hasher = hashers
         .file

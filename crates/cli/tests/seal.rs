@@ -180,6 +180,86 @@ fn assert_files_match(img: &Path, src: &Path, extra: &[&str]) {
     assert!(!ours.stdout.is_empty());
 }
 
+/// Words drawn at random from a small vocabulary: compressible, and different for each seed.
+fn text(rng: &mut Rng, len: usize) -> Vec<u8> {
+    const WORDS: [&str; 8] = [
+        "seal ", "erofs ", "block ", "tree\n", "digest ", "root ", "hash ", "lz4 ",
+    ];
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        out.extend_from_slice(WORDS[rng.below(WORDS.len() as u64) as usize].as_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Compressed builds find identical files by their content: a sealed build by the per-file
+/// digests it makes anyway, an unsealed one by digests of only the files whose size another file
+/// shares. Both must store the same EROFS bytes, the twins once: same-size files of other content,
+/// twins among fragments and files of several segments included (checked against the size of the
+/// same tree with one copy of each).
+#[test]
+fn unsealed_compressed_builds_share_identical_files_as_sealed_ones_do() {
+    let mounts = oracle_guard(mount_env());
+    let s = scratch("twins");
+    // `src` has four copies of each twin; `alone` is the same tree with one.
+    let (src, alone) = (s.0.join("src"), s.0.join("alone"));
+    for d in [&src, &alone] {
+        fs::create_dir_all(d.join("a/b")).unwrap();
+    }
+    let mut rng = Rng::new(7);
+    for (i, size) in [300usize, 5_000, 70_000, 200_000, 4_300_000]
+        .into_iter()
+        .enumerate()
+    {
+        let body = text(&mut rng, size);
+        for copy in 0..4 {
+            fs::write(src.join(format!("a/twin{i}-{copy}")), &body).unwrap();
+        }
+        fs::write(alone.join(format!("a/twin{i}-0")), &body).unwrap();
+        // The same size, other content (one byte differs): not a twin.
+        let mut near = body.clone();
+        near[size / 2] ^= 1;
+        let lone = text(&mut rng, size + 1);
+        for d in [&src, &alone] {
+            fs::write(d.join(format!("a/b/near{i}")), &near).unwrap();
+            fs::write(d.join(format!("a/b/lone{i}")), &lone).unwrap();
+        }
+    }
+    for options in [
+        &["-z", "lz4hc", "-C", "65536"][..],
+        &["-z", "zstd", "-C", "65536", "-E", "fragments"],
+        // (Not `-E all-fragments`: there a file of several segments is a fragment, and fragments
+        // of several segments are not matched with their twins.)
+        &["-z", "lz4", "-C", "4096"],
+    ] {
+        let sealed = s.0.join("sealed.img");
+        let plain = s.0.join("plain.img");
+        let single = s.0.join("single.img");
+        build_ok(&src, &sealed, options);
+        let mut unsealed = options.to_vec();
+        unsealed.push("--no-seal");
+        build_ok(&src, &plain, &unsealed);
+        build_ok(&alone, &single, &unsealed);
+        let bytes = fs::read(&sealed).unwrap();
+        let plain_len = fs::metadata(&plain).unwrap().len();
+        assert!(
+            fs::read(&plain).unwrap() == bytes[..erofs_len(&bytes)],
+            "{options:?}: the --no-seal image differs from the EROFS part of the sealed one"
+        );
+        // The copies cost no data: the image is the size of the tree's without them, give or
+        // take their inodes and directory entries.
+        let single_len = fs::metadata(&single).unwrap().len();
+        assert!(
+            plain_len <= single_len + 8 * 4096,
+            "{options:?}: {plain_len} bytes with 4 copies of each twin, {single_len} with one"
+        );
+        if mounts {
+            assert_verifies_and_mounts_equal(&src, &sealed, &format!("twins {options:?}"));
+        }
+    }
+}
+
 #[test]
 fn per_file_digests_equal_fsverity_digest_of_each_file() {
     if !oracle_guard(if have_tool("fsverity") {
