@@ -743,21 +743,22 @@ impl FragPlacer<'_> {
             let Kind::File(f) = &inode.kind else {
                 unreachable!("fragments are regular files")
             };
-            let offset = match u.key {
-                Some(key) => match self.seen.get(&key) {
-                    Some(&at) => at,
-                    None => {
-                        let at = self.append(&u.raw)?;
-                        self.seen.insert(key, at);
-                        at
-                    }
-                },
-                None => {
+            // Stored before (a twin, each of whose segments is found so): nothing is appended.
+            let twin = u.key.and_then(|key| self.seen.get(&key).copied());
+            let several = f.size > compress::SEGMENT;
+            let offset = match (u.key, twin) {
+                (_, Some(at)) => at,
+                (Some(key), None) if !several => {
                     let at = self.append(&u.raw)?;
-                    self.open.get_or_insert((u.id, at, Vec::new()));
+                    self.seen.insert(key, at);
                     at
                 }
+                _ => self.append(&u.raw)?,
             };
+            if several || u.key.is_none() {
+                // Gathered until its last segment.
+                self.open.get_or_insert((u.id, offset, Vec::new()));
+            }
             let mut leaves = u.file_leaves;
             let (offset, done) = match self.open.take() {
                 Some((id, start, mut so_far)) => {
@@ -776,6 +777,10 @@ impl FragPlacer<'_> {
             self.progress.advance(u.raw.len() as u64);
             if !done {
                 continue;
+            }
+            if let (true, Some(key), None) = (several, u.key, twin) {
+                // Whole now, so that a twin after it can take its place.
+                self.seen.insert(key, offset);
             }
             self.files[u.id] = Some(Placed::Fragment { offset });
             if let Some(h) = self.ctx.hashers.file {
@@ -1006,12 +1011,12 @@ pub(crate) fn write_data(
             });
             continue;
         }
+        if f.size > compress::SEGMENT {
+            multi.push(id);
+        }
         if f.size < fragment_limit && !own_codec(id) {
             fragments.push(id);
             continue;
-        }
-        if f.size > compress::SEGMENT {
-            multi.push(id);
         }
         units.extend(segments(id, f.size));
     }

@@ -197,7 +197,7 @@ fn text(rng: &mut Rng, len: usize) -> Vec<u8> {
 /// digests it makes anyway, an unsealed one by digests of only the files whose size another file
 /// shares. Both must store the same EROFS bytes, the twins once: same-size files of other content,
 /// twins among fragments and files of several segments included (checked against the size of the
-/// same tree with one copy of each).
+/// same tree with one copy of each), with the per-file digests `fsverity digest` gives.
 #[test]
 fn unsealed_compressed_builds_share_identical_files_as_sealed_ones_do() {
     let mounts = oracle_guard(mount_env());
@@ -229,9 +229,9 @@ fn unsealed_compressed_builds_share_identical_files_as_sealed_ones_do() {
     for options in [
         &["-z", "lz4hc", "-C", "65536"][..],
         &["-z", "zstd", "-C", "65536", "-E", "fragments"],
-        // (Not `-E all-fragments`: there a file of several segments is a fragment, and fragments
-        // of several segments are not matched with their twins.)
         &["-z", "lz4", "-C", "4096"],
+        // Every file a fragment, those of several segments included.
+        &["-z", "lz4", "-C", "4096", "-E", "all-fragments"],
     ] {
         let sealed = s.0.join("sealed.img");
         let plain = s.0.join("plain.img");
@@ -257,6 +257,12 @@ fn unsealed_compressed_builds_share_identical_files_as_sealed_ones_do() {
         if mounts {
             assert_verifies_and_mounts_equal(&src, &sealed, &format!("twins {options:?}"));
         }
+        assert_deterministic_with_fsverity_digests(
+            &src,
+            &s.0,
+            options,
+            &format!("twins {options:?}"),
+        );
     }
 }
 
