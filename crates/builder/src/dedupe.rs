@@ -6,7 +6,7 @@ use crate::error::{BuildError, Result};
 use crate::tree::{self, Kind, Tree};
 use sealfs_format::BLKSZ;
 use sealfs_verity::{BlockHasher, Digest};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Content digests of files, by inode id.
 pub(crate) type ContentDigests = HashMap<usize, Digest>;
@@ -21,6 +21,20 @@ pub(crate) fn key_hasher() -> BlockHasher {
     BlockHasher::new(&p)
 }
 
+/// The sizes two or more of the regular files among `ids` share: only files of those sizes can
+/// have a twin.
+pub(crate) fn shared_sizes(tree: &Tree, ids: impl Iterator<Item = usize>) -> HashSet<u64> {
+    let mut seen = HashSet::new();
+    let mut shared = HashSet::new();
+    for id in ids {
+        let size = size_of(tree, id);
+        if !seen.insert(size) {
+            shared.insert(size);
+        }
+    }
+    shared
+}
+
 /// The fs-verity digests (by `hasher`, 4 KiB blocks) of those regular files among `ids` that have
 /// a twin candidate: files of the same size are read in parallel and compared by a fast hash first,
 /// and only those that match another are hashed with `hasher` (which alone decides equality). Each
@@ -31,14 +45,9 @@ pub(crate) fn same_size_digests(
     hasher: &BlockHasher,
 ) -> Result<ContentDigests> {
     use rayon::prelude::*;
-    let mut by_size: HashMap<u64, Vec<usize>> = HashMap::new();
-    for &id in ids {
-        by_size.entry(size_of(tree, id)).or_default().push(id);
-    }
-    let same_size: Vec<usize> = by_size
-        .into_values()
-        .filter(|ids| ids.len() > 1)
-        .flatten()
+    let shared = shared_sizes(tree, ids.iter().copied());
+    let same_size: Vec<usize> = (ids.iter().copied())
+        .filter(|&id| shared.contains(&size_of(tree, id)))
         .collect();
     let quick: Vec<(usize, u128)> = same_size
         .par_iter()

@@ -177,24 +177,10 @@ struct UnitCtx<'a> {
     claims: Mutex<HashMap<DedupeKey, usize>>,
     /// Keys of the files of more than one segment that may have a twin ([`dedupe::same_size_digests`]).
     multi_keys: HashMap<usize, DedupeKey>,
-    /// Sizes shared by two or more files of one segment: only those can have a twin, so an
-    /// unsealed build hashes only those for their keys (a sealed one has every digest anyway).
+    /// Sizes shared by two or more files (fragments and units together): only files of those
+    /// sizes can have a twin, so an unsealed build hashes only them for the keys of files of one
+    /// segment (a sealed one has every digest anyway).
     twin_sizes: std::collections::HashSet<u64>,
-}
-
-/// The sizes that two or more files of one segment among `files` share (fragments and units
-/// together: a size shared across the two only costs hashing).
-fn twin_sizes(tree: &Tree, files: impl Iterator<Item = usize>) -> std::collections::HashSet<u64> {
-    let mut seen = std::collections::HashSet::new();
-    let mut twins = std::collections::HashSet::new();
-    for id in files {
-        if let Some(Kind::File(f)) = tree.inodes.get(id).map(|i| &i.kind) {
-            if f.size <= compress::SEGMENT && !seen.insert(f.size) {
-                twins.insert(f.size);
-            }
-        }
-    }
-    twins
 }
 
 /// Reads and hashes one segment, with its file's dedupe key (if it has one).
@@ -1033,7 +1019,7 @@ pub(crate) fn write_data(
         key_hasher: own_key_hasher.as_ref(),
         claims: Mutex::new(HashMap::new()),
         multi_keys: HashMap::new(),
-        twin_sizes: twin_sizes(
+        twin_sizes: dedupe::shared_sizes(
             tree,
             (units.iter())
                 .filter(|&&(_, seg, _)| seg == 0)
