@@ -10,6 +10,7 @@
 //! bytes are exactly its on-disk form.
 
 pub mod dirent;
+pub mod filetable;
 pub mod inode;
 pub mod seal;
 pub mod superblock;
@@ -17,6 +18,7 @@ pub mod xattr;
 pub mod zmap;
 
 pub use dirent::*;
+pub use filetable::*;
 pub use inode::*;
 pub use seal::*;
 pub use superblock::*;
