@@ -7,7 +7,11 @@
 #                                   concatenated; SHA-512; salt; 1 KiB verity blocks; lz4hc with
 #                                   64 KiB pclusters; one damaged data byte; one plain image)
 #   fuzz/corpus/seal_trailer/       some of those sealed files
-#   fuzz/corpus/file_digests/       their per-file digest sections (the distinct ones)
+#   fuzz/corpus/file_digests/       per-file digest sections of seal trailers, as releases before the
+#                                   table moved into the image wrote them: cut out of the images
+#                                   kept in crates/cli/tests/fixtures/seal-v1
+#   fuzz/corpus/file_table/         per-file digest tables (the 64-byte locator at byte 0, then the
+#                                   table's bytes) of the sealed images (the distinct ones)
 #   fuzz/corpus/signatures/         signature sections (`sealfs sign --detached`; fresh keys, so
 #                                   these seeds alone are not byte-reproducible)
 #
@@ -48,8 +52,9 @@ printf abc >"$t/tiny"
 sout=$here/corpus/sealed_open
 tout=$here/corpus/seal_trailer
 fout=$here/corpus/file_digests
-rm -rf "$sout" "$tout" "$fout"
-mkdir -p "$sout" "$tout" "$fout"
+xout=$here/corpus/file_table
+rm -rf "$sout" "$tout" "$fout" "$xout"
+mkdir -p "$sout" "$tout" "$fout" "$xout"
 sealed_img() { # name tree [args...]: a sealed image (with --sidecar: image and sidecar, concatenated)
     local name=$1 tree=$2
     shift 2
@@ -65,7 +70,7 @@ sealed_img sealfs-small-sha512-vbs1k-sidecar small --hash-alg sha512 --verity-bl
     --sidecar "$work/side"
 sealed_img sealfs-zip-lz4hc-c64k zip -z lz4hc -C 65536
 sealed_img sealfs-small-plain small --no-seal
-# One damaged byte in the last EROFS block (file data), so opens fail its reads and the check
+# One damaged byte in the last EROFS block of file data, so opens fail its reads and the check
 # names its owner.
 cp "$sout/sealfs-small" "$sout/sealfs-small-damaged"
 python3 - "$sout/sealfs-small-damaged" <<'EOF'
@@ -73,20 +78,25 @@ import sys
 p = sys.argv[1]
 b = bytearray(open(p, "rb").read())
 blocks = int.from_bytes(b[1024 + 36:1024 + 40], "little")  # superblock `blocks` (4 KiB each)
+if b[:8] == b"\x89SEALFT\n":  # the per-file digest table is last: the block before it
+    blocks = int.from_bytes(b[24:32], "little") // 4096
 b[(blocks - 1) * 4096 + 10] ^= 0x20
 open(p, "wb").write(bytes(b))
 EOF
 for name in sealfs-small sealfs-small-sidecar sealfs-small-sha512 sealfs-small-salt-vbs1k; do
     cp "$sout/$name" "$tout/$name"
 done
-# The per-file digest sections, cut out of the sealed files (header: files_offset at 48,
-# files_length at 56; footer: header_offset at 16, trailer_len at 24; a detached seal's offsets
-# count from the sidecar's start, here the image's length).
-python3 - "$sout" "$fout" <<'EOF'
+# The per-file digest sections of older seals, cut out of the kept images (header: files_offset at
+# 48, files_length at 56; footer: header_offset at 16, trailer_len at 24; a detached seal's offsets
+# count from the sidecar's start).
+old=$root/crates/cli/tests/fixtures/seal-v1
+python3 - "$old" "$fout" <<'EOF'
 import os, sys
 src, dst = sys.argv[1], sys.argv[2]
 seen = set()
 for name in sorted(os.listdir(src)):
+    if not (name.endswith(".img") or name.endswith(".seal")):
+        continue
     b = open(os.path.join(src, name), "rb").read()
     if b[-8:] != b"\x89SEALFS\n":
         continue
@@ -102,6 +112,24 @@ for name in sorted(os.listdir(src)):
     seen.add(sec)
     open(os.path.join(dst, name), "wb").write(sec)
 EOF
+# The per-file digest tables: the locator at byte 0 (table_offset at 24, table_length at 32), then
+# the table's bytes.
+python3 - "$sout" "$xout" <<'EOF'
+import os, sys
+src, dst = sys.argv[1], sys.argv[2]
+seen = set()
+for name in sorted(os.listdir(src)):
+    b = open(os.path.join(src, name), "rb").read()
+    if b[:8] != b"\x89SEALFT\n":
+        continue
+    off = int.from_bytes(b[24:32], "little")
+    n = int.from_bytes(b[32:40], "little")
+    seed = b[:64] + b[off:off + n]
+    if seed in seen:
+        continue
+    seen.add(seed)
+    open(os.path.join(dst, name), "wb").write(seed)
+EOF
 # Signature sections: IMAGE.sig files, which hold exactly the bytes of a seal's section.
 gout=$here/corpus/signatures
 rm -rf "$gout"
@@ -115,8 +143,8 @@ cp "$work/sealfs-small.sig" "$gout/one-signature"
 cp "$work/sealfs-small.sig" "$gout/two-keys-all-fields"
 "$sealfs" sign "$work/sealfs-small-salt-vbs1k" --key "$work/k1" --detached --name salted >/dev/null 2>&1
 cp "$work/sealfs-small-salt-vbs1k.sig" "$gout/salt-vbs1k"
-ls -l "$sout" "$tout" "$fout" "$gout"
-du -sh "$sout" "$tout" "$fout" "$gout"
+ls -l "$sout" "$tout" "$fout" "$xout" "$gout"
+du -sh "$sout" "$tout" "$fout" "$xout" "$gout"
 [ "$what" = seal ] && exit 0
 
 command -v mkfs.erofs >/dev/null || { echo "mkfs.erofs is needed" >&2; exit 1; }

@@ -17,9 +17,9 @@
 #![allow(clippy::needless_update)]
 
 use sealfs_format::{
-    encode_file_digests, seal_crc, superblock_checksum, superblock_checksum_len, FileDigestSection,
-    FromBytes, IntoBytes, SealFooter, SealHeader, SealLayout, EROFS_FEATURE_COMPAT_SB_CHKSUM,
-    SEAL_FOOTER_MAGIC,
+    encode_file_digests, encode_file_table, seal_crc, superblock_checksum, superblock_checksum_len,
+    FileDigestSection, FileTable, FileTableLocator, FromBytes, IntoBytes, SealFooter, SealHeader,
+    SealLayout, EROFS_FEATURE_COMPAT_SB_CHKSUM, FILE_TABLE_LOCATOR_SIZE, SEAL_FOOTER_MAGIC,
 };
 use sealfs_reader::check::{self, CheckOptions, NoProgress};
 use sealfs_reader::{
@@ -484,6 +484,48 @@ pub fn file_digests(data: &[u8]) {
     );
 }
 
+// ----- file_table ----------------------------------------------------------------------------
+
+/// The `file_table` target: `data` is a per-file digest table's locator (64 bytes, as at byte 0 of
+/// an image) followed by the table's bytes. Whatever [`FileTableLocator::parse`] and
+/// [`FileTable::parse`] accept must re-encode, through [`encode_file_table`], to the very same
+/// locator and bytes (the parser accepts only what the writer writes).
+pub fn file_table(data: &[u8]) {
+    let Some((head, rest)) = data.split_at_checked(FILE_TABLE_LOCATOR_SIZE) else {
+        let _ = FileTableLocator::parse(data, u64::MAX).map_err(|e| e.to_string());
+        return;
+    };
+    // Any place in a large image: the offsets are checked against it, the bytes come from `rest`.
+    let locator = match FileTableLocator::parse(head, 1 << 62) {
+        Ok(Some(l)) => l,
+        Ok(None) => return,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    let len = (locator.table_length.get() as usize).min(rest.len());
+    let table = match FileTable::parse(&locator, &rest[..len]) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    let entries: Vec<(u64, &[u8])> = table.iter().collect();
+    assert_eq!(entries.len(), table.len());
+    let (again, bytes) = encode_file_table(
+        locator.hash_algorithm,
+        locator.table_offset.get(),
+        entries.into_iter(),
+    )
+    .expect("a parsed table has entries");
+    assert!(
+        again == locator && bytes == rest[..len],
+        "per-file digest table does not round-trip"
+    );
+}
+
 // ----- signatures ----------------------------------------------------------------------------
 
 /// The `signatures` target: the input is a signature section (the seal's, or a detached
@@ -533,7 +575,7 @@ pub fn signatures(data: &[u8]) {
         0,
     ));
     for keys in [&keys[..], &[]] {
-        if let Err(r) = sealfs_trust::authenticate(&sigs, keys, &params, &digest, len) {
+        if let Err(r) = sealfs_trust::authenticate(&sigs, keys, &params, &digest, len, None) {
             let _ = r.to_string();
         }
     }
@@ -720,6 +762,9 @@ impl Walk<'_> {
         let _ = sb.xattr_filter_enabled();
         let _ = (img.block_size(), img.len(), img.is_empty(), img.stats());
         let _ = img.long_prefixes();
+        if let Ok(Some(table)) = img.file_table() {
+            let _ = (table.len(), table.get(img.root_nid()), table.origin());
+        }
         let len = img.len();
         let mut buf = [0u8; 64];
         for off in [

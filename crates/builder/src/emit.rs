@@ -793,7 +793,9 @@ impl Copier<'_> {
     }
 }
 
-/// Writes the whole image to `file` (already sized) and returns the UUID used.
+/// Writes the metadata and file data of an uncompressed image to `file` (already sized); the
+/// superblock is the caller's ([`finish`], after the per-file digest table). Returns the metadata's
+/// hash (for a derived UUID), the data's level-0 hashes and the per-file digests.
 pub(crate) fn write_image(
     out: Target<'_>,
     tree: &Tree,
@@ -802,7 +804,7 @@ pub(crate) fn write_image(
     opts: &BuildOptions,
     hashers: Hashers<'_>,
     progress: &dyn Progress,
-) -> Result<([u8; 16], DataLeaves, FileDigests)> {
+) -> Result<(u128, DataLeaves, FileDigests)> {
     let (file, path) = (out.file, out.path);
     let meta_hash = write_metadata(file, path, tree, plan, shared, opts)?;
     let total: u64 = tree
@@ -839,7 +841,6 @@ pub(crate) fn write_image(
         .collect::<Result<_>>()?;
     progress.end();
 
-    let uuid = finish(out, tree, plan, opts, meta_hash)?;
     let mut leaves = DataLeaves::new();
     let mut digests = FileDigests::new();
     for (nid, l, digest) in copied {
@@ -849,7 +850,7 @@ pub(crate) fn write_image(
         }
     }
     digests.sort_unstable_by_key(|(nid, _)| *nid);
-    Ok((uuid, leaves, digests))
+    Ok((meta_hash, leaves, digests))
 }
 
 /// Writes the superblock (and compression records) and its checksum, last; returns the UUID used.

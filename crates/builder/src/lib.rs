@@ -168,7 +168,7 @@ fn build_in_pool(
         image: image_hasher.as_ref(),
         file: file_hasher.as_ref(),
     };
-    let (uuid, data_leaves, file_digests, image_bytes) = match &opts.compress {
+    let (mut plan, meta_hash, data_leaves, file_digests) = match &opts.compress {
         None => {
             // Identical files are stored once: the files that share their size with another are
             // named by their content first (by their per-file digests, when the build makes them).
@@ -188,7 +188,7 @@ fn build_in_pool(
             tmp.as_file()
                 .set_len(image_bytes)
                 .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
-            let (uuid, leaves, digests) = emit::write_image(
+            let (meta_hash, leaves, digests) = emit::write_image(
                 seal::Target::of(&tmp),
                 &tree,
                 &plan,
@@ -197,7 +197,7 @@ fn build_in_pool(
                 hashers,
                 progress,
             )?;
-            (uuid, leaves, digests, image_bytes)
+            (plan, meta_hash, leaves, digests)
         }
         Some(c) => {
             c.validate().map_err(BuildError::InvalidOption)?;
@@ -264,23 +264,30 @@ fn build_in_pool(
                 plan.item_lens.push(item_len);
                 layout::place_outside_metabox(&mut plan, id)?;
             }
-            let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
             tmp.as_file()
-                .set_len(image_bytes)
+                .set_len(plan.total_blocks * sealfs_format::BLKSZ)
                 .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
             let meta_hash =
                 emit::write_metadata(tmp.as_file(), tmp.path(), &tree, &plan, &shared, opts)?
                     ^ metabox_hash;
-            let uuid = emit::finish(seal::Target::of(&tmp), &tree, &plan, opts, meta_hash)?;
             let mut digests: Vec<_> = data
                 .digests
                 .into_iter()
                 .map(|(id, d)| (plan.inodes[id as usize].nid(), d))
                 .collect();
             digests.sort_unstable_by_key(|(nid, _)| *nid);
-            (uuid, data.leaves, digests, image_bytes)
+            (plan, meta_hash, data.leaves, digests)
         }
     };
+    // A sealed image carries its per-file digests in its own bytes, after everything else, where
+    // the image digest covers them (docs/format.md §8); the superblock, written last, counts them.
+    plan.total_blocks =
+        seal::write_file_table(seal::Target::of(&tmp), plan.total_blocks, &file_digests)?;
+    let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
+    tmp.as_file()
+        .set_len(image_bytes)
+        .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
+    let uuid = emit::finish(seal::Target::of(&tmp), &tree, &plan, opts, meta_hash)?;
 
     let mut sidecar_tmp = None;
     let seal = match &opts.seal {
@@ -296,19 +303,11 @@ fn build_in_pool(
                 None => seal::tree_from_image(image, image_bytes, &s.params)?,
             };
             let info = match &s.sidecar {
-                None => {
-                    seal::write_seal(tree, &file_digests, image_bytes, image, image_bytes, false)?
-                }
+                None => seal::write_seal(tree, image_bytes, image, image_bytes, false)?,
                 Some(path) => {
                     let st = seal::temp_beside(path)?;
-                    let mut info = seal::write_seal(
-                        tree,
-                        &file_digests,
-                        image_bytes,
-                        seal::Target::of(&st),
-                        0,
-                        true,
-                    )?;
+                    let mut info =
+                        seal::write_seal(tree, image_bytes, seal::Target::of(&st), 0, true)?;
                     info.sidecar = Some(path.clone());
                     sidecar_tmp = Some((st, path));
                     info

@@ -8,7 +8,7 @@
 use crate::emit::DataLeaves;
 use crate::error::{BuildError, Result};
 use rayon::prelude::*;
-use sealfs_format::{self as fmt, SealHeader};
+use sealfs_format::{self as fmt, IntoBytes, SealHeader};
 use sealfs_verity::{build_tree_from_file, BlockHasher, Digest, Params, Tree};
 use std::fs::{self, File};
 use std::os::unix::fs::{FileExt, PermissionsExt};
@@ -130,11 +130,46 @@ pub(crate) fn tree_from_data_leaves(
         .map_err(|e| BuildError::io(image.path, "hash image", std::io::Error::other(e)))
 }
 
+/// Writes the per-file digest table of a sealed build into the image at block `total_blocks` (after
+/// every block the file system uses) and its locator at byte 0 (docs/format.md §8); returns the
+/// image's new block count. Writes nothing when there are no digests (no regular file, or an
+/// unsealed build).
+pub(crate) fn write_file_table(
+    out: Target<'_>,
+    total_blocks: u64,
+    digests: &[(u64, Digest)],
+) -> Result<u64> {
+    let Some((_, first)) = digests.first() else {
+        return Ok(total_blocks);
+    };
+    let offset = total_blocks * fmt::BLKSZ;
+    let (locator, table) = fmt::encode_file_table(
+        first.alg().id(),
+        offset,
+        digests.iter().map(|(nid, d)| (*nid, d.as_bytes())),
+    )
+    .expect("there are entries");
+    let blocks = total_blocks + (table.len() as u64).div_ceil(fmt::BLKSZ);
+    if blocks > u32::MAX as u64 {
+        return Err(BuildError::TooLarge(format!(
+            "{blocks} blocks with the per-file digest table; EROFS addresses at most 2^32"
+        )));
+    }
+    out.file
+        .write_all_at(&table, offset)
+        .and_then(|_| {
+            out.file
+                .write_all_at(locator.as_bytes(), fmt::FILE_TABLE_LOCATOR_OFFSET)
+        })
+        .map_err(|e| BuildError::io(out.path, "write per-file digest table", e))?;
+    Ok(blocks)
+}
+
 /// Writes `tree`, the header and the footer to `out` at `out_offset` (`out` is the image itself for an
-/// attached seal, or a sidecar starting at 0).
+/// attached seal, or a sidecar starting at 0). The trailer carries no per-file digests: they are in
+/// the EROFS bytes ([`write_file_table`]), or, for images other tools made, not recorded.
 pub(crate) fn write_seal(
     tree: Tree,
-    files: &[(u64, Digest)],
     erofs_length: u64,
     out: Target<'_>,
     out_offset: u64,
@@ -142,19 +177,17 @@ pub(crate) fn write_seal(
 ) -> Result<SealInfo> {
     let (out, out_path) = (out.file, out.path);
     let digest = tree.digest();
-    let files_section = encode_file_digests(files);
     let layout = fmt::SealLayout {
         descriptor: tree.descriptor_bytes(),
         digest: digest.as_bytes(),
         detached,
         tree_offset: out_offset,
         tree_length: tree.bytes.len() as u64,
-        files_section: &files_section,
+        files_section: &[],
     };
     let tail = SealHeader::new(&layout).with_footer(layout.header_offset());
     let mut trailer = tree.bytes;
     let tree_length = trailer.len() as u64;
-    trailer.extend_from_slice(&files_section);
     trailer.extend_from_slice(&tail);
     out.set_len(out_offset + trailer.len() as u64)
         .and_then(|_| out.write_all_at(&trailer, out_offset))
@@ -166,17 +199,6 @@ pub(crate) fn write_seal(
         tree_length,
         sidecar: None,
     })
-}
-
-/// Encodes the per-file digest section (empty when there are no digests).
-fn encode_file_digests(files: &[(u64, Digest)]) -> Vec<u8> {
-    let Some((_, first)) = files.first() else {
-        return Vec::new();
-    };
-    fmt::encode_file_digests(
-        first.alg().id(),
-        files.iter().map(|(nid, d)| (*nid, d.as_bytes())),
-    )
 }
 
 /// Length of the EROFS bytes of a plain image: the superblock's block count times its block size, which
@@ -206,13 +228,12 @@ fn erofs_length_of(image: &File, path: &Path) -> Result<u64> {
 
 /// Seals an existing plain EROFS image (made by any tool): appended to it atomically (a sealed copy
 /// replaces it by rename), or into `opts.sidecar`. An image that already carries a seal is refused.
-/// `files` are the per-file fs-verity digests by nid, sorted (the caller reads the image for them: the
-/// builder does not depend on the reader).
-pub fn seal_image(
-    image_path: &Path,
-    opts: &SealOptions,
-    files: &[(u64, Digest)],
-) -> Result<SealInfo> {
+///
+/// The EROFS bytes are never changed, so the image digest is what `fsverity digest` prints for the
+/// image as it was. So no per-file digest table is added (it would have to be inside those bytes to
+/// be covered by the digest, docs/format.md §8): readers compute per-file digests of such an image
+/// from its verified content when asked.
+pub fn seal_image(image_path: &Path, opts: &SealOptions) -> Result<SealInfo> {
     let image = File::open(image_path).map_err(|e| BuildError::io(image_path, "open", e))?;
     let file_len = image
         .metadata()
@@ -240,7 +261,7 @@ pub fn seal_image(
             erofs_length,
             &opts.params,
         )?;
-        let mut info = write_seal(tree, files, erofs_length, Target::of(&tmp), 0, true)?;
+        let mut info = write_seal(tree, erofs_length, Target::of(&tmp), 0, true)?;
         persist(tmp, sidecar)?;
         info.sidecar = Some(sidecar.clone());
         return Ok(info);
@@ -267,14 +288,7 @@ pub fn seal_image(
         .permissions()
         .mode();
     let tree = tree_from_image(Target::of(&tmp), erofs_length, &opts.params)?;
-    let info = write_seal(
-        tree,
-        files,
-        erofs_length,
-        Target::of(&tmp),
-        erofs_length,
-        false,
-    )?;
+    let info = write_seal(tree, erofs_length, Target::of(&tmp), erofs_length, false)?;
     tmp.as_file()
         .set_permissions(fs::Permissions::from_mode(mode))
         .map_err(|e| BuildError::io(tmp.path(), "chmod", e))?;

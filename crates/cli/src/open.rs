@@ -77,9 +77,29 @@ pub struct KeyArgs {
     /// it exists].
     #[arg(long, value_name = "PATH", global = true)]
     pub signatures: Option<PathBuf>,
+    /// Refuse the image unless a signature by a given key carries a version at or above this one
+    /// (`sealfs sign --version`; versions compare as dot-separated numbers, 1.10 after 1.9):
+    /// rollback protection against older, validly signed images. Needs --key or --keyring.
+    #[arg(long, value_name = "VERSION", global = true)]
+    pub min_version: Option<String>,
 }
 
 impl KeyArgs {
+    /// The version floor given (`--min-version`), checked for form; it needs keys.
+    pub fn min_version(&self) -> Result<Option<sealfs_trust::Version>> {
+        let Some(text) = &self.min_version else {
+            return Ok(None);
+        };
+        if self.key.is_empty() && self.keyring.is_none() {
+            bail!(
+                "--min-version needs --key or --keyring: only a signed statement carries a version"
+            );
+        }
+        Ok(Some(
+            text.parse().map_err(|e| anyhow!("--min-version: {e}"))?,
+        ))
+    }
+
     /// The keys given (`--key` and `--keyring`); an unreadable key is an error (exit 2).
     pub fn load(&self) -> Result<Vec<sealfs_trust::PublicKey>> {
         let mut paths = self.key.clone();
@@ -147,6 +167,7 @@ impl ImageArgs {
                 .map(|p| location(p, &self.tls))
                 .transpose()?,
             keys: self.keys.load()?,
+            min_version: self.keys.min_version()?,
             signatures: self
                 .keys
                 .signatures

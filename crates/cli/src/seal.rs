@@ -69,26 +69,18 @@ pub struct SealCmd {
 /// Runs `sealfs seal`: prints the image digest.
 pub fn run(args: SealCmd) -> Result<ExitCode> {
     let opts = args.seal.options()?;
-    // Per-file digests, read through the reader, recorded in the seal as a build records them.
+    // The image must be one the reader can open. Its EROFS bytes are kept as they are, so no
+    // per-file digest table is added (docs/format.md §8): readers compute those digests from the
+    // verified content.
     let file = std::fs::File::open(&args.image)
         .with_context(|| format!("{}: open", args.image.display()))?;
-    let files = match sealfs_reader::Image::open_unverified(file) {
-        Ok(img) => img
-            .compute_file_digests(opts.params.alg())
-            .with_context(|| {
-                format!(
-                    "{}: reading its files for their digests",
-                    args.image.display()
-                )
-            })?,
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!(
-                "{}: not a readable EROFS image",
-                args.image.display()
-            )))
-        }
-    };
-    let info = sealfs_builder::seal_image(&args.image, &opts, &files)?;
+    if let Err(e) = sealfs_reader::Image::open_unverified(file) {
+        return Err(anyhow::Error::new(e).context(format!(
+            "{}: not a readable EROFS image",
+            args.image.display()
+        )));
+    }
+    let info = sealfs_builder::seal_image(&args.image, &opts)?;
     println!("{}", info.digest);
     match &info.sidecar {
         Some(s) => eprintln!(

@@ -29,6 +29,7 @@ fn problem_json(p: &Problem) -> serde_json::Value {
             serde_json::json!({"kind": "tree_block", "level": level, "index": index, "message": message})
         }
         Problem::Trailer(_) => serde_json::json!({"kind": "trailer", "message": message}),
+        Problem::FileTable(_) => serde_json::json!({"kind": "file_table", "message": message}),
         Problem::Signature(_) => serde_json::json!({"kind": "signature", "message": message}),
         Problem::Digest { expected, actual } => {
             serde_json::json!({"kind": "digest", "expected": expected.to_string(), "actual": actual.to_string(), "message": message})
@@ -71,7 +72,11 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             }
         };
-    let keys = match args.keys.load() {
+    let (keys, min_version) = match args
+        .keys
+        .load()
+        .and_then(|k| Ok((k, args.keys.min_version()?)))
+    {
         Ok(k) => k,
         Err(e) => {
             eprintln!("sealfs: error: {e:#}");
@@ -111,6 +116,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
         sidecar,
         keys,
         signatures,
+        min_version,
         max_problems: args.max_problems,
     };
     let outcome = match check::check(image, &options, &progress) {
@@ -141,6 +147,8 @@ fn report(args: &VerifyArgs, o: &Report) {
             "authenticated": ok && o.authenticated,
             "signed_by": o.signed_by.map(|f| f.to_string()),
             "digest": o.digest.map(|d| d.to_string()),
+            "file_digests": o.file_digests.map(|f| f.name()),
+            "file_digests_authenticated": ok && o.authenticated && o.file_digests.is_some_and(|f| f.is_covered()),
             "problems": o.problems.iter().map(problem_json).collect::<Vec<_>>(),
         });
         println!("{v}");
@@ -173,55 +181,70 @@ fn report(args: &VerifyArgs, o: &Report) {
 /// Arguments of `sealfs digest`.
 #[derive(Args)]
 pub struct DigestArgs {
-    /// The image (sealed or plain): a path or an `http://`, `https://` or `s3://` URL.
-    image: PathBuf,
-    /// Read the seal from this sidecar file (a path or a URL).
-    #[arg(long, value_name = "PATH")]
-    sidecar: Option<PathBuf>,
+    /// The image (sealed or plain), where to read it from, and what vouches for it (`--digest`,
+    /// `--key`: with `--files`, the per-file digests are then authenticated too).
+    #[command(flatten)]
+    image: crate::open::ImageArgs,
     /// Hash algorithm for a plain image (a sealed one uses its seal's).
     #[arg(long, value_name = "ALG", value_parser = ["sha256", "sha512"])]
     hash_alg: Option<String>,
     /// Print the fs-verity digest of every regular file instead, one `DIGEST PATH` line per path
-    /// (as `fsverity digest` prints them), from the digests recorded in the seal. Compare with
-    /// `cd TREE && find . -type f -printf '%P\0' | sort -z | xargs -0 fsverity digest`.
+    /// (as `fsverity digest` prints them), from the image's own per-file digest table, which the
+    /// image digest covers (computed from the verified content when the image has none). Compare
+    /// with `cd TREE && find . -type f -printf '%P\0' | sort -z | xargs -0 fsverity digest`. Exit 4
+    /// when the digests printed come from an older seal's trailer, which nothing authenticates.
     #[arg(long)]
     files: bool,
-    #[command(flatten)]
-    tls: crate::open::TlsArgs,
+    /// With `--files`: compute every file's digest from its verified content, ignoring what the
+    /// image records (authenticated digests for images sealed before the table moved into them).
+    #[arg(long, requires = "files")]
+    from_content: bool,
+    /// With `--files`: `text` (`DIGEST PATH` lines), or `ipe`: rules of an IPE (Integrity Policy
+    /// Enforcement) policy allowing exactly these files, by fs-verity digest, to run once extracted
+    /// with `sealfs extract --fsverity`.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "ipe"], requires = "files")]
+    format: String,
+    /// With `--files`: print one JSON object (the trust established, where the digests came from,
+    /// and every file).
+    #[arg(long, requires = "files", conflicts_with = "format")]
+    json: bool,
 }
+
+/// Exit code of `digest --files` when the digests printed are not covered by the image digest.
+pub const EXIT_UNAUTHENTICATED_FILES: u8 = 4;
 
 /// Runs `sealfs digest`: computes the fs-verity digest of the EROFS bytes (what `fsverity digest` prints
 /// for them) from the bytes themselves; for a sealed image, a digest different from the seal's is an error.
+/// With `--files`, the per-file digests (see [`DigestArgs::files`]).
 pub fn run_digest(args: DigestArgs) -> Result<ExitCode> {
-    let progress = TermProgress::new(false);
     let plain_alg: HashAlg = args.hash_alg.as_deref().unwrap_or("sha256").parse()?;
-    let image = location(&args.image, &args.tls)?;
+    if args.files {
+        return run_file_digests(&args, plain_alg);
+    }
+    let progress = TermProgress::new(false);
+    let image = location(&args.image.image, &args.image.tls)?;
     let sidecar = args
+        .image
         .sidecar
         .as_deref()
-        .map(|p| location(p, &args.tls))
+        .map(|p| location(p, &args.image.tls))
         .transpose()?;
-    let result = if args.files {
-        check::file_digests(image, sidecar.as_ref(), plain_alg)
-            .map(|list| print_file_digests(&args, list))
-    } else {
-        check::image_digest(image, sidecar.as_ref(), plain_alg, &progress).map(|r| {
-            println!("{}", r.digest);
-            match r.sealed {
-                Some(claimed) if claimed != r.digest => {
-                    eprintln!(
-                        "sealfs: error: {}: the seal names {claimed}, but the bytes hash to {}",
-                        args.image.display(),
-                        r.digest
-                    );
-                    Ok(ExitCode::from(1))
-                }
-                _ => Ok(ExitCode::SUCCESS),
+    let result = check::image_digest(image, sidecar.as_ref(), plain_alg, &progress).map(|r| {
+        println!("{}", r.digest);
+        match r.sealed {
+            Some(claimed) if claimed != r.digest => {
+                eprintln!(
+                    "sealfs: error: {}: the seal names {claimed}, but the bytes hash to {}",
+                    args.image.image.display(),
+                    r.digest
+                );
+                ExitCode::from(1)
             }
-        })
-    };
+            _ => ExitCode::SUCCESS,
+        }
+    });
     match result {
-        Ok(code) => code,
+        Ok(code) => Ok(code),
         Err(OpenError::Seal(what)) => {
             eprintln!("sealfs: error: {what}");
             Ok(ExitCode::from(1))
@@ -230,21 +253,75 @@ pub fn run_digest(args: DigestArgs) -> Result<ExitCode> {
     }
 }
 
-/// `sealfs digest --files`: one `DIGEST PATH` line per path.
-fn print_file_digests(args: &DigestArgs, list: check::FileDigestList) -> Result<ExitCode> {
+/// `sealfs digest --files`: the image opened as every reading command opens it (verified, with
+/// `--digest`/`--key` authenticated), then one line per path, an IPE fragment, or JSON.
+fn run_file_digests(args: &DigestArgs, plain_alg: HashAlg) -> Result<ExitCode> {
     use std::io::Write;
-    if list.computed {
-        eprintln!(
-            "sealfs: note: {}: no recorded per-file digests; hashing every file",
-            args.image.display()
-        );
-    }
+    let opened = args.image.open()?;
+    let list = check::file_digests(&opened, plain_alg, args.from_content)
+        .map_err(crate::open::open_error)?;
+    let name = args.image.image.display().to_string();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for (path, d) in list.lines {
-        write!(out, "{d} ")?;
-        out.write_all(&path)?;
-        out.write_all(b"\n")?;
+    if args.json {
+        let v = serde_json::json!({
+            "image": name,
+            "trust": list.trust.to_string(),
+            "authenticated": list.trust.is_authenticated(),
+            "file_digests": list.origin.name(),
+            "file_digests_authenticated": list.is_authenticated(),
+            "files": list.lines.iter().map(|(p, d)| serde_json::json!({
+                "path": String::from_utf8_lossy(p),
+                "digest": d.to_string(),
+            })).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{v}")?;
+    } else if args.format == "ipe" {
+        let digest = list.trust.digest().map_or("-".into(), |d| d.to_string());
+        writeln!(
+            out,
+            "# IPE rules allowing the regular files of {name} (image {digest}), by fs-verity digest;"
+        )?;
+        writeln!(
+            out,
+            "# for files extracted with `sealfs extract --fsverity`. Put them in a policy after its"
+        )?;
+        writeln!(
+            out,
+            "# `policy_name=... policy_version=...` line and DEFAULT rules."
+        )?;
+        let mut seen = std::collections::BTreeSet::new();
+        for (_, d) in &list.lines {
+            if seen.insert(d.to_string()) {
+                writeln!(out, "op=EXECUTE fsverity_digest={d} action=ALLOW")?;
+            }
+        }
+    } else {
+        for (path, d) in &list.lines {
+            write!(out, "{d} ")?;
+            out.write_all(path)?;
+            out.write_all(b"\n")?;
+        }
     }
     out.flush().map_err(|e| anyhow!(e))?;
+    drop(out);
+    use sealfs_reader::DigestOrigin;
+    match list.origin {
+        DigestOrigin::Trailer => {
+            eprintln!(
+                "sealfs: warning: {name}: UNAUTHENTICATED per-file digests: they come from the seal's trailer (written by a release before they moved into the image), which no digest or signature covers; `--from-content` computes them from the verified content"
+            );
+            return Ok(ExitCode::from(EXIT_UNAUTHENTICATED_FILES));
+        }
+        DigestOrigin::Computed if !args.from_content && !args.json => eprintln!(
+            "sealfs: note: {name}: the image records no per-file digests; computed from its content"
+        ),
+        _ => {}
+    }
+    if !list.trust.is_authenticated() && !args.json {
+        eprintln!(
+            "sealfs: note: {name}: {}; give --digest or --key to authenticate these digests",
+            list.trust
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

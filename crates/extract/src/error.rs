@@ -119,6 +119,26 @@ pub enum Warning {
         /// The first name, `DEST/relative/path`.
         first: String,
     },
+    /// The kernel's fs-verity could not be turned on for a file (the destination file system has
+    /// none: ext4 needs `tune2fs -O verity`, or it refused). Counted in
+    /// [`Summary::verity_refused`](crate::Summary::verity_refused): not restored.
+    VerityNotEnabled {
+        /// The file, `DEST/relative/path`.
+        path: String,
+        /// Why.
+        error: io::Error,
+    },
+    /// The fs-verity digest the kernel measured for a file differs from the one the image vouches
+    /// for (or there was none to compare with). Counted in
+    /// [`Summary::verity_mismatch`](crate::Summary::verity_mismatch): not restored.
+    VerityMismatch {
+        /// The file, `DEST/relative/path`.
+        path: String,
+        /// The digest the image vouches for, or why there is none.
+        expected: Result<sealfs_reader::Digest, String>,
+        /// What the kernel measured (`None`: nothing, fs-verity is not on).
+        measured: Option<sealfs_reader::Digest>,
+    },
     /// `trusted.*` and `security.*` xattrs were not set: only root may set them.
     XattrsNeedRoot {
         /// How many.
@@ -153,6 +173,23 @@ impl fmt::Display for Warning {
                     f,
                     "{path}: not linked: its first name {first} was not created"
                 )
+            }
+            Warning::VerityNotEnabled { path, error } => {
+                write!(f, "{path}: fs-verity not turned on: {error}")
+            }
+            Warning::VerityMismatch {
+                path,
+                expected,
+                measured,
+            } => {
+                let measured = measured.map_or("nothing".into(), |d| d.to_string());
+                match expected {
+                    Ok(d) => write!(
+                        f,
+                        "{path}: the kernel measures fs-verity digest {measured}, the image vouches for {d}"
+                    ),
+                    Err(why) => write!(f, "{path}: fs-verity digest {measured} not checked: {why}"),
+                }
             }
             Warning::XattrsNeedRoot { count } => write!(
                 f,

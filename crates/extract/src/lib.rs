@@ -49,8 +49,9 @@
 //! [`Summary::outcome`] sums a run up as an [`Outcome`]; the `sealfs extract` command turns it into
 //! its exit code: 0 [`Outcome::Complete`], 1 [`Outcome::ImageFault`], 2 [`Outcome::LocalError`],
 //! and 3 [`Outcome::NotRestored`]: everything was extracted, but the destination refused something
-//! the image carries (an xattr: a 60 KB value on ext4 without `ea_inode`), the way `rsync` exits 23
-//! for a partial transfer. What an unprivileged process may not do at all (owners, devices,
+//! the image carries (an xattr: a 60 KB value on ext4 without `ea_inode`; fs-verity on a file
+//! system without it, [`ExtractOptions::fsverity`]), the way `rsync` exits 23 for a partial
+//! transfer. What an unprivileged process may not do at all (owners, devices,
 //! `trusted.*`/`security.*` xattrs) is counted and warned about, but leaves the run complete, as
 //! `tar` and `rsync` treat it.
 
@@ -88,17 +89,37 @@ pub struct ExtractOptions {
     /// Worker threads writing file data; 0 runs on the current rayon pool. The result does not
     /// depend on it.
     pub threads: usize,
+    /// Turn the kernel's fs-verity on for every regular file written, and check that the digest
+    /// the kernel then measures is the one the image vouches for ([`Fsverity`]): the extracted
+    /// tree stays verified by the kernel after extraction, as composefs's object store is. A file
+    /// the destination cannot protect (no fs-verity there) or whose measured digest differs is
+    /// counted ([`Summary::verity_refused`], [`Summary::verity_mismatch`]) and warned about: not
+    /// restored ([`Outcome::NotRestored`]).
+    pub fsverity: Option<Fsverity>,
 }
 
 impl Default for ExtractOptions {
-    /// No overwrite, xattrs extracted, the current rayon pool.
+    /// No overwrite, xattrs extracted, the current rayon pool, no fs-verity.
     fn default() -> Self {
         ExtractOptions {
             overwrite: false,
             xattrs: true,
             threads: 0,
+            fsverity: None,
         }
     }
+}
+
+/// What the fs-verity digest of each extracted file must be ([`ExtractOptions::fsverity`]). Only
+/// digests the image digest covers may be given: a digest taken from an older seal's trailer
+/// vouches for nothing.
+#[derive(Clone, Debug)]
+pub enum Fsverity {
+    /// The image's own per-file digest table ([`sealfs_reader::DigestOrigin::Image`], by nid).
+    Recorded(std::sync::Arc<sealfs_reader::FileDigests>),
+    /// Computed from each file's verified content as it is extracted, with this algorithm (images
+    /// that record no table of their own: each file is read from the image a second time).
+    FromContent(sealfs_reader::HashAlg),
 }
 
 /// A progress hook that shows nothing.
@@ -130,6 +151,15 @@ pub struct Summary {
     pub xattrs_refused: u64,
     /// `trusted.*`/`security.*` xattrs not set because this process is not root.
     pub xattrs_need_root: u64,
+    /// Regular files with the kernel's fs-verity turned on and their measured digest checked
+    /// ([`ExtractOptions::fsverity`]).
+    pub verity_enabled: u64,
+    /// Regular files fs-verity could not be turned on for (the destination file system has none,
+    /// or refused): not restored.
+    pub verity_refused: u64,
+    /// Regular files whose digest, as the kernel measured it, differs from the one the image
+    /// vouches for: not restored.
+    pub verity_mismatch: u64,
     /// Devices not created because this process is not root.
     pub devices_need_root: u64,
     /// What was not extracted as the image has it, in no fixed order except that
@@ -157,7 +187,7 @@ impl Summary {
     /// How many things the destination refused to take (the count behind
     /// [`Outcome::NotRestored`]).
     pub fn not_restored(&self) -> u64 {
-        self.xattrs_refused
+        self.xattrs_refused + self.verity_refused + self.verity_mismatch
     }
 
     /// How the extraction ended.
@@ -239,6 +269,8 @@ fn run(
         refused_xattrs: AtomicU64::new(0),
         skipped_devices: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
+        fsverity: opts.fsverity.clone(),
+        verity: Default::default(),
     };
 
     let threads = rayon::current_num_threads();
@@ -283,6 +315,10 @@ fn run(
     s.xattrs_refused = ctx.refused_xattrs.load(Ordering::Relaxed);
     s.xattrs_need_root = ctx.skipped_xattrs.load(Ordering::Relaxed);
     s.devices_need_root = ctx.skipped_devices.load(Ordering::Relaxed);
+    let [enabled, refused, mismatch] = &ctx.verity;
+    s.verity_enabled = enabled.load(Ordering::Relaxed);
+    s.verity_refused = refused.load(Ordering::Relaxed);
+    s.verity_mismatch = mismatch.load(Ordering::Relaxed);
     s.warnings = ctx.warnings.into_inner().unwrap();
     if s.xattrs_need_root > 0 {
         s.warnings.push(Warning::XattrsNeedRoot {

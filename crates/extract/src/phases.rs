@@ -45,6 +45,10 @@ pub(crate) struct Ctx<'a> {
     /// Devices not made because this process is not root.
     pub(crate) skipped_devices: AtomicU64,
     pub(crate) bytes: AtomicU64,
+    /// Turn fs-verity on for each regular file, expecting these digests.
+    pub(crate) fsverity: Option<crate::Fsverity>,
+    /// Files with fs-verity on and checked, refused, and measured different.
+    pub(crate) verity: [AtomicU64; 3],
 }
 
 impl Ctx<'_> {
@@ -189,6 +193,85 @@ impl Ctx<'_> {
         if let Err(e) = sys::futimens(fd, st.mtime, st.mtime_nsec) {
             self.local(i, "set times", e);
         }
+    }
+
+    /// Turns the kernel's fs-verity on for regular file node `i`, just written through `file`
+    /// (which is closed first: no writer may remain), and checks the digest the kernel measures
+    /// against `expected`'s. Returns a read-only descriptor of the file for its metadata (the
+    /// written one, reopened, when a read-only open fails; `None`, reported, when neither opens).
+    /// What goes wrong is counted and warned about, never fatal: the file's data is right either
+    /// way.
+    fn enable_verity(
+        &self,
+        i: usize,
+        dir: BorrowedFd,
+        name: &CStr,
+        file: File,
+        expected: &crate::Fsverity,
+    ) -> Option<File> {
+        let [enabled, refused, mismatch] = &self.verity;
+        let inode = &self.nodes[i].inode;
+        let (want, alg) = match expected {
+            crate::Fsverity::Recorded(d) => (d.get(inode.nid()).copied(), d.alg()),
+            crate::Fsverity::FromContent(alg) => (None, *alg),
+        };
+        let want = match (want, expected) {
+            (Some(w), _) => Ok(w),
+            (None, crate::Fsverity::FromContent(_)) => self
+                .img
+                .file_digest_by_reading(inode, alg)
+                .map_err(|e| format!("its digest could not be computed: {e}")),
+            (None, crate::Fsverity::Recorded(_)) => {
+                Err("the image records no fs-verity digest for it".into())
+            }
+        };
+        drop(file);
+        let ro = match sys::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW, 0) {
+            Ok(fd) => File::from(fd),
+            Err(e) => {
+                refused.fetch_add(1, Ordering::Relaxed);
+                self.warn(Warning::VerityNotEnabled {
+                    path: self.dest_name(i),
+                    error: e,
+                });
+                // Its metadata is still set, through a descriptor for writing.
+                return match sys::openat(dir, name, OFlags::WRONLY | OFlags::NOFOLLOW, 0) {
+                    Ok(fd) => Some(File::from(fd)),
+                    Err(e) => {
+                        self.local(i, "reopen", e);
+                        None
+                    }
+                };
+            }
+        };
+        let params = sealfs_reader::files::file_params(alg);
+        match sealfs_reader::enable_kernel_verity(&ro, &params) {
+            Ok(()) => {}
+            Err(e) if is(&e, Errno::EXIST) => {}
+            Err(e) => {
+                refused.fetch_add(1, Ordering::Relaxed);
+                self.warn(Warning::VerityNotEnabled {
+                    path: self.dest_name(i),
+                    error: e,
+                });
+                return Some(ro);
+            }
+        }
+        let measured = sealfs_reader::kernel_verity_digest(&ro);
+        match (want, measured) {
+            (Ok(w), Some(m)) if w == m => {
+                enabled.fetch_add(1, Ordering::Relaxed);
+            }
+            (want, measured) => {
+                mismatch.fetch_add(1, Ordering::Relaxed);
+                self.warn(Warning::VerityMismatch {
+                    path: self.dest_name(i),
+                    expected: want,
+                    measured,
+                });
+            }
+        }
+        Some(ro)
     }
 
     /// The same for a symlink or special file, by name in its directory.
@@ -603,6 +686,7 @@ fn write_file(
     };
     let copied = copy(&mut buf);
     BUF.set(buf);
+    let copied_ok = copied.is_ok();
     if let Err(e) = copied {
         // The typed error decides: the image is at fault (the data could not be read), so the
         // file holds wrong or missing bytes and goes; a local error leaves what was written.
@@ -619,7 +703,13 @@ fn write_file(
             return Outcome::Removed;
         }
     }
-    ctx.finish_file(i, file.as_fd(), own_group);
+    let file = match &ctx.fsverity {
+        Some(expected) if copied_ok => ctx.enable_verity(i, dir, &name, file, expected),
+        _ => Some(file),
+    };
+    if let Some(file) = file {
+        ctx.finish_file(i, file.as_fd(), own_group);
+    }
     Outcome::Written
 }
 

@@ -18,7 +18,6 @@
 //! themselves when released, so [`unmount`] finds and removes what a mount left behind even after a
 //! crash between setting up and mounting. [`chain`] reports the devices under a mount.
 
-mod sys;
 pub mod sysfs;
 mod table;
 
@@ -351,7 +350,7 @@ fn mount_fs_verity(
     let measured = match sealfs_reader::kernel_verity_digest(&file) {
         Some(d) => d,
         None => {
-            match sys::enable_verity(&file, &seal.params) {
+            match sealfs_reader::enable_kernel_verity(&file, &seal.params) {
                 Ok(()) => {}
                 // Someone else turned it on meanwhile: measure what they made.
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}

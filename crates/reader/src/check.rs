@@ -7,8 +7,9 @@
 //! not be the EROFS block size: [`Problem::byte_range`] gives the bytes.
 
 use crate::error::Error;
+use crate::files::DigestOrigin;
 use crate::image::{Image, Options};
-use crate::open::Source;
+use crate::open::{OpenedImage, Source};
 use crate::seal::{find_seal, Found, OpenError, Seal};
 use crate::source::{ReadAt, SubRange};
 use rayon::prelude::*;
@@ -57,6 +58,8 @@ pub enum Problem {
         /// What is wrong.
         what: String,
     },
+    /// The image's per-file digest table is malformed, or lists what is no regular file.
+    FileTable(String),
     /// A block of the stored Merkle tree does not match its parent (or the root).
     TreeBlock {
         /// Tree level (0 hashes data blocks).
@@ -108,7 +111,7 @@ impl std::fmt::Display for Problem {
             Problem::TreeBlock { level, index } => {
                 write!(f, "Merkle tree level {level} block {index} is damaged")
             }
-            Problem::Trailer(what) => write!(f, "{what}"),
+            Problem::Trailer(what) | Problem::FileTable(what) => write!(f, "{what}"),
             Problem::Signature(refusal) => write!(f, "{refusal}"),
             Problem::Digest { expected, actual } => {
                 write!(f, "digest mismatch: expected {expected}, image is {actual}")
@@ -129,6 +132,8 @@ pub struct CheckOptions {
     pub keys: Vec<sealfs_trust::PublicKey>,
     /// Detached signatures (see [`crate::OpenOptions::signatures`]).
     pub signatures: Option<Source>,
+    /// Rollback protection (see [`crate::OpenOptions::min_version`]; needs keys).
+    pub min_version: Option<sealfs_trust::Version>,
     /// Stop listing Merkle problems after this many.
     pub max_problems: usize,
 }
@@ -140,6 +145,7 @@ impl Default for CheckOptions {
             sidecar: None,
             keys: Vec::new(),
             signatures: None,
+            min_version: None,
             max_problems: 100,
         }
     }
@@ -162,6 +168,9 @@ pub struct Report {
     /// Things the check could not do, which are not problems of the image's content (for example
     /// naming the owner of a damaged block when the metadata is damaged too).
     pub notes: Vec<String>,
+    /// Where the per-file digests checked came from (the image's own table, or an older seal's
+    /// trailer, which nothing covers); `None` when the image records none.
+    pub file_digests: Option<DigestOrigin>,
 }
 
 impl Report {
@@ -237,6 +246,12 @@ pub fn check(
     progress: &dyn Progress,
 ) -> Result<Report, OpenError> {
     let source = source.into();
+    if options.min_version.is_some() && options.keys.is_empty() {
+        return Err(OpenError::Refused(format!(
+            "{}: a minimum version needs a key: only a signed statement carries a version",
+            source.name()
+        )));
+    }
     let c = match open_for_check(source.clone(), options.sidecar.as_ref()) {
         Err(OpenError::Seal(what)) => {
             return Ok(Report {
@@ -246,6 +261,7 @@ pub fn check(
                 signed_by: None,
                 sealed: true,
                 notes: Vec::new(),
+                file_digests: None,
             })
         }
         Err(e) => return Err(e),
@@ -282,6 +298,7 @@ pub fn check(
                 signed_by: None,
                 sealed: false,
                 notes: Vec::new(),
+                file_digests: None,
             })
         }
         Found::Sealed(seal) => {
@@ -313,7 +330,7 @@ pub fn check(
             })
             .collect();
             let mut notes = Vec::new();
-            check_files(&c.image, seal, &leaves, &mut problems, &mut notes);
+            let file_digests = check_files(&c.image, seal, &leaves, &mut problems, &mut notes);
             let actual = seal.digest();
             if let Some(expected) = &options.digest {
                 if &actual != expected {
@@ -334,6 +351,7 @@ pub fn check(
                                 &seal.params,
                                 &actual,
                                 seal.erofs_length(),
+                                options.min_version.as_ref(),
                             )
                         });
                 match checked {
@@ -348,6 +366,7 @@ pub fn check(
                 signed_by,
                 sealed: true,
                 notes,
+                file_digests,
             })
         }
     }
@@ -370,17 +389,17 @@ fn path_text(p: &[u8]) -> String {
 /// Names the owners of damaged blocks and checks the per-file digests against the image content
 /// (from the level-0 hashes already computed when they use the same parameters). The walk reads the
 /// image through the reader; where damaged metadata stops it, blocks stay unnamed (with a note).
+///
+/// The digests checked are the image's own table (its bytes were just checked as data blocks), or,
+/// for a seal of an earlier release, the trailer's section, which a note calls unauthenticated.
+/// Returns where the digests checked came from.
 fn check_files(
     image: &Arc<dyn ReadAt>,
     seal: &Seal,
     leaves: &[u8],
     problems: &mut Vec<Problem>,
     notes: &mut Vec<String>,
-) {
-    let recorded = seal.file_digests();
-    if let Err(what) = &recorded {
-        problems.push(Problem::Trailer(what.clone()));
-    }
+) -> Option<DigestOrigin> {
     let walk = unverified(image, seal.erofs_length()).and_then(|img| {
         let files = img.regular_files()?;
         Ok((img, files))
@@ -389,11 +408,39 @@ fn check_files(
         Ok(x) => x,
         Err(e) => {
             notes.push(format!("cannot walk the image to name files: {e}"));
-            return;
+            return None;
         }
     };
     name_owners(&img, &files, problems);
-    let Ok(Some(recorded)) = recorded else { return };
+    let recorded = match img.file_table() {
+        Ok(Some(table)) => {
+            if seal.header.files_length.get() != 0 {
+                problems.push(Problem::Trailer(
+                    crate::files::TRAILER_SECTION_WITH_TABLE.into(),
+                ));
+            }
+            table
+        }
+        Ok(None) => match seal.file_digests() {
+            Ok(Some(trailer)) => {
+                notes.push(
+                    "the per-file digests are in the seal's trailer, where no digest or signature covers them (a seal written before they moved into the image); `sealfs digest --files` flags them unauthenticated"
+                        .into(),
+                );
+                trailer
+            }
+            Ok(None) => return None,
+            Err(what) => {
+                problems.push(Problem::Trailer(what));
+                return None;
+            }
+        },
+        Err(e) => {
+            problems.push(Problem::FileTable(e.to_string()));
+            return None;
+        }
+    };
+    let origin = recorded.origin();
     let alg = recorded.alg();
     let fparams = crate::files::file_params(alg);
     let share = seal.params == fparams;
@@ -410,7 +457,7 @@ fn check_files(
         .par_iter()
         .map(|(nid, want)| {
             let Some(paths) = files.get(nid) else {
-                return Some(Problem::Trailer(format!(
+                return Some(Problem::FileTable(format!(
                     "per-file digest for nid {nid}, which is no regular file of the image"
                 )));
             };
@@ -436,6 +483,7 @@ fn check_files(
         })
         .collect();
     problems.extend(results.into_iter().flatten());
+    Some(origin)
 }
 
 /// Fills in the owner of every damaged data block: the file whose stored data (blocks, inline tail
@@ -515,46 +563,51 @@ pub fn image_digest(
     })
 }
 
-/// Every regular file's digest with its paths: the digests the seal records, or, for a plain image,
-/// computed by reading with `plain_alg` (`computed` is then true). Sorted by path.
+/// Every regular file's digest with its paths, for an image opened with [`crate::open()`] (so every
+/// byte read, the image's own table included, is verified as `opened.trust` says): the digests the
+/// image records ([`OpenedImage::recorded_file_digests`]: its own table, or an older seal's trailer,
+/// which the result flags), or, when it records none or `from_content` asks, computed from its
+/// content as read (the seal's algorithm; for a plain image, `plain_alg`). Sorted by path.
 pub fn file_digests(
-    source: impl Into<Source>,
-    sidecar: Option<&Source>,
+    opened: &OpenedImage,
     plain_alg: HashAlg,
+    from_content: bool,
 ) -> Result<FileDigestList, OpenError> {
-    let c = open_for_check(source.into(), sidecar)?;
-    let fault = |what: String| OpenError::Seal(format!("{}: {what}", c.name));
-    let recorded = match &c.found {
-        Found::Plain(_) => None,
-        Found::Sealed(seal) => seal.file_digests().map_err(&fault)?,
-    };
     let image_err = |source: Error| OpenError::Image {
-        name: c.name.clone(),
+        name: opened.name.clone(),
         source,
     };
-    let img = unverified(&c.image, c.found.erofs_length()).map_err(image_err)?;
-    let computed = recorded.is_none();
-    let digests: HashMap<u64, Digest> = match recorded {
-        Some(d) => d.entries().iter().copied().collect(),
-        None => img
-            .compute_file_digests(plain_alg)
-            .map_err(image_err)?
-            .into_iter()
-            .collect(),
+    let recorded = if from_content {
+        None
+    } else {
+        opened.recorded_file_digests()?
+    };
+    let img = &opened.image;
+    let (digests, origin): (HashMap<u64, Digest>, DigestOrigin) = match recorded {
+        Some(d) => (d.entries().iter().copied().collect(), d.origin()),
+        None => {
+            let alg = opened.seal.as_ref().map_or(plain_alg, |s| s.params.alg());
+            let computed = img.compute_file_digests(alg).map_err(image_err)?;
+            (computed.into_iter().collect(), DigestOrigin::Computed)
+        }
     };
     let mut lines = Vec::new();
     for (nid, paths) in img.regular_files().map_err(image_err)? {
         let d = digests.get(&nid).ok_or_else(|| {
-            OpenError::Refused(format!(
+            OpenError::Seal(format!(
                 "{}: no recorded digest for nid {nid} (/{})",
-                c.name,
+                opened.name,
                 path_text(&paths[0])
             ))
         })?;
         lines.extend(paths.into_iter().map(|p| (p, *d)));
     }
     lines.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(FileDigestList { lines, computed })
+    Ok(FileDigestList {
+        lines,
+        origin,
+        trust: opened.trust.clone(),
+    })
 }
 
 /// What [`file_digests`] found.
@@ -562,6 +615,17 @@ pub fn file_digests(
 pub struct FileDigestList {
     /// `(path relative to the root, digest)`, sorted by path; a hard-linked file once per path.
     pub lines: Vec<(Vec<u8>, Digest)>,
-    /// The image records no per-file digests: they were computed by reading.
-    pub computed: bool,
+    /// Where the digests came from: the image's own table or its content (as trustworthy as the
+    /// image: see `trust`), or an older seal's trailer, which nothing covers.
+    pub origin: DigestOrigin,
+    /// What opening the image established.
+    pub trust: crate::Trust,
+}
+
+impl FileDigestList {
+    /// Whether what vouches for the image (a digest or key given, see `trust`) also vouches for
+    /// these digests: they are covered by the image digest and the image was authenticated.
+    pub fn is_authenticated(&self) -> bool {
+        self.origin.is_covered() && self.trust.is_authenticated()
+    }
 }

@@ -1,6 +1,7 @@
 //! Regular files of an image and their fs-verity digests (4 KiB blocks, no salt: what
-//! `fsverity digest` prints for the file), computed either from the image's level-0 hashes (no
-//! re-hashing of data the seal already hashed) or by reading the file.
+//! `fsverity digest` prints for the file): recorded in the image's own per-file digest table (inside
+//! the EROFS bytes, so covered by the image digest: [`Image::file_table`]), or computed either from
+//! the image's level-0 hashes (no re-hashing of data the seal already hashed) or by reading the file.
 
 use crate::data::ExtentKind;
 use crate::error::{Error, Location, Result};
@@ -12,6 +13,93 @@ use sealfs_format::FILE_DIGESTS_LOG_BLOCKSIZE;
 use sealfs_verity::{BlockHasher, Digest, HashAlg, Params, Tree, TreeBuilder};
 use std::collections::BTreeMap;
 use std::ops::Range;
+
+/// Where a set of per-file digests came from, which decides how far they can be trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DigestOrigin {
+    /// The image's own table, inside the EROFS bytes: as trustworthy as the image digest (read
+    /// through the reader, so verified as the image is).
+    Image,
+    /// Computed from the image's content as read (verified as the image is).
+    Computed,
+    /// The per-file section of a seal trailer written by releases before the table moved into the
+    /// EROFS bytes: no digest or signature covers it, so anyone can change it.
+    Trailer,
+}
+
+impl DigestOrigin {
+    /// Whether the image digest (or what vouches for it) also vouches for these digests.
+    pub fn is_covered(self) -> bool {
+        !matches!(self, DigestOrigin::Trailer)
+    }
+
+    /// A short name (`image`, `computed`, `trailer`), as `--json` output carries it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DigestOrigin::Image => "image",
+            DigestOrigin::Computed => "computed",
+            DigestOrigin::Trailer => "trailer",
+        }
+    }
+}
+
+/// Per-file fs-verity digests (4 KiB blocks, no salt: what `fsverity digest` prints for each regular
+/// file), by nid, with where they came from.
+#[derive(Clone, Debug)]
+pub struct FileDigests {
+    alg: HashAlg,
+    entries: Vec<(u64, Digest)>,
+    origin: DigestOrigin,
+}
+
+impl FileDigests {
+    /// Digests of `alg`, `entries` sorted by nid.
+    pub fn new(alg: HashAlg, entries: Vec<(u64, Digest)>, origin: DigestOrigin) -> FileDigests {
+        debug_assert!(entries.windows(2).all(|w| w[0].0 < w[1].0));
+        FileDigests {
+            alg,
+            entries,
+            origin,
+        }
+    }
+
+    /// Their hash algorithm.
+    pub fn alg(&self) -> HashAlg {
+        self.alg
+    }
+
+    /// Where they came from.
+    pub fn origin(&self) -> DigestOrigin {
+        self.origin
+    }
+
+    /// The digest of the regular file with inode number `nid`.
+    pub fn get(&self, nid: u64) -> Option<&Digest> {
+        self.entries
+            .binary_search_by_key(&nid, |(n, _)| *n)
+            .ok()
+            .map(|i| &self.entries[i].1)
+    }
+
+    /// Every `(nid, digest)`, sorted by nid.
+    pub fn entries(&self) -> &[(u64, Digest)] {
+        &self.entries
+    }
+
+    /// Number of files.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no file has a digest.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Why a seal whose image has its own per-file digest table is refused when its trailer has a
+/// per-file section too (the writer never writes both).
+pub const TRAILER_SECTION_WITH_TABLE: &str = "the seal's trailer has a per-file digest section, which no image with its own per-file digest table has: refused (it was added to the trailer, where nothing covers it)";
 
 /// Block size of per-file digests.
 pub const FILE_BLOCK: u64 = 1 << FILE_DIGESTS_LOG_BLOCKSIZE;
@@ -26,6 +114,48 @@ fn verity_error(inode: &Inode, e: sealfs_verity::Error) -> Error {
 }
 
 impl Image {
+    /// The per-file digest table this image carries in its own bytes (docs/format.md §8), read
+    /// through the reader, so verified as every other block is: `None` when the image has none (an
+    /// image another tool made, an unsealed build, a tree without regular files). A locator or
+    /// table that breaks the format's rules is an [`Error::Corrupted`] naming it.
+    pub fn file_table(&self) -> Result<Option<FileDigests>> {
+        use sealfs_format::FileTable;
+        let at = Location::image();
+        let corrupted = |e: sealfs_format::FileTableError| Error::corrupted(e.0, at);
+        let Some(locator) = self.file_table_locator()? else {
+            return Ok(None);
+        };
+        // The length was checked against the image's, so this allocation is bounded by it.
+        let len = locator.table_length.get() as usize;
+        let mut bytes = Vec::new();
+        bytes
+            .try_reserve_exact(len)
+            .map_err(|_| Error::corrupted(format!("per-file digest table of {len} bytes"), at))?;
+        bytes.resize(len, 0);
+        self.read_raw(locator.table_offset.get(), &mut bytes)?;
+        let table = FileTable::parse(&locator, &bytes).map_err(corrupted)?;
+        let alg = HashAlg::from_id(locator.hash_algorithm)
+            .map_err(|e| Error::corrupted(format!("per-file digest table: {e}"), at))?;
+        let entries = table
+            .iter()
+            .map(|(nid, d)| (nid, Digest::new(alg, d).expect("the locator's digest size")))
+            .collect();
+        Ok(Some(FileDigests::new(alg, entries, DigestOrigin::Image)))
+    }
+
+    /// The locator of the image's per-file digest table (the first 64 bytes of block 0, read and
+    /// verified with the superblock), checked: `None` when the image has no table. Cheap: the
+    /// table itself is not read ([`Image::file_table`] reads it).
+    pub fn file_table_locator(&self) -> Result<Option<sealfs_format::FileTableLocator>> {
+        use sealfs_format::{FileTableLocator, FILE_TABLE_LOCATOR_SIZE};
+        let mut head = [0u8; FILE_TABLE_LOCATOR_SIZE];
+        self.read_raw(sealfs_format::FILE_TABLE_LOCATOR_OFFSET, &mut head)?;
+        let sb = self.superblock();
+        let erofs_length = (sb.blocks << sb.blkszbits).min(self.len());
+        FileTableLocator::parse(&head, erofs_length)
+            .map_err(|e| Error::corrupted(e.0, Location::image()))
+    }
+
     /// Every regular file's paths (relative to the root, raw bytes, sorted) by nid; hard links give
     /// several paths. The first error met ends the walk.
     pub fn regular_files(&self) -> Result<BTreeMap<u64, Vec<Vec<u8>>>> {

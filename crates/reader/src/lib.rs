@@ -90,12 +90,14 @@ pub use data::{Extent, ExtentKind};
 pub use decompress::DEFAULT_CLUSTER_CACHE_BYTES;
 pub use dir::{DirEntry, ReadDir};
 pub use error::{Error, Location, Result};
+pub use files::{DigestOrigin, FileDigests};
 pub use image::{Image, Options, DEFAULT_CACHE_BLOCKS};
 pub use inode::{FileType, Inode, Stat};
 pub use namei::Follow;
 pub use open::{open, Authority, Checker, OpenOptions, OpenedImage, Source, Trust, VerifyMode};
-pub use seal::{find_seal, FileDigests, Found, OpenError, Seal};
+pub use seal::{find_seal, Found, OpenError, Seal};
 pub use sealfs_format::DataLayout;
+pub use sealfs_verity::{Digest, HashAlg};
 #[cfg(unix)]
 pub use source::SplitFile;
 pub use source::{BlockSource, PlainBlocks, ReadAt, SubRange};
@@ -103,7 +105,8 @@ pub use stats::StatsSnapshot;
 pub use store::{BlockStore, Region, StoreProvider};
 pub use superblock::{ComprInfo, SuperInfo};
 pub use verified::{
-    kernel_verity_digest, SealInfo, VerifiedBlocks, VerifyStats, READAHEAD_FETCHERS,
+    enable_kernel_verity, kernel_verity_digest, SealInfo, VerifiedBlocks, VerifyStats,
+    READAHEAD_FETCHERS,
 };
 pub use walk::{join_path, show_path, ReadAhead, Visit, WalkEntry, WalkEvent};
 pub use xattr::{LongPrefix, XattrBody};

@@ -18,8 +18,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use crate::files::FileDigests;
 use crate::image::{Image, Options};
-use crate::seal::{find_seal, FileDigests, Found, OpenError, Seal};
+use crate::seal::{find_seal, Found, OpenError, Seal};
 use crate::source::{ReadAt, SplitFile};
 use crate::verified::{kernel_verity_digest, VerifiedBlocks, DEFAULT_HASH_CACHE_BLOCKS};
 use sealfs_verity::Digest;
@@ -228,6 +229,10 @@ pub struct OpenOptions {
     /// it, `IMAGE.sig` beside a [`Source::Path`] image is read when it exists. They are considered
     /// together with the seal's own signatures.
     pub signatures: Option<Source>,
+    /// Rollback protection: the signature that authenticates the image (so [`OpenOptions::keys`]
+    /// must be given) must carry a version at or above this one; an older image, however validly
+    /// signed, is refused ([`sealfs_trust::Refusal::Rollback`]).
+    pub min_version: Option<sealfs_trust::Version>,
     /// How reads are checked.
     pub verify: VerifyMode,
     /// Verified image blocks kept in memory (metadata and small reads).
@@ -263,6 +268,7 @@ impl Default for OpenOptions {
             sidecar: None,
             keys: Vec::new(),
             signatures: None,
+            min_version: None,
             verify: VerifyMode::Full,
             cache_blocks: reader.cache_blocks,
             cluster_cache_bytes: reader.cluster_cache_bytes,
@@ -291,6 +297,12 @@ impl OpenOptions {
     /// Accept the image when one of these keys signed it.
     pub fn keys(mut self, keys: impl IntoIterator<Item = sealfs_trust::PublicKey>) -> OpenOptions {
         self.keys.extend(keys);
+        self
+    }
+
+    /// Refuse images signed with a version below `minimum` (see [`OpenOptions::min_version`]).
+    pub fn min_version(mut self, minimum: sealfs_trust::Version) -> OpenOptions {
+        self.min_version = Some(minimum);
         self
     }
 
@@ -327,8 +339,11 @@ pub struct OpenedImage {
     pub image_length: u64,
     /// The verifying block source, when reads are verified here (its statistics).
     pub verified: Option<Arc<VerifiedBlocks>>,
-    /// With [`VerifyMode::Double`]: the per-file digests the seal records.
+    /// With [`VerifyMode::Double`]: the per-file digests the image records
+    /// ([`OpenedImage::recorded_file_digests`]).
     pub file_digests: Option<Arc<FileDigests>>,
+    /// The image's name in messages (its path or URL).
+    pub name: String,
 }
 
 impl std::fmt::Debug for OpenedImage {
@@ -423,6 +438,7 @@ fn authenticate_seal(
         &seal.params,
         digest,
         seal.erofs_length(),
+        options.min_version.as_ref(),
     )
     .map(|(fingerprint, _)| fingerprint)
 }
@@ -433,6 +449,12 @@ fn authenticate_seal(
 /// checked against it.
 pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedImage, OpenError> {
     let source = source.into();
+    if options.min_version.is_some() && options.keys.is_empty() {
+        return Err(OpenError::Refused(format!(
+            "{}: a minimum version needs a key: only a signed statement carries a version",
+            source.name()
+        )));
+    }
     let data = open_source(&source)?;
     let sidecar = options.sidecar.as_ref().map(open_source).transpose()?;
     let name = data.name.clone();
@@ -486,20 +508,11 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
         ),
         _ => None,
     };
-    let file_digests = if options.verify == VerifyMode::Double {
-        let seal = seal.as_ref().ok_or_else(|| {
-            OpenError::Refused(format!("{name}: --verify=double needs a sealed image"))
-        })?;
-        let recorded = seal
-            .file_digests()
-            .map_err(|e| OpenError::Seal(format!("{name}: {e}")))?
-            .ok_or_else(|| OpenError::Refused(format!(
-                "{name}: the seal records no per-file digests, so --verify=double has nothing to check files against"
-            )))?;
-        Some(Arc::new(recorded))
-    } else {
-        None
-    };
+    if options.verify == VerifyMode::Double && seal.is_none() {
+        return Err(OpenError::Refused(format!(
+            "{name}: --verify=double needs a sealed image"
+        )));
+    }
     let reader_options = Options {
         cluster_cache_bytes: options.cluster_cache_bytes,
         cache_blocks: options.cache_blocks,
@@ -580,6 +593,16 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
                     "{name}: the seal covers {erofs_length} bytes, the superblock claims {claimed}"
                 )));
             }
+            // An image with its own per-file digest table never has a per-file section in its
+            // trailer: one there was put by someone else (docs/format.md §8.5).
+            if seal.header.files_length.get() != 0
+                && image.file_table_locator().map_err(open_err)?.is_some()
+            {
+                return Err(OpenError::Seal(format!(
+                    "{name}: {}",
+                    crate::files::TRAILER_SECTION_WITH_TABLE
+                )));
+            }
             (image, Some(blocks))
         }
         _ => {
@@ -588,13 +611,47 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
             (image, None)
         }
     };
-    Ok(OpenedImage {
+    let mut opened = OpenedImage {
         image,
         trust,
         seal,
         erofs_length,
         image_length,
         verified,
-        file_digests,
-    })
+        file_digests: None,
+        name: name.clone(),
+    };
+    if options.verify == VerifyMode::Double {
+        let recorded = opened.recorded_file_digests()?.ok_or_else(|| {
+            OpenError::Refused(format!(
+                "{name}: the image records no per-file digests, so --verify=double has nothing to check files against"
+            ))
+        })?;
+        opened.file_digests = Some(Arc::new(recorded));
+    }
+    Ok(opened)
+}
+
+impl OpenedImage {
+    /// The per-file digests the image records: its own table (inside the EROFS bytes, read and
+    /// verified as any block: [`crate::DigestOrigin::Image`]), or, for a seal written before the
+    /// table moved there, the trailer's section ([`crate::DigestOrigin::Trailer`]: no digest
+    /// covers it, and the result says so). `None` when neither exists (an image another tool made
+    /// and `sealfs seal` sealed: compute them from the content,
+    /// [`Image::compute_file_digests`]). When the image has a table, a trailer section is ignored.
+    pub fn recorded_file_digests(&self) -> Result<Option<FileDigests>, OpenError> {
+        let name = || self.name.clone();
+        if let Some(table) = self.image.file_table().map_err(|source| OpenError::Image {
+            name: name(),
+            source,
+        })? {
+            return Ok(Some(table));
+        }
+        match &self.seal {
+            Some(seal) => seal
+                .file_digests()
+                .map_err(|e| OpenError::Seal(format!("{}: {e}", name()))),
+            None => Ok(None),
+        }
+    }
 }

@@ -8,6 +8,7 @@
 //! size the parameters give. What it returns is still only *self-consistent*: authenticity comes from
 //! a digest (or key) given from outside, which [`crate::open()`] compares with [`Seal::digest`].
 
+use crate::files::{DigestOrigin, FileDigests};
 use crate::source::ReadAt;
 use sealfs_format::{self as fmt, FromBytes, SealError, SealFooter, SealHeader};
 use sealfs_verity::{Digest, HashAlg, Params, TreeGeometry};
@@ -174,8 +175,12 @@ impl Seal {
         sealfs_trust::parse_section(&bytes).map_err(sealfs_trust::Refusal::Section)
     }
 
-    /// The per-file digest section, checked against the header's CRC and parsed; `None` when the seal
-    /// has none. The error text says what is wrong.
+    /// The per-file digest section of the trailer, checked against the header's CRC and parsed;
+    /// `None` when the seal has none. The error text says what is wrong.
+    ///
+    /// Only seals written before per-file digests moved into the EROFS bytes carry this section: the
+    /// image digest does not cover it, so what it says is [`DigestOrigin::Trailer`], unauthenticated
+    /// (a reader prefers the image's own table, [`crate::Image::file_table`], and says so).
     pub fn file_digests(&self) -> Result<Option<FileDigests>, String> {
         let h = &self.header;
         if h.files_length.get() == 0 {
@@ -198,45 +203,7 @@ impl Seal {
             .iter()
             .map(|(nid, d)| Ok((nid, Digest::new(alg, d).map_err(|e| e.to_string())?)))
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Some(FileDigests { alg, entries }))
-    }
-}
-
-/// The per-file fs-verity digests a seal records (4 KiB blocks, no salt: what `fsverity digest`
-/// prints for each regular file), by nid.
-#[derive(Clone, Debug)]
-pub struct FileDigests {
-    alg: HashAlg,
-    entries: Vec<(u64, Digest)>,
-}
-
-impl FileDigests {
-    /// Their hash algorithm.
-    pub fn alg(&self) -> HashAlg {
-        self.alg
-    }
-
-    /// The digest of the regular file with inode number `nid`.
-    pub fn get(&self, nid: u64) -> Option<&Digest> {
-        self.entries
-            .binary_search_by_key(&nid, |(n, _)| *n)
-            .ok()
-            .map(|i| &self.entries[i].1)
-    }
-
-    /// Every `(nid, digest)`, sorted by nid.
-    pub fn entries(&self) -> &[(u64, Digest)] {
-        &self.entries
-    }
-
-    /// Number of files.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether no file has a digest.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        Ok(Some(FileDigests::new(alg, entries, DigestOrigin::Trailer)))
     }
 }
 

@@ -1190,7 +1190,7 @@ impl VerifiedBlocks {
     }
 }
 
-pub use crate::sys::kernel_verity_digest;
+pub use crate::sys::{enable_kernel_verity, kernel_verity_digest};
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,7 @@
 //! interesting values, truncations, insertions, deletions, copies; fixed seeds); and verified opens:
 //! `fuzz/corpus/verified_open_walk`, `fuzz_regressions/verified`, and each seed under honest
 //! Merkle trees (random parameters, attached or sidecar, cache sizes) with damage, and as raw seals.
-//! The seal targets: `fuzz/corpus/{seal_trailer,file_digests,signatures,sealed_open}` and
+//! The seal targets: `fuzz/corpus/{seal_trailer,file_digests,file_table,signatures,sealed_open}` and
 //! `fuzz_regressions/<target>`, each as it is and with deterministic mutations (half of them in the
 //! trailer at the end).
 //!
@@ -324,9 +324,10 @@ fn mutate_seal(base: &[u8], rng: &mut Rng) -> (Vec<u8>, String) {
 fn seal_corpora_never_panic() {
     let mut f = failures();
     type Target = (&'static str, fn(&[u8]), u64);
-    let targets: [Target; 4] = [
+    let targets: [Target; 5] = [
         ("seal_trailer", harness::seal_trailer, SEAL_MUTATIONS),
         ("file_digests", harness::file_digests, SEAL_MUTATIONS),
+        ("file_table", harness::file_table, SEAL_MUTATIONS),
         ("signatures", harness::signatures, SEAL_MUTATIONS),
         ("sealed_open", harness::sealed_open, SEALED_OPEN_MUTATIONS),
     ];

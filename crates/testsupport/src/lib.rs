@@ -27,6 +27,7 @@
 
 pub mod compare;
 pub mod erofs_utils;
+pub mod filetable;
 pub mod fixture;
 pub mod mount;
 pub mod rng;

@@ -1,6 +1,6 @@
 //! Signature entries, the signature section, and the check a reader makes with its keys.
 
-use crate::{Fingerprint, PublicKey, Statement};
+use crate::{Fingerprint, PublicKey, Statement, Version};
 use sealfs_format as fmt;
 use sealfs_verity::{Digest, Params};
 
@@ -90,6 +90,17 @@ pub enum Refusal {
     /// The signature section (or `IMAGE.sig`) cannot be parsed.
     #[error("damaged signature section: {0}")]
     Section(String),
+    /// Signatures by given keys bind this seal, but none vouches for a version at or above the
+    /// floor: an older image, validly signed (a rollback), or a statement without a version.
+    #[error("signed by {fingerprint} {}, below the minimum version {minimum}: refused as a possible rollback", match .version { Some(v) => format!("as version {v}"), None => "without a version".into() })]
+    Rollback {
+        /// The signer of the newest such statement.
+        fingerprint: Fingerprint,
+        /// The version it names (`None`: no version, or text that is not a version).
+        version: Option<String>,
+        /// The floor given.
+        minimum: Version,
+    },
 }
 
 fn list(f: &[Fingerprint]) -> String {
@@ -100,19 +111,23 @@ fn list(f: &[Fingerprint]) -> String {
 }
 
 /// The one check at open: some signature by one of `keys` verifies over a statement that binds this
-/// seal (`params`, `digest`, `erofs_length`). On success, the signer and its statement; otherwise
-/// why not, the most telling reason first (a damaged signature by a given key, then a statement for
-/// another image, then unknown keys, then none at all).
+/// seal (`params`, `digest`, `erofs_length`) and, when `min_version` is given, names a
+/// [`Version`] at or above it (rollback protection: an older image, however validly signed, is
+/// refused). On success, the signer and its statement; otherwise why not, the most telling reason
+/// first (a rollback, then a damaged signature by a given key, then a statement for another image,
+/// then unknown keys, then none at all).
 pub fn authenticate(
     signatures: &[Signature],
     keys: &[PublicKey],
     params: &Params,
     digest: &Digest,
     erofs_length: u64,
+    min_version: Option<&Version>,
 ) -> Result<(Fingerprint, Statement), Refusal> {
     if signatures.is_empty() {
         return Err(Refusal::NotSigned);
     }
+    let mut rollback: Option<(Option<Version>, Refusal)> = None;
     let mut damaged = None;
     let mut other = None;
     let mut unknown = Vec::new();
@@ -142,7 +157,24 @@ pub fn authenticate(
             }
         };
         match statement.binds(params, digest, erofs_length) {
-            Ok(()) => return Ok((fingerprint, statement)),
+            Ok(()) => {
+                let Some(minimum) = min_version else {
+                    return Ok((fingerprint, statement));
+                };
+                let version = statement.version.as_deref().and_then(|v| v.parse().ok());
+                if version.as_ref().is_some_and(|v| v >= minimum) {
+                    return Ok((fingerprint, statement));
+                }
+                // Report the newest version offered.
+                if rollback.as_ref().is_none_or(|(best, _)| version > *best) {
+                    let refusal = Refusal::Rollback {
+                        fingerprint,
+                        version: statement.version.clone(),
+                        minimum: minimum.clone(),
+                    };
+                    rollback = Some((version, refusal));
+                }
+            }
             Err(field) => {
                 other.get_or_insert(Refusal::OtherImage {
                     fingerprint,
@@ -152,5 +184,9 @@ pub fn authenticate(
             }
         }
     }
-    Err(damaged.or(other).unwrap_or(Refusal::UnknownKeys(unknown)))
+    Err(rollback
+        .map(|(_, r)| r)
+        .or(damaged)
+        .or(other)
+        .unwrap_or(Refusal::UnknownKeys(unknown)))
 }

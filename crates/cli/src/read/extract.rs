@@ -8,7 +8,7 @@ use crate::open::ImageArgs;
 use crate::progress::TermProgress;
 use anyhow::Result;
 use clap::Args;
-use sealfs_extract::{ExtractError, ExtractOptions, Outcome, Summary};
+use sealfs_extract::{ExtractError, ExtractOptions, Fsverity, Outcome, Summary};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,7 +28,8 @@ pub const EXIT_NOT_RESTORED: u8 = 3;
                   failure, unsafe content: what it touches is not extracted, no file with wrong \
                   data is left); 2 could not run, or a local error (permissions, space); 3 \
                   everything extracted, but the destination refused something (an xattr, such as \
-                  a large value on ext4 without ea_inode): not restored, counted in the summary. \
+                  a large value on ext4 without ea_inode; fs-verity with --fsverity, or a digest \
+                  other than the image vouches for): not restored, counted in the summary. \
                   What only root may restore (owners, devices, trusted.*/security.* xattrs) is a \
                   warning when not root, exit 0."
 )]
@@ -51,6 +52,13 @@ pub struct ExtractArgs {
     /// Worker threads writing file data (default: one per CPU). The result does not depend on it.
     #[arg(short = 'j', long, value_name = "N", default_value_t = 0)]
     threads: usize,
+    /// Turn the kernel's fs-verity on for every regular file extracted (the destination must
+    /// support it: ext4 with `-O verity`, f2fs, btrfs) and check that the digest the kernel
+    /// measures is the one the image vouches for (its per-file digest table; computed from the
+    /// verified content for an image without one). The extracted tree then stays kernel-verified.
+    /// A file the destination cannot protect, or whose digest differs, is counted: exit 3.
+    #[arg(long)]
+    fsverity: bool,
     /// Print nothing but errors (no progress bar, warnings or summary).
     #[arg(short, long)]
     quiet: bool,
@@ -79,10 +87,31 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
     let start = Instant::now();
     let opened = args.image.open()?;
     let path = args.path.as_deref().map(arg_bytes);
+    let fsverity = if args.fsverity {
+        // Only digests the image digest covers: the image's own table, else the content.
+        Some(match opened.image.file_table() {
+            Ok(Some(table)) => Fsverity::Recorded(std::sync::Arc::new(table)),
+            Ok(None) => Fsverity::FromContent(
+                opened
+                    .seal
+                    .as_ref()
+                    .map_or(sealfs_reader::HashAlg::Sha256, |s| s.params.alg()),
+            ),
+            Err(e) => {
+                return Err(crate::read::fault(format!(
+                    "{}: {e}",
+                    args.image.image.display()
+                )))
+            }
+        })
+    } else {
+        None
+    };
     let opts = ExtractOptions {
         overwrite: args.overwrite,
         xattrs: !args.no_xattrs,
         threads: args.threads,
+        fsverity,
     };
     let progress = TermProgress::new(args.quiet);
     let summary = match sealfs_extract::extract(&opened.image, path, &args.dest, &opts, &progress) {
@@ -91,6 +120,11 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
     };
     let outcome = summary.outcome();
     let not_restored = summary.not_restored();
+    let verity = (
+        summary.verity_enabled,
+        summary.verity_refused,
+        summary.verity_mismatch,
+    );
     let Summary {
         files,
         dirs,
@@ -119,13 +153,20 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
     }
     if !args.quiet {
         eprintln!(
-            "{}: extracted {files} files, {dirs} directories, {symlinks} symlinks, {special} special files, {hard_links} extra hard links; {bytes} bytes of data in {:.2?}{}{}",
+            "{}: extracted {files} files, {dirs} directories, {symlinks} symlinks, {special} special files, {hard_links} extra hard links; {bytes} bytes of data in {:.2?}{}{}{}",
             args.dest.display(),
             start.elapsed(),
-            if not_restored == 0 {
+            match (args.fsverity, verity) {
+                (false, _) => String::new(),
+                (true, (on, 0, 0)) => format!("; fs-verity on {on} files, every digest as the image vouches"),
+                (true, (on, refused, differ)) => format!(
+                    "; fs-verity on {on} files, NOT on {refused} (refused), {differ} with another digest than the image vouches for"
+                ),
+            },
+            if not_restored == verity.1 + verity.2 {
                 String::new()
             } else {
-                format!("; {not_restored} xattrs not restored")
+                format!("; {} xattrs not restored", not_restored - verity.1 - verity.2)
             },
             if error_count == 0 {
                 String::new()

@@ -249,12 +249,12 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
     let seal = opened.seal.as_ref().map(|s| {
         let h = &s.header;
         let digest = sealfs_verity::file_digest(&s.params, &h.descriptor);
-        let files = s.file_digests();
+        let files = opened.recorded_file_digests().map_err(|e| e.to_string());
         let d = s.params.digest_size();
         (s, digest, files, hex(&h.root_hash[..d]))
     });
     if let Some((_, _, Err(e), _)) = &seal {
-        status.error(&fault(format!("{}: {e}", args.image.image.display())));
+        status.error(&fault(e.clone()));
     }
 
     let signatures = match &opened.seal {
@@ -298,6 +298,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
                 "tree_offset": h.tree_offset.get(),
                 "tree_size": h.tree_length.get(),
                 "file_digests": files.as_ref().ok().map(|f| f.as_ref().map_or(0, |f| f.len())),
+                "file_digests_in": files.as_ref().ok().and_then(|f| f.as_ref().map(|f| f.origin().name())),
                 "detached": h.flags & fmt::SEAL_FLAG_DETACHED != 0,
                 "signatures_size": h.sig_length.get(),
                 "root_hash": root,
@@ -453,8 +454,12 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
             line(
                 "per-file digests",
                 match files {
-                    Ok(Some(f)) => f.len().to_string(),
-                    Ok(None) => "none".into(),
+                    Ok(Some(f)) if f.origin() == sealfs_reader::DigestOrigin::Trailer => format!(
+                        "{}, in the seal's trailer: UNAUTHENTICATED (no digest or signature covers them; a seal written before they moved into the image)",
+                        f.len()
+                    ),
+                    Ok(Some(f)) => format!("{}, in the image (covered by the image digest)", f.len()),
+                    Ok(None) => "none recorded (computed from the content when asked)".into(),
                     Err(e) => format!("unreadable: {e}"),
                 },
             );
@@ -497,7 +502,11 @@ impl SigInfo {
             self.fingerprint,
             self.location,
             if self.valid { "valid" } else { "DAMAGED" },
-            if self.trusted { ", key given" } else { "" }
+            if self.trusted {
+                ", key given"
+            } else {
+                ", key not given: vouches for nothing"
+            }
         );
         match &self.statement {
             Ok(s) => {
