@@ -722,3 +722,157 @@ fn kernel_mount_on_this_host() {
         "still mounted: {mounts}"
     );
 }
+
+/// `fsverity measure` lines (`sha256:<hex> ./path`) into path -> digest.
+fn parse_measure(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let (digest, path) = l.split_once(' ')?;
+            digest.starts_with("sha").then(|| {
+                (
+                    path.trim_start_matches("./").to_string(),
+                    digest.to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `sealfs digest --files` (or any `DIGEST PATH` lines) into path -> digest.
+fn parse_digest_lines(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(d, p)| (p.to_string(), d.to_string()))
+        .collect()
+}
+
+/// `sealfs extract --fsverity` in the guest, on ext4 with the `verity` feature: every extracted
+/// file has the kernel's fs-verity on, and `fsverity measure` of each (the kernel's own digest)
+/// equals what `sealfs digest --files` prints for the image (and `fsverity digest` for the source
+/// file): SHA-256 and SHA-512 images, an image sealed by an earlier release (its trailer digests
+/// vouch for nothing: the digests are computed from the content), one sealed by `sealfs seal`
+/// (no table). A self-consistent image whose table lies about a file, and a destination without
+/// fs-verity (the guest's tmpfs root), give exit 3 with the counts in the summary.
+#[test]
+fn extract_fsverity_leaves_files_the_kernel_verifies() {
+    if !oracle_guard(vm_env()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    fs::hard_link(src.join("noise3"), src.join("sub/noise3-link")).unwrap();
+    let staging = dir.path().join("staging");
+    fs::create_dir(&staging).unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/seal-v1");
+
+    build_ok(&src, &staging.join("sha256.img"), &["-q", "-T", "0"]);
+    build_ok(
+        &src,
+        &staging.join("sha512.img"),
+        &["-q", "-T", "0", "-z", "lz4hc", "--hash-alg", "sha512"],
+    );
+    build_ok(
+        &src,
+        &staging.join("resealed.img"),
+        &["-q", "-T", "0", "--no-seal"],
+    );
+    let sealed = run(Command::new(sealfs_bin())
+        .arg("seal")
+        .arg(staging.join("resealed.img")));
+    assert!(sealed.status.success(), "seal: {sealed:?}");
+    fs::copy(fixtures.join("attached.img"), staging.join("old.img")).unwrap();
+
+    // A table that lies about one file: the EROFS bytes of a sealed build with one digest byte
+    // changed, sealed again (self-consistent: whoever changes an image can reseal it).
+    let mut forged = fs::read(staging.join("sha256.img")).unwrap();
+    let blocks = u32::from_le_bytes(forged[1024 + 36..1024 + 40].try_into().unwrap()) as usize;
+    forged.truncate(blocks * 4096);
+    let table = u64::from_le_bytes(forged[24..32].try_into().unwrap()) as usize;
+    // The first entry: a one-byte LEB128 nid difference or more, then the digest; flip its last byte.
+    let first_digest_end =
+        table + forged[table..].iter().position(|b| b & 0x80 == 0).unwrap() + 1 + 32;
+    forged[first_digest_end - 1] ^= 0xff;
+    fs::write(staging.join("forged.img"), &forged).unwrap();
+    let sealed = run(Command::new(sealfs_bin())
+        .arg("seal")
+        .arg(staging.join("forged.img")));
+    assert!(sealed.status.success(), "seal: {sealed:?}");
+
+    // What each image's files must measure: `sealfs digest --files`, here on the host (for the old
+    // image, computed from the content), and `fsverity digest` of the source files.
+    let oracle = run(Command::new("sh")
+        .arg("-c")
+        .arg("find . -type f -printf '%P\\0' | sort -z | xargs -0 fsverity digest --")
+        .current_dir(&src));
+    let source_digests = parse_digest_lines(&String::from_utf8_lossy(&oracle.stdout));
+    assert_eq!(source_digests.len(), 10);
+
+    let mut guest = String::from("cd /mnt\n");
+    for name in ["sha256", "sha512", "resealed", "old"] {
+        guest += &step(
+            &format!("extract-{name}"),
+            &format!("sealfs extract --fsverity {name}.img out-{name}"),
+        );
+        guest += &step(
+            &format!("measure-{name}"),
+            &format!("cd out-{name} && find . -type f | sort | xargs fsverity measure; cd /mnt"),
+        );
+    }
+    guest += &step(
+        "extract-forged",
+        "sealfs extract --fsverity forged.img out-forged",
+    );
+    guest += &step(
+        "extract-tmpfs",
+        "mkdir -p /tmp/x && sealfs extract --fsverity sha256.img /tmp/x/out",
+    );
+    let text = run_guest(&staging, &guest);
+
+    for name in ["sha256", "sha512", "resealed", "old"] {
+        let summary = step_out(&text, &format!("extract-{name}"), 0);
+        let files = if name == "old" { 4 } else { 9 };
+        assert!(
+            summary.contains(&format!(
+                "fs-verity on {files} files, every digest as the image vouches"
+            )),
+            "{name}: {summary}"
+        );
+        let measured = parse_measure(step_out(&text, &format!("measure-{name}"), 0));
+        let img = staging.join(format!("{name}.img"));
+        let mut cmd = Command::new(sealfs_bin());
+        cmd.args(["digest", "--files"]);
+        if name == "old" {
+            cmd.arg("--from-content");
+        }
+        let ours = run(cmd.arg(&img));
+        assert!(ours.status.success(), "{name}: digest --files: {ours:?}");
+        let ours = parse_digest_lines(&String::from_utf8_lossy(&ours.stdout));
+        assert_eq!(
+            measured, ours,
+            "{name}: kernel measurements vs digest --files"
+        );
+        if name != "old" {
+            let sha512 = name == "sha512";
+            for (path, digest) in &source_digests {
+                if !sha512 {
+                    assert_eq!(&measured[path], digest, "{name}: {path} vs fsverity digest");
+                } else {
+                    assert!(measured[path].starts_with("sha512:"), "{name}: {path}");
+                }
+            }
+        }
+    }
+    let forged = step_out(&text, "extract-forged", 3);
+    assert!(
+        forged.contains("0 (refused), 1 with another digest than the image vouches for")
+            && forged.contains("the kernel measures fs-verity digest"),
+        "forged table: {forged}"
+    );
+    let tmpfs = step_out(&text, "extract-tmpfs", 3);
+    assert!(
+        tmpfs.contains("fs-verity on 0 files, NOT on 9 (refused)")
+            && tmpfs.contains("fs-verity not turned on"),
+        "tmpfs destination: {tmpfs}"
+    );
+}
