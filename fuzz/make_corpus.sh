@@ -49,6 +49,11 @@ mkdir -p "$t"
 for i in $(seq 1 400); do echo "line $i of a compressible text: the quick brown fox"; done >"$t/text"
 printf abc >"$t/tiny"
 
+# many: 40 small files, so that the per-file digest table (41 entries) takes a block of its own.
+t=$work/many
+mkdir -p "$t"
+for i in $(seq 1 40); do printf 'file %s\n' "$i" >"$t/f$i"; done
+
 sout=$here/corpus/sealed_open
 tout=$here/corpus/seal_trailer
 fout=$here/corpus/file_digests
@@ -70,6 +75,7 @@ sealed_img sealfs-small-sha512-vbs1k-sidecar small --hash-alg sha512 --verity-bl
     --sidecar "$work/side"
 sealed_img sealfs-zip-lz4hc-c64k zip -z lz4hc -C 65536
 sealed_img sealfs-small-plain small --no-seal
+sealed_img sealfs-many many
 # One damaged byte in the last EROFS block of file data, so opens fail its reads and the check
 # names its owner.
 cp "$sout/sealfs-small" "$sout/sealfs-small-damaged"

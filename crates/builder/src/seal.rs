@@ -130,10 +130,10 @@ pub(crate) fn tree_from_data_leaves(
         .map_err(|e| BuildError::io(image.path, "hash image", std::io::Error::other(e)))
 }
 
-/// Writes the per-file digest table of a sealed build into the image at block `total_blocks` (after
-/// every block the file system uses) and its locator at byte 0 (docs/format.md §8); returns the
-/// image's new block count. Writes nothing when there are no digests (no regular file, or an
-/// unsealed build).
+/// Writes the per-file digest table of a sealed build and its locator at byte 0 (docs/format.md
+/// §8): the table right after the locator when it fits in the boot area, else at block
+/// `total_blocks` (after every block the file system uses); returns the image's new block count.
+/// Writes nothing when there are no digests (no regular file, or an unsealed build).
 pub(crate) fn write_file_table(
     out: Target<'_>,
     total_blocks: u64,
@@ -142,14 +142,19 @@ pub(crate) fn write_file_table(
     let Some((_, first)) = digests.first() else {
         return Ok(total_blocks);
     };
-    let offset = total_blocks * fmt::BLKSZ;
+    let blocks_offset = total_blocks * fmt::BLKSZ;
     let (locator, table) = fmt::encode_file_table(
         first.alg().id(),
-        offset,
+        blocks_offset,
         digests.iter().map(|(nid, d)| (*nid, d.as_bytes())),
     )
     .expect("there are entries");
-    let blocks = total_blocks + (table.len() as u64).div_ceil(fmt::BLKSZ);
+    let offset = locator.table_offset.get();
+    let blocks = if offset == fmt::FILE_TABLE_INLINE_OFFSET {
+        total_blocks
+    } else {
+        total_blocks + (table.len() as u64).div_ceil(fmt::BLKSZ)
+    };
     if blocks > u32::MAX as u64 {
         return Err(BuildError::TooLarge(format!(
             "{blocks} blocks with the per-file digest table; EROFS addresses at most 2^32"

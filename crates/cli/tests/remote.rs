@@ -1613,3 +1613,104 @@ fn a_filled_mount_reads_every_file_offline() {
     assert!(cp.status.success(), "offline copy: {cp:?}");
     same_tree(&local_dir, &copied);
 }
+
+/// The kept tail of a remote image (`tails/` in the cache directory: the object's size and ETag, and
+/// its last bytes, seal included), forged as someone who can write the cache directory would,
+/// CRCs refixed: offline, a changed reserved field changes nothing, a changed root hash or size is
+/// refused; the reads never return other bytes (format.md §11.2).
+#[test]
+fn a_forged_kept_tail_is_refused_or_changes_nothing() {
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let local = images.local("plain");
+    let digest = digest_of(&local);
+    let digest = digest.trim();
+    let url = http.url("plain");
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let c = s(&cache);
+    let listing = |image: &str| {
+        sealfs_run(
+            &[
+                "ls",
+                "-lR",
+                "--cache-dir",
+                c,
+                "--digest",
+                digest,
+                image,
+                "/",
+            ],
+            &[],
+        )
+    };
+    let online = listing(&url);
+    assert!(online.status.success(), "{online:?}");
+    drop(http);
+    let offline = listing(&url);
+    assert!(offline.status.success(), "offline: {offline:?}");
+    assert_eq!(offline.stdout, online.stdout);
+
+    let tails: Vec<PathBuf> = fs::read_dir(cache.join("tails"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(tails.len(), 1, "{tails:?}");
+    let kept = fs::read(&tails[0]).unwrap();
+    let split = kept.windows(2).position(|w| w == b"\n\n").unwrap() + 2;
+    let head = String::from_utf8(kept[..split].to_vec()).unwrap();
+    let size: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("size "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The seal at the end of the kept bytes: its offsets count from the object's start.
+    let base = size - (kept.len() - split);
+    let at = |abs: usize| split + abs - base;
+    let forge = |f: &dyn Fn(&mut Vec<u8>, usize)| {
+        let mut t = kept.clone();
+        let footer = t.len() - 64;
+        let h = at(u64::from_le_bytes(t[footer + 16..footer + 24].try_into().unwrap()) as usize);
+        f(&mut t, h);
+        let hcrc = crc32c::crc32c(&t[h..h + 512]);
+        t[footer + 32..footer + 36].copy_from_slice(&hcrc.to_le_bytes());
+        t[footer + 48..footer + 52].fill(0);
+        let fcrc = crc32c::crc32c(&t[footer..]);
+        t[footer + 48..footer + 52].copy_from_slice(&fcrc.to_le_bytes());
+        fs::write(&tails[0], &t).unwrap();
+        listing(&url)
+    };
+    let o = forge(&|t, h| t[h + 470] = 0x5a);
+    assert!(o.status.success(), "reserved bytes: {o:?}");
+    assert_eq!(
+        o.stdout, online.stdout,
+        "a forged reserved field changed the listing"
+    );
+    let o = forge(&|t, h| {
+        t[h + 80] ^= 1;
+        t[h + 144 + 16] ^= 1;
+    });
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "a forged root was accepted: {o:?}"
+    );
+    assert!(o.stdout.is_empty() || o.stdout == online.stdout);
+    // A size that puts the seal elsewhere.
+    let mut t = kept.clone();
+    let text = head.replace(
+        &format!("size {size}\n"),
+        &format!("size {}\n", size + 4096),
+    );
+    t.splice(..split, text.into_bytes());
+    fs::write(&tails[0], &t).unwrap();
+    let o = listing(&url);
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "a forged size was accepted: {o:?}"
+    );
+}

@@ -7,9 +7,11 @@
 //!   the EROFS superblock are reserved for boot loaders and read by neither the kernel nor
 //!   `fsck.erofs`, and `mkfs.erofs` leaves them zero. The locator names the table's place, its
 //!   algorithm and its entry count;
-//! - the **table**: whole 4 KiB blocks after the last block any inode uses, named by no inode, holding
-//!   `count` entries sorted by nid: the nid as a LEB128 difference from the previous entry's (the
-//!   first from 0), then the digest bytes.
+//! - the **table**: `count` entries sorted by nid, each the nid as a LEB128 difference from the
+//!   previous entry's (the first from 0), then the digest bytes. A table of at most
+//!   [`FILE_TABLE_INLINE_MAX`] bytes follows the locator in the boot area (small images grow by
+//!   nothing); a larger one takes whole 4 KiB blocks after the last block any inode uses, named by
+//!   no inode.
 //!
 //! Only the builder, which lays out every block, writes them, and only bytes under the image digest
 //! name them: a file's content cannot point a reader at a table of its own, and nothing in the seal
@@ -60,8 +62,13 @@ const _: () = assert!(core::mem::offset_of!(FileTableLocator, table_offset) == 2
 
 /// Size of [`FileTableLocator`].
 pub const FILE_TABLE_LOCATOR_SIZE: usize = core::mem::size_of::<FileTableLocator>();
-/// Alignment of the table's offset.
+/// Alignment of the offset of a table in blocks of its own.
 pub const FILE_TABLE_ALIGN: u64 = 4096;
+/// Where a table inline in the boot area starts: right after the locator.
+pub const FILE_TABLE_INLINE_OFFSET: u64 =
+    FILE_TABLE_LOCATOR_OFFSET + FILE_TABLE_LOCATOR_SIZE as u64;
+/// Largest table kept inline in the boot area (it ends at byte 1024, where the superblock starts).
+pub const FILE_TABLE_INLINE_MAX: u64 = 1024 - FILE_TABLE_INLINE_OFFSET;
 /// Longest LEB128 encoding of a 64-bit nid difference.
 const MAX_LEB128: usize = 10;
 
@@ -113,11 +120,14 @@ fn read_leb128(bytes: &[u8]) -> Option<(u64, usize)> {
 }
 
 /// Encodes the table's entries: `(nid, digest)` sorted by strictly increasing nid, each digest of
-/// `hash_algorithm`. Returns the bytes and the locator for a table placed at `table_offset` (a
-/// multiple of [`FILE_TABLE_ALIGN`]); `None` when there are no entries (no table is written).
+/// `hash_algorithm`. Returns the locator and the bytes of a table placed inline in the boot area
+/// ([`FILE_TABLE_INLINE_OFFSET`]) when they fit ([`FILE_TABLE_INLINE_MAX`]), else at
+/// `blocks_offset` (a multiple of [`FILE_TABLE_ALIGN`] past block 0: the caller's first free
+/// block); `None` when there are no entries (no table is written). Where it went is the locator's
+/// `table_offset`.
 pub fn encode_file_table<'a>(
     hash_algorithm: u8,
-    table_offset: u64,
+    blocks_offset: u64,
     entries: impl ExactSizeIterator<Item = (u64, &'a [u8])>,
 ) -> Option<(FileTableLocator, Vec<u8>)> {
     let count = entries.len();
@@ -125,8 +135,8 @@ pub fn encode_file_table<'a>(
         return None;
     }
     assert!(
-        table_offset.is_multiple_of(FILE_TABLE_ALIGN) && table_offset > 0,
-        "the table starts a block past block 0"
+        blocks_offset.is_multiple_of(FILE_TABLE_ALIGN) && blocks_offset > 0,
+        "the table's blocks start a block past block 0"
     );
     let d = crate::fsverity_digest_size(hash_algorithm).expect("a known fs-verity hash algorithm");
     let mut out = Vec::with_capacity(count * (2 + d));
@@ -144,6 +154,11 @@ pub fn encode_file_table<'a>(
         out.extend_from_slice(digest);
         prev = Some(nid);
     }
+    let table_offset = if out.len() as u64 <= FILE_TABLE_INLINE_MAX {
+        FILE_TABLE_INLINE_OFFSET
+    } else {
+        blocks_offset
+    };
     let locator = FileTableLocator {
         magic: FILE_TABLE_MAGIC,
         version: FILE_TABLE_VERSION.into(),
@@ -206,8 +221,20 @@ impl FileTableLocator {
             return what("no entries");
         }
         let (off, len) = (l.table_offset.get(), l.table_length.get());
-        if !off.is_multiple_of(FILE_TABLE_ALIGN) || off == 0 {
-            return what(&format!("table offset {off} is not a block past block 0"));
+        if off == FILE_TABLE_INLINE_OFFSET {
+            if len > FILE_TABLE_INLINE_MAX {
+                return what(&format!(
+                    "an inline table of {len} bytes runs into the superblock"
+                ));
+            }
+        } else if !off.is_multiple_of(FILE_TABLE_ALIGN) || off == 0 {
+            return what(&format!(
+                "table offset {off} is neither {FILE_TABLE_INLINE_OFFSET} (inline) nor a block past block 0"
+            ));
+        } else if len <= FILE_TABLE_INLINE_MAX {
+            return what(&format!(
+                "a table of {len} bytes in blocks of its own (it fits inline)"
+            ));
         }
         if off.checked_add(len).is_none_or(|end| end > erofs_length) {
             return what(&format!(
@@ -356,12 +383,22 @@ mod tests {
         (0..n).map(|i| (40 + i * step, [i as u8; 32])).collect()
     }
 
+    fn encode(e: &[(u64, [u8; 32])]) -> (FileTableLocator, Vec<u8>) {
+        encode_file_table(1, 8192, e.iter().map(|(n, d)| (*n, &d[..]))).unwrap()
+    }
+
     #[test]
     fn round_trip() {
-        for (n, step) in [(1, 1), (3, 2), (200, 129), (5, 1 << 40)] {
+        for (n, step) in [(1, 1), (3, 2), (29, 1), (30, 1), (200, 129), (5, 1 << 40)] {
             let e = entries(n, step);
-            let (loc, bytes) =
-                encode_file_table(1, 8192, e.iter().map(|(n, d)| (*n, &d[..]))).unwrap();
+            let (loc, bytes) = encode(&e);
+            // Up to 29 entries of a one-byte difference and a SHA-256 digest fit inline (960 bytes).
+            let inline = bytes.len() <= 960;
+            assert_eq!(
+                loc.table_offset.get(),
+                if inline { 64 } else { 8192 },
+                "{n}"
+            );
             let parsed = FileTableLocator::parse(loc.as_bytes(), 8192 + 4096 * 100)
                 .unwrap()
                 .unwrap();
@@ -376,6 +413,7 @@ mod tests {
         // Metabox nids (bit 63) take the longest differences.
         let e = [(1u64 << 63, [1u8; 64]), ((1 << 63) + 7, [2; 64])];
         let (loc, bytes) = encode_file_table(2, 4096, e.iter().map(|(n, d)| (*n, &d[..]))).unwrap();
+        assert_eq!(loc.table_offset.get(), 64);
         let t = FileTable::parse(&loc, &bytes).unwrap();
         assert_eq!(
             t.iter().map(|(n, _)| n).collect::<Vec<_>>(),
@@ -392,13 +430,17 @@ mod tests {
 
     #[test]
     fn locator_rules() {
-        let e = entries(3, 1);
-        let (loc, _) = encode_file_table(1, 8192, e.iter().map(|(n, d)| (*n, &d[..]))).unwrap();
+        // 40 entries: a table in blocks of its own, at 8192.
+        let (loc, _) = encode(&entries(40, 1));
+        assert_eq!(loc.table_offset.get(), 8192);
         let base = loc.as_bytes().to_vec();
         let bad = |f: &dyn Fn(&mut Vec<u8>), erofs_length: u64| {
             let mut b = base.clone();
             f(&mut b);
             FileTableLocator::parse(&b, erofs_length).unwrap_err()
+        };
+        let set64 = |at: usize, v: u64| {
+            move |b: &mut Vec<u8>| b[at..at + 8].copy_from_slice(&v.to_le_bytes())
         };
         bad(&|b| b[8] = 2, 1 << 20); // version
         bad(&|b| b[12] = 65, 1 << 20); // size
@@ -408,30 +450,25 @@ mod tests {
         bad(&|b| b[19] = 1, 1 << 20); // reserved
         bad(&|b| b[63] = 1, 1 << 20); // reserved2
         bad(&|b| b[20..24].copy_from_slice(&0u32.to_le_bytes()), 1 << 20); // no entries
-        bad(
-            &|b| b[24..32].copy_from_slice(&4100u64.to_le_bytes()),
-            1 << 20,
-        ); // unaligned
-        bad(&|b| b[24..32].copy_from_slice(&0u64.to_le_bytes()), 1 << 20); // block 0
+        bad(&set64(24, 4100), 1 << 20); // unaligned
+        bad(&set64(24, 0), 1 << 20); // block 0
+        bad(&set64(24, 128), 1 << 20); // elsewhere in the boot area
+        bad(&set64(24, 64), 1 << 20); // inline, but longer than fits
         bad(&|_| {}, 8192); // past the EROFS bytes
-        bad(
-            &|b| b[24..32].copy_from_slice(&u64::MAX.to_le_bytes()),
-            u64::MAX,
-        ); // overflow
-        bad(
-            &|b| b[32..40].copy_from_slice(&(3 * 33 - 1u64).to_le_bytes()),
-            1 << 20,
-        ); // too short
-        bad(
-            &|b| b[32..40].copy_from_slice(&(3 * 42 + 1u64).to_le_bytes()),
-            1 << 20,
-        ); // too long
+        bad(&set64(24, u64::MAX & !4095), u64::MAX - 4096); // at the end of the address space
+        bad(&set64(32, 40 * 33 - 1), 1 << 20); // too short for the entries
+        bad(&set64(32, 40 * 42 + 1), 1 << 20); // too long for them
+
+        // A table that fits inline must be inline.
+        let (mut small, _) = encode(&entries(3, 1));
+        assert!(FileTableLocator::parse(small.as_bytes(), 1 << 20).is_ok());
+        small.table_offset = 8192.into();
+        assert!(FileTableLocator::parse(small.as_bytes(), 1 << 20).is_err());
     }
 
     #[test]
     fn table_rules() {
-        let e = entries(3, 1);
-        let (loc, bytes) = encode_file_table(1, 8192, e.iter().map(|(n, d)| (*n, &d[..]))).unwrap();
+        let (loc, bytes) = encode(&entries(3, 1));
         // Not strictly increasing: a zero difference after the first entry.
         let mut b = bytes.clone();
         b[33] = 0;
@@ -456,12 +493,10 @@ mod tests {
         l3.table_length = (b3.len() as u64).into();
         assert!(FileTable::parse(&l3, &b3).is_err());
         // The LEB128 reader refuses more than 64 bits.
-        assert!(
-            read_leb128(&[0xff; 9].iter().copied().chain([0x02]).collect::<Vec<_>>()).is_none()
-        );
-        assert_eq!(
-            read_leb128(&[0xff; 9].iter().copied().chain([0x01]).collect::<Vec<_>>()),
-            Some((u64::MAX, 10))
-        );
+        let mut long = vec![0xff; 9];
+        long.push(0x02);
+        assert!(read_leb128(&long).is_none());
+        long[9] = 0x01;
+        assert_eq!(read_leb128(&long), Some((u64::MAX, 10)));
     }
 }

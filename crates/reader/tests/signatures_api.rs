@@ -216,3 +216,64 @@ fn a_statement_for_other_parameters_is_refused() {
         "{r}"
     );
 }
+
+/// Signs `image` (attached) with `key`, the statement naming `version`.
+fn sign_version(image: &Path, key: &SigningKey, version: Option<&str>) {
+    let mut st = sealfs_trust::seal_statement(image, None).unwrap();
+    st.version = version.map(String::from);
+    let target = SignTarget {
+        image: image.to_path_buf(),
+        sidecar: None,
+        detached: false,
+    };
+    sealfs_trust::sign_image(&target, key, &st).unwrap();
+}
+
+/// `OpenOptions::min_version` and `CheckOptions::min_version`: two images signed by one key as
+/// versions 1 and 2; a floor of 2 opens the second and refuses the first with
+/// `Refusal::Rollback` (naming the version and the floor); a floor without keys is refused.
+#[test]
+fn min_version_refuses_older_statements() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, _) = build(dir.path(), "v1.img", b"one\n", None);
+    let (new, digest) = build(dir.path(), "v2.img", b"two\n", None);
+    let key = SigningKey::generate();
+    sign_version(&old, &key, Some("1"));
+    sign_version(&new, &key, Some("2"));
+    let floor: sealfs_trust::Version = "2".parse().unwrap();
+    let opts = OpenOptions::new()
+        .keys([key.public()])
+        .min_version(floor.clone());
+    let opened = open(&new, &opts).expect("version 2 meets the floor");
+    assert!(matches!(opened.trust, Trust::Authenticated { digest: d, .. } if d == digest));
+    match refusal(open(&old, &opts)) {
+        Refusal::Rollback {
+            version, minimum, ..
+        } => {
+            assert_eq!(version.as_deref(), Some("1"));
+            assert_eq!(minimum, floor);
+        }
+        other => panic!("not a rollback refusal: {other}"),
+    }
+    let check_opts = CheckOptions {
+        keys: vec![key.public()],
+        min_version: Some(floor.clone()),
+        ..CheckOptions::default()
+    };
+    let report = check::check(&old, &check_opts, &check::NoProgress).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| matches!(p, Problem::Signature(Refusal::Rollback { .. }))),
+        "{:?}",
+        report.problems
+    );
+    assert!(check::check(&new, &check_opts, &check::NoProgress)
+        .unwrap()
+        .is_verified());
+    match open(&new, &OpenOptions::new().min_version(floor)) {
+        Err(OpenError::Refused(why)) => assert!(why.contains("needs a key"), "{why}"),
+        other => panic!("a floor without keys opened: {other:?}"),
+    }
+}
