@@ -455,7 +455,7 @@ mod tests {
         bad(&set64(24, 128), 1 << 20); // elsewhere in the boot area
         bad(&set64(24, 64), 1 << 20); // inline, but longer than fits
         bad(&|_| {}, 8192); // past the EROFS bytes
-        bad(&set64(24, u64::MAX & !4095), u64::MAX - 4096); // at the end of the address space
+        bad(&set64(24, !4095), u64::MAX - 4096); // at the end of the address space
         bad(&set64(32, 40 * 33 - 1), 1 << 20); // too short for the entries
         bad(&set64(32, 40 * 42 + 1), 1 << 20); // too long for them
 
