@@ -337,6 +337,13 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         trust
     };
     let trust = match &opened.file_digests {
+        Some(d) if d.origin() == sealfs_reader::DigestOrigin::Trailer => {
+            eprintln!(
+                "sealfs: warning: {}: the per-file digests --verify=double checks files against come from the seal's trailer, which no digest or signature covers (a seal written before they moved into the image): a forged one can make a file fail, not return other bytes",
+                args.image.image.display()
+            );
+            format!("{trust}, and each file against its recorded digest (double; UNAUTHENTICATED digests)")
+        }
         Some(_) => format!("{trust}, and each file against its recorded digest (double)"),
         None => trust,
     };
