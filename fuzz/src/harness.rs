@@ -19,7 +19,8 @@
 use sealfs_format::{
     encode_file_digests, encode_file_table, seal_crc, superblock_checksum, superblock_checksum_len,
     FileDigestSection, FileTable, FileTableLocator, FromBytes, IntoBytes, SealFooter, SealHeader,
-    SealLayout, EROFS_FEATURE_COMPAT_SB_CHKSUM, FILE_TABLE_LOCATOR_SIZE, SEAL_FOOTER_MAGIC,
+    SealLayout, EROFS_FEATURE_COMPAT_SB_CHKSUM, FILE_TABLE_INLINE_OFFSET, FILE_TABLE_LOCATOR_SIZE,
+    SEAL_FOOTER_MAGIC,
 };
 use sealfs_reader::check::{self, CheckOptions, NoProgress};
 use sealfs_reader::{
@@ -514,12 +515,16 @@ pub fn file_table(data: &[u8]) {
     };
     let entries: Vec<(u64, &[u8])> = table.iter().collect();
     assert_eq!(entries.len(), table.len());
-    let (again, bytes) = encode_file_table(
-        locator.hash_algorithm,
-        locator.table_offset.get(),
-        entries.into_iter(),
-    )
-    .expect("a parsed table has entries");
+    // The writer is given the first free block; it puts a table that fits inline after the
+    // locator instead.
+    let blocks_offset = if locator.table_offset.get() == FILE_TABLE_INLINE_OFFSET {
+        4096
+    } else {
+        locator.table_offset.get()
+    };
+    let (again, bytes) =
+        encode_file_table(locator.hash_algorithm, blocks_offset, entries.into_iter())
+            .expect("a parsed table has entries");
     assert!(
         again == locator && bytes == rest[..len],
         "per-file digest table does not round-trip"
