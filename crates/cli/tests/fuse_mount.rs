@@ -1183,31 +1183,45 @@ fn permissions_like_the_kernel_and_allow_other() {
         .success());
 }
 
-/// Changes the digest the seal of `image` records for `nid` (fixing the trailer's checksums, so the
-/// seal still opens: only a per-file check can notice).
+/// Changes the digest `image`'s per-file digest table records for `nid`, then seals the changed
+/// EROFS bytes again (`sealfs seal`): a self-consistent image whose blocks all match its tree, so
+/// only a per-file check can notice.
 fn corrupt_recorded_digest(image: &Path, nid: u64) {
-    let mut bytes = fs::read(image).unwrap();
-    let le64 = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap()) as usize;
-    let footer = bytes.len() - 64;
-    let header = le64(&bytes, footer + 16);
-    let (files, files_len) = (le64(&bytes, header + 48), le64(&bytes, header + 56));
-    assert!(files_len > 16, "the seal records per-file digests");
-    let section = &mut bytes[files..files + files_len];
-    let digest_size = section[10] as usize;
-    let count = u32::from_le_bytes(section[12..16].try_into().unwrap()) as usize;
-    let entry = (0..count)
-        .map(|i| 16 + i * (8 + digest_size))
-        .find(|&at| le64(section, at) as u64 == nid)
-        .expect("an entry for the file");
-    section[entry + 8] ^= 1;
-    let crc = sealfs_format::seal_crc(section);
-    bytes[header + 20..header + 24].copy_from_slice(&crc.to_le_bytes());
-    let crc = sealfs_format::seal_crc(&bytes[header..header + 512]);
-    bytes[footer + 32..footer + 36].copy_from_slice(&crc.to_le_bytes());
-    bytes[footer + 48..footer + 52].fill(0);
-    let crc = sealfs_format::seal_crc(&bytes[footer..]);
-    bytes[footer + 48..footer + 52].copy_from_slice(&crc.to_le_bytes());
-    fs::write(image, &bytes).unwrap();
+    let bytes = fs::read(image).unwrap();
+    let blocks = u32::from_le_bytes(bytes[1024 + 36..1024 + 40].try_into().unwrap()) as usize;
+    let mut erofs = bytes[..blocks * 4096].to_vec();
+    assert_eq!(
+        &erofs[..8],
+        b"\x89SEALFT\n",
+        "the image has a per-file digest table"
+    );
+    let le = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let (table, len) = (le(&erofs, 24) as usize, le(&erofs, 32) as usize);
+    let digest_size = erofs[18] as usize;
+    // Entries: a LEB128 nid difference, then the digest.
+    let (mut at, mut prev) = (table, 0u64);
+    let entry = loop {
+        assert!(at < table + len, "no entry for nid {nid}");
+        let (mut delta, mut shift) = (0u64, 0);
+        loop {
+            let b = erofs[at];
+            at += 1;
+            delta |= ((b & 0x7f) as u64) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        prev += delta;
+        if prev == nid {
+            break at;
+        }
+        at += digest_size;
+    };
+    erofs[entry] ^= 1;
+    fs::write(image, &erofs).unwrap();
+    let out = run(Command::new(sealfs_bin()).arg("seal").arg(image));
+    assert!(out.status.success(), "seal: {out:?}");
 }
 
 #[test]
@@ -1231,8 +1245,9 @@ fn double_verification_checks_each_file_against_its_digest() {
         assert_eq!(s["fuse"]["file_check_failures"], 0, "{s}");
         assert!(s["trust"].as_str().unwrap().contains("(double)"), "{s}");
     }
-    // The seal records another digest for f3 (its blocks are intact, so the image tree alone
-    // accepts them): under double verification f3 gives EIO, logged once; the rest reads.
+    // The image records another digest for f3, sealed again (its blocks match the new tree, so
+    // the tree alone accepts them): under double verification f3 gives EIO, logged once; the rest
+    // reads.
     let nid = {
         let fuse = FuseMount::new(&image, &[]);
         fs::symlink_metadata(fuse.path.join("f3")).unwrap().ino()
@@ -1261,6 +1276,50 @@ fn double_verification_checks_each_file_against_its_digest() {
         let fuse = FuseMount::new(&image, &[]);
         assert_files_read(&fuse.path, &src, |_| true);
     }
+    // A seal of an earlier release, with the per-file digests in its trailer: double verification
+    // still checks against them, and says they are unauthenticated; a forged entry (its CRCs
+    // refixed) fails that file only.
+    let old = dir.path().join("old.img");
+    let mut bytes =
+        fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/seal-v1/attached.img"))
+            .unwrap();
+    let le64 = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap()) as usize;
+    let footer = bytes.len() - 64;
+    let header = le64(&bytes, footer + 16);
+    let (files, files_len) = (le64(&bytes, header + 48), le64(&bytes, header + 56));
+    let hello = {
+        fs::write(&old, &bytes).unwrap();
+        let fuse = FuseMount::new(&old, &[]);
+        fs::symlink_metadata(fuse.path.join("hello.txt"))
+            .unwrap()
+            .ino() as usize
+    };
+    // Entries of 8 + 32 bytes after the 16-byte header: the nid, then the digest.
+    let entry = (0..(files_len - 16) / 40)
+        .map(|i| files + 16 + i * 40)
+        .find(|&at| le64(&bytes, at) == hello)
+        .expect("hello.txt's entry");
+    bytes[entry + 8] ^= 1;
+    let crc = crc32c::crc32c(&bytes[files..files + files_len]);
+    bytes[header + 20..header + 24].copy_from_slice(&crc.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[header..header + 512]);
+    bytes[footer + 32..footer + 36].copy_from_slice(&crc.to_le_bytes());
+    bytes[footer + 48..footer + 52].fill(0);
+    let crc = crc32c::crc32c(&bytes[footer..]);
+    bytes[footer + 48..footer + 52].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&old, &bytes).unwrap();
+    {
+        let fuse = FuseMount::new(&old, &["--verify=double"]);
+        let e = fs::read(fuse.path.join("hello.txt")).expect_err("hello.txt read");
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+        assert_eq!(fs::read(fuse.path.join("a.bin")).unwrap(), vec![b'a'; 8192]);
+        let s = stats(&fuse.path);
+        assert!(
+            s["trust"].as_str().unwrap().contains("UNAUTHENTICATED"),
+            "{s}"
+        );
+    }
+
     // Other commands refuse the mode rather than ignore it.
     let out = run(Command::new(sealfs_bin())
         .args(["cat", "--verify=double"])
