@@ -101,9 +101,11 @@ struct ChunkFile {
 }
 
 impl DiskCache {
-    /// The cache in `dir` (created if missing), kept under `max_bytes`.
+    /// The cache in `dir` (created if missing), kept under `max_bytes`. A relative `dir` is
+    /// resolved against the working directory now, once: chunk files are opened for as long as
+    /// the cache is used, and a mount daemon changes its working directory after opening.
     pub fn open(dir: impl Into<PathBuf>, max_bytes: u64) -> io::Result<DiskCache> {
-        let dir = dir.into();
+        let dir = std::path::absolute(dir.into())?;
         std::fs::create_dir_all(&dir)?;
         let cache = DiskCache {
             dir,
@@ -118,7 +120,7 @@ impl DiskCache {
         Ok(cache)
     }
 
-    /// The directory.
+    /// The directory (absolute).
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -192,30 +192,36 @@ fn check_mountpoint(mp: &Path) -> Result<()> {
     }
 }
 
-fn logger(args: &MountArgs, foreground: bool) -> Result<sealfs_fuse::Logger> {
-    if let Some(path) = &args.log {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("--log {}", path.display()))?;
+/// The `--log` file, opened for appending (before the daemon forks and leaves the working
+/// directory a relative path names it in).
+fn open_log(path: &Path) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("--log {}", path.display()))
+}
+
+/// Where log lines go: the `--log` file, else stderr in the foreground, else syslog.
+fn logger(log_file: Option<std::fs::File>, foreground: bool) -> sealfs_fuse::Logger {
+    if let Some(file) = log_file {
         let file = std::sync::Mutex::new(file);
-        return Ok(Box::new(move |line: &str| {
+        return Box::new(move |line: &str| {
             let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
             let _ = writeln!(f, "sealfs: {line}");
-        }));
+        });
     }
     if foreground {
-        return Ok(Box::new(|line: &str| eprintln!("sealfs: {line}")));
+        return Box::new(|line: &str| eprintln!("sealfs: {line}"));
     }
     // SAFETY: the identifier is a static C string, as openlog requires (it keeps the pointer).
     unsafe { libc::openlog(c"sealfs".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
-    Ok(Box::new(|line: &str| {
+    Box::new(|line: &str| {
         if let Ok(msg) = CString::new(line.replace('\0', "?")) {
             // SAFETY: a constant "%s" format with one NUL-terminated string argument.
             unsafe { libc::syslog(libc::LOG_ERR, c"%s".as_ptr(), msg.as_ptr()) };
         }
-    }))
+    })
 }
 
 /// Threads that fill the cache with the rest of a remote image (`--fill`): each has one piece
@@ -306,6 +312,17 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         };
         return crate::kernel::mount(&args.image, &args.mountpoint, how, on_corruption);
     }
+    // The daemon changes to `/` after the fork: every path it uses later is opened or made
+    // absolute here, once (the library's own, the cache directory and the certificate
+    // authorities of a remote image, are resolved by the types that keep them).
+    let log_file = args.log.as_deref().map(open_log).transpose()?;
+    let record_profile = args
+        .record_profile
+        .as_deref()
+        .map(|p| {
+            std::path::absolute(p).with_context(|| format!("--record-profile {}", p.display()))
+        })
+        .transpose()?;
     // A daemon serves many lookups over time: keep the metadata of a large tree verified in memory.
     args.image.block_cache.get_or_insert(MOUNT_BLOCK_CACHE);
     // Decoded clusters: room for what random reads come back to, and none taken by streaming
@@ -358,11 +375,11 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         }
         (Some(_), None) => bail!("--profile: the image is not sealed (nothing to warm)"),
     };
-    let recorder = match (&args.record_profile, &opened.verified, &digest) {
+    let recorder = match (record_profile, &opened.verified, &digest) {
         (None, ..) => None,
         (Some(path), Some(v), Some(d)) => {
             v.record_profile();
-            Some((path.clone(), v.clone(), *d))
+            Some((path, v.clone(), *d))
         }
         (Some(_), ..) => bail!("--record-profile needs a sealed image read with verification"),
     };
@@ -445,7 +462,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     };
 
     if args.foreground {
-        let fs = make_fs(logger(&args, true)?);
+        let fs = make_fs(logger(log_file, true));
         let served = serve(fs, &mountpoint, &config, args.read_ahead, None);
         write_profile();
         return served;
@@ -470,14 +487,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
                 libc::setsid();
             }
             let _ = std::env::set_current_dir("/");
-            let log = match logger(&args, false) {
-                Ok(l) => l,
-                Err(e) => {
-                    report_to_parent(&wr, &format!("{e:#}"));
-                    std::process::exit(2);
-                }
-            };
-            let fs = make_fs(log);
+            let fs = make_fs(logger(log_file, false));
             let served = serve(fs, &mountpoint, &config, args.read_ahead, Some(wr));
             write_profile();
             match served {

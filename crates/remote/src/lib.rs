@@ -40,8 +40,8 @@ use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt,
-    RetryConfig,
+    BackoffConfig, Certificate, ClientOptions, GetOptions, GetRange, ObjectMeta, ObjectStore,
+    ObjectStoreExt, RetryConfig,
 };
 use sealfs_reader::{OpenError, OpenOptions, OpenedImage, ReadAt, Source};
 use std::io;
@@ -170,7 +170,7 @@ pub struct RemoteOptions {
     /// changed (its ETag).
     pub tail_cache: Option<std::path::PathBuf>,
     /// PEM files of certificate authorities to trust for `https://`, besides the system's (for a
-    /// server whose certificate a private CA signed).
+    /// server whose certificate a private CA signed). Read once, when an object is opened.
     pub ca_certificates: Vec<std::path::PathBuf>,
 }
 
@@ -229,6 +229,10 @@ pub struct RemoteObject {
     /// The last bytes of the object, fetched at open.
     tail: Bytes,
     options: RemoteOptions,
+    /// The certificate authorities of [`RemoteOptions::ca_certificates`], read once at open: a
+    /// forked child builds its client from these, never from the files (a mount daemon has
+    /// changed its working directory by then, and relative paths would name other files).
+    certificates: Vec<Certificate>,
     stats: RemoteStats,
     /// The server could not be reached: the last request failed after all its retries (or the
     /// open found it unreachable and used a kept tail). Until a request succeeds again, each is
@@ -256,14 +260,18 @@ struct Io {
 }
 
 impl Io {
-    fn new(url: &str, options: &RemoteOptions) -> Result<(Io, ObjectPath), RemoteError> {
-        let (store, path) = store_for(url, options)?;
+    fn new(
+        url: &str,
+        options: &RemoteOptions,
+        certificates: &[Certificate],
+    ) -> Result<(Io, ObjectPath), RemoteError> {
+        let (store, path) = store_for(url, options, certificates)?;
         let once = RemoteOptions {
             retries: 0,
             connect_timeout: options.connect_timeout.min(UNREACHABLE_CONNECT_TIMEOUT),
             ..options.clone()
         };
-        let (store_once, _) = store_for(url, &once)?;
+        let (store_once, _) = store_for(url, &once, certificates)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("sealfs-remote")
@@ -296,10 +304,30 @@ impl std::fmt::Debug for RemoteObject {
     }
 }
 
-/// The store and the object's path in it, for a URL.
+/// The certificates of every PEM file of [`RemoteOptions::ca_certificates`].
+fn load_certificates(options: &RemoteOptions) -> Result<Vec<Certificate>, RemoteError> {
+    let mut all = Vec::new();
+    for path in &options.ca_certificates {
+        let cert_err = |reason: String| RemoteError::Certificate {
+            path: path.clone(),
+            reason,
+        };
+        let pem = std::fs::read(path).map_err(|e| cert_err(e.to_string()))?;
+        let certs = Certificate::from_pem_bundle(&pem).map_err(|e| cert_err(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(cert_err("no certificate in it".into()));
+        }
+        all.extend(certs);
+    }
+    Ok(all)
+}
+
+/// The store and the object's path in it, for a URL, trusting `certificates` besides the
+/// system's certificate authorities.
 fn store_for(
     url: &str,
     options: &RemoteOptions,
+    certificates: &[Certificate],
 ) -> Result<(Arc<dyn ObjectStore>, ObjectPath), RemoteError> {
     let bad = |reason: String| RemoteError::BadUrl {
         url: url.to_string(),
@@ -318,20 +346,8 @@ fn store_for(
     let mut client = ClientOptions::new()
         .with_timeout(options.timeout)
         .with_connect_timeout(options.connect_timeout.min(options.timeout));
-    for path in &options.ca_certificates {
-        let cert_err = |reason: String| RemoteError::Certificate {
-            path: path.clone(),
-            reason,
-        };
-        let pem = std::fs::read(path).map_err(|e| cert_err(e.to_string()))?;
-        let certs = object_store::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| cert_err(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(cert_err("no certificate in it".into()));
-        }
-        for c in certs {
-            client = client.with_root_certificate(c);
-        }
+    for c in certificates {
+        client = client.with_root_certificate(c.clone());
     }
     let setup = |source| RemoteError::Setup {
         url: url.to_string(),
@@ -467,7 +483,8 @@ impl RemoteObject {
     /// Opens the object at `url`: one suffix-range request gives its length, its ETag (pinned from
     /// now on) and its last [`RemoteOptions::tail_bytes`] bytes.
     pub fn open_with(url: &str, options: RemoteOptions) -> Result<RemoteObject, RemoteError> {
-        let (io, path) = Io::new(url, &options)?;
+        let certificates = load_certificates(&options)?;
+        let (io, path) = Io::new(url, &options, &certificates)?;
         let (store, runtime) = (&io.store, &io.runtime);
         let stats = RemoteStats::default();
         let request_err = |what: &str, source: object_store::Error| match source {
@@ -549,6 +566,7 @@ impl RemoteObject {
             pinned: meta,
             tail,
             options,
+            certificates,
             stats,
             unreachable: AtomicBool::new(unreachable),
         })
@@ -559,7 +577,7 @@ impl RemoteObject {
     fn io(&self) -> Result<Arc<Io>, RemoteError> {
         let mut current = self.io.lock().unwrap_or_else(|e| e.into_inner());
         if current.pid != std::process::id() {
-            let (fresh, _) = Io::new(&self.url, &self.options)?;
+            let (fresh, _) = Io::new(&self.url, &self.options, &self.certificates)?;
             // The parent's runtime cannot be shut down here (its threads live in the parent only).
             std::mem::forget(std::mem::replace(&mut *current, Arc::new(fresh)));
         }
@@ -1100,9 +1118,9 @@ mod tests {
 
     #[test]
     fn unknown_schemes_and_missing_objects_are_named() {
-        let err = store_for("ftp://h/x", &RemoteOptions::default()).unwrap_err();
+        let err = store_for("ftp://h/x", &RemoteOptions::default(), &[]).unwrap_err();
         assert!(err.to_string().contains("ftp://h/x"), "{err}");
-        let err = store_for("http://h/", &RemoteOptions::default()).unwrap_err();
+        let err = store_for("http://h/", &RemoteOptions::default(), &[]).unwrap_err();
         assert!(err.to_string().contains("no object named"), "{err}");
     }
 
