@@ -93,7 +93,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("sealfs: error: {e:#}");
+            eprintln!("sealfs: error: {}", sealfs_reader::ErrorChain(e.as_ref()));
             ExitCode::from(2)
         }
     }

@@ -283,7 +283,10 @@ fn file_check(digests: Arc<FileDigests>) -> FileCheck {
             .ok_or("the seal records no digest for this file (double verification)")?;
         let got = image
             .file_digest_by_reading(inode, want.alg())
-            .map_err(|e| format!("reading it whole to check its digest: {e:#}"))?;
+            .map_err(|e| {
+                let e = sealfs_reader::ErrorChain(&e);
+                format!("reading it whole to check its digest: {e}")
+            })?;
         if &got == want {
             Ok(())
         } else {

@@ -87,7 +87,7 @@ fn sign_error(e: SignError) -> Result<ExitCode> {
     match e {
         SignError::Io { .. } => Err(anyhow!(e)),
         e => {
-            eprintln!("sealfs: error: {e}");
+            eprintln!("sealfs: error: {}", sealfs_reader::ErrorChain(&e));
             Ok(ExitCode::from(1))
         }
     }

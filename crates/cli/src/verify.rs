@@ -6,7 +6,7 @@ use crate::progress::TermProgress;
 use anyhow::{anyhow, Result};
 use clap::Args;
 use sealfs_reader::check::{self, CheckOptions, Problem, Report};
-use sealfs_reader::OpenError;
+use sealfs_reader::{ErrorChain, OpenError};
 use sealfs_verity::{Digest, HashAlg};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -79,7 +79,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
     {
         Ok(k) => k,
         Err(e) => {
-            eprintln!("sealfs: error: {e:#}");
+            eprintln!("sealfs: error: {}", ErrorChain(e.as_ref()));
             return Ok(ExitCode::from(2));
         }
     };
@@ -107,7 +107,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
     let (image, sidecar, signatures) = match sources {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sealfs: error: {e:#}");
+            eprintln!("sealfs: error: {}", ErrorChain(e.as_ref()));
             return Ok(ExitCode::from(2));
         }
     };
@@ -122,7 +122,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
     let outcome = match check::check(image, &options, &progress) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("sealfs: error: {:#}", anyhow::Error::new(e));
+            eprintln!("sealfs: error: {}", ErrorChain(&e));
             return Ok(ExitCode::from(2));
         }
     };

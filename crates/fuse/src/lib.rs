@@ -435,7 +435,8 @@ impl SealFs {
                     None => image.any_xattrs(),
                 };
                 if let Err(e) = &found {
-                    *why.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                    *why.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(sealfs_reader::ErrorChain(e).to_string());
                 }
                 let state = match found {
                     Ok(false) => XattrState::NoneInImage,
@@ -502,14 +503,15 @@ impl SealFs {
                 | sealfs_reader::Error::NotADirectory(_)
                 | sealfs_reader::Error::NameTooLong(_)
         ) {
-            let key = format!("nid {nid}: {e}");
+            let text = sealfs_reader::ErrorChain(&e).to_string();
+            let key = format!("nid {nid}: {text}");
             let new = {
                 let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
                 logged.len() < MAX_LOGGED && logged.insert(key)
             };
             if new {
                 self.failures
-                    .push(&self.image, self.nodes.root_nid, nid, e.to_string());
+                    .push(&self.image, self.nodes.root_nid, nid, text);
             }
         }
         Errno::from_i32(code)

@@ -72,7 +72,7 @@ pub enum Error {
     #[error("{0}")]
     Foreign(String),
     /// A system call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Sys {
         /// What was being done.
         what: String,
@@ -80,7 +80,7 @@ pub enum Error {
         source: io::Error,
     },
     /// A device-mapper request failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Dm {
         /// What was being done.
         what: String,

@@ -6,7 +6,7 @@
 //! Block indices in [`Problem`]s are in Merkle (verity) blocks of the seal's block size, which need
 //! not be the EROFS block size: [`Problem::byte_range`] gives the bytes.
 
-use crate::error::Error;
+use crate::error::{Error, ErrorChain};
 use crate::files::DigestOrigin;
 use crate::image::{Image, Options};
 use crate::open::{OpenedImage, Source};
@@ -407,7 +407,10 @@ fn check_files(
     let (img, files) = match walk {
         Ok(x) => x,
         Err(e) => {
-            notes.push(format!("cannot walk the image to name files: {e}"));
+            notes.push(format!(
+                "cannot walk the image to name files: {}",
+                ErrorChain(&e)
+            ));
             return None;
         }
     };
@@ -436,7 +439,7 @@ fn check_files(
             }
         },
         Err(e) => {
-            problems.push(Problem::FileTable(e.to_string()));
+            problems.push(Problem::FileTable(ErrorChain(&e).to_string()));
             return None;
         }
     };
@@ -477,7 +480,7 @@ fn check_files(
                 }),
                 Err(e) => Some(Problem::FileDigest {
                     path,
-                    what: format!("cannot check its digest: {e}"),
+                    what: format!("cannot check its digest: {}", ErrorChain(&e)),
                 }),
             }
         })

@@ -3,6 +3,13 @@
 //! Every error that comes from image bytes names its place: the inode (nid), the EROFS block and the
 //! byte offset, as far as they are known. [`Error::errno`] is the one mapping to Linux error numbers
 //! (for a FUSE front end), following what the kernel returns for the same condition.
+//!
+//! The rule for every error type of the workspace: a message says its own facts, and its cause
+//! is either its [`source`](std::error::Error::source) or part of its text, never both (else a
+//! chain printed whole, as `anyhow`'s `{:#}` or [`ErrorChain`] print it, says the cause twice).
+//! Causes are sources here (the builder's `BuildError::Io`, which shows the system's text
+//! without its errno, keeps it in its text and returns none). Print an error with
+//! [`ErrorChain`] wherever its causes matter: logs, notes, the CLI's message.
 
 use std::fmt;
 use std::io;
@@ -133,7 +140,7 @@ pub enum Error {
         at: Location,
     },
     /// The byte source failed.
-    #[error("I/O error ({at}): {source}")]
+    #[error("I/O error ({at})")]
     Io {
         /// Where the read was.
         at: Location,
@@ -184,6 +191,48 @@ impl Error {
 /// Result of reader operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// An error with its causes, as one line: `message: cause: cause of the cause`. Each fact is said
+/// once: a cause whose text the error above it already holds is left out (errors of other crates,
+/// `object_store`'s and `reqwest`'s among them, often put their cause in their own text and return
+/// it as their source too), and so are empty messages.
+///
+/// ```
+/// use sealfs_reader::{ErrorChain, Error, Location};
+/// let io = std::io::Error::other("connection reset");
+/// let e = Error::Io { at: Location::offset(4096), source: io };
+/// assert_eq!(ErrorChain(&e).to_string(), "I/O error (offset 0x1000): connection reset");
+/// ```
+#[derive(Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut above = self.0.to_string();
+        f.write_str(&above)?;
+        let mut said_any = !above.is_empty();
+        let mut next = self.0.source();
+        while let Some(cause) = next {
+            let text = cause.to_string();
+            if !text.is_empty() && !above.contains(&text) {
+                if said_any {
+                    f.write_str(": ")?;
+                }
+                f.write_str(&text)?;
+                said_any = true;
+            }
+            above = text;
+            next = cause.source();
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +250,39 @@ mod tests {
         let e = Error::corrupted("bogus dirent", Location::nid(7));
         assert_eq!(e.to_string(), "corrupted image: bogus dirent (nid 7)");
         assert_eq!(e.errno(), libc::EUCLEAN);
+    }
+
+    /// An error whose text holds its cause, which it also returns (as many crates' errors do).
+    #[derive(Debug)]
+    struct Saying(io::Error);
+
+    impl fmt::Display for Saying {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "request failed: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Saying {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_chain_says_each_cause_once() {
+        let e = Error::Io {
+            at: Location::offset(0x1000),
+            source: io::Error::other(Saying(io::Error::other("connection refused"))),
+        };
+        // The io::Error shows the error it wraps, and its source is that error's source.
+        assert_eq!(
+            ErrorChain(&e).to_string(),
+            "I/O error (offset 0x1000): request failed: connection refused"
+        );
+        let plain = io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(
+            ErrorChain(&plain).to_string(),
+            "No such file or directory (os error 2)"
+        );
     }
 }

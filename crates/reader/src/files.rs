@@ -110,7 +110,10 @@ pub fn file_params(alg: HashAlg) -> Params {
 }
 
 fn verity_error(inode: &Inode, e: sealfs_verity::Error) -> Error {
-    Error::corrupted(format!("file digest: {e}"), Location::nid(inode.nid()))
+    Error::corrupted(
+        format!("file digest: {}", crate::ErrorChain(&e)),
+        Location::nid(inode.nid()),
+    )
 }
 
 impl Image {

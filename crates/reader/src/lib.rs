@@ -89,7 +89,7 @@ pub use cache::BlockRef;
 pub use data::{Extent, ExtentKind};
 pub use decompress::DEFAULT_CLUSTER_CACHE_BYTES;
 pub use dir::{DirEntry, ReadDir};
-pub use error::{Error, Location, Result};
+pub use error::{Error, ErrorChain, Location, Result};
 pub use files::{DigestOrigin, FileDigests};
 pub use image::{Image, Options, DEFAULT_CACHE_BLOCKS};
 pub use inode::{FileType, Inode, Stat};

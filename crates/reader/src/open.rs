@@ -406,7 +406,7 @@ pub fn gather_signatures(
             let mut b = vec![0u8; reader.len() as usize];
             reader
                 .read_exact_at(&mut b, 0)
-                .map_err(|e| Refusal::Section(format!("{name}: {e}")))?;
+                .map_err(|e| Refusal::Section(format!("{name}: {}", crate::ErrorChain(&e))))?;
             Some(b)
         }
         (None, Source::Path(p)) => {

@@ -30,6 +30,10 @@ pub enum OpenError {
         #[source]
         source: io::Error,
     },
+    /// The image's source could not be opened, and its error names it and says why (a remote
+    /// object: the URL, what was asked for, and the answer or its absence). Not the image's fault.
+    #[error(transparent)]
+    Source(io::Error),
     /// The file is not an EROFS image at all.
     #[error("{name}: not an EROFS image ({what})")]
     NotErofs {
@@ -67,7 +71,7 @@ pub enum OpenError {
     },
     /// The EROFS bytes could not be opened (superblock or root inode damaged, or a block failed
     /// verification).
-    #[error("{name}: open: {source}")]
+    #[error("{name}: open")]
     Image {
         /// The image.
         name: String,
@@ -86,7 +90,10 @@ impl OpenError {
                 true
             }
             OpenError::Image { source, .. } => !matches!(source, crate::Error::Io { .. }),
-            OpenError::Io { .. } | OpenError::NotErofs { .. } | OpenError::Refused(_) => false,
+            OpenError::Io { .. }
+            | OpenError::Source(_)
+            | OpenError::NotErofs { .. }
+            | OpenError::Refused(_) => false,
         }
     }
 }
@@ -171,7 +178,10 @@ impl Seal {
         let mut bytes = vec![0u8; len];
         self.source
             .read_exact_at(&mut bytes, h.sig_offset.get())
-            .map_err(|e| sealfs_trust::Refusal::Section(format!("cannot read it: {e}")))?;
+            .map_err(|e| {
+                let e = crate::ErrorChain(&e);
+                sealfs_trust::Refusal::Section(format!("cannot read it: {e}"))
+            })?;
         sealfs_trust::parse_section(&bytes).map_err(sealfs_trust::Refusal::Section)
     }
 
@@ -189,7 +199,10 @@ impl Seal {
         let mut bytes = vec![0u8; h.files_length.get() as usize];
         self.source
             .read_exact_at(&mut bytes, h.files_offset.get())
-            .map_err(|e| format!("cannot read the per-file digest section: {e}"))?;
+            .map_err(|e| {
+                let e = crate::ErrorChain(&e);
+                format!("cannot read the per-file digest section: {e}")
+            })?;
         if fmt::seal_crc(&bytes) != h.files_crc.get() {
             return Err("the per-file digest section is damaged (checksum mismatch)".into());
         }

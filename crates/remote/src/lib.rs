@@ -66,7 +66,7 @@ pub enum RemoteError {
         reason: String,
     },
     /// The store could not be set up (bad settings in the environment, for example).
-    #[error("{url}: {source}")]
+    #[error("{url}: setting up the client")]
     Setup {
         /// The URL.
         url: String,
@@ -89,7 +89,7 @@ pub enum RemoteError {
         url: String,
     },
     /// A request failed (after its retries).
-    #[error("{url}: {what}: {source}")]
+    #[error("{url}: {what}")]
     Request {
         /// The URL.
         url: String,
@@ -997,11 +997,8 @@ pub fn open_counted_with(
             location.display()
         )));
     }
-    let to_open = |e: RemoteError| OpenError::Io {
-        name: location.display().to_string(),
-        what: "open",
-        source: e.into_io(),
-    };
+    // A remote error names its URL and what was asked for: said once, not again by a wrapper.
+    let to_open = |e: RemoteError| OpenError::Source(e.into_io());
     // Keys and no detached signatures named: `URL.sig` is read when the server has it (as
     // `IMAGE.sig` beside a local image is), fetched while the image's tail is.
     let sig_of = match location.to_str() {
@@ -1039,16 +1036,16 @@ pub fn open_counted_with(
             (Ok(None), _) => {}
             // Not fatal by itself (offline, a fully cached image signed in its seal needs no
             // `.sig`), but the likely cause if no signature by the keys is then found.
-            (Err(e), url) => sig_failed = Some((format!("{url}.sig"), e)),
+            (Err(e), _) => sig_failed = Some(e),
         }
     }
     match sealfs_reader::open(source, with_sig.as_ref().unwrap_or(options)) {
         Ok(opened) => Ok((opened, object)),
         Err(OpenError::Signature { .. }) if sig_failed.is_some() => {
-            let (name, e) = sig_failed.expect("checked above");
+            let e = sig_failed.expect("checked above");
             Err(OpenError::Io {
-                name,
-                what: "open (the detached signatures; the seal has none by the keys given)",
+                name: location.display().to_string(),
+                what: "the seal has no signature by the keys given, and its detached signatures could not be read",
                 source: e.into_io(),
             })
         }

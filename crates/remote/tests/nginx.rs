@@ -162,7 +162,7 @@ fn a_replaced_object_fails_with_the_etag_error_and_never_mixes_bytes() {
     image(tmp.path(), &tmp.path().join("other"), 2);
     fs::rename(tmp.path().join("other"), www.join("img")).unwrap();
     let big = img.resolve("/big", Follow::All).unwrap();
-    let err = img.read_vec(&big, 0, 1 << 20).unwrap_err().to_string();
+    let err = sealfs_reader::ErrorChain(&img.read_vec(&big, 0, 1 << 20).unwrap_err()).to_string();
     println!("{err}");
     assert!(
         err.contains(&format!(

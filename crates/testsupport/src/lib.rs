@@ -143,17 +143,24 @@ pub fn is_root() -> bool {
 // Running programs
 // ---------------------------------------------------------------------------------------------
 
-/// Runs `cmd` and returns its output (panics only if it cannot be started).
+/// Runs `cmd` and returns its output. Panics if it cannot be started, and, when it is the
+/// `sealfs` binary, if its stderr says something twice on one line ([`assert_each_fact_once`]):
+/// so every error path any test provokes is held to that rule.
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    check_sealfs_stderr(cmd, &out);
+    out
 }
 
-/// Runs `cmd`; its stdout when it exits 0, otherwise a message with its status and output.
+/// Runs `cmd`; its stdout when it exits 0, otherwise a message with its status and output. As
+/// [`run`], `sealfs`'s stderr must say each fact once.
 pub fn run_ok(cmd: &mut Command) -> Result<String, String> {
     let out = cmd
         .output()
         .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    check_sealfs_stderr(cmd, &out);
     if !out.status.success() {
         return Err(format!(
             "{cmd:?} failed ({}):\n{}\n{}",
@@ -165,9 +172,51 @@ pub fn run_ok(cmd: &mut Command) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// [`assert_each_fact_once`] on the stderr of `cmd` when it runs the `sealfs` binary.
+fn check_sealfs_stderr(cmd: &Command, out: &Output) {
+    if Path::new(cmd.get_program()).file_name() == Some(OsStr::new("sealfs")) {
+        assert_each_fact_once(&format!("{cmd:?}"), &out.stderr);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Messages
 // ---------------------------------------------------------------------------------------------
+
+/// The clauses said twice on one line of `text`: a line is cut into clauses at every `": "` (how
+/// an error and its causes are joined), and a clause of at least [`REPEAT_MIN_CHARS`] characters
+/// that appears twice on its line is a repeat (an error whose message holds its cause, which the
+/// chain then prints again; a wrapper naming the path or URL its cause names already). Shorter
+/// clauses ("open", "error", a short file name) may recur by right.
+pub fn repeated_clauses(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let clauses: Vec<&str> = line.split(": ").map(str::trim).collect();
+        for (i, c) in clauses.iter().enumerate() {
+            if c.chars().count() >= REPEAT_MIN_CHARS
+                && clauses[..i].contains(c)
+                && !found.iter().any(|f: &String| f == c)
+            {
+                found.push(c.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// The shortest clause [`repeated_clauses`] counts.
+pub const REPEAT_MIN_CHARS: usize = 20;
+
+/// Panics when a line of `stderr` says a clause twice ([`repeated_clauses`]); `what` names the
+/// command.
+pub fn assert_each_fact_once(what: &str, stderr: &[u8]) {
+    let text = String::from_utf8_lossy(stderr);
+    let repeated = repeated_clauses(&text);
+    assert!(
+        repeated.is_empty(),
+        "{what}: stderr says {repeated:?} twice:\n{text}"
+    );
+}
 
 /// A human-readable rendering of a raw name or path.
 pub fn show(bytes: &[u8]) -> String {
@@ -214,4 +263,36 @@ pub fn assert_same_bytes(ours: &[u8], theirs: &[u8], what: &str) {
         ours.len(),
         theirs.len()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message of issue 29 (a cause printed in its error's text and again as its source) is a
+    /// repeat; a wrapper naming the URL its cause names too is one; messages that only share
+    /// short clauses, or say a long one once, are not.
+    #[test]
+    fn repeated_clauses_are_found_and_nothing_else() {
+        let issue =
+            "sealfs: error: z2.img: open: verification failed: data block 2735 does not match \
+                     its hash (nid 1, offset 0xaaf000): verification failed: data block 2735 does \
+                     not match its hash (nid 1, offset 0xaaf000)";
+        assert_eq!(
+            repeated_clauses(issue),
+            ["data block 2735 does not match its hash (nid 1, offset 0xaaf000)"]
+        );
+        let url = "sealfs: error: http://127.0.0.1:9/z.img: open: http://127.0.0.1:9/z.img: the \
+                   tail of the object: Connection refused (os error 111)";
+        assert_eq!(repeated_clauses(url), ["http://127.0.0.1:9/z.img"]);
+        for fine in [
+            "sealfs: error: a.img: open: b.img: open: No such file or directory (os error 2)",
+            "sealfs: error: z2.img: open: verification failed: data block 2735 does not match its \
+             hash (nid 1, offset 0xaaf000)",
+            // Two lines may say the same thing (two files, one failure each).
+            "sealfs: error: /a: I/O error (offset 0x1000)\nsealfs: error: /b: I/O error (offset 0x1000)",
+        ] {
+            assert!(repeated_clauses(fine).is_empty(), "{fine}");
+        }
+    }
 }

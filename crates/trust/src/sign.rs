@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 #[non_exhaustive]
 pub enum SignError {
     /// A file could not be read or written.
-    #[error("{path}: {what}: {source}")]
+    #[error("{}: {what}", path.display())]
     Io {
         /// The file.
         path: PathBuf,

@@ -82,7 +82,7 @@ pub enum Error {
     InvalidDescriptor(String),
 
     /// Reading input data failed (including a file shorter than requested).
-    #[error("reading data at byte offset {offset}: {source}")]
+    #[error("reading data at byte offset {offset}")]
     Read {
         /// Absolute offset in the file (or stream) where the failed read started.
         offset: u64,

@@ -73,11 +73,11 @@ fn report(e: ExtractError) -> u8 {
         EXIT_CANNOT_RUN
     };
     let not_empty = matches!(e, ExtractError::DestNotEmpty(_));
-    let e = anyhow::Error::new(e);
+    let e = sealfs_reader::ErrorChain(&e);
     if not_empty {
-        eprintln!("sealfs: error: {e:#} (give --overwrite to extract into it anyway)");
+        eprintln!("sealfs: error: {e} (give --overwrite to extract into it anyway)");
     } else {
-        eprintln!("sealfs: error: {e:#}");
+        eprintln!("sealfs: error: {e}");
     }
     code
 }

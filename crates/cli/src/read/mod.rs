@@ -70,7 +70,7 @@ pub fn report(e: &anyhow::Error) -> u8 {
     match exit_code(e) {
         None => 0,
         Some(code) => {
-            eprintln!("sealfs: error: {e:#}");
+            eprintln!("sealfs: error: {}", sealfs_reader::ErrorChain(e.as_ref()));
             code
         }
     }
