@@ -31,6 +31,8 @@ oracles=$!
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
 cargo fmt --all -- --check
+# The README's benchmark table is what bench/readme_table.py makes of the committed bench/results.
+python3 bench/readme_table.py --check
 # Linted with the release profile, so that the tests below reuse its build scripts (the C libraries
 # compiled by zstd-sys, lz4-sys, liblzma-sys, libdeflate) and proc-macros rather than building them twice.
 cargo clippy --workspace --all-targets --release --quiet -- -D warnings
