@@ -217,10 +217,12 @@ impl Ctx<'_> {
         };
         let want = match (want, expected) {
             (Some(w), _) => Ok(w),
-            (None, crate::Fsverity::FromContent(_)) => self
-                .img
-                .file_digest_by_reading(inode, alg)
-                .map_err(|e| format!("its digest could not be computed: {e}")),
+            (None, crate::Fsverity::FromContent(_)) => {
+                self.img.file_digest_by_reading(inode, alg).map_err(|e| {
+                    let e = sealfs_reader::ErrorChain(&e);
+                    format!("its digest could not be computed: {e}")
+                })
+            }
             (None, crate::Fsverity::Recorded(_)) => {
                 Err("the image records no fs-verity digest for it".into())
             }

@@ -98,10 +98,11 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
                     .map_or(sealfs_reader::HashAlg::Sha256, |s| s.params.alg()),
             ),
             Err(e) => {
+                let e = sealfs_reader::ErrorChain(&e);
                 return Err(crate::read::fault(format!(
                     "{}: {e}",
                     args.image.image.display()
-                )))
+                )));
             }
         })
     } else {

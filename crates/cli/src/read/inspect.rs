@@ -249,7 +249,9 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
     let seal = opened.seal.as_ref().map(|s| {
         let h = &s.header;
         let digest = sealfs_verity::file_digest(&s.params, &h.descriptor);
-        let files = opened.recorded_file_digests().map_err(|e| e.to_string());
+        let files = opened
+            .recorded_file_digests()
+            .map_err(|e| sealfs_reader::ErrorChain(&e).to_string());
         let d = s.params.digest_size();
         (s, digest, files, hex(&h.root_hash[..d]))
     });
