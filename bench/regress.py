@@ -11,6 +11,15 @@ Workloads (page cache warm; every image is built once, by NEW, and read by both)
     fuse-seq      sealfs mount IMG MNT; cat MNT/linux.tar    `big`, lz4hc 64 KiB clusters, fresh
                                                              mount each run (nothing in the FUSE
                                                              page cache), verified
+    build-plain   sealfs build -q -T 0 SRC IMG               `linux`, sealed, uncompressed: each
+                                                             binary builds its own image (its size
+                                                             is recorded too)
+    build-zstd    sealfs build -q -T 0 -z zstd -C 65536 ...  the same, zstd 64 KiB clusters
+    verify-own    sealfs verify --digest D IMG               `linux`, sealed: each binary its own
+                                                             image (per-file digests checked too)
+    digest-files  sealfs digest --files --digest D IMG       the same images
+The default set is the first four; WORKLOADS="build-plain build-zstd verify-own digest-files" gives
+the comparison of a format change (issue 28: per-file digests moved into the image).
 After one untimed round, RUNS rounds; in each round the order of OLD and NEW alternates (A B, B A, ...).
 Prints a Markdown table (median, min, max, NEW/OLD ratio), writes bench/results/regress-<stamp>.csv
 and the chart docs/bench-regress.png (`bench/regress.py --plot CSV` redraws it from a CSV).
@@ -112,7 +121,33 @@ def main():
     mnt = os.path.join(work, "mnt")
     os.makedirs(mnt)
 
+    own = {}
+    if {"verify-own", "digest-files"} & set(WORKLOADS):
+        for name, binary in (("old", OLD), ("new", NEW)):
+            img = os.path.join(work, f"linux-{name}.img")
+            own[binary] = (img, sh([binary, "build", "-q", "-T", "0", linux, img]).strip())
+    sizes = {}
+
+    def build(binary, extra):
+        img = os.path.join(work, "built.img")
+        t = timed([binary, "build", "-q", "-T", "0", *extra, linux, img])
+        sizes[binary] = os.path.getsize(img)
+        os.remove(img)
+        return t
+
     def run(workload, binary):
+        if workload == "build-plain":
+            return build(binary, [])
+        if workload == "build-zstd":
+            return build(binary, ["-z", "zstd", "-C", "65536"])
+        if workload == "verify-own":
+            img, d = own[binary]
+            return timed([binary, "verify", "--digest", d, img])
+        if workload == "digest-files":
+            img, d = own[binary]
+            # The previous release's `digest --files` takes no --digest.
+            args = [] if binary == OLD else ["--digest", d]
+            return timed([binary, "digest", "--files", *args, img])
         if workload == "digest":
             img, _ = images["big"]
             return timed([binary, "digest", img])
@@ -143,7 +178,8 @@ def main():
         for w in WORKLOADS:
             order = [("old", OLD), ("new", NEW)] if r % 2 == 0 else [("new", NEW), ("old", OLD)]
             for name, binary in order:
-                rows.append((w, name, r, run(w, binary)))
+                t = run(w, binary)
+                rows.append((w, name, r, t, sizes.pop(binary, "")))
     if own_tmpfs:
         subprocess.run(["umount", own_tmpfs], check=True)
     subprocess.run(["rm", "-rf", work], check=True)
@@ -152,7 +188,7 @@ def main():
     out = os.path.join(HERE, "results", f"regress-{stamp}.csv")
     with open(out, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["workload", "binary", "round", "seconds"])
+        w.writerow(["workload", "binary", "round", "seconds", "image_bytes"])
         w.writerows(rows)
     cpu = sh(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"]).strip()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, {cpu}, "
@@ -162,10 +198,14 @@ def main():
     print("| workload | old median (min-max) s | new median (min-max) s | new/old time |")
     print("|---|---|---|---|")
     for wl in WORKLOADS:
-        t = {b: [s for (w, n, _, s) in rows if w == wl and n == b] for b in ("old", "new")}
+        t = {b: [s for (w, n, _, s, _) in rows if w == wl and n == b] for b in ("old", "new")}
+        size = {b: [z for (w, n, _, _, z) in rows if w == wl and n == b and z != ""] for b in ("old", "new")}
         med = {b: statistics.median(v) for b, v in t.items()}
         cell = lambda b: f"{med[b]:.3f} ({min(t[b]):.3f}-{max(t[b]):.3f})"
-        print(f"| {wl} | {cell('old')} | {cell('new')} | {med['new'] / med['old']:.3f} |")
+        sz = ""
+        if size["old"] and size["new"]:
+            sz = f" (image {size['new'][0]} vs {size['old'][0]} bytes: {size['new'][0] / size['old'][0]:.4f})"
+        print(f"| {wl} | {cell('old')} | {cell('new')} | {med['new'] / med['old']:.3f}{sz} |")
     print()
     print(f"raw: {os.path.relpath(out, REPO)}")
     plot(out, os.path.join(REPO, "docs", "bench-regress.png"))
