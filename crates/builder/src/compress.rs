@@ -590,6 +590,12 @@ fn zstd_dest(
 /// boundary after BFINAL and BTYPE): set in a stream that would otherwise start with a zero byte.
 const DEFLATE_STORED_PAD_BIT: u8 = 1 << 3;
 
+/// An empty, non-final stored DEFLATE block: BFINAL 0 and BTYPE 00 (with [`DEFLATE_STORED_PAD_BIT`]
+/// among the bits up to the byte boundary, so it does not start with a zero byte), then LEN 0 and
+/// NLEN 0xffff. Inflaters pass over it, so put in front of a stream it makes the stream five bytes
+/// longer and decodes to the same bytes (see [`crate::zdata`]'s placement of encoded extents).
+pub(crate) const DEFLATE_EMPTY_BLOCK: [u8; 5] = [DEFLATE_STORED_PAD_BIT, 0, 0, 0xff, 0xff];
+
 /// For compressors without a fixed-output mode (DEFLATE): searches for a long prefix of the
 /// `src_len` input bytes whose whole compressed form fits in `dst`, which gets the longest one found.
 /// `compress(len, scratch)` writes the compressed form of the first `len` bytes to the start of

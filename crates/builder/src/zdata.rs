@@ -306,12 +306,52 @@ impl Out {
         blk
     }
 
-    /// Appends extent `x` and says where it went: packed byte by byte (encoded extents), or as a
-    /// pcluster of whole blocks, or nowhere when it is the tail stored inline (`inline_tail`).
-    fn place(&mut self, x: &ZExtent, packed: bool, inline_tail: bool) -> ZPlaced {
-        let plen = x.data.len() as u64;
+    /// Appends extent `x` (compressed with algorithm `alg`) and says where it went: packed byte by
+    /// byte (encoded extents), or as a pcluster of whole blocks, or nowhere when it is the tail
+    /// stored inline (`inline_tail`). `input` gives the extent's input bytes, for the rare one
+    /// that is stored as is instead (below).
+    fn place(
+        &mut self,
+        x: &ZExtent,
+        alg: u8,
+        packed: bool,
+        inline_tail: bool,
+        input: impl FnOnce() -> Result<Vec<u8>>,
+    ) -> Result<ZPlaced> {
+        let mut plen = x.data.len() as u64;
+        let mut plain = x.plain;
         let (blkaddr, blocks, pstart) = if packed {
-            let pstart = self.push_bytes(&x.data);
+            let pstart = self.first_blk * BLKSZ + self.buf.len() as u64;
+            // The kernel hands a DEFLATE stream to zlib a page at a time and fails the read when
+            // the output is complete before the stream has ended: the pages left are never handed
+            // over. One or two bytes of a stream in the last block it reaches may hold nothing but
+            // its end-of-block code and padding, read only with that page, after the output is
+            // complete; three or more hold part of the last symbol that writes output (the rule is
+            // `fmt::z_erofs_deflate_end_ok`, which says where the kernel does this). So a stream
+            // that would end one or two bytes into a block gets an empty stored block in front:
+            // five bytes longer, it ends six or seven bytes in and decodes to the same bytes.
+            // Unless that makes it longer than its data, which kernels since April 2026 refuse for a
+            // compressed extent (`z_erofs_map_sanity_check`, "too much compressed data", commit
+            // a5242d37c83a): then it saved fewer than five bytes, and is stored as is. (Right-
+            // aligned pclusters end on a block boundary; the kernel's other decoders have no such
+            // rule.)
+            let breaks_rule = !x.plain
+                && alg == fmt::Z_EROFS_COMPRESSION_DEFLATE
+                && !fmt::z_erofs_deflate_end_ok(pstart, pstart + plen, BLKSZ);
+            let lengthened = plen + compress::DEFLATE_EMPTY_BLOCK.len() as u64;
+            if !breaks_rule {
+                self.buf.extend_from_slice(&x.data);
+            } else if lengthened <= x.len {
+                self.buf.extend_from_slice(&compress::DEFLATE_EMPTY_BLOCK);
+                self.buf.extend_from_slice(&x.data);
+                plen = lengthened;
+                debug_assert!(fmt::z_erofs_deflate_end_ok(pstart, pstart + plen, BLKSZ));
+            } else {
+                let raw = input()?;
+                debug_assert_eq!(raw.len() as u64, x.len);
+                self.buf.extend_from_slice(&raw);
+                (plen, plain) = (raw.len() as u64, true);
+            }
             let blocks = (pstart + plen).div_ceil(BLKSZ) - pstart / BLKSZ;
             (0, blocks as u32, pstart)
         } else {
@@ -321,22 +361,15 @@ impl Out {
             };
             (blkaddr, x.blocks() as u32, blkaddr as u64 * BLKSZ)
         };
-        ZPlaced {
+        Ok(ZPlaced {
             start: x.start,
             len: x.len,
-            plain: x.plain,
+            plain,
             blkaddr,
             blocks,
             pstart,
             plen,
-        }
-    }
-
-    /// Appends bytes right after the previous ones; returns their byte address.
-    fn push_bytes(&mut self, data: &[u8]) -> u64 {
-        let at = self.first_blk * BLKSZ + self.buf.len() as u64;
-        self.buf.extend_from_slice(data);
-        at
+        })
     }
 }
 
@@ -389,6 +422,17 @@ fn chunk_key(ctx: &UnitCtx<'_>, id: usize, done: &[Unit], x: &ZExtent) -> Option
         .digest();
     let alg = ctx.codec(id).map_or(u8::MAX, |c| c.algorithm.id());
     Some((dedupe_key(&digest), alg, x.plain))
+}
+
+/// The input bytes of extent `x` of a file, from `units`, its units in a batch (an extent lies in
+/// one segment).
+fn extent_input(units: &[Unit], x: &ZExtent) -> Vec<u8> {
+    let u = units
+        .iter()
+        .find(|u| u.seg == x.start / compress::SEGMENT)
+        .expect("the extent's segment is among its file's units");
+    let from = (x.start - u.seg * compress::SEGMENT) as usize;
+    u.raw[from..from + x.len as usize].to_vec()
 }
 
 /// Appends a tail to the packed inode (`Placer::tails`); returns its offset there.
@@ -542,6 +586,7 @@ impl Placer<'_> {
                     tail,
                 });
             } else {
+                let file_alg = ctx.codec(id).map_or(alg, |c| c.algorithm.id());
                 let in_image = exts.len() - usize::from(frag_tail);
                 for (x_i, x) in exts[..in_image].iter().enumerate() {
                     let is_tail = tail.is_some() && x_i + 1 == exts.len();
@@ -553,7 +598,10 @@ impl Placer<'_> {
                             ..*earlier
                         },
                         None => {
-                            let placed = outb.place(x, bits48.is_some(), is_tail);
+                            let placed =
+                                outb.place(x, file_alg, bits48.is_some(), is_tail, || {
+                                    Ok(extent_input(&done[k..e], x))
+                                })?;
                             if let Some(key) = key {
                                 self.chunks.insert(key, placed);
                             }
@@ -591,7 +639,7 @@ impl Placer<'_> {
                         None => Spilled::default(),
                     };
                     self.files[id] = Some(Placed::Compressed(ZPlan {
-                        alg: ctx.codec(id).map_or(alg, |c| c.algorithm.id()),
+                        alg: file_alg,
                         big_pcluster,
                         extents,
                         idata,
@@ -1178,7 +1226,7 @@ pub(crate) fn write_packed(
         compress_dirs: false,
         ..*copts
     };
-    let packed = copts.extents_48bit;
+    let (packed, alg) = (copts.extents_48bit, copts.algorithm.id());
     let starts: Vec<u64> = (0..len).step_by(compress::SEGMENT as usize).collect();
     let batches: Vec<_> = (0..starts.len()).map(|i| i..i + 1).collect();
     let outb = Out {
@@ -1201,7 +1249,14 @@ pub(crate) fn write_packed(
         },
         (outb, Vec::new()),
         |(outb, placed): &mut (Out, Vec<ZPlaced>), done: Vec<Vec<ZExtent>>| {
-            placed.extend(done.iter().flatten().map(|x| outb.place(x, packed, false)));
+            for x in done.iter().flatten() {
+                placed.push(outb.place(x, alg, packed, false, || {
+                    let mut raw = vec![0u8; x.len as usize];
+                    src.read_exact_at(&mut raw, x.start)
+                        .map_err(|e| BuildError::io(Path::new("(packed inode)"), "read", e))?;
+                    Ok(raw)
+                })?);
+            }
             // Whole blocks are written; a partly filled one (encoded extents) waits for the next.
             let whole = outb.buf.len() / BLKSZ as usize * BLKSZ as usize;
             out.file
@@ -1261,11 +1316,15 @@ pub(crate) fn write_metabox(
         first_blk,
         buf: Vec::new(),
     };
-    let placed: Vec<ZPlaced> = extents
+    let placed = extents
         .iter()
         .flatten()
-        .map(|x| outb.place(x, bits48.is_some(), false))
-        .collect();
+        .map(|x| {
+            outb.place(x, m.algorithm.id(), bits48.is_some(), false, || {
+                Ok(data[x.start as usize..][..x.len as usize].to_vec())
+            })
+        })
+        .collect::<Result<Vec<ZPlaced>>>()?;
     outb.buf
         .resize(outb.buf.len().next_multiple_of(BLKSZ as usize), 0);
     out.file
@@ -1422,6 +1481,80 @@ mod tests {
                 at - n..at
             })
             .collect()
+    }
+
+    /// Issue 29: a DEFLATE stream packed to end one or two bytes into a block gets an empty stored
+    /// block in front (and still decodes to its bytes), or, when that would make it longer than
+    /// its data, is stored as is; other positions, other algorithms and right-aligned pclusters
+    /// are placed as they are.
+    #[test]
+    fn deflate_streams_ending_just_into_a_block_are_lengthened() {
+        use std::io::Read;
+        let text: Vec<u8> = (0..4096u32)
+            .flat_map(|i| format!("{} ", i * 7 % 1000).into_bytes())
+            .take(4096)
+            .collect();
+        let mut c = libdeflater::Compressor::new(libdeflater::CompressionLvl::new(6).unwrap());
+        let mut stream = vec![0u8; c.deflate_compress_bound(text.len())];
+        let n = c.deflate_compress(&text, &mut stream).unwrap();
+        stream.truncate(n);
+        let deflate = fmt::Z_EROFS_COMPRESSION_DEFLATE;
+        // Where the stream starts so that it ends `t` bytes into a block.
+        let start_for = |t: u64| (4096 * 3 + t - n as u64) % 4096;
+        // The stream of `text`, and the same stream taken for one saving only 4 bytes (its
+        // "input" is then `n + 4` bytes, made up).
+        let tight: Vec<u8> = (0..n + 4).map(|i| i as u8).collect();
+        for (len, input) in [(4096, &text), (n as u64 + 4, &tight)] {
+            let x = ZExtent {
+                start: 0,
+                len,
+                plain: false,
+                data: stream.clone(),
+            };
+            for t in 0..8 {
+                for (alg, packed) in [(deflate, true), (deflate, false), (0, true)] {
+                    let mut out = Out {
+                        first_blk: 1,
+                        buf: vec![7u8; start_for(t) as usize],
+                    };
+                    let p = out
+                        .place(&x, alg, packed, false, || Ok(input.clone()))
+                        .unwrap();
+                    let fixed = alg == deflate && packed && (t == 1 || t == 2);
+                    let raw = fixed && len < 4096;
+                    let plen = match (fixed, raw) {
+                        (false, _) => n as u64,
+                        (true, false) => n as u64 + 5,
+                        (true, true) => len,
+                    };
+                    let what = format!("len {len} t {t} alg {alg} packed {packed}");
+                    assert_eq!((p.plen, p.plain), (plen, raw), "{what}");
+                    if !packed {
+                        continue;
+                    }
+                    assert_eq!(p.pstart, 4096 + start_for(t), "{what}");
+                    let at = (p.pstart - 4096) as usize;
+                    let bytes = &out.buf[at..at + plen as usize];
+                    if raw {
+                        assert_eq!(bytes, &input[..], "{what}");
+                        continue;
+                    }
+                    assert_eq!(&bytes[plen as usize - n..], &stream[..], "{what}");
+                    if alg == deflate {
+                        assert!(fmt::z_erofs_deflate_end_ok(
+                            p.pstart,
+                            p.pstart + plen,
+                            BLKSZ
+                        ));
+                        let mut decoded = Vec::new();
+                        flate2::read::DeflateDecoder::new(bytes)
+                            .read_to_end(&mut decoded)
+                            .unwrap();
+                        assert_eq!(decoded, text, "{what}");
+                    }
+                }
+            }
+        }
     }
 
     /// Unit costs vary (some units sleep), so units finish out of order; batches must still be placed

@@ -440,6 +440,46 @@ pub struct DeflateCfgs {
     pub reserved: [u8; 5],
 }
 
+/// Fewest bytes of a DEFLATE stream that must lie in the last block it reaches, when it reaches
+/// more than one ([`z_erofs_deflate_end_ok`]): more than the 22 bits an end-of-block code (at most
+/// 15) and the padding to the byte boundary after it (at most 7) can take.
+pub const Z_EROFS_DEFLATE_LAST_BLOCK_MIN: u64 = 3;
+
+/// Whether the kernel inflates a DEFLATE stream stored at image bytes `[start, end)`: it lies in
+/// one block, or it ends on a block boundary, or at least [`Z_EROFS_DEFLATE_LAST_BLOCK_MIN`] of its
+/// bytes lie in the last block it reaches. Only streams packed byte by byte (48-bit encoded extents)
+/// can break it: a right-aligned pcluster's stream ends on a block boundary.
+///
+/// The kernel (`__z_erofs_deflate_decompress` in `fs/erofs/decompressor_deflate.c` with
+/// `z_erofs_stream_switch_bufs` in `fs/erofs/decompressor.c`, since DEFLATE came in Linux 6.6 and
+/// still in 6.18; streams packed byte by byte came with 48-bit encoded extents in 6.15) hands zlib
+/// a pcluster's bytes one page at a time: from the stream's start to the end of its page, then
+/// whole pages. After each `zlib_inflate(Z_SYNC_FLUSH)` that leaves no output to produce, anything
+/// but `Z_STREAM_END` fails the read with `-EFSCORRUPTED` ("failed to decompress 0 in\[1\]
+/// out\[0\]": `Z_OK`, one byte not handed over, no output left): the pages still to come are never
+/// handed over.
+/// zlib reads only the bits it needs, so the call that writes the last byte of output also ends the
+/// stream only if the end-of-block code after that byte is in the same page. When the last page holds
+/// nothing of the stream but (the end of) that code and the padding after it, the output is complete
+/// one page early and the read fails, although the stream is valid (zlib, libdeflate and miniz_oxide
+/// decode it whole). With three bytes in the last page, some of its bits belong to the last symbol
+/// that writes output (the last block of a stream holds data: libdeflate writes an empty one only
+/// for empty input, and a stored one ends with a data byte), so the output completes in the call
+/// that also reads the end. Pages are whole blocks (`PAGE_SIZE` is a multiple of the 4 KiB block),
+/// so three bytes in the last block are three in the last page.
+///
+/// The kernel's other stream decoders have no such rule: ZSTD's (`z_erofs_zstd_decompress`) stops
+/// once the output is complete, whatever input is left; MicroLZMA's (`xz_dec_microlzma_run`,
+/// `lib/xz/xz_dec_lzma2.c`) keeps its look-ahead across pages in a buffer of its own and decodes the
+/// last symbols only once all the input is there; LZ4 and the uncompressed forms have all of a
+/// pcluster's pages at hand at once.
+pub const fn z_erofs_deflate_end_ok(start: u64, end: u64, blksz: u64) -> bool {
+    let last_block_bytes = end % blksz;
+    start / blksz == end.saturating_sub(1) / blksz
+        || last_block_bytes == 0
+        || last_block_bytes >= Z_EROFS_DEFLATE_LAST_BLOCK_MIN
+}
+
 /// Zstandard configuration record payload (6 bytes, after its `le16` length).
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(C)]
@@ -630,6 +670,23 @@ mod tests {
         // A delta reaching before the pack does not count a block.
         let pack: &[(u16, u64)] = &[(N, 7), (H, 0)];
         assert_eq!(compact_head_nblk(1, false, at(pack)), Some(1));
+    }
+
+    #[test]
+    fn deflate_streams_reach_their_last_block_by_three_bytes() {
+        const B: u64 = 4096;
+        // Issue 29's stream: 1442 bytes from 5995103, one byte into block 1464.
+        assert!(!z_erofs_deflate_end_ok(5995103, 5996545, B));
+        // Two bytes in: still too few; three: enough.
+        assert!(!z_erofs_deflate_end_ok(5995103, 5996546, B));
+        assert!(z_erofs_deflate_end_ok(5995103, 5996547, B));
+        // Ending on a boundary (a right-aligned pcluster), or within one block, always passes.
+        assert!(z_erofs_deflate_end_ok(4096 + 100, 3 * 4096, B));
+        assert!(z_erofs_deflate_end_ok(4096, 4097, B));
+        assert!(z_erofs_deflate_end_ok(4096 + 4000, 4096 + 4002, B));
+        // One byte into the next block from the last byte of the previous one: two blocks.
+        assert!(!z_erofs_deflate_end_ok(4095, 4097, B));
+        assert!(z_erofs_deflate_end_ok(0, 0, B));
     }
 
     #[test]
