@@ -28,6 +28,7 @@ WEIGHTS = {
     "kernel_oracle": 80,
     "fuzz": 120,
     "compressed": 60,
+    "codec_matrix": 60,
     "fragments": 50,
     "remote": 45,
     "kernel_verity": 40,

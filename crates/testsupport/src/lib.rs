@@ -7,7 +7,8 @@
 //! - guards ([`oracle_guard`], [`need_tool`], [`need_program`], [`is_root`]): a test that cannot run
 //!   here prints `SKIP: <reason>` and returns, except with `CI=true` in the environment, where the
 //!   skip is a failure (CI must not pass by skipping);
-//! - [`rng`]: a deterministic PRNG, so every input is reproducible;
+//! - [`rng`]: a deterministic PRNG, so every input is reproducible; [`mixed`]: file contents of
+//!   mixed compressibility from it;
 //! - [`sys`]: the libc calls `std` lacks (`l*xattr`, `lchown`, `utimensat`, `mknod`, raw `readdir`);
 //! - [`mount`]: tmpfs scratch space and loop mounts of EROFS images, unmounted on drop;
 //! - [`erofs_utils`]: `mkfs.erofs`, `fsck.erofs`, `dump.erofs` and raw superblock fields;
@@ -29,6 +30,7 @@ pub mod compare;
 pub mod erofs_utils;
 pub mod filetable;
 pub mod fixture;
+pub mod mixed;
 pub mod mount;
 pub mod rng;
 pub mod servers;
