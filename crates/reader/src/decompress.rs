@@ -42,7 +42,11 @@
 //! `-E legacy-compress`: the stream is left-aligned and followed by zeros) and heads with
 //! `PARTIAL_REF` (dedupe: the pcluster holds more than this extent). ZSTD follows the kernel's
 //! streaming decoder: the frame must yield `m_llen` bytes before it ends; what would follow is not
-//! decoded; DEFLATE likewise (`z_erofs_deflate_decompress` inflates until the output is full).
+//! decoded; DEFLATE likewise (`z_erofs_deflate_decompress` inflates until the output is full),
+//! except that the kernel also needs a whole extent's stream to end in the page where its output
+//! completes, which fails a stream whose last page holds only its end (issue 29; the rule and why
+//! are `sealfs_format::z_erofs_deflate_end_ok`): this reader reads such a stream, which the builder
+//! never writes and `mkfs.erofs` 1.9 writes with `-z libdeflate -E 48bit`.
 //! MicroLZMA follows `z_erofs_lzma_decompress`: the compressed size is exactly the stream after
 //! the padding, and a whole extent is decoded with its length *exact* (the stream must end there,
 //! as far as an LZMA stream without end marker shows it), a prefix or a `PARTIAL_REF` head with
