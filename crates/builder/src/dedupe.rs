@@ -3,7 +3,8 @@
 //! placed; files with equal digests share their data.
 
 use crate::error::{BuildError, Result};
-use crate::tree::{self, Kind, Tree};
+use crate::source::{open_file, Source};
+use crate::tree::{Kind, Tree};
 use sealfs_format::BLKSZ;
 use sealfs_verity::{BlockHasher, Digest};
 use std::collections::{HashMap, HashSet};
@@ -40,6 +41,7 @@ pub(crate) fn shared_sizes(tree: &Tree, ids: impl Iterator<Item = usize>) -> Has
 /// and only those that match another are hashed with `hasher` (which alone decides equality). Each
 /// file read is checked unchanged since the scan.
 pub(crate) fn same_size_digests(
+    source: &dyn Source,
     tree: &Tree,
     ids: &[usize],
     hasher: &BlockHasher,
@@ -53,7 +55,7 @@ pub(crate) fn same_size_digests(
         .par_iter()
         .map(|&id| {
             let mut h = xxhash_rust::xxh3::Xxh3::new();
-            read_file(tree, id, |data| h.update(data))?;
+            read_file(source, tree, id, |data| h.update(data))?;
             Ok((id, h.digest128()))
         })
         .collect::<Result<_>>()?;
@@ -73,7 +75,7 @@ pub(crate) fn same_size_digests(
             let digest_size = hasher.params().digest_size();
             let mut leaves = vec![0u8; size.div_ceil(BLKSZ) as usize * digest_size];
             let mut at = 0;
-            read_file(tree, id, |data| {
+            read_file(source, tree, id, |data| {
                 let n = data.len().div_ceil(BLKSZ as usize) * digest_size;
                 hasher.hash_blocks_into(data, &mut leaves[at..at + n]);
                 at += n;
@@ -99,14 +101,19 @@ fn size_of(tree: &Tree, id: usize) -> u64 {
 
 /// Reads file `id` whole, in pieces of [`READ`] bytes (all but the last a multiple of the block
 /// size), and checks it unchanged since the scan.
-fn read_file(tree: &Tree, id: usize, mut each: impl FnMut(&[u8])) -> Result<()> {
+fn read_file(
+    source: &dyn Source,
+    tree: &Tree,
+    id: usize,
+    mut each: impl FnMut(&[u8]),
+) -> Result<()> {
     let (inode, size) = (&tree.inodes[id], size_of(tree, id));
-    let src = tree::open_source(inode)?;
+    let mut src = open_file(source, inode)?;
     let mut buf = vec![0u8; size.min(READ) as usize];
     for start in (0..size).step_by(READ as usize) {
         let len = (size - start).min(READ) as usize;
-        tree::read_source(inode, &src, &mut buf[..len], start)?;
+        src.read_at(&mut buf[..len], start)?;
         each(&buf[..len]);
     }
-    tree::check_unchanged(inode, &src)
+    src.finish()
 }

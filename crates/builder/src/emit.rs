@@ -5,7 +5,8 @@ use crate::error::{BuildError, Result};
 use crate::layout::{dir_blocks, zmap_header_offset, InodePlan, Plan, ZPlan};
 use crate::options::{BuildOptions, UuidChoice};
 use crate::seal::Target;
-use crate::tree::{self, Inode, InodeId, Kind, Tree};
+use crate::source::{open_file, Source, SourceFile};
+use crate::tree::{Inode, InodeId, Kind, Tree};
 use crate::xattrs::{self, SharedXattrs};
 use crate::Progress;
 use rayon::prelude::*;
@@ -594,6 +595,8 @@ pub(crate) type DataLeaves = Vec<(u64, Vec<u8>)>;
 
 /// Where file data goes, and the hashers that run over it while it passes through memory.
 pub(crate) struct Copier<'a> {
+    /// Where file data is read.
+    pub source: &'a dyn Source,
     pub out: &'a File,
     pub out_path: &'a Path,
     /// Level-0 hashes of image blocks, when the seal's blocks are the image's.
@@ -641,8 +644,7 @@ impl Copier<'_> {
     /// (`copy_file_range` measured no faster on the `linux` corpus, and the seal needs the bytes.)
     fn copy(
         &self,
-        src: &File,
-        inode: &Inode,
+        src: &mut dyn SourceFile,
         src_off: u64,
         dst_off: u64,
         len: u64,
@@ -655,7 +657,7 @@ impl Copier<'_> {
             let (mut so, mut d_o, mut left) = (src_off, dst_off, len);
             while left > 0 {
                 let n = (left as usize).min(buf.len());
-                tree::read_source(inode, src, &mut buf[..n], so)?;
+                src.read_at(&mut buf[..n], so)?;
                 let (data, got) = (&buf[..n], n);
                 self.out
                     .write_all_at(data, d_o)
@@ -694,7 +696,7 @@ impl Copier<'_> {
             return Ok((Vec::new(), None));
         };
         let path = inode.path.as_path();
-        let src = tree::open_source(inode)?;
+        let mut src = open_file(self.source, inode)?;
         if p.blocks_of.is_some() {
             if p.inline_len > 0 {
                 let leaves = Leaves {
@@ -702,47 +704,43 @@ impl Copier<'_> {
                     file: None,
                 };
                 let tail_at = f.size - p.inline_len;
-                self.copy(
-                    &src,
-                    inode,
-                    tail_at,
-                    p.inline_offset(),
-                    p.inline_len,
-                    leaves,
-                )?;
+                self.copy(&mut *src, tail_at, p.inline_offset(), p.inline_len, leaves)?;
             }
-            tree::check_unchanged(inode, &src)?;
+            src.finish()?;
             let known = known.expect("files sharing blocks have content digests");
             return Ok((Vec::new(), self.file_hasher.map(|_| *known)));
         }
         let mut image_leaves = DataLeaves::new();
         let mut file_leaves: Option<Vec<u8>> = self.file_hasher.map(|_| Vec::new());
-        let mut run =
-            |src_off: u64, blk: u64, len: u64, file_leaves: Option<&mut Vec<u8>>| -> Result<()> {
-                let mut leaves = self.image_hasher.map(|_| Vec::new());
-                self.copy(
-                    &src,
-                    inode,
-                    src_off,
-                    blk * BLKSZ,
-                    len,
-                    Leaves {
-                        image: leaves.as_mut(),
-                        file: file_leaves,
-                    },
-                )?;
-                if let Some(l) = leaves {
-                    image_leaves.push((blk, l));
-                }
-                Ok(())
-            };
+        let mut run = |src: &mut dyn SourceFile,
+                       src_off: u64,
+                       blk: u64,
+                       len: u64,
+                       file_leaves: Option<&mut Vec<u8>>|
+         -> Result<()> {
+            let mut leaves = self.image_hasher.map(|_| Vec::new());
+            self.copy(
+                src,
+                src_off,
+                blk * BLKSZ,
+                len,
+                Leaves {
+                    image: leaves.as_mut(),
+                    file: file_leaves,
+                },
+            )?;
+            if let Some(l) = leaves {
+                image_leaves.push((blk, l));
+            }
+            Ok(())
+        };
         if let Some(chunks) = &p.chunks {
             let cs = 1u64 << chunks.chunkbits;
             for (c, &blk) in chunks.map.iter().enumerate() {
                 let start = c as u64 * cs;
                 let len = cs.min(f.size - start);
                 if blk != fmt::EROFS_NULL_ADDR {
-                    run(start, blk as u64, len, file_leaves.as_mut())?;
+                    run(&mut *src, start, blk as u64, len, file_leaves.as_mut())?;
                 } else if let (Some(h), Some(out)) = (self.file_hasher, file_leaves.as_mut()) {
                     // A hole reads as zero blocks.
                     let zero = h.hash_block(&[]);
@@ -754,7 +752,13 @@ impl Copier<'_> {
         } else {
             let block_bytes = (p.full_blocks() * BLKSZ).min(f.size);
             if block_bytes > 0 {
-                run(0, p.startblk as u64, block_bytes, file_leaves.as_mut())?;
+                run(
+                    &mut *src,
+                    0,
+                    p.startblk as u64,
+                    block_bytes,
+                    file_leaves.as_mut(),
+                )?;
             }
             if p.inline_len > 0 {
                 let leaves = Leaves {
@@ -762,8 +766,7 @@ impl Copier<'_> {
                     file: file_leaves.as_mut(),
                 };
                 self.copy(
-                    &src,
-                    inode,
+                    &mut *src,
                     block_bytes,
                     p.inline_offset(),
                     p.inline_len,
@@ -771,7 +774,7 @@ impl Copier<'_> {
                 )?;
             }
         }
-        tree::check_unchanged(inode, &src)?;
+        src.finish()?;
         let digest = match (self.file_hasher, file_leaves) {
             (Some(h), Some(leaves)) => Some(
                 sealfs_verity::Tree::from_leaf_hashes(h.params(), f.size, &leaves)
@@ -796,8 +799,13 @@ impl Copier<'_> {
 /// Writes the metadata and file data of an uncompressed image to `file` (already sized); the
 /// superblock is the caller's ([`finish`], after the per-file digest table). Returns the metadata's
 /// hash (for a derived UUID), the data's level-0 hashes and the per-file digests.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is a distinct input of the step"
+)]
 pub(crate) fn write_image(
     out: Target<'_>,
+    source: &dyn Source,
     tree: &Tree,
     plan: &Plan,
     shared: &SharedXattrs,
@@ -820,6 +828,7 @@ pub(crate) fn write_image(
         .sum();
     progress.begin("copying file data", Some(total));
     let copier = Copier {
+        source,
         out: file,
         out_path: path,
         image_hasher: hashers.image,

@@ -2,12 +2,14 @@
 //!
 //! The build runs in three steps, each a module:
 //!
-//! 1. [`tree`]: scan the source into an in-memory model (metadata only, never file data), in parallel
-//!    per directory level but numbered in a fixed breadth-first, name-sorted order;
+//! 1. [`source`] and [`sink`]: a [`Source`] (the directory scan [`DirSource`], or an importer of
+//!    tar, OCI or SquashFS input) hands its entries to the [`Sink`], which assembles the in-memory
+//!    model of the tree ([`tree`]; metadata only, never file data), numbered in a fixed
+//!    breadth-first, name-sorted order whatever order the entries came in;
 //! 2. [`layout`]: plan every byte position (inodes, inline tails, shared xattrs, data blocks) before
 //!    anything is written;
-//! 3. [`emit`]: stream the metadata in offset order, copy file data in parallel straight to its planned
-//!    position, write the superblock and its checksum last.
+//! 3. [`emit`]: stream the metadata in offset order, copy file data (read back through the source)
+//!    in parallel straight to its planned position, write the superblock and its checksum last.
 //!
 //! Because positions are fixed by the plan, the image does not depend on the thread count, and memory
 //! grows with the number of files, never with their sizes. The image is written to a temporary file
@@ -15,20 +17,27 @@
 
 mod compress;
 mod dedupe;
+mod dirscan;
 mod emit;
 mod error;
 mod layout;
 mod options;
 mod seal;
+mod sink;
+pub mod source;
 mod spill;
 mod tree;
 mod xattrs;
 mod zdata;
 
 pub use compress::{Algorithm, CompressOptions, Fragments};
+pub use dirscan::DirSource;
 pub use error::{BuildError, Result};
 pub use options::{BuildOptions, CompressRule, Preset, UuidChoice};
 pub use seal::{seal_image, HashAlg, SealInfo, SealOptions, VerityParams};
+pub use source::{
+    DataId, Entry, EntryError, EntryKind, FileRef, ScanContext, Sink, Source, SourceFile,
+};
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -75,10 +84,22 @@ pub struct BuildSummary {
     pub seal: Option<SealInfo>,
 }
 
-/// Builds an EROFS image of `src` at `out`. On error nothing is left at `out` (an existing file there is
-/// untouched) and the error names the path that caused it.
+/// Builds an EROFS image of the directory `src` at `out`. On error nothing is left at `out` (an
+/// existing file there is untouched) and the error names the path that caused it.
 pub fn build(
     src: &Path,
+    out: &Path,
+    opts: &BuildOptions,
+    progress: &dyn Progress,
+) -> Result<BuildSummary> {
+    build_from(&mut DirSource::new(src), out, opts, progress)
+}
+
+/// Builds an EROFS image of the tree `source` gives at `out`. On error nothing is left at `out`
+/// (an existing file there is untouched). The same tree gives the same image whatever source
+/// gave it.
+pub fn build_from(
+    source: &mut dyn Source,
     out: &Path,
     opts: &BuildOptions,
     progress: &dyn Progress,
@@ -95,11 +116,11 @@ pub fn build(
         .map_err(|e| {
             BuildError::InvalidOption(format!("cannot start {} threads: {e}", opts.threads))
         })?;
-    pool.install(|| build_in_pool(src, out, opts, progress))
+    pool.install(|| build_in_pool(source, out, opts, progress))
 }
 
 /// Each inode's codec where a rule chooses one (the first rule whose pattern matches a regular
-/// file's path relative to `src`); empty without rules.
+/// file's path relative to the source's base); empty without rules.
 fn codecs_by_rule(
     tree: &tree::Tree,
     src: &Path,
@@ -131,7 +152,7 @@ fn codecs_by_rule(
 }
 
 fn build_in_pool(
-    src: &Path,
+    source: &mut dyn Source,
     out: &Path,
     opts: &BuildOptions,
     progress: &dyn Progress,
@@ -141,16 +162,22 @@ fn build_in_pool(
         .as_file()
         .metadata()
         .map_err(|e| BuildError::io(tmp.path(), "stat", e))?;
-    let mut skip = tree::Skip {
-        dev_ino: vec![(tmp_md.dev(), tmp_md.ino())],
-    };
+    let mut out_ids = vec![(tmp_md.dev(), tmp_md.ino())];
     if let Ok(md) = fs::metadata(out) {
-        skip.dev_ino.push((md.dev(), md.ino()));
+        out_ids.push((md.dev(), md.ino()));
     }
 
-    progress.begin("scanning", None);
-    let mut tree = tree::scan(src, opts, &skip, &|n| progress.advance(n))?;
-    progress.end();
+    let mut sink = Sink::new(source.base(), opts);
+    let cx = ScanContext {
+        out,
+        out_ids,
+        opts,
+        progress,
+    };
+    source.scan(&mut sink, &cx)?;
+    let mut tree = sink.finish(opts)?;
+    let source: &dyn Source = source;
+    let src = source.base();
     let shared = xattrs::SharedXattrs::plan(&tree);
     // With the seal's blocks equal to the image's, file data is hashed while it is copied, and so are
     // the per-file digests (sharing those hashes when their parameters are the seal's).
@@ -181,7 +208,7 @@ fn build_in_pool(
                 .filter(|&id| matches!(&tree.inodes[id].kind, tree::Kind::File(f) if f.size >= sealfs_format::BLKSZ))
                 .collect();
             progress.begin("finding identical files", None);
-            let alike = dedupe::same_size_digests(&tree, &candidates, key_hasher)?;
+            let alike = dedupe::same_size_digests(source, &tree, &candidates, key_hasher)?;
             progress.end();
             let plan = layout::plan(&tree, &shared, None, false, alike)?;
             let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
@@ -190,6 +217,7 @@ fn build_in_pool(
                 .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
             let (meta_hash, leaves, digests) = emit::write_image(
                 seal::Target::of(&tmp),
+                source,
                 &tree,
                 &plan,
                 &shared,
@@ -205,6 +233,7 @@ fn build_in_pool(
             let codecs = codecs_by_rule(&tree, src, c, &opts.compress_rules);
             let data = zdata::write_data(
                 seal::Target::of(&tmp),
+                source,
                 &tree,
                 &shared,
                 c,

@@ -31,8 +31,9 @@ use crate::emit::{Copier, DataLeaves, FileDigests, Hashers};
 use crate::error::{BuildError, Result};
 use crate::layout::{self, ChunkPlan, InodePlan, Placed, PreData, ZPlaced, ZPlan};
 use crate::seal::Target;
+use crate::source::{open_file, Source};
 use crate::spill::{Spill, Spilled};
-use crate::tree::{self, FileData, Fingerprint, Inode, Kind, Tree};
+use crate::tree::{FileData, Inode, Kind, Tree};
 use crate::xattrs::SharedXattrs;
 use crate::Progress;
 use sealfs_format::{self as fmt, DataLayout, BLKSZ};
@@ -106,6 +107,7 @@ struct Packed {
 /// Everything units are read from: the tree's files, and the packed inode once it exists (id
 /// `tree.inodes.len()`).
 struct Sources<'a> {
+    source: &'a dyn Source,
     tree: &'a Tree,
     packed: Option<&'a Packed>,
 }
@@ -151,9 +153,9 @@ impl Sources<'_> {
                 .map_err(|e| BuildError::io(&inode.path, "read", e))?;
             return Ok(raw);
         }
-        let src = tree::open_source(inode)?;
-        tree::read_source(inode, &src, &mut raw, start)?;
-        tree::check_unchanged(inode, &src)?;
+        let mut src = open_file(self.source, inode)?;
+        src.read_at(&mut raw, start)?;
+        src.finish()?;
         Ok(raw)
     }
 }
@@ -887,13 +889,7 @@ fn special_inode(size: u64, epoch: (i64, u32), what: &str) -> Inode {
         kind: Kind::File(FileData {
             size,
             data_ranges: None,
-            fingerprint: Fingerprint {
-                size,
-                mtime_ns: 0,
-                ctime_ns: 0,
-                ino: 0,
-                dev: 0,
-            },
+            data: crate::sink::NO_DATA,
         }),
         mode: fmt::S_IFREG | 0o644,
         uid: 0,
@@ -909,8 +905,10 @@ fn special_inode(size: u64, epoch: (i64, u32), what: &str) -> Inode {
 /// Compresses and writes every regular file's data from block 1 on.
 ///
 /// `codecs` holds each inode's codec where a rule chose one (empty: the build's for every file).
+#[allow(clippy::too_many_arguments, reason = "each is a distinct input of the step")]
 pub(crate) fn write_data(
     out: Target<'_>,
+    source: &dyn Source,
     tree: &Tree,
     shared: &SharedXattrs,
     copts: &CompressOptions,
@@ -977,6 +975,7 @@ pub(crate) fn write_data(
 
     // Sparse files: chunk-based, copied as in uncompressed builds.
     let copier = Copier {
+        source,
         out: out.file,
         out_path: out.path,
         image_hasher: hashers.image,
@@ -1032,7 +1031,7 @@ pub(crate) fn write_data(
             continue;
         }
         if f.size == 0 {
-            tree::check_unchanged(inode, &tree::open_source(inode)?)?;
+            open_file(source, inode)?.finish()?;
             if let Some(h) = hashers.file {
                 let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), 0, &[])
                     .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?;
@@ -1058,7 +1057,11 @@ pub(crate) fn write_data(
     // Dedupe keys are fs-verity digests: the per-file ones when the build makes them, else these.
     let own_key_hasher = hashers.file.is_none().then(dedupe::key_hasher);
     let mut ctx = UnitCtx {
-        sources: Sources { tree, packed: None },
+        sources: Sources {
+            source,
+            tree,
+            packed: None,
+        },
         shared,
         epoch,
         copts,
@@ -1082,7 +1085,7 @@ pub(crate) fn write_data(
     // Files of more than one segment are read and hashed once more, before the data phase, if
     // they may have a twin: their first segments are placed before their last is read. (A
     // one-segment file's key comes with its only unit.)
-    ctx.multi_keys = dedupe::same_size_digests(tree, &multi, key_hasher)?
+    ctx.multi_keys = dedupe::same_size_digests(source, tree, &multi, key_hasher)?
         .into_iter()
         .map(|(id, d)| (id, dedupe_key(&d)))
         .collect();
