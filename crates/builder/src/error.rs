@@ -64,9 +64,23 @@ pub enum BuildError {
     /// The image exceeds a format limit.
     #[error("image too large: {0}")]
     TooLarge(String),
+    /// A source other than a directory (an archive, an image) could not be read; the error
+    /// names the input and where in it.
+    #[error("{0}")]
+    Source(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl BuildError {
+    /// An error of a source (an importer's own error type).
+    pub fn from_source(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        BuildError::Source(Box::new(e))
+    }
+
+    /// An I/O error on `path` (for sources outside this crate).
+    pub fn io_error(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Self {
+        BuildError::io(path, op, source)
+    }
+
     /// An I/O error on `path`; a missing path becomes [`BuildError::Vanished`] when `may_vanish`.
     pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Self {
         BuildError::Io {

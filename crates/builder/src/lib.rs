@@ -48,6 +48,10 @@ use std::path::Path;
 pub trait Progress: Sync {
     /// A step starts; `total` is its size in its own unit when known.
     fn begin(&self, step: &'static str, total: Option<u64>);
+    /// A step counted in bytes starts (reading an archive), `total` bytes when known.
+    fn begin_bytes(&self, step: &'static str, total: Option<u64>) {
+        self.begin(step, total)
+    }
     /// `n` more units of the current step are done.
     fn advance(&self, n: u64);
     /// The current step is done.

@@ -905,7 +905,10 @@ fn special_inode(size: u64, epoch: (i64, u32), what: &str) -> Inode {
 /// Compresses and writes every regular file's data from block 1 on.
 ///
 /// `codecs` holds each inode's codec where a rule chose one (empty: the build's for every file).
-#[allow(clippy::too_many_arguments, reason = "each is a distinct input of the step")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is a distinct input of the step"
+)]
 pub(crate) fn write_data(
     out: Target<'_>,
     source: &dyn Source,

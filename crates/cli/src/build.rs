@@ -14,10 +14,16 @@ use std::process::ExitCode;
 /// Arguments of `sealfs build`.
 #[derive(Args)]
 pub struct BuildArgs {
-    /// Directory to pack.
-    src: PathBuf,
-    /// Image to write (replaced atomically; nothing is left there on error).
-    out: PathBuf,
+    /// The directory to pack, then the image to write (replaced atomically; nothing is left
+    /// there on error). With --tar, only the image.
+    #[arg(value_name = "SRC OUT", num_args = 1..=2, required = true)]
+    paths: Vec<PathBuf>,
+    /// Build from a tar archive (ustar, GNU or PAX; plain, gzip, zstd or xz, recognised by its
+    /// first bytes) instead of a directory, in one pass; `-` reads stdin. The image is the one
+    /// `tar -x` of the archive (as root, owners by number, xattrs and ACLs kept) followed by a
+    /// build of that directory gives. A leading '/' of member names is removed, '..' refused.
+    #[arg(long, value_name = "FILE")]
+    tar: Option<PathBuf>,
     /// Give every inode this modification time (seconds since the epoch).
     #[arg(short = 'T', long, value_name = "SECS", allow_hyphen_values = true)]
     timestamp: Option<i64>,
@@ -230,7 +236,11 @@ impl BuildArgs {
             ),
             _ => None,
         };
-        let src = std::path::absolute(&self.src).unwrap_or_else(|_| self.src.clone());
+        let src = match &self.tar {
+            // Absolute names in an archive lose their leading '/'.
+            Some(_) => PathBuf::from("/"),
+            None => std::path::absolute(&self.paths[0]).unwrap_or_else(|_| self.paths[0].clone()),
+        };
         let exclude_paths = self
             .exclude_path
             .iter()
@@ -325,7 +335,20 @@ impl BuildArgs {
 pub fn run(args: BuildArgs) -> Result<ExitCode> {
     let opts = args.options()?;
     let progress = TermProgress::new(args.quiet);
-    let summary = sealfs_builder::build(Path::new(&args.src), &args.out, &opts, &progress)?;
+    let (src, out) = match (&args.tar, args.paths.as_slice()) {
+        (None, [src, out]) => (Some(src), out),
+        (Some(_), [out]) => (None, out),
+        (None, _) => bail!("expected SRC and OUT (or --tar FILE and OUT)"),
+        (Some(_), _) => bail!("with --tar, give only OUT"),
+    };
+    let summary = match (src, &args.tar) {
+        (Some(src), _) => sealfs_builder::build(Path::new(src), out, &opts, &progress)?,
+        (None, Some(tar)) => {
+            let mut source = sealfs_import::TarSource::open(tar)?;
+            sealfs_builder::build_from(&mut source, out, &opts, &progress)?
+        }
+        (None, None) => unreachable!("matched above"),
+    };
     if let Some(seal) = &summary.seal {
         println!("{}", seal.digest);
     }
@@ -335,7 +358,7 @@ pub fn run(args: BuildArgs) -> Result<ExitCode> {
         }
         eprintln!(
             "{}: {} inodes ({} directories), {} bytes of file data, image {} bytes",
-            args.out.display(),
+            out.display(),
             summary.inodes,
             summary.dirs,
             summary.data_bytes,

@@ -43,6 +43,22 @@ impl Progress for TermProgress {
         *self.bar.lock().unwrap() = Some(bar);
     }
 
+    fn begin_bytes(&self, step: &'static str, total: Option<u64>) {
+        if !self.enabled {
+            return;
+        }
+        if total.is_some() {
+            return self.begin(step, total);
+        }
+        let bar = ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{msg:>20} {spinner} {bytes} {bytes_per_sec}")
+                .expect("valid template"),
+        );
+        bar.set_draw_target(ProgressDrawTarget::stderr_with_hz(10));
+        bar.set_message(step);
+        *self.bar.lock().unwrap() = Some(bar);
+    }
+
     fn advance(&self, n: u64) {
         if let Some(bar) = self.bar.lock().unwrap().as_ref() {
             bar.inc(n);

@@ -105,6 +105,10 @@ pub fn package_of(tool: &str) -> &'static str {
         "fio" => "fio",
         "mount" | "umount" | "losetup" => "util-linux",
         "openssl" => "openssl",
+        "bsdtar" => "libarchive-tools",
+        "tar" => "tar",
+        "zstd" => "zstd",
+        "xz" => "xz-utils",
         _ => "unknown package",
     }
 }

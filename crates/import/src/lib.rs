@@ -1,0 +1,19 @@
+//! Importers: inputs other than a directory, as sources ([`sealfs_builder::Source`]) for the
+//! builder, so that the same tree gives the same image whatever form it came in.
+//!
+//! - [`tar`]: ustar, GNU and PAX archives, plain or compressed, in one streaming pass
+//!   ([`TarSource`]).
+//!
+//! An importer implements the two phases of [`sealfs_builder::Source`]: `scan` reads the input
+//! once and hands its entries to the builder's [`sealfs_builder::Sink`] (which applies `tar -x`'s
+//! rules, and OCI's whiteouts through `Sink::next_layer`, `Sink::remove` and
+//! `Sink::make_opaque`), keeping file data where it can be read again (in place in a seekable
+//! input, or in a temporary file beside the output from `ScanContext::temp_file`); `open` reads
+//! a file's data back by the handle the scan gave, from several threads.
+
+mod acl;
+mod error;
+pub mod tar;
+
+pub use error::TarError;
+pub use tar::{Compression, TarSource};

@@ -1,0 +1,516 @@
+//! Tar archives (ustar, GNU and PAX, plain or gzip, zstd or xz compressed) as a builder
+//! [`Source`], read in one streaming pass.
+//!
+//! What the image holds is what `tar -x` would put on disk, as root, keeping owners (by number,
+//! as `--numeric-owner`), permissions, xattrs and ACLs (`--xattrs --xattrs-include='*' --acls
+//! --same-owner -p`), then `sealfs build` of that directory:
+//!
+//! - names: a leading `/` is removed (as GNU tar and bsdtar do, with a warning in the build's
+//!   summary); `.` components are dropped; a `..` component is an error naming the entry (GNU
+//!   tar would cut everything up to it, silently changing where the entry goes). Hard link
+//!   targets follow the same rules. Symlink targets are kept as they are: they are data;
+//! - duplicates: the last entry wins; an entry over a directory that is not a directory, or the
+//!   reverse, is an error (see [`sealfs_builder::Sink::add`]); missing parents are made 0755,
+//!   root-owned, with time 0 (`tar -x` would give them the time of extraction);
+//! - xattrs: `SCHILY.xattr.*` (GNU tar, bsdtar), `LIBARCHIVE.xattr.*` (bsdtar; a
+//!   `SCHILY.xattr.*` of the same name wins, as GNU tar reads only those); ACLs from
+//!   `SCHILY.acl.access`/`default` text (`system.posix_acl_*` xattr records alone are left out
+//!   with a warning, as `tar -x` leaves them; they stand in for a text that names users without
+//!   their numbers), stored in the kernel's binary form, the mode's permission bits set from an access ACL and an ACL equal to
+//!   the mode dropped, as the kernel does when `tar -x` sets it;
+//! - sparse files (GNU `S` members, PAX formats 0.0, 0.1 and 1.0) stay sparse: their holes are
+//!   the holes a file written as `tar -x` writes it has on a file system of 4 KiB blocks;
+//! - times: PAX times with fractions and signs, GNU base-256 negative times.
+//!
+//! **Data.** A plain archive in a regular file is not copied: the scan reads headers and seeks
+//! past data, and file data is read in place while the image is written. Anything else (stdin,
+//! compressed input) is read once: file data goes to an unnamed temporary file beside the
+//! output as the archive is read, and is read back from there; memory holds only metadata.
+
+mod input;
+mod pax;
+mod reader;
+
+pub use input::Compression;
+
+use crate::acl::Acl;
+use crate::error::TarError;
+use reader::{FrameError, Member, Reader};
+use sealfs_builder::{
+    BuildError, DataId, Entry, EntryKind, FileRef, ScanContext, Sink, Source, SourceFile,
+};
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Where one regular file's data is: from `at` in the store, its stretches back to back.
+#[derive(Debug)]
+struct Stored {
+    at: u64,
+    /// For a sparse file, `(offset in the file, length)` of each stretch stored.
+    map: Option<Box<[(u64, u64)]>>,
+}
+
+/// A tar archive, as a [`Source`].
+pub struct TarSource {
+    /// For messages: the archive's path, or `-` for stdin.
+    name: String,
+    /// The input until it is scanned (behind a lock only to be `Sync`: the scan takes it).
+    reader: std::sync::Mutex<Option<Reader>>,
+    /// Where file data is read back: the archive itself, or the temporary file.
+    store: Option<File>,
+    store_name: PathBuf,
+    files: Vec<Stored>,
+    warned_acl_xattrs: bool,
+}
+
+/// Block size holes are counted in (that of the file systems `tar -x` writes to).
+const FS_BLOCK: u64 = 4096;
+
+impl TarSource {
+    /// The archive at `path` (`-` reads stdin).
+    pub fn open(path: &Path) -> Result<TarSource, TarError> {
+        let name = path.display().to_string();
+        let input = if path == Path::new("-") {
+            input::Input::from_reader(Box::new(std::io::stdin()))
+        } else {
+            File::open(path).and_then(input::Input::from_file)
+        }
+        .map_err(|e| TarError::io(&name, 0, "open", e))?;
+        Ok(TarSource::with_input(name, input))
+    }
+
+    /// The archive `reader` gives (read once, from its start); `name` names it in messages.
+    pub fn from_reader(reader: Box<dyn Read + Send>, name: &str) -> Result<TarSource, TarError> {
+        let input =
+            input::Input::from_reader(reader).map_err(|e| TarError::io(name, 0, "read", e))?;
+        Ok(TarSource::with_input(name.to_string(), input))
+    }
+
+    fn with_input(name: String, input: input::Input) -> TarSource {
+        let name = match input.compression() {
+            Compression::None => name,
+            c => format!(
+                "{name} ({} compressed; offsets in the tar stream)",
+                c.name()
+            ),
+        };
+        TarSource {
+            store_name: PathBuf::from(&name),
+            name,
+            reader: std::sync::Mutex::new(Some(Reader::new(input))),
+            store: None,
+            files: Vec::new(),
+            warned_acl_xattrs: false,
+        }
+    }
+
+    /// How the input is compressed (known once it is opened).
+    pub fn compression(&self) -> Option<Compression> {
+        let reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        reader.as_ref().map(|r| r.input.compression())
+    }
+
+    fn frame_error(&self, e: FrameError) -> TarError {
+        TarError::new(&self.name, e.offset, e.name.as_deref(), e.what, e.io)
+    }
+}
+
+/// The temporary file data goes to, written sequentially.
+struct SpillWriter {
+    out: BufWriter<File>,
+    len: u64,
+}
+
+impl Source for TarSource {
+    fn scan(&mut self, sink: &mut Sink, cx: &ScanContext<'_>) -> sealfs_builder::Result<()> {
+        let mut reader = self
+            .reader
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .expect("a tar source is scanned once");
+        let name = self.name.clone();
+        let progress = cx.progress();
+        progress.begin_bytes("reading the archive", reader.input.raw_len());
+        let mut reported = 0u64;
+        let mut spill = match reader.input.in_place() {
+            Some(f) => {
+                self.store = Some(f.try_clone().map_err(|e| {
+                    BuildError::from_source(TarError::io(&self.name, 0, "reopen", e))
+                })?);
+                None
+            }
+            None => {
+                self.store_name = PathBuf::from("(temporary file of archive data)");
+                Some(SpillWriter {
+                    out: BufWriter::with_capacity(4 << 20, cx.temp_file()?),
+                    len: 0,
+                })
+            }
+        };
+        let mut warned_absolute = false;
+        loop {
+            let m = match reader.next() {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(e) => return Err(BuildError::from_source(self.frame_error(e))),
+            };
+            let err = |what: String| {
+                BuildError::from_source(TarError::new(&name, m.offset, Some(&m.name), what, None))
+            };
+            let (path, absolute) = normalize(&m.name).map_err(err)?;
+            if absolute && !warned_absolute {
+                warned_absolute = true;
+                sink.warn(format!(
+                    "{}: leading '/' removed from member names (first: {})",
+                    self.name,
+                    String::from_utf8_lossy(&m.name)
+                ));
+            }
+            let entry = self
+                .entry(&m, path, &mut reader, spill.as_mut(), sink)
+                .map_err(|e| match e {
+                    EntryProblem::Bad(what) => err(what),
+                    EntryProblem::Frame(f) => err(match f.offset {
+                        o if o == m.offset => f.what,
+                        o => format!("{} (at byte {o})", f.what),
+                    }),
+                    EntryProblem::Build(b) => b,
+                })?;
+            if let Some(entry) = entry {
+                sink.add(entry).map_err(|e| err(e.what))?;
+            }
+            let raw = reader.input.raw_bytes();
+            progress.advance(raw - reported);
+            reported = raw;
+        }
+        if let Some(s) = spill {
+            let file = s
+                .out
+                .into_inner()
+                .map_err(|e| BuildError::io_error(&self.store_name, "write", e.into_error()))?;
+            self.store = Some(file);
+        }
+        progress.end();
+        Ok(())
+    }
+
+    fn open(&self, file: &FileRef<'_>) -> sealfs_builder::Result<Box<dyn SourceFile + '_>> {
+        Ok(Box::new(OpenTarFile {
+            source: self,
+            stored: &self.files[file.data.0 as usize],
+            size: file.size,
+        }))
+    }
+}
+
+/// Why a member could not become an entry.
+enum EntryProblem {
+    Bad(String),
+    Frame(FrameError),
+    Build(BuildError),
+}
+
+impl From<FrameError> for EntryProblem {
+    fn from(e: FrameError) -> Self {
+        EntryProblem::Frame(e)
+    }
+}
+
+impl TarSource {
+    /// The entry member `m` gives (its data stored or left in place), or `None` for members
+    /// that are not files (a volume label).
+    fn entry(
+        &mut self,
+        m: &Member,
+        path: Vec<u8>,
+        reader: &mut Reader,
+        spill: Option<&mut SpillWriter>,
+        sink: &mut Sink,
+    ) -> Result<Option<Entry>, EntryProblem> {
+        let bad = EntryProblem::Bad;
+        let link_path = || normalize(&m.link).map(|(p, _)| p).map_err(bad);
+        let dir_by_name = m.name.ends_with(b"/") && matches!(m.typeflag, b'0' | 0);
+        let kind = match m.typeflag {
+            _ if dir_by_name => EntryKind::Dir,
+            b'5' | b'D' => EntryKind::Dir,
+            b'1' => EntryKind::HardLink(link_path()?),
+            b'2' => EntryKind::Symlink(m.link.clone()),
+            b'3' => EntryKind::CharDevice {
+                major: m.devmajor,
+                minor: m.devminor,
+            },
+            b'4' => EntryKind::BlockDevice {
+                major: m.devmajor,
+                minor: m.devminor,
+            },
+            b'6' => EntryKind::Fifo,
+            b'V' => return Ok(None),
+            b'M' | b'N' => {
+                return Err(bad(format!(
+                    "GNU {} member (not supported)",
+                    if m.typeflag == b'M' {
+                        "multi-volume continuation"
+                    } else {
+                        "old long name"
+                    }
+                )))
+            }
+            t => {
+                if !matches!(t, b'0' | 0 | b'7' | b'S') {
+                    sink.warn(format!(
+                        "{}: {}: unknown type '{}', taken as a regular file (as tar -x does)",
+                        self.name,
+                        String::from_utf8_lossy(&m.name),
+                        t.escape_ascii()
+                    ));
+                }
+                let data = self.store_data(m, reader, spill)?;
+                let (size, data_ranges) = match &m.sparse {
+                    Some(s) => (s.real_size, data_ranges(s.real_size, &s.map)),
+                    None => (m.size, None),
+                };
+                EntryKind::File {
+                    size,
+                    data,
+                    data_ranges,
+                }
+            }
+        };
+        let uid =
+            u32::try_from(m.uid).map_err(|_| bad(format!("uid {} does not fit 32 bits", m.uid)))?;
+        let gid =
+            u32::try_from(m.gid).map_err(|_| bad(format!("gid {} does not fit 32 bits", m.gid)))?;
+        let mut mode = m.mode;
+        if matches!(kind, EntryKind::Symlink(_)) {
+            mode = 0o777; // what the kernel gives every symlink
+        }
+        let mut xattrs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let (mut access_xattr, mut default_xattr) = (None, None);
+        for (name, value) in &m.xattrs {
+            match name.as_slice() {
+                b"system.posix_acl_access" => access_xattr = Some(value),
+                b"system.posix_acl_default" => default_xattr = Some(value),
+                _ => xattrs.push((name.clone(), value.clone())),
+            }
+        }
+        // ACLs come from SCHILY.acl.* (as GNU tar -x takes them; it ignores the xattr form);
+        // the xattr form stands in only for a text naming users without their numbers.
+        let acl = |text: Option<&[u8]>, binary: Option<&Vec<u8>>| {
+            let text = text?;
+            Some(Acl::from_text(text).or_else(|e| match binary {
+                Some(b) => Acl::from_xattr(b),
+                None => Err(e),
+            }))
+        };
+        let access = acl(m.acl_access.as_deref(), access_xattr);
+        let default = acl(m.acl_default.as_deref(), default_xattr);
+        let ignored = (access_xattr.is_some() && m.acl_access.is_none())
+            || (default_xattr.is_some() && m.acl_default.is_none());
+        if ignored && !self.warned_acl_xattrs {
+            self.warned_acl_xattrs = true;
+            sink.warn(format!(
+                "{}: system.posix_acl_* xattrs without SCHILY.acl.* records left out, as \
+                 tar -x leaves them (first: {})",
+                self.name,
+                String::from_utf8_lossy(&m.name)
+            ));
+        }
+        if let Some(acl) = access {
+            let acl = acl.map_err(|e| bad(format!("access ACL: {e}")))?;
+            mode = acl.apply_to_mode(mode);
+            if !acl.is_mode() {
+                xattrs.push((b"system.posix_acl_access".to_vec(), acl.to_xattr()));
+            }
+        }
+        if let Some(acl) = default {
+            let acl = acl.map_err(|e| bad(format!("default ACL: {e}")))?;
+            if matches!(kind, EntryKind::Dir) {
+                xattrs.push((b"system.posix_acl_default".to_vec(), acl.to_xattr()));
+            } else {
+                sink.warn(format!(
+                    "{}: {}: default ACL on a non-directory left out",
+                    self.name,
+                    String::from_utf8_lossy(&m.name)
+                ));
+            }
+        }
+        Ok(Some(Entry {
+            path,
+            kind,
+            mode,
+            uid,
+            gid,
+            mtime: m.mtime.0,
+            mtime_nsec: m.mtime.1,
+            xattrs,
+        }))
+    }
+
+    /// Stores (or leaves in place) the data of regular file `m`; its handle.
+    fn store_data(
+        &mut self,
+        m: &Member,
+        reader: &mut Reader,
+        spill: Option<&mut SpillWriter>,
+    ) -> Result<DataId, EntryProblem> {
+        let at = match spill {
+            None => {
+                let at = reader.input.pos();
+                reader.skip_data()?;
+                at
+            }
+            Some(s) => {
+                let at = s.len;
+                let mut buf = vec![0u8; (m.size.min(1 << 20)) as usize];
+                loop {
+                    let n = reader.read_data(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    s.out.write_all(&buf[..n]).map_err(|e| {
+                        EntryProblem::Build(BuildError::io_error(&self.store_name, "write", e))
+                    })?;
+                    s.len += n as u64;
+                }
+                at
+            }
+        };
+        self.files.push(Stored {
+            at,
+            map: m.sparse.as_ref().map(|s| s.map.clone().into_boxed_slice()),
+        });
+        Ok(DataId(self.files.len() as u64 - 1))
+    }
+}
+
+/// The data ranges a file written with these stretches (and holes elsewhere) has on a file
+/// system of 4 KiB blocks, as a directory scan would find them (`SEEK_DATA`/`SEEK_HOLE`);
+/// `None` when every block is allocated.
+fn data_ranges(size: u64, map: &[(u64, u64)]) -> Option<Vec<(u64, u64)>> {
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for &(off, len) in map.iter().filter(|(_, len)| *len > 0) {
+        let start = off / FS_BLOCK * FS_BLOCK;
+        let end = (off + len).div_ceil(FS_BLOCK) * FS_BLOCK;
+        match ranges.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => ranges.push((start, end)),
+        }
+    }
+    let allocated: u64 = ranges.iter().map(|(s, e)| e - s).sum();
+    if size == 0 || allocated >= size {
+        return None;
+    }
+    for r in &mut ranges {
+        r.1 = r.1.min(size);
+    }
+    Some(ranges)
+}
+
+/// A member's name made relative: leading `/` removed (reported), `.` components and empty
+/// ones dropped, `..` refused.
+fn normalize(name: &[u8]) -> Result<(Vec<u8>, bool), String> {
+    let absolute = name.starts_with(b"/");
+    let mut out = Vec::with_capacity(name.len());
+    for part in name.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." => {
+                return Err(format!(
+                    "the name {} has a '..' component (refused: it would leave the tree)",
+                    String::from_utf8_lossy(name)
+                ))
+            }
+            p => {
+                if !out.is_empty() {
+                    out.push(b'/');
+                }
+                out.extend_from_slice(p);
+            }
+        }
+    }
+    Ok((out, absolute))
+}
+
+/// One regular file's data, read back from the store.
+struct OpenTarFile<'a> {
+    source: &'a TarSource,
+    stored: &'a Stored,
+    size: u64,
+}
+
+impl OpenTarFile<'_> {
+    fn pread(&self, buf: &mut [u8], at: u64) -> sealfs_builder::Result<()> {
+        let store = self
+            .source
+            .store
+            .as_ref()
+            .expect("data is read after the scan");
+        store
+            .read_exact_at(buf, at)
+            .map_err(|e| BuildError::io_error(&self.source.store_name, "read archive data", e))
+    }
+}
+
+impl SourceFile for OpenTarFile<'_> {
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> sealfs_builder::Result<()> {
+        let end = offset + buf.len() as u64;
+        assert!(end <= self.size, "reads stay inside the file");
+        let Some(map) = &self.stored.map else {
+            return self.pread(buf, self.stored.at + offset);
+        };
+        buf.fill(0);
+        let mut stored_at = self.stored.at;
+        for &(off, len) in map.iter() {
+            let (s, e) = (off.max(offset), (off + len).min(end));
+            if s < e {
+                let into = &mut buf[(s - offset) as usize..(e - offset) as usize];
+                self.pread(into, stored_at + (s - off))?;
+            }
+            stored_at += len;
+            if off >= end {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> sealfs_builder::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_made_relative() {
+        assert_eq!(
+            normalize(b"./a//b/./c/").unwrap(),
+            (b"a/b/c".to_vec(), false)
+        );
+        assert_eq!(normalize(b"/etc/x").unwrap(), (b"etc/x".to_vec(), true));
+        assert_eq!(normalize(b"./").unwrap(), (Vec::new(), false));
+        assert!(normalize(b"a/../b").is_err());
+        assert!(normalize(b"../b").is_err());
+    }
+
+    #[test]
+    fn holes_are_counted_in_file_system_blocks() {
+        // Stretches inside one block, and a final empty stretch marking the size.
+        assert_eq!(
+            data_ranges(1 << 20, &[(100, 10), (5000, 10), (1 << 20, 0)]),
+            Some(vec![(0, 8192)])
+        );
+        assert_eq!(
+            data_ranges(100_000, &[(0, 4096), (90_000, 10_000)]),
+            Some(vec![(0, 4096), (86016, 100_000)])
+        );
+        // Every block written: no holes left.
+        assert_eq!(data_ranges(8000, &[(0, 10), (4096, 3904)]), None);
+        assert_eq!(data_ranges(8192, &[]), Some(vec![]));
+    }
+}
