@@ -208,8 +208,18 @@ fn build_in_pool(
                 .as_ref()
                 .or(own_hasher.as_ref())
                 .expect("one of the two hashers is there");
+            // (Files kept sparse never share blocks: they are not read for it, so a file of a
+            // petabyte of holes costs nothing here.)
             let candidates: Vec<usize> = (0..tree.inodes.len())
-                .filter(|&id| matches!(&tree.inodes[id].kind, tree::Kind::File(f) if f.size >= sealfs_format::BLKSZ))
+                .filter(|&id| match &tree.inodes[id].kind {
+                    tree::Kind::File(f) => {
+                        f.size >= sealfs_format::BLKSZ
+                            && f.data_ranges
+                                .as_ref()
+                                .is_none_or(|r| layout::plan_chunks(f.size, r).is_none())
+                    }
+                    _ => false,
+                })
                 .collect();
             progress.begin("finding identical files", None);
             let alike = dedupe::same_size_digests(source, &tree, &candidates, key_hasher)?;
