@@ -9,6 +9,7 @@
 //! this is what catches a runaway allocation sized by an image field there.
 
 pub mod harness;
+pub mod tar_harness;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;

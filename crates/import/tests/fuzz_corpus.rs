@@ -1,0 +1,118 @@
+//! The `tar_build` fuzzer's seed corpus (`fuzz/corpus/tar_build`, made by
+//! `fuzz/make_tar_corpus.sh` with GNU tar and bsdtar) and its saved crashes
+//! (`tests/fuzz_regressions`), replayed on stable Rust: each input as it is, then deterministic
+//! mutations of each (bit flips, bytes set, truncations, insertions, deletions; fixed seeds, half
+//! of them in the first 2 KiB where the headers are). Errors are fine, panics are bugs, and the
+//! stream and file reads must agree (see the harness).
+//!
+//! The harness is NOT a copy: it is `fuzz/src/tar_harness.rs`, the file the fuzz target runs.
+//! `SEALFS_FUZZ_SCALE=N` runs N times as many mutations.
+
+#[path = "../../../fuzz/src/tar_harness.rs"]
+mod tar_harness;
+
+use sealfs_testsupport::Rng;
+use std::fs;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+/// Mutations of each seed (times SEALFS_FUZZ_SCALE).
+const MUTATIONS: u64 = 120;
+
+fn inputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<_> = rd
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            !n.starts_with('.') && !n.ends_with(".md")
+        })
+        .map(|p| (p.display().to_string(), fs::read(&p).unwrap()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+    let mut d = seed.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        if d.is_empty() {
+            d.push(0);
+        }
+        let span = if rng.below(2) == 0 {
+            d.len().min(2048)
+        } else {
+            d.len()
+        } as u64;
+        let at = rng.below(span) as usize;
+        match rng.below(6) {
+            0 => d[at] ^= 1 << rng.below(8),
+            1 => d[at] = [0, 0xff, b'0', b'7', b' ', b'\n', b'9'][rng.below(7) as usize],
+            2 => d.truncate(at),
+            3 => {
+                let n = rng.below(64) as usize;
+                let bytes = rng.bytes(n);
+                d.splice(at..at, bytes);
+            }
+            4 => {
+                let end = (at + rng.below(600) as usize).min(d.len());
+                d.drain(at..end);
+            }
+            _ => {
+                // A digit run, where numbers (sizes, PAX lengths) are.
+                let end = (at + 1 + rng.below(11) as usize).min(d.len());
+                for b in &mut d[at..end] {
+                    *b = b'0' + rng.below(8) as u8;
+                }
+            }
+        }
+    }
+    d
+}
+
+#[test]
+fn tar_corpus_and_mutations_never_panic() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seeds = inputs(&root.join("../../fuzz/corpus/tar_build"));
+    assert!(
+        seeds.len() >= 8,
+        "the seed corpus is missing (fuzz/make_tar_corpus.sh)"
+    );
+    seeds.extend(inputs(&root.join("tests/fuzz_regressions")));
+    let scale: u64 = std::env::var("SEALFS_FUZZ_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for (name, seed) in &seeds {
+        let mut rng = Rng::new(seed.len() as u64 ^ 0x7a72);
+        let mut cases = vec![seed.clone()];
+        for _ in 0..MUTATIONS * scale {
+            cases.push(mutate(&mut rng, seed));
+        }
+        for (i, case) in cases.iter().enumerate() {
+            runs += 1;
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                tar_harness::tar_build_in(dir.path(), case)
+            }));
+            if r.is_err() {
+                let keep = root.join(format!(
+                    "../../target/tmp/tar_fuzz-failure-{}",
+                    failures.len()
+                ));
+                let _ = fs::create_dir_all(keep.parent().unwrap());
+                let _ = fs::write(&keep, case);
+                failures.push(format!("{name} mutation {i}: kept at {}", keep.display()));
+                if failures.len() >= 5 {
+                    break;
+                }
+            }
+        }
+    }
+    println!("{runs} inputs built, {} panicked", failures.len());
+    assert!(failures.is_empty(), "panics: {failures:#?}");
+}
