@@ -372,3 +372,42 @@ fn duplicates_and_sparse_formats_equal_tar_x_then_build() {
     assert_eq!(fs::read(x.join("d/f")).unwrap(), b"two-longer\n");
     assert_eq!(fs::read(x.join("d/link")).unwrap(), b"one\n");
 }
+
+/// Archives without directory entries (their parents are made as `tar -x` makes them: 0755,
+/// root-owned; their times differ, `tar -x` giving the time of extraction, hence `-T`) and with
+/// absolute names (the leading '/' removed, as `tar -x` removes it, with a warning).
+#[test]
+fn missing_parents_and_absolute_names_equal_tar_x_then_build() {
+    if !guard() {
+        return;
+    }
+    let w = setup("tar-abs");
+    let t = w.dir.join("t");
+    let a = w.img.join("abs.tar");
+    sh(&format!(
+        "set -e; umask 022; mkdir -p '{t}/p/q'; echo deep > '{t}/p/q/f'; ln -s f '{t}/p/q/s'; \
+         tar --format=gnu -P --no-recursion -cf '{a}' '{t}/p/q/f' '{t}/p/q/s'",
+        t = t.display(),
+        a = a.display()
+    ));
+    let x = w.dir.join("x");
+    fs::create_dir(&x).unwrap();
+    fs::set_permissions(&x, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    sh(&format!(
+        "umask 022; {TAR_X} '{}' -C '{}'",
+        a.display(),
+        x.display()
+    ));
+    let (dir_img, tar_img) = (w.img.join("dir.img"), w.img.join("tar.img"));
+    build_ok(&x, &dir_img, &["-T", "1"]);
+    let out = build_ok_cmd(&mut tar_build_cmd(&a, &tar_img, &["-T", "1"]));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("leading '/' removed"),
+        "no warning: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        fs::read(&dir_img).unwrap() == fs::read(&tar_img).unwrap(),
+        "an archive of absolute names without directories differs from tar -x + build"
+    );
+}
