@@ -16,4 +16,4 @@ mod error;
 pub mod tar;
 
 pub use error::TarError;
-pub use tar::{Compression, TarSource};
+pub use tar::{Compression, EntryHook, TarSource};

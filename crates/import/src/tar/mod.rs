@@ -37,7 +37,8 @@ use crate::acl::Acl;
 use crate::error::TarError;
 use reader::{FrameError, Member, Reader};
 use sealfs_builder::{
-    BuildError, DataId, Entry, EntryKind, FileRef, ScanContext, Sink, Source, SourceFile,
+    BuildError, DataId, Entry, EntryError, EntryKind, FileRef, ScanContext, Sink, Source,
+    SourceFile,
 };
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -52,12 +53,21 @@ struct Stored {
     map: Option<Box<[(u64, u64)]>>,
 }
 
-/// A tar archive, as a [`Source`].
+/// Called with every entry of a [`TarSource`] before it goes to the sink: may change it, drop
+/// it (`None`), or act on the sink itself (an OCI importer turns `.wh.NAME` entries into
+/// [`Sink::remove`] and `.wh..wh..opq` into [`Sink::make_opaque`]). An error fails the build,
+/// named with the entry and its byte offset.
+pub type EntryHook =
+    Box<dyn FnMut(&mut Sink, Entry) -> Result<Option<Entry>, EntryError> + Send + Sync>;
+
+/// A tar archive (or several, as the layers of one tree), as a [`Source`].
 pub struct TarSource {
-    /// For messages: the archive's path, or `-` for stdin.
+    /// For messages: the archive being read (its path, `-` for stdin, or the name given).
     name: String,
-    /// The input until it is scanned (behind a lock only to be `Sync`: the scan takes it).
-    reader: std::sync::Mutex<Option<Reader>>,
+    /// The inputs until they are scanned, each with its name (behind a lock only to be `Sync`:
+    /// the scan takes them).
+    inputs: std::sync::Mutex<Vec<(String, Reader)>>,
+    hook: Option<EntryHook>,
     /// Where file data is read back: the archive itself, or the temporary file.
     store: Option<File>,
     store_name: PathBuf,
@@ -78,43 +88,66 @@ impl TarSource {
             File::open(path).and_then(input::Input::from_file)
         }
         .map_err(|e| TarError::io(&name, 0, "open", e))?;
-        Ok(TarSource::with_input(name, input))
+        Ok(TarSource::with_inputs(vec![named(name, input)]))
     }
 
     /// The archive `reader` gives (read once, from its start); `name` names it in messages.
     pub fn from_reader(reader: Box<dyn Read + Send>, name: &str) -> Result<TarSource, TarError> {
-        let input =
-            input::Input::from_reader(reader).map_err(|e| TarError::io(name, 0, "read", e))?;
-        Ok(TarSource::with_input(name.to_string(), input))
+        TarSource::layers(vec![(reader, name.to_string())])
     }
 
-    fn with_input(name: String, input: input::Input) -> TarSource {
-        let name = match input.compression() {
-            Compression::None => name,
-            c => format!(
-                "{name} ({} compressed; offsets in the tar stream)",
-                c.name()
-            ),
-        };
+    /// Several archives applied in order as the layers of one tree (each read once; the sink
+    /// starts a layer before each after the first, see [`Sink::next_layer`]). Without a hook
+    /// that acts on whiteouts, a later layer's entries simply replace earlier ones.
+    pub fn layers(streams: Vec<(Box<dyn Read + Send>, String)>) -> Result<TarSource, TarError> {
+        let mut inputs = Vec::with_capacity(streams.len());
+        for (reader, name) in streams {
+            let input =
+                input::Input::from_reader(reader).map_err(|e| TarError::io(&name, 0, "read", e))?;
+            inputs.push(named(name, input));
+        }
+        Ok(TarSource::with_inputs(inputs))
+    }
+
+    /// Sets the hook every entry goes through before the sink.
+    pub fn with_hook(mut self, hook: EntryHook) -> TarSource {
+        self.hook = Some(hook);
+        self
+    }
+
+    fn with_inputs(inputs: Vec<(String, Reader)>) -> TarSource {
         TarSource {
-            store_name: PathBuf::from(&name),
-            name,
-            reader: std::sync::Mutex::new(Some(Reader::new(input))),
+            store_name: PathBuf::from(inputs.first().map_or("", |i| i.0.as_str())),
+            name: inputs.first().map_or(String::new(), |i| i.0.clone()),
+            inputs: std::sync::Mutex::new(inputs),
+            hook: None,
             store: None,
             files: Vec::new(),
             warned_acl_xattrs: false,
         }
     }
 
-    /// How the input is compressed (known once it is opened).
+    /// How the (first) input is compressed.
     pub fn compression(&self) -> Option<Compression> {
-        let reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
-        reader.as_ref().map(|r| r.input.compression())
+        let inputs = self.inputs.lock().unwrap_or_else(|e| e.into_inner());
+        inputs.first().map(|(_, r)| r.input.compression())
     }
 
     fn frame_error(&self, e: FrameError) -> TarError {
         TarError::new(&self.name, e.offset, e.name.as_deref(), e.what, e.io)
     }
+}
+
+/// An input and its name for messages (which says how it is compressed).
+fn named(name: String, input: input::Input) -> (String, Reader) {
+    let name = match input.compression() {
+        Compression::None => name,
+        c => format!(
+            "{name} ({} compressed; offsets in the tar stream)",
+            c.name()
+        ),
+    };
+    (name, Reader::new(input))
 }
 
 /// The temporary file data goes to, written sequentially.
@@ -125,17 +158,16 @@ struct SpillWriter {
 
 impl Source for TarSource {
     fn scan(&mut self, sink: &mut Sink, cx: &ScanContext<'_>) -> sealfs_builder::Result<()> {
-        let mut reader = self
-            .reader
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .expect("a tar source is scanned once");
-        let name = self.name.clone();
+        let inputs = std::mem::take(self.inputs.get_mut().unwrap_or_else(|e| e.into_inner()));
         let progress = cx.progress();
-        progress.begin_bytes("reading the archive", reader.input.raw_len());
-        let mut reported = 0u64;
-        let mut spill = match reader.input.in_place() {
+        let single = inputs.len() == 1;
+        let total = match &inputs[..] {
+            [(_, r)] => r.input.raw_len(),
+            _ => None,
+        };
+        progress.begin_bytes("reading the archive", total);
+        let in_place = inputs.first().and_then(|(_, r)| r.input.in_place());
+        let mut spill = match in_place.filter(|_| single) {
             Some(f) => {
                 self.store = Some(f.try_clone().map_err(|e| {
                     BuildError::from_source(TarError::io(&self.name, 0, "reopen", e))
@@ -150,41 +182,16 @@ impl Source for TarSource {
                 })
             }
         };
-        let mut warned_absolute = false;
-        loop {
-            let m = match reader.next() {
-                Ok(Some(m)) => m,
-                Ok(None) => break,
-                Err(e) => return Err(BuildError::from_source(self.frame_error(e))),
-            };
-            let err = |what: String| {
-                BuildError::from_source(TarError::new(&name, m.offset, Some(&m.name), what, None))
-            };
-            let (path, absolute) = normalize(&m.name).map_err(err)?;
-            if absolute && !warned_absolute {
-                warned_absolute = true;
-                sink.warn(format!(
-                    "{}: leading '/' removed from member names (first: {})",
-                    self.name,
-                    String::from_utf8_lossy(&m.name)
-                ));
+        for (layer, (name, mut reader)) in inputs.into_iter().enumerate() {
+            if layer > 0 {
+                sink.next_layer();
             }
-            let entry = self
-                .entry(&m, path, &mut reader, spill.as_mut(), sink)
-                .map_err(|e| match e {
-                    EntryProblem::Bad(what) => err(what),
-                    EntryProblem::Frame(f) => err(match f.offset {
-                        o if o == m.offset => f.what,
-                        o => format!("{} (at byte {o})", f.what),
-                    }),
-                    EntryProblem::Build(b) => b,
-                })?;
-            if let Some(entry) = entry {
-                sink.add(entry).map_err(|e| err(e.what))?;
-            }
-            let raw = reader.input.raw_bytes();
-            progress.advance(raw - reported);
-            reported = raw;
+            self.name = name;
+            let mut reported = 0u64;
+            self.scan_one(sink, &mut reader, spill.as_mut(), &mut |raw| {
+                progress.advance(raw - reported);
+                reported = raw;
+            })?;
         }
         if let Some(s) = spill {
             let file = s
@@ -220,6 +227,56 @@ impl From<FrameError> for EntryProblem {
 }
 
 impl TarSource {
+    /// Reads one input to its end, every member to the sink (through the hook); `progress`
+    /// gets the bytes of input taken so far.
+    fn scan_one(
+        &mut self,
+        sink: &mut Sink,
+        reader: &mut Reader,
+        mut spill: Option<&mut SpillWriter>,
+        progress: &mut dyn FnMut(u64),
+    ) -> sealfs_builder::Result<()> {
+        let name = self.name.clone();
+        let mut warned_absolute = false;
+        loop {
+            let m = match reader.next() {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(e) => return Err(BuildError::from_source(self.frame_error(e))),
+            };
+            let err = |what: String| {
+                BuildError::from_source(TarError::new(&name, m.offset, Some(&m.name), what, None))
+            };
+            let (path, absolute) = normalize(&m.name).map_err(err)?;
+            if absolute && !warned_absolute {
+                warned_absolute = true;
+                sink.warn(format!(
+                    "{name}: leading '/' removed from member names (first: {})",
+                    String::from_utf8_lossy(&m.name)
+                ));
+            }
+            let entry = self
+                .entry(&m, path, reader, spill.as_deref_mut(), sink)
+                .map_err(|e| match e {
+                    EntryProblem::Bad(what) => err(what),
+                    EntryProblem::Frame(f) => err(match f.offset {
+                        o if o == m.offset => f.what,
+                        o => format!("{} (at byte {o})", f.what),
+                    }),
+                    EntryProblem::Build(b) => b,
+                })?;
+            let entry = match (entry, &mut self.hook) {
+                (Some(e), Some(hook)) => hook(sink, e).map_err(|e| err(e.what))?,
+                (e, _) => e,
+            };
+            if let Some(entry) = entry {
+                sink.add(entry).map_err(|e| err(e.what))?;
+            }
+            progress(reader.input.raw_bytes());
+        }
+        Ok(())
+    }
+
     /// The entry member `m` gives (its data stored or left in place), or `None` for members
     /// that are not files (a volume label).
     fn entry(
