@@ -71,8 +71,24 @@ pub struct TarSource {
     /// Where file data is read back: the archive itself, or the temporary file.
     store: Option<File>,
     store_name: PathBuf,
+    /// For data read in place: the archive's (size, modification time, change time) when it
+    /// was scanned; a file read after the archive changed fails the build.
+    archive_stamp: Option<(u64, i64, i64, i64, i64)>,
     files: Vec<Stored>,
     warned_acl_xattrs: bool,
+}
+
+/// What says an archive read in place did not change.
+fn stamp(f: &File) -> std::io::Result<(u64, i64, i64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let md = f.metadata()?;
+    Ok((
+        md.len(),
+        md.mtime(),
+        md.mtime_nsec(),
+        md.ctime(),
+        md.ctime_nsec(),
+    ))
 }
 
 /// Block size holes are counted in (that of the file systems `tar -x` writes to).
@@ -121,6 +137,7 @@ impl TarSource {
             name: inputs.first().map_or(String::new(), |i| i.0.clone()),
             inputs: std::sync::Mutex::new(inputs),
             hook: None,
+            archive_stamp: None,
             store: None,
             files: Vec::new(),
             warned_acl_xattrs: false,
@@ -169,9 +186,10 @@ impl Source for TarSource {
         let in_place = inputs.first().and_then(|(_, r)| r.input.in_place());
         let mut spill = match in_place.filter(|_| single) {
             Some(f) => {
-                self.store = Some(f.try_clone().map_err(|e| {
-                    BuildError::from_source(TarError::io(&self.name, 0, "reopen", e))
-                })?);
+                let reopen = |e| BuildError::from_source(TarError::io(&self.name, 0, "reopen", e));
+                let f = f.try_clone().map_err(reopen)?;
+                self.archive_stamp = Some(stamp(&f).map_err(reopen)?);
+                self.store = Some(f);
                 None
             }
             None => {
@@ -534,7 +552,24 @@ impl SourceFile for OpenTarFile<'_> {
         Ok(())
     }
 
+    /// Data read in place is the archive's as scanned only if the archive did not change.
     fn finish(self: Box<Self>) -> sealfs_builder::Result<()> {
+        let Some(then) = self.source.archive_stamp else {
+            return Ok(());
+        };
+        let store = self
+            .source
+            .store
+            .as_ref()
+            .expect("data is read after the scan");
+        let now =
+            stamp(store).map_err(|e| BuildError::io_error(&self.source.store_name, "stat", e))?;
+        if now != then {
+            return Err(BuildError::Changed {
+                path: self.source.store_name.clone(),
+                what: "the archive changed while its data was read".into(),
+            });
+        }
         Ok(())
     }
 }

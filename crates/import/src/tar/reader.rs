@@ -2,11 +2,13 @@
 //! `x`/`g` records, GNU sparse extension blocks and PAX 1.0 sparse maps), folded into one
 //! [`Member`] per archived file, in one pass.
 //!
-//! Headers are read with the `tar` crate's [`tar::Header`] (field layouts, octal and base-256
-//! numbers, ustar prefixes, the GNU sparse header structs); the rest is ours: the crate's own
-//! iterator expands GNU sparse files into their zeros (a 10 GB hole would be read as 10 GB),
-//! does not know the PAX sparse formats, cuts PAX records at newlines (binary xattr values hold
-//! them), reads no PAX times, xattrs or ACLs and names no byte offset in its errors.
+//! Headers are read with the `tar` crate's [`tar::Header`] (field layouts, ustar prefixes and
+//! names, link names, type flags, the stored checksum, the GNU sparse header structs); the rest
+//! is ours: the crate's own iterator expands GNU sparse files into their zeros (a 10 GB hole
+//! would be read as 10 GB), does not know the PAX sparse formats, cuts PAX records at newlines
+//! (binary xattr values hold them), reads no PAX times, xattrs or ACLs and names no byte offset
+//! in its errors; and its number accessors refuse empty fields (which GNU tar and bsdtar read as
+//! 0) and drop the sign of GNU base-256 times, so numbers are read here too.
 
 use super::input::Input;
 use super::pax;
@@ -237,9 +239,8 @@ impl Reader {
                 name: Some(cstr(&header.path_bytes()).to_vec()),
                 ..FrameError::at(at, what)
             })?;
-            let size = header
-                .entry_size()
-                .map_err(|e| FrameError::at(at, format!("bad size field: {e}")))?;
+            let size =
+                unsigned_field("size", &header.as_old().size).map_err(|e| FrameError::at(at, e))?;
             match header.entry_type().as_byte() {
                 b'L' => {
                     if long_name.is_some() {
@@ -299,9 +300,8 @@ impl Reader {
         local: Option<Vec<u8>>,
     ) -> Result<Member, FrameError> {
         let bad = |what: String| FrameError::at(at, what);
-        let num = |field: &str, r: std::io::Result<u64>| {
-            r.map_err(|e| FrameError::at(at, format!("bad {field} field: {e}")))
-        };
+        let old = header.as_old();
+        let num = |name: &str, field: &[u8]| unsigned_field(name, field).map_err(&bad);
         let typeflag = header.entry_type().as_byte();
         let mut m = Member {
             offset: first,
@@ -312,10 +312,10 @@ impl Reader {
                     .map_or(Vec::new(), |l| l.into_owned())
             }),
             typeflag,
-            mode: num("mode", header.mode().map(u64::from))? as u32 & 0o7777,
-            uid: num("uid", header.uid())?,
-            gid: num("gid", header.gid())?,
-            mtime: (signed_field(&header.as_old().mtime).map_err(bad)?, 0),
+            mode: num("mode", &old.mode)? as u32 & 0o7777,
+            uid: num("uid", &old.uid)?,
+            gid: num("gid", &old.gid)?,
+            mtime: (signed_field("mtime", &old.mtime).map_err(bad)?, 0),
             devmajor: 0,
             devminor: 0,
             size,
@@ -325,14 +325,17 @@ impl Reader {
             acl_default: None,
         };
         if matches!(typeflag, b'3' | b'4') {
-            m.devmajor = num(
-                "devmajor",
-                header.device_major().map(|d| d.unwrap_or(0) as u64),
-            )? as u32;
-            m.devminor = num(
-                "devminor",
-                header.device_minor().map(|d| d.unwrap_or(0) as u64),
-            )? as u32;
+            let (major, minor) = match (header.as_ustar(), header.as_gnu()) {
+                (Some(u), _) => (u.dev_major, u.dev_minor),
+                (None, Some(g)) => (g.dev_major, g.dev_minor),
+                (None, None) => ([0; 8], [0; 8]),
+            };
+            let dev = |name: &str, field: &[u8]| {
+                u32::try_from(num(name, field)?)
+                    .map_err(|_| bad(format!("{name} does not fit 32 bits")))
+            };
+            m.devmajor = dev("devmajor", &major)?;
+            m.devminor = dev("devminor", &minor)?;
         }
         // PAX records: the global ones, then this member's (which win).
         let local_records = match &local {
@@ -461,7 +464,7 @@ impl Reader {
                 extended = ext.is_extended();
             }
             (self.left, self.pad) = save;
-            let real_size = num("realsize", gnu.real_size())?;
+            let real_size = num("realsize", &gnu.realsize)?;
             m.sparse = Some(Sparse { real_size, map });
         } else if let Some(real_size) = sparse_size {
             match sparse_major_minor {
@@ -546,8 +549,8 @@ impl Reader {
 
 fn sparse_pair(s: &tar::GnuSparseHeader) -> Result<(u64, u64), String> {
     Ok((
-        s.offset().map_err(|e| format!("bad sparse offset: {e}"))?,
-        s.length().map_err(|e| format!("bad sparse length: {e}"))?,
+        unsigned_field("sparse offset", &s.offset)?,
+        unsigned_field("sparse length", &s.numbytes)?,
     ))
 }
 
@@ -622,9 +625,10 @@ fn check_sum(header: &Header) -> Result<(), String> {
     }
 }
 
-/// A signed numeric field: octal, or GNU base-256 (two's complement, first byte's top bit set;
-/// `0xff` first for negative numbers).
-fn signed_field(field: &[u8]) -> Result<i64, String> {
+/// A signed numeric field: octal (NULs and spaces around it; an empty field is 0, as GNU tar and
+/// bsdtar read it), or GNU base-256 (two's complement, first byte's top bit set; `0xff` first
+/// for negative numbers).
+fn signed_field(name: &str, field: &[u8]) -> Result<i64, String> {
     match field.first() {
         Some(&b) if b & 0x80 != 0 => {
             let negative = b & 0x40 != 0;
@@ -637,7 +641,7 @@ fn signed_field(field: &[u8]) -> Result<i64, String> {
                 };
                 v = (v << 8) | c as i128;
                 if v > i64::MAX as i128 || v < i64::MIN as i128 {
-                    return Err("base-256 time out of range".into());
+                    return Err(format!("base-256 {name} field out of range"));
                 }
             }
             Ok(v as i64)
@@ -645,12 +649,39 @@ fn signed_field(field: &[u8]) -> Result<i64, String> {
         _ => {
             let text = cstr(field);
             let s = std::str::from_utf8(text)
-                .map_err(|_| "time field is not text".to_string())?
+                .map_err(|_| format!("{name} field is not text"))?
                 .trim_matches(|c: char| c == ' ' || c == '\0');
             if s.is_empty() {
                 return Ok(0);
             }
-            i64::from_str_radix(s, 8).map_err(|_| format!("time field {s:?} is not octal"))
+            i64::from_str_radix(s, 8).map_err(|_| format!("{name} field {s:?} is not octal"))
         }
+    }
+}
+
+/// An unsigned numeric field (see [`signed_field`]).
+fn unsigned_field(name: &str, field: &[u8]) -> Result<u64, String> {
+    let v = signed_field(name, field)?;
+    u64::try_from(v).map_err(|_| format!("{name} field is negative"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numeric_fields() {
+        assert_eq!(signed_field("t", b"00000000012\0").unwrap(), 10);
+        assert_eq!(signed_field("t", b"\0\0\0\0").unwrap(), 0, "empty is 0");
+        assert_eq!(signed_field("t", b"  755 \0").unwrap(), 0o755);
+        let mut neg = [0xffu8; 12];
+        neg[11] = 0xfe;
+        assert_eq!(signed_field("t", &neg).unwrap(), -2);
+        let mut big = [0u8; 8];
+        big[0] = 0x80;
+        big[4..].copy_from_slice(&3_000_000_000u32.to_be_bytes());
+        assert_eq!(unsigned_field("uid", &big).unwrap(), 3_000_000_000);
+        assert!(unsigned_field("uid", &neg).is_err());
+        assert!(signed_field("t", b"0009\0").is_err());
     }
 }
