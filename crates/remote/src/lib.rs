@@ -53,6 +53,9 @@ use std::time::Duration;
 
 mod tls;
 
+/// The `object_store` this crate reads through, for a [`StoreFactory`] of another crate.
+pub use object_store;
+
 /// Why a remote object could not be opened or read. Every message names the URL.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -123,7 +126,9 @@ pub enum RemoteError {
 }
 
 impl RemoteError {
-    fn into_io(self) -> io::Error {
+    /// As an [`io::Error`] (of kind `NotFound`, `UnexpectedEof`, `InvalidInput` or `Other`), for
+    /// the [`ReadAt`] interface.
+    pub fn into_io(self) -> io::Error {
         let kind = match &self {
             RemoteError::NotFound { .. } => io::ErrorKind::NotFound,
             RemoteError::Short { .. } => io::ErrorKind::UnexpectedEof,
@@ -218,6 +223,8 @@ pub fn is_remote(location: &str) -> bool {
 /// One object at a URL, pinned to the ETag it had when opened, read with range requests.
 pub struct RemoteObject {
     url: String,
+    /// Where its stores come from (rebuilt in a forked child).
+    stores: Stores,
     /// The client and its runtime, for this process (rebuilt in a forked child).
     io: Mutex<Arc<Io>>,
     path: ObjectPath,
@@ -229,10 +236,6 @@ pub struct RemoteObject {
     /// The last bytes of the object, fetched at open.
     tail: Bytes,
     options: RemoteOptions,
-    /// The certificate authorities of [`RemoteOptions::ca_certificates`], read once at open: a
-    /// forked child builds its client from these, never from the files (a mount daemon has
-    /// changed its working directory by then, and relative paths would name other files).
-    certificates: Vec<Certificate>,
     stats: RemoteStats,
     /// The server could not be reached: the last request failed after all its retries (or the
     /// open found it unreachable and used a kept tail). Until a request succeeds again, each is
@@ -260,18 +263,14 @@ struct Io {
 }
 
 impl Io {
-    fn new(
-        url: &str,
-        options: &RemoteOptions,
-        certificates: &[Certificate],
-    ) -> Result<(Io, ObjectPath), RemoteError> {
-        let (store, path) = store_for(url, options, certificates)?;
+    fn new(url: &str, options: &RemoteOptions, stores: &Stores) -> Result<Io, RemoteError> {
+        let store = stores.make(url, options)?;
         let once = RemoteOptions {
             retries: 0,
             connect_timeout: options.connect_timeout.min(UNREACHABLE_CONNECT_TIMEOUT),
             ..options.clone()
         };
-        let (store_once, _) = store_for(url, &once, certificates)?;
+        let store_once = stores.make(url, &once)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("sealfs-remote")
@@ -282,15 +281,47 @@ impl Io {
                 reason: format!("cannot start the I/O runtime: {e}"),
             })?;
         let pid = std::process::id();
-        Ok((
-            Io {
-                pid,
-                store,
-                store_once,
-                runtime,
-            },
-            path,
-        ))
+        Ok(Io {
+            pid,
+            store,
+            store_once,
+            runtime,
+        })
+    }
+}
+
+/// Makes the [`ObjectStore`] a [`RemoteObject`] reads through, for the options given: once at open,
+/// again with no retries and a short connect timeout for requests while the server is unreachable,
+/// and again in a forked child (which must not share its parent's connections). Another crate puts
+/// its own store behind the same batched, pinned, retried reads with
+/// [`RemoteObject::open_store`] (the registry's blobs do).
+pub trait StoreFactory: Send + Sync {
+    /// A store for `options` (`options.retries` and `options.connect_timeout` as given).
+    fn make(&self, options: &RemoteOptions) -> Result<Arc<dyn ObjectStore>, RemoteError>;
+}
+
+/// Where a [`RemoteObject`]'s stores come from: its URL (`store_for`, trusting the certificate
+/// authorities of [`RemoteOptions::ca_certificates`], read once at open: a forked child builds its
+/// client from these, never from the files, as a mount daemon has changed its working directory by
+/// then and relative paths would name other files), or a factory.
+#[derive(Clone)]
+enum Stores {
+    Url(Arc<Vec<Certificate>>),
+    Factory(Arc<dyn StoreFactory>),
+}
+
+impl Stores {
+    fn make(
+        &self,
+        url: &str,
+        options: &RemoteOptions,
+    ) -> Result<Arc<dyn ObjectStore>, RemoteError> {
+        match self {
+            Stores::Url(certificates) => {
+                store_for(url, options, certificates).map(|(store, _)| store)
+            }
+            Stores::Factory(f) => f.make(options),
+        }
     }
 }
 
@@ -484,7 +515,30 @@ impl RemoteObject {
     /// now on) and its last [`RemoteOptions::tail_bytes`] bytes.
     pub fn open_with(url: &str, options: RemoteOptions) -> Result<RemoteObject, RemoteError> {
         let certificates = load_certificates(&options)?;
-        let (io, path) = Io::new(url, &options, &certificates)?;
+        // The URL is checked (and its path found) before the object's stores are made.
+        let (_, path) = store_for(url, &options, &certificates)?;
+        RemoteObject::open_stores(url, path, Stores::Url(Arc::new(certificates)), options)
+    }
+
+    /// Opens the object at `path` of the stores `factory` makes, as [`RemoteObject::open_with`]
+    /// opens a URL; `name` stands for it in messages and keys the kept tail
+    /// ([`RemoteOptions::tail_cache`]).
+    pub fn open_store(
+        name: &str,
+        path: ObjectPath,
+        factory: Arc<dyn StoreFactory>,
+        options: RemoteOptions,
+    ) -> Result<RemoteObject, RemoteError> {
+        RemoteObject::open_stores(name, path, Stores::Factory(factory), options)
+    }
+
+    fn open_stores(
+        url: &str,
+        path: ObjectPath,
+        stores: Stores,
+        options: RemoteOptions,
+    ) -> Result<RemoteObject, RemoteError> {
+        let io = Io::new(url, &options, &stores)?;
         let (store, runtime) = (&io.store, &io.runtime);
         let stats = RemoteStats::default();
         let request_err = |what: &str, source: object_store::Error| match source {
@@ -558,6 +612,7 @@ impl RemoteObject {
         };
         Ok(RemoteObject {
             url: url.to_string(),
+            stores,
             io: Mutex::new(Arc::new(io)),
             path,
             len: meta.size,
@@ -566,7 +621,6 @@ impl RemoteObject {
             pinned: meta,
             tail,
             options,
-            certificates,
             stats,
             unreachable: AtomicBool::new(unreachable),
         })
@@ -577,7 +631,7 @@ impl RemoteObject {
     fn io(&self) -> Result<Arc<Io>, RemoteError> {
         let mut current = self.io.lock().unwrap_or_else(|e| e.into_inner());
         if current.pid != std::process::id() {
-            let (fresh, _) = Io::new(&self.url, &self.options, &self.certificates)?;
+            let fresh = Io::new(&self.url, &self.options, &self.stores)?;
             // The parent's runtime cannot be shut down here (its threads live in the parent only).
             std::mem::forget(std::mem::replace(&mut *current, Arc::new(fresh)));
         }
