@@ -7,6 +7,7 @@ mod mount;
 mod open;
 mod progress;
 mod read;
+mod registry;
 mod seal;
 mod sign;
 mod verify;
@@ -67,6 +68,12 @@ enum Command {
     /// The persistent cache of verified blocks remote images are read through: stats, prune,
     /// verify.
     Cache(cache::CacheCmd),
+    /// Push a sealed image to an OCI registry as an artifact, its signatures attached as a
+    /// referrer; prints the reference pinned to the manifest's digest, and the image digest.
+    Push(registry::PushArgs),
+    /// Fetch an image from an OCI registry whole; it appears at OUT only once every block is
+    /// verified (blocks already in the persistent cache are not fetched again).
+    Pull(registry::PullArgs),
 }
 
 fn main() -> ExitCode {
@@ -89,6 +96,8 @@ fn main() -> ExitCode {
         Command::Umount(args) => mount::run_umount(args),
         Command::Stats(args) => mount::run_stats(args),
         Command::Cache(args) => cache::run(args),
+        Command::Push(args) => registry::run_push(args),
+        Command::Pull(args) => read::finish(registry::run_pull(args)),
     };
     match result {
         Ok(code) => code,

@@ -1,7 +1,8 @@
 //! The options every reading command shares (`--digest`, `--sidecar`, `--verify`, cache sizes, the
 //! persistent cache of remote images),
 //! translated into [`sealfs_reader::OpenOptions`]; opening itself is [`sealfs_remote::open()`] (a
-//! path, or an `http://`, `https://` or `s3://` URL, with the remote trust rule).
+//! path, or an `http://`, `https://` or `s3://` URL, with the remote trust rule) or
+//! [`sealfs_registry::open()`] (an image reference, `oci://HOST/REPO:TAG`).
 
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
@@ -14,8 +15,10 @@ use std::sync::Arc;
 /// Options every reading command takes.
 #[derive(Args, Clone, Debug)]
 pub struct ImageArgs {
-    /// The image (sealed or plain EROFS): a path, or an `http://`, `https://` or `s3://` URL (read
-    /// lazily with range requests; needs --digest, --key or --self-consistent).
+    /// The image (sealed or plain EROFS): a path, an `http://`, `https://` or `s3://` URL, or an
+    /// image in a registry, `oci://HOST[:PORT]/REPO[:TAG][@sha256:...]` (`oci+http://` for plain
+    /// HTTP); remote images are read lazily with range requests and need --digest, --key, a
+    /// reference pinned by digest, or --self-consistent.
     pub image: PathBuf,
     /// The digest the image must have (`sha256:<hex>`); a different image is an error. Without it the
     /// image is only checked against its own seal (self-consistent, not authenticated).
@@ -128,6 +131,17 @@ pub type OpenImage = OpenedImage;
 /// The CLI's form of an open error: the image's faults exit 1 (as [`crate::read::ImageFault`]), the
 /// rest 2; a reader error stays in the chain (exit 1).
 pub fn open_error(e: OpenError) -> anyhow::Error {
+    // A registry that served a manifest or blob other than the one that names it: the image's
+    // source is at fault.
+    if let OpenError::Io { source, .. } = &e {
+        let content = source
+            .get_ref()
+            .and_then(|i| i.downcast_ref::<sealfs_registry::RegistryError>())
+            .is_some_and(|r| r.is_content_fault());
+        if content {
+            return crate::read::fault(format!("{e}: {source}"));
+        }
+    }
     match e {
         OpenError::Seal(_) | OpenError::DigestMismatch { .. } | OpenError::Signature { .. } => {
             crate::read::fault(e.to_string())
@@ -211,9 +225,22 @@ impl ImageArgs {
         self.open_counted().map(|(opened, _)| opened)
     }
 
-    /// [`ImageArgs::open_any`], with the remote object read when the image is a URL (its request
-    /// counters).
+    /// [`ImageArgs::open_any`], with the remote object read when the image is a URL or in a
+    /// registry (its request counters).
     pub fn open_counted(&self) -> Result<(OpenImage, Option<Arc<RemoteObject>>)> {
+        self.open_located()
+            .map(|(opened, remote, _)| (opened, remote))
+    }
+
+    /// [`ImageArgs::open_counted`], with what the registry said when the image is in one (its
+    /// manifest, pinned).
+    pub fn open_located(
+        &self,
+    ) -> Result<(
+        OpenImage,
+        Option<Arc<RemoteObject>>,
+        Option<sealfs_registry::Opened>,
+    )> {
         let trust = if self.self_consistent {
             RemoteTrust::AllowSelfConsistent
         } else {
@@ -226,9 +253,29 @@ impl ImageArgs {
             ca_certificates: self.tls.ca_cert.clone(),
             ..Default::default()
         };
-        let (opened, remote) =
-            sealfs_remote::open_counted_with(&self.image, &self.options()?, trust, &remote_options)
+        let (opened, remote, located) = match self.registry_ref() {
+            Some(reference) => {
+                let registry_options = sealfs_registry::RegistryOptions {
+                    ca_certificates: self.tls.ca_cert.clone(),
+                    remote: remote_options,
+                    ..Default::default()
+                };
+                let (opened, found) =
+                    sealfs_registry::open(reference, &self.options()?, trust, &registry_options)
+                        .map_err(open_error)?;
+                (opened, Some(found.object.clone()), Some(found))
+            }
+            None => {
+                let (opened, remote) = sealfs_remote::open_counted_with(
+                    &self.image,
+                    &self.options()?,
+                    trust,
+                    &remote_options,
+                )
                 .map_err(open_error)?;
+                (opened, remote, None)
+            }
+        };
         if self.is_remote() && !opened.trust.is_authenticated() {
             eprintln!(
                 "sealfs: note: {}: {} (no --digest or --key)",
@@ -236,12 +283,19 @@ impl ImageArgs {
                 opened.trust
             );
         }
-        Ok((opened, remote))
+        Ok((opened, remote, located))
     }
 
-    /// Whether the image is a URL.
+    /// Whether the image is a URL or in a registry.
     pub fn is_remote(&self) -> bool {
-        self.image.to_str().is_some_and(sealfs_remote::is_remote)
+        self.image.to_str().is_some_and(sealfs_remote::is_remote) || self.registry_ref().is_some()
+    }
+
+    /// The image reference, when the image is in a registry.
+    pub fn registry_ref(&self) -> Option<&str> {
+        self.image
+            .to_str()
+            .filter(|s| sealfs_registry::is_image_ref(s))
     }
 }
 
@@ -260,6 +314,15 @@ pub struct TlsArgs {
 }
 
 impl TlsArgs {
+    /// Registry options with these certificate authorities.
+    pub fn registry_options(&self) -> sealfs_registry::RegistryOptions {
+        sealfs_registry::RegistryOptions {
+            ca_certificates: self.ca_cert.clone(),
+            remote: self.remote_options(),
+            ..Default::default()
+        }
+    }
+
     /// Remote options with these certificate authorities.
     pub fn remote_options(&self) -> sealfs_remote::RemoteOptions {
         sealfs_remote::RemoteOptions {

@@ -40,7 +40,8 @@ fn problem_json(p: &Problem) -> serde_json::Value {
 /// Arguments of `sealfs verify`.
 #[derive(Args)]
 pub struct VerifyArgs {
-    /// The image: a path or an `http://`, `https://` or `s3://` URL.
+    /// The image: a path, an `http://`, `https://` or `s3://` URL, or an image in a registry
+    /// (`oci://HOST/REPO:TAG`, `@sha256:...` to name its manifest by digest).
     image: PathBuf,
     /// The digest the image must have (`sha256:<hex>`): without it, verify shows only that the image
     /// agrees with its own seal.
@@ -84,6 +85,37 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
         }
     };
     let sources = (|| -> Result<_> {
+        // An image in a registry: its manifest resolved once, the blob read by range, the
+        // signatures from its referrers, and (named by digest) the image digest the manifest
+        // states.
+        if let Some(reference) = args
+            .image
+            .to_str()
+            .filter(|s| sealfs_registry::is_image_ref(s))
+        {
+            let parsed: sealfs_registry::ImageRef = reference.parse()?;
+            let found = sealfs_registry::locate(&parsed, &args.tls.registry_options())?;
+            let name = found.reference().to_string();
+            let image = sealfs_reader::Source::reader(found.image()?, name.clone());
+            let sidecar = match args.sidecar.as_deref() {
+                Some(p) => Some(location(p, &args.tls)?),
+                None => found.sidecar()?.map(|s| {
+                    let n = s.url().to_string();
+                    sealfs_reader::Source::reader(s, n)
+                }),
+            };
+            let signatures = match args.keys.signatures.as_deref() {
+                Some(p) => Some(location(p, &args.tls)?),
+                None if !keys.is_empty() => found.signatures()?.map(|b| {
+                    sealfs_reader::Source::reader(
+                        std::sync::Arc::new(b),
+                        format!("{name} (referrers)"),
+                    )
+                }),
+                None => None,
+            };
+            return Ok((image, sidecar, signatures, found.pinned_digest()));
+        }
         Ok((
             location(&args.image, &args.tls)?,
             args.sidecar
@@ -102,15 +134,20 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
                     .flatten(),
                 None => None,
             },
+            None,
         ))
     })();
-    let (image, sidecar, signatures) = match sources {
+    let (image, sidecar, signatures, pinned) = match sources {
         Ok(s) => s,
         Err(e) => {
             eprintln!("sealfs: error: {}", ErrorChain(e.as_ref()));
-            return Ok(ExitCode::from(2));
+            let content = e
+                .downcast_ref::<sealfs_registry::RegistryError>()
+                .is_some_and(|r| r.is_content_fault());
+            return Ok(ExitCode::from(if content { 1 } else { 2 }));
         }
     };
+    let expected = expected.or(if keys.is_empty() { pinned } else { None });
     let options = CheckOptions {
         digest: expected,
         sidecar,

@@ -221,7 +221,8 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
     if !args.image.is_remote() && args.image.image.is_dir() {
         return crate::kernel::inspect(&args.image.image, args.json);
     }
-    let opened: OpenImage = args.image.open()?;
+    args.image.refuse_double()?;
+    let (opened, _, located): (OpenImage, _, _) = args.image.open_located()?;
     let img = &opened.image;
     let sb = img.superblock();
     let file_size = opened.image_length;
@@ -260,7 +261,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
     }
 
     let signatures = match &opened.seal {
-        Some(s) => signature_list(s, &args.image),
+        Some(s) => signature_list(s, &args.image, located.as_ref()),
         None => Ok(Vec::new()),
     };
     if let Err(e) = &signatures {
@@ -338,6 +339,14 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
             "counts": counts_json,
             "seal": seal_json,
             "signatures": signatures.iter().map(SigInfo::json).collect::<Vec<_>>(),
+            "registry": located.as_ref().map(|l| json!({
+                "reference": l.found.reference().to_string(),
+                "manifest_digest": l.found.manifest.digest,
+                "pinned": l.found.pinned,
+                "blob_digest": l.found.artifact.image.digest,
+                "blob_size": l.found.artifact.image.size,
+                "sidecar_digest": l.found.artifact.sidecar.as_ref().map(|d| d.digest.clone()),
+            })),
         });
         writeln!(out, "{v}")?;
         out.flush()?;
@@ -348,6 +357,28 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
     let mut line = |k: &str, v: String| t.push_str(&format!("  {k:<22} {v}\n"));
     let image = args.image.image.display().to_string();
     line("image", format!("{image} ({file_size} bytes)"));
+    if let Some(l) = &located {
+        line("registry", l.found.reference().to_string());
+        line(
+            "manifest",
+            format!(
+                "{} ({}, resolved once: every read is of its blobs)",
+                l.found.manifest.digest,
+                if l.found.pinned {
+                    "named by digest"
+                } else {
+                    "found by tag"
+                }
+            ),
+        );
+        line(
+            "blob",
+            format!(
+                "{} ({} bytes)",
+                l.found.artifact.image.digest, l.found.artifact.image.size
+            ),
+        );
+    }
     line("trust", trust_line.clone());
     line("verified by", verified_by.to_string());
     if let Some((_, digest, _, _)) = &seal {
@@ -557,7 +588,11 @@ impl SigInfo {
 
 /// The signatures of the seal and the detached ones, each checked with the key it names (whether
 /// that key is trusted is what `--key` decides).
-fn signature_list(seal: &sealfs_reader::Seal, args: &ImageArgs) -> Result<Vec<SigInfo>> {
+fn signature_list(
+    seal: &sealfs_reader::Seal,
+    args: &ImageArgs,
+    located: Option<&sealfs_registry::Opened>,
+) -> Result<Vec<SigInfo>> {
     let keys = args.keys.load()?;
     let own = seal.signatures().map_err(|e| anyhow::anyhow!("{e}"))?;
     // `IMAGE.sig` beside a local image is looked for by `gather_signatures`; `URL.sig` here.
@@ -569,6 +604,16 @@ fn signature_list(seal: &sealfs_reader::Seal, args: &ImageArgs) -> Result<Vec<Si
     };
     let detached = match (args.keys.signatures.as_deref(), args.image.to_str()) {
         (Some(p), _) => Some(crate::open::location(p, &args.tls)?),
+        // In a registry: the signatures attached to the image as referrers.
+        (None, _) if located.is_some() => {
+            let found = &located.expect("checked").found;
+            found.signatures()?.map(|b| {
+                sealfs_reader::Source::reader(
+                    std::sync::Arc::new(b),
+                    format!("{} (referrers)", found.reference()),
+                )
+            })
+        }
         (None, Some(url)) if args.is_remote() => {
             sealfs_remote::detached_signatures(url, &args.tls.remote_options())?
         }

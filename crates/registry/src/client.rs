@@ -1,0 +1,664 @@
+//! [`Registry`]: one repository of one registry, spoken to over the OCI distribution API.
+//!
+//! A session starts with `GET /v2/` (the [`Challenge`]: open, token flow or basic), so that a
+//! registry that wants credentials nobody gave, or answers 401 without naming a token endpoint,
+//! is an error before anything else is asked. Requests this crate sends itself (manifests,
+//! uploads) carry what the challenge asks for: nothing, basic credentials, or a bearer token from
+//! `oci-client`'s token flow (refreshed once when the registry answers 401, as an expired token
+//! gets); requests `oci-client` sends (blob reads, HEAD, mounts, referrers) authorize themselves
+//! the same way from its token cache.
+
+use crate::auth::{credentials_for, parse_challenge, Challenge, Credentials, CREDENTIAL_SOURCES};
+use crate::manifest::{self, Parsed, ACCEPTED, MAX_MANIFEST_BYTES};
+use crate::reference::{ImageRef, Transport};
+use crate::RegistryError;
+use bytes::Bytes;
+use oci_client::RegistryOperation;
+use sealfs_remote::RemoteOptions;
+use sha2::Digest as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How a [`Registry`] is reached.
+#[derive(Clone, Debug, Default)]
+pub struct RegistryOptions {
+    /// Credentials to use; `None` finds them as [`crate::auth`] says (environment, auth files).
+    pub credentials: Option<Credentials>,
+    /// PEM files of certificate authorities to trust besides the system's (`--ca-cert`).
+    pub ca_certificates: Vec<PathBuf>,
+    /// Timeouts, retries and the rest of blob reads (the same options as an HTTP image's).
+    pub remote: RemoteOptions,
+    /// Blobs up to this size are uploaded in one request; larger ones in chunks of this size,
+    /// each resumable after a dropped connection (0: [`DEFAULT_CHUNK_SIZE`]).
+    pub chunk_size: u64,
+}
+
+/// The upload chunk size when none is set: 16 MiB.
+pub const DEFAULT_CHUNK_SIZE: u64 = 16 << 20;
+
+/// One repository of a registry, connected.
+#[derive(Clone)]
+pub struct Registry {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    /// The repository (its tag and digest are not used).
+    pub(crate) repo: ImageRef,
+    pub(crate) options: RegistryOptions,
+    pub(crate) credentials: Credentials,
+    pub(crate) challenge: Challenge,
+    pub(crate) runtime: tokio::runtime::Runtime,
+    pub(crate) oci: oci_client::Client,
+    pub(crate) http: reqwest::Client,
+    /// Bearer tokens for this crate's own requests: pull, push.
+    tokens: Mutex<[Option<String>; 2]>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("repository", &self.inner.repo.to_string())
+            .field("challenge", &self.inner.challenge)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A manifest or index as fetched: its bytes, their digest (checked) and what they parse to.
+#[derive(Clone, Debug)]
+pub struct FetchedManifest {
+    /// The reference it was fetched by, pinned to its digest.
+    pub reference: ImageRef,
+    /// `sha256:<hex>` of its bytes.
+    pub digest: String,
+    /// The `Content-Type` the registry sent.
+    pub content_type: Option<String>,
+    /// Its bytes, as served.
+    pub bytes: Bytes,
+    /// What they parse to.
+    pub parsed: Parsed,
+}
+
+impl FetchedManifest {
+    /// Its descriptor (media type from the body, else the `Content-Type`).
+    pub fn descriptor(&self) -> manifest::Descriptor {
+        let media_type = match &self.parsed {
+            Parsed::Manifest(m) => m.media_type.clone(),
+            Parsed::Index(i) => i.media_type.clone(),
+        }
+        .or_else(|| self.content_type.clone())
+        .unwrap_or_else(|| manifest::OCI_MANIFEST.into());
+        manifest::Descriptor {
+            media_type,
+            digest: self.digest.clone(),
+            size: self.bytes.len() as u64,
+            annotations: Default::default(),
+        }
+    }
+}
+
+/// The digest of `bytes` with the algorithm of `like` (`sha256:` unless it says `sha512:`).
+pub(crate) fn digest_like(bytes: &[u8], like: Option<&str>) -> String {
+    if like.is_some_and(|d| d.starts_with("sha512:")) {
+        format!("sha512:{}", hex(&sha2::Sha512::digest(bytes)))
+    } else {
+        format!("sha256:{}", hex(&sha2::Sha256::digest(bytes)))
+    }
+}
+
+pub(crate) fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The certificates of `paths`, each file checked to hold at least one.
+fn certificates(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Vec<u8>)>, RegistryError> {
+    paths
+        .iter()
+        .map(|p| {
+            let bad = |reason: String| RegistryError::Setup {
+                what: format!("--ca-cert {}", p.display()),
+                reason,
+            };
+            let pem = std::fs::read(p).map_err(|e| bad(e.to_string()))?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad(e.to_string()))?;
+            if certs.is_empty() {
+                return Err(bad("no certificate in it".into()));
+            }
+            Ok((p.clone(), pem))
+        })
+        .collect()
+}
+
+/// The rustls crypto provider reqwest is built without (the workspace's `ring`), installed once.
+fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err: another part of the process installed one first; that one serves.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// An `oci-client` and a plain HTTP client for `repo`, with `options`' authorities and the
+/// timeouts of `remote`.
+pub(crate) fn clients(
+    repo: &ImageRef,
+    options: &RegistryOptions,
+    remote: &RemoteOptions,
+) -> Result<(oci_client::Client, reqwest::Client), RegistryError> {
+    install_crypto_provider();
+    let certs = certificates(&options.ca_certificates)?;
+    let setup = |reason: String| RegistryError::Setup {
+        what: format!("{}: the HTTP client", repo.registry),
+        reason,
+    };
+    let config = oci_client::client::ClientConfig {
+        protocol: match repo.transport {
+            Transport::Https => oci_client::client::ClientProtocol::Https,
+            Transport::Http => oci_client::client::ClientProtocol::Http,
+        },
+        extra_root_certificates: certs
+            .iter()
+            .map(|(_, pem)| oci_client::client::Certificate {
+                encoding: oci_client::client::CertificateEncoding::Pem,
+                data: pem.clone(),
+            })
+            .collect(),
+        platform_resolver: None,
+        read_timeout: Some(remote.stall_timeout),
+        connect_timeout: Some(remote.connect_timeout.min(remote.timeout)),
+        user_agent: concat!("sealfs/", env!("CARGO_PKG_VERSION")),
+        ..Default::default()
+    };
+    let oci = oci_client::Client::try_from(config).map_err(|e| setup(e.to_string()))?;
+    let mut http = reqwest::Client::builder()
+        .user_agent(concat!("sealfs/", env!("CARGO_PKG_VERSION")))
+        .read_timeout(remote.stall_timeout)
+        .connect_timeout(remote.connect_timeout.min(remote.timeout));
+    for (_, pem) in &certs {
+        let parsed =
+            reqwest::Certificate::from_pem_bundle(pem).map_err(|e| setup(e.to_string()))?;
+        http = http.tls_certs_merge(parsed);
+    }
+    Ok((oci, http.build().map_err(|e| setup(e.to_string()))?))
+}
+
+/// Whether a reqwest failure is worth another try (the connection, a timeout, a body broken off).
+pub(crate) fn transient(e: &reqwest::Error) -> bool {
+    e.is_connect() || e.is_timeout() || e.is_request() || e.is_body()
+}
+
+/// A reqwest failure, its causes included (reqwest's own message names only the URL).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// The registry's error envelope (`{"errors":[{"code":..,"message":..}]}`) as one line, or the
+/// body's first 200 characters.
+pub(crate) fn envelope(body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct E {
+        code: Option<String>,
+        message: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Env {
+        errors: Vec<E>,
+    }
+    match serde_json::from_slice::<Env>(body) {
+        Ok(env) if !env.errors.is_empty() => env
+            .errors
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e.code.as_deref().unwrap_or("?"),
+                    e.message.as_deref().unwrap_or("")
+                )
+                .trim()
+                .to_string()
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        _ => String::from_utf8_lossy(&body[..body.len().min(200)])
+            .trim()
+            .to_string(),
+    }
+}
+
+impl Registry {
+    /// Connects to the repository of `reference` (its tag or digest are not used here): finds
+    /// credentials (unless given), asks `GET /v2/` what the registry wants, and sets up the token
+    /// flow if it wants tokens.
+    pub fn connect(
+        reference: &ImageRef,
+        options: &RegistryOptions,
+    ) -> Result<Registry, RegistryError> {
+        let repo = reference.sibling(None, None);
+        let credentials = match &options.credentials {
+            Some(c) => c.clone(),
+            None => credentials_for(&repo.registry)?,
+        };
+        let (oci, http) = clients(&repo, options, &options.remote)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("sealfs-registry")
+            .enable_all()
+            .build()
+            .map_err(|e| RegistryError::Setup {
+                what: "the I/O runtime".into(),
+                reason: e.to_string(),
+            })?;
+        let challenge = runtime.block_on(probe(&repo, &http, &credentials, &options.remote))?;
+        if challenge != Challenge::None {
+            let r = repo.to_oci();
+            runtime.block_on(oci.store_auth_if_needed(r.resolve_registry(), &credentials.to_oci()));
+        }
+        Ok(Registry {
+            inner: Arc::new(Inner {
+                repo,
+                options: options.clone(),
+                credentials,
+                challenge,
+                runtime,
+                oci,
+                http,
+                tokens: Mutex::new([None, None]),
+            }),
+        })
+    }
+
+    /// The repository (`oci://HOST/REPO`).
+    pub fn repository(&self) -> &ImageRef {
+        &self.inner.repo
+    }
+
+    /// What the registry asked for at connect.
+    pub fn challenge(&self) -> &Challenge {
+        &self.inner.challenge
+    }
+
+    /// `BASE/v2/REPO/SUFFIX`.
+    pub(crate) fn url(&self, suffix: &str) -> String {
+        format!(
+            "{}/v2/{}/{suffix}",
+            self.inner.repo.base_url(),
+            self.inner.repo.repository
+        )
+    }
+
+    /// Runs `f` on the registry's runtime (the synchronous API's one entry into async code).
+    pub(crate) fn block_on<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        self.inner.runtime.block_on(f)
+    }
+
+    /// Adds what the challenge asks for to `rb`; `refresh` fetches a new token.
+    async fn authorize(
+        &self,
+        rb: reqwest::RequestBuilder,
+        op: RegistryOperation,
+        refresh: bool,
+    ) -> Result<reqwest::RequestBuilder, RegistryError> {
+        let inner = &self.inner;
+        match (&inner.challenge, &inner.credentials) {
+            (Challenge::None, _) => Ok(rb),
+            (Challenge::Basic, Credentials::Basic { username, password }) => {
+                Ok(rb.basic_auth(username, Some(password)))
+            }
+            (Challenge::Basic, Credentials::Anonymous) => Ok(rb),
+            (Challenge::Bearer, _) => {
+                let slot = matches!(op, RegistryOperation::Push) as usize;
+                let cached = inner.tokens.lock().unwrap_or_else(|e| e.into_inner())[slot].clone();
+                let token = match cached {
+                    Some(t) if !refresh => t,
+                    _ => {
+                        let got = inner
+                            .oci
+                            .auth(&inner.repo.to_oci(), &inner.credentials.to_oci(), op)
+                            .await
+                            .map_err(|e| RegistryError::Unauthorized {
+                                what: format!("{} (token endpoint)", inner.repo),
+                                reason: e.to_string(),
+                            })?
+                            .ok_or_else(|| RegistryError::Unauthorized {
+                                what: format!("{} (token endpoint)", inner.repo),
+                                reason: "no token was given".into(),
+                            })?;
+                        inner.tokens.lock().unwrap_or_else(|e| e.into_inner())[slot] =
+                            Some(got.clone());
+                        got
+                    }
+                };
+                Ok(rb.bearer_auth(token))
+            }
+        }
+    }
+
+    /// Sends the request `make` builds, authorized; a 401 to a bearer token is retried once with a
+    /// new token (it may have expired), then is [`RegistryError::Unauthorized`]. Connection
+    /// failures and 5xx answers are retried `retries` times with backoff (for requests that may
+    /// be repeated).
+    pub(crate) async fn send(
+        &self,
+        op: RegistryOperation,
+        what: &str,
+        retries: usize,
+        make: &(dyn Fn(&reqwest::Client) -> reqwest::RequestBuilder + Sync),
+    ) -> Result<reqwest::Response, RegistryError> {
+        let mut refreshed = false;
+        let mut attempt = 0;
+        let mut backoff = self.inner.options.remote.initial_backoff;
+        loop {
+            let rb = self
+                .authorize(make(&self.inner.http), op, refreshed)
+                .await?;
+            let outcome = rb.send().await;
+            let retry_reason = match outcome {
+                Ok(resp) if resp.status() == reqwest::StatusCode::UNAUTHORIZED => {
+                    if self.inner.challenge == Challenge::Bearer && !refreshed {
+                        refreshed = true;
+                        continue;
+                    }
+                    let challenge = resp
+                        .headers()
+                        .get(reqwest::header::WWW_AUTHENTICATE)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string);
+                    let body = resp.bytes().await.unwrap_or_default();
+                    return Err(RegistryError::Unauthorized {
+                        what: what.to_string(),
+                        reason: format!(
+                            "401 {}{}",
+                            envelope(&body),
+                            challenge
+                                .map(|c| format!(" (WWW-Authenticate: {c})"))
+                                .unwrap_or_default()
+                        ),
+                    });
+                }
+                Ok(resp) if resp.status() == reqwest::StatusCode::FORBIDDEN => {
+                    let body = resp.bytes().await.unwrap_or_default();
+                    return Err(RegistryError::Unauthorized {
+                        what: what.to_string(),
+                        reason: format!("403 {}", envelope(&body)),
+                    });
+                }
+                Ok(resp) if resp.status().is_server_error() => {
+                    format!("{}", resp.status())
+                }
+                Ok(resp) => return Ok(resp),
+                Err(e) if transient(&e) => chain(&e),
+                Err(e) => {
+                    return Err(RegistryError::Request {
+                        what: what.to_string(),
+                        reason: chain(&e),
+                    })
+                }
+            };
+            if attempt >= retries {
+                return Err(RegistryError::Request {
+                    what: what.to_string(),
+                    reason: if retries > 0 {
+                        format!("{retry_reason} (after {retries} retries)")
+                    } else {
+                        retry_reason
+                    },
+                });
+            }
+            attempt += 1;
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Fetches the manifest or index `reference` names (by its digest when it has one, else its
+    /// tag): its bytes must hash to the digest the reference pins, and to the one the registry
+    /// states (`Docker-Content-Digest`), and parse.
+    pub fn manifest(&self, reference: &ImageRef) -> Result<FetchedManifest, RegistryError> {
+        self.block_on(self.manifest_async(reference))
+    }
+
+    pub(crate) async fn manifest_async(
+        &self,
+        reference: &ImageRef,
+    ) -> Result<FetchedManifest, RegistryError> {
+        let key = reference.manifest_key().to_string();
+        let url = self.url(&format!("manifests/{key}"));
+        let what = format!("manifest {reference}");
+        let accept = ACCEPTED.join(", ");
+        let retries = self.inner.options.remote.retries;
+        let resp = self
+            .send(RegistryOperation::Pull, &what, retries, &|c| {
+                c.get(&url).header(reqwest::header::ACCEPT, &accept)
+            })
+            .await?;
+        let status = resp.status();
+        let header = |h: &str| {
+            resp.headers()
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let content_type = header("content-type");
+        let claimed = header("docker-content-digest");
+        if status == reqwest::StatusCode::NOT_FOUND {
+            let body = resp.bytes().await.unwrap_or_default();
+            return Err(RegistryError::NotFound {
+                what,
+                reason: format!(
+                    "{}; {}",
+                    if reference.digest.is_some() {
+                        "no manifest with this digest"
+                    } else {
+                        "no such tag or repository"
+                    },
+                    envelope(&body)
+                ),
+            });
+        }
+        if !status.is_success() {
+            let body = resp.bytes().await.unwrap_or_default();
+            return Err(RegistryError::Request {
+                what,
+                reason: format!("{status} {}", envelope(&body)),
+            });
+        }
+        if resp
+            .content_length()
+            .is_some_and(|n| n > MAX_MANIFEST_BYTES as u64)
+        {
+            return Err(RegistryError::Request {
+                what,
+                reason: format!("a manifest larger than {MAX_MANIFEST_BYTES} bytes"),
+            });
+        }
+        let bytes = read_limited(resp, MAX_MANIFEST_BYTES)
+            .await
+            .map_err(|reason| RegistryError::Request {
+                what: what.clone(),
+                reason,
+            })?;
+        let digest = digest_like(&bytes, reference.digest.as_deref());
+        if let Some(pinned) = &reference.digest {
+            if *pinned != digest {
+                return Err(RegistryError::ManifestDigest {
+                    reference: reference.to_string(),
+                    expected: pinned.clone(),
+                    actual: digest,
+                });
+            }
+        }
+        if let Some(claimed) = claimed.filter(|c| c.split(':').next() == digest.split(':').next()) {
+            if claimed != digest {
+                return Err(RegistryError::ManifestDigest {
+                    reference: format!("{reference} (Docker-Content-Digest)"),
+                    expected: claimed,
+                    actual: digest,
+                });
+            }
+        }
+        let parsed = manifest::parse(&bytes, content_type.as_deref()).map_err(|source| {
+            RegistryError::Manifest {
+                reference: reference.to_string(),
+                digest: digest.clone(),
+                source,
+            }
+        })?;
+        Ok(FetchedManifest {
+            reference: reference.pinned(&digest),
+            digest,
+            content_type,
+            bytes,
+            parsed,
+        })
+    }
+
+    /// The image manifest for `platform`: `reference`'s manifest if it is one, else the entry of
+    /// its index for `platform`, fetched by digest. Returns the image manifest and the index it
+    /// was chosen from. (For building from container images.)
+    pub fn image_manifest(
+        &self,
+        reference: &ImageRef,
+        platform: &manifest::PlatformSpec,
+    ) -> Result<(FetchedManifest, Option<FetchedManifest>), RegistryError> {
+        let first = self.manifest(reference)?;
+        let entry = match &first.parsed {
+            Parsed::Manifest(_) => return Ok((first, None)),
+            Parsed::Index(index) => manifest::select_platform(index, platform)
+                .map_err(|source| RegistryError::Manifest {
+                    reference: reference.to_string(),
+                    digest: first.digest.clone(),
+                    source,
+                })?
+                .digest
+                .clone(),
+        };
+        let chosen = self.manifest(&reference.pinned(&entry))?;
+        match chosen.parsed {
+            Parsed::Manifest(_) => Ok((chosen, Some(first))),
+            Parsed::Index(_) => Err(RegistryError::Manifest {
+                reference: chosen.reference.to_string(),
+                digest: chosen.digest.clone(),
+                source: manifest::ManifestError(format!(
+                    "the index's entry for {platform} is another index"
+                )),
+            }),
+        }
+    }
+
+    /// Fetches a small blob whole (a signatures layer), checked against its descriptor.
+    pub fn small_blob(
+        &self,
+        desc: &manifest::Descriptor,
+        limit: u64,
+    ) -> Result<Vec<u8>, RegistryError> {
+        let what = format!("{}@{}", self.inner.repo, desc.digest);
+        if desc.size > limit {
+            return Err(RegistryError::BlobContent {
+                what,
+                reason: format!("{} bytes, more than the {limit} expected", desc.size),
+            });
+        }
+        let mut out = Vec::with_capacity(desc.size as usize);
+        std::io::Read::read_to_end(&mut self.blob_reader(desc)?, &mut out).map_err(|e| {
+            RegistryError::BlobContent {
+                what,
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(out)
+    }
+}
+
+/// The body of `resp`, at most `limit` bytes.
+pub(crate) async fn read_limited(
+    mut resp: reqwest::Response,
+    limit: usize,
+) -> Result<Bytes, String> {
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| chain(&e))? {
+        if out.len() + chunk.len() > limit {
+            return Err(format!("more than {limit} bytes"));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out.into())
+}
+
+/// `GET /v2/`: what the registry asks for.
+async fn probe(
+    repo: &ImageRef,
+    http: &reqwest::Client,
+    credentials: &Credentials,
+    remote: &RemoteOptions,
+) -> Result<Challenge, RegistryError> {
+    let url = format!("{}/v2/", repo.base_url());
+    let what = format!("GET {url}");
+    let mut backoff = remote.initial_backoff;
+    let mut attempt = 0;
+    let resp = loop {
+        match http.get(&url).send().await {
+            Ok(r) if !r.status().is_server_error() || attempt >= remote.retries => break r,
+            Err(e) if !transient(&e) || attempt >= remote.retries => {
+                return Err(RegistryError::Request {
+                    what,
+                    reason: chain(&e),
+                })
+            }
+            _ => {}
+        }
+        attempt += 1;
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    };
+    let status = resp.status();
+    let header = resp
+        .headers()
+        .get(reqwest::header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    match status.as_u16() {
+        200..=299 => Ok(Challenge::None),
+        401 => match (parse_challenge(header.as_deref()), credentials) {
+            (Some(Challenge::Basic), Credentials::Anonymous) => Err(RegistryError::Unauthorized {
+                what: repo.registry.clone(),
+                reason: format!(
+                    "the registry asks for credentials (WWW-Authenticate: {}) and none were found \
+                     in {CREDENTIAL_SOURCES}",
+                    header.unwrap_or_default()
+                ),
+            }),
+            (Some(c), _) => Ok(c),
+            (None, _) => Err(RegistryError::Unauthorized {
+                what: repo.registry.clone(),
+                reason: format!(
+                    "401 without a token endpoint or basic realm to authenticate with \
+                     (WWW-Authenticate: {})",
+                    header.as_deref().unwrap_or("none")
+                ),
+            }),
+        },
+        404 => Err(RegistryError::Request {
+            what,
+            reason: "404: not a registry (no /v2/ API here)".into(),
+        }),
+        _ => {
+            let body = resp.bytes().await.unwrap_or_default();
+            Err(RegistryError::Request {
+                what,
+                reason: format!("{status} {}", envelope(&body)),
+            })
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! What can go wrong talking to a registry; every message names the reference or URL.
+
+use crate::manifest::ManifestError;
+
+/// Why a registry operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The reference is malformed.
+    #[error("{reference}: {reason}")]
+    BadReference {
+        /// The reference as given.
+        reference: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Credentials could not be read.
+    #[error("{registry}: credentials: {reason}")]
+    Credentials {
+        /// `HOST[:PORT]`.
+        registry: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The client could not be set up (a certificate file, the TLS configuration).
+    #[error("{what}: {reason}")]
+    Setup {
+        /// What was being set up.
+        what: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// The registry refused the credentials, or asks for some it cannot be given.
+    #[error("{what}: not authorized: {reason}")]
+    Unauthorized {
+        /// The request or registry.
+        what: String,
+        /// What the registry asked for, or said.
+        reason: String,
+    },
+    /// The registry has no such manifest, tag, blob or repository.
+    #[error("{what}: not found ({reason})")]
+    NotFound {
+        /// What was asked for.
+        what: String,
+        /// What the registry said.
+        reason: String,
+    },
+    /// A request failed (after its retries), or the registry answered in a way the distribution
+    /// specification does not allow.
+    #[error("{what}: {reason}")]
+    Request {
+        /// The request (method and URL).
+        what: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// The manifest's bytes do not hash to the digest that names them (the pinned one, or the one
+    /// the registry claimed).
+    #[error("{reference}: the manifest served hashes to {actual}, not {expected}: refused")]
+    ManifestDigest {
+        /// The reference.
+        reference: String,
+        /// The digest it must have.
+        expected: String,
+        /// What its bytes hash to.
+        actual: String,
+    },
+    /// A manifest or index is malformed, or is not what was expected.
+    #[error("{reference}: manifest {digest}: {source}")]
+    Manifest {
+        /// The reference.
+        reference: String,
+        /// Its digest.
+        digest: String,
+        /// What is wrong.
+        #[source]
+        source: ManifestError,
+    },
+    /// A blob's bytes do not match its descriptor (digest or size).
+    #[error("{what}: {reason}: refused")]
+    BlobContent {
+        /// The blob (reference and digest).
+        what: String,
+        /// What differs.
+        reason: String,
+    },
+    /// A local file could not be read (push).
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A local image could not be pushed as it is (not sealed, say).
+    #[error("{path}: {reason}")]
+    Image {
+        /// The image.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The ranged reader over a blob failed.
+    #[error(transparent)]
+    Remote(#[from] sealfs_remote::RemoteError),
+}
+
+impl RegistryError {
+    /// Whether the registry served content that is not what names it (a manifest or blob whose
+    /// digest differs, a malformed manifest): the image's source is at fault (the CLI's exit
+    /// code 1), not the attempt to reach it.
+    pub fn is_content_fault(&self) -> bool {
+        matches!(
+            self,
+            RegistryError::ManifestDigest { .. }
+                | RegistryError::Manifest { .. }
+                | RegistryError::BlobContent { .. }
+        )
+    }
+
+    /// As an [`std::io::Error`] (for [`sealfs_reader::OpenError::Io`] and readers).
+    pub fn into_io(self) -> std::io::Error {
+        use std::io::ErrorKind as K;
+        let kind = match &self {
+            RegistryError::NotFound { .. } => K::NotFound,
+            RegistryError::Unauthorized { .. } => K::PermissionDenied,
+            RegistryError::BadReference { .. } => K::InvalidInput,
+            RegistryError::ManifestDigest { .. }
+            | RegistryError::Manifest { .. }
+            | RegistryError::BlobContent { .. } => K::InvalidData,
+            _ => K::Other,
+        };
+        match self {
+            RegistryError::Remote(r) => r.into_io(),
+            other => std::io::Error::new(kind, other),
+        }
+    }
+}
