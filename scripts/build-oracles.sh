@@ -4,6 +4,8 @@
 #
 #   target/oracles/erofs-utils-1.9/bin/{mkfs.erofs,fsck.erofs,dump.erofs,erofsfuse}   erofs-utils 1.9.x
 #   target/oracles/versitygw            the S3 server of the remote-image tests (Go, v1.8.0)
+#   target/oracles/oras                 the OCI registry client the registry tests read pushes with
+#                                       (Go, v1.3.6)
 #   target/oracles/squashfuse-0.6/bin/squashfuse_ll   only with the argument `squashfuse` and
 #                                       SQUASHFUSE_SRC (benchmarks)
 #   target/oracles/toxiproxy-server     only with the argument `toxiproxy` (bench/remote.py's link)
@@ -66,6 +68,15 @@ if [[ ! -x "$out/versitygw" ]]; then
       echo "build-oracles: versitygw could not be built; the S3 tests will say so" >&2
   else
     echo "build-oracles: go not found; the S3 tests will say so" >&2
+  fi
+fi
+if [[ ! -x "$out/oras" ]]; then
+  if [[ -x "$go" ]]; then
+    echo "building oras v1.3.6 into $out" >&2
+    GOBIN="$out" "$go" install oras.land/oras/cmd/oras@v1.3.6 >&2 ||
+      echo "build-oracles: oras could not be built; the registry tests will say so" >&2
+  else
+    echo "build-oracles: go not found; the registry tests will say so" >&2
   fi
 fi
 # squashfuse 0.6 (multi-threaded squashfuse_ll), only with the argument `squashfuse`: the FUSE peer

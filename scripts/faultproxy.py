@@ -16,7 +16,9 @@ CONTROL_FILE (JSON, absent or empty = no faults), e.g.
 - drop: close the connection without an answer for the next N requests;
 - truncate: send the next N bodies cut in half (the headers promise the whole length);
 - flip: flip one byte in the middle of the next N bodies;
-- only_ranges: count and spoil only requests with a Range header (so an open's HEAD is spared).
+- only_ranges: count and spoil only requests with a Range header (so an open's HEAD is spared);
+- methods: count and spoil only requests with one of these methods (["PATCH"]: upload chunks);
+- strip_range: forward every request without its Range header (a server that ignores ranges).
 
 Only the test writes CONTROL_FILE (atomically, by renaming a new file over it), and only the proxy
 writes CONTROL_FILE.left: the proxy takes a setting when its `gen` is new, counts the faults down
@@ -43,8 +45,9 @@ LOCK = threading.Lock()
 CURRENT = {"gen": None, "faults": {}}
 
 
-def take_fault(has_range):
-    """The fault for this request, counted down (under a lock)."""
+def take_fault(has_range, method):
+    """The fault for this request, counted down (under a lock), the latency, and whether to strip
+    the Range header."""
     with LOCK:
         try:
             with open(CONTROL) as f:
@@ -56,8 +59,11 @@ def take_fault(has_range):
             CURRENT["faults"] = c
         c = CURRENT["faults"]
         latency = c.get("latency_ms", 0)
+        strip = bool(c.get("strip_range"))
         if c.get("only_ranges") and not has_range:
-            return {}, latency
+            return {"strip": strip}, latency
+        if c.get("methods") and method not in c["methods"]:
+            return {"strip": strip}, latency
         for kind in ("drop", "fail", "truncate", "flip"):
             if c.get(kind, 0) > 0:
                 c[kind] -= 1
@@ -65,8 +71,8 @@ def take_fault(has_range):
                 with open(tmp, "w") as f:
                     json.dump(c, f)
                 os.replace(tmp, CONTROL + ".left")
-                return {"kind": kind, "status": c.get("status", 503)}, latency
-        return {}, latency
+                return {"kind": kind, "status": c.get("status", 503), "strip": strip}, latency
+        return {"strip": strip}, latency
 
 class Proxy(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -76,7 +82,7 @@ class Proxy(http.server.BaseHTTPRequestHandler):
 
     def forward(self):
         rng = self.headers.get("Range")
-        fault, latency = take_fault(rng is not None)
+        fault, latency = take_fault(rng is not None, self.command)
         if latency:
             time.sleep(latency / 1000)
         kind = fault.get("kind", "-")
@@ -98,7 +104,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", 0) or 0)
         body = self.rfile.read(length) if length else None
         up = http.client.HTTPConnection("127.0.0.1", UPSTREAM, timeout=60)
-        headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+        drop = ("connection", "range") if fault.get("strip") else ("connection",)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in drop}
         up.request(self.command, self.path, body=body, headers=headers)
         resp = up.getresponse()
         data = resp.read()
@@ -123,7 +130,7 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             return
         self.wfile.write(data)
 
-    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = forward
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PATCH = forward
 
 
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):

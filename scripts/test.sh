@@ -13,7 +13,8 @@ needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetu
        attr:getfattr squashfs-tools:mksquashfs fuse3:fusermount3 fio:fio util-linux:setpriv
        qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl dmsetup:dmsetup
        mount:losetup binutils:objcopy nginx:nginx python3:python3
-       libarchive-tools:bsdtar acl:setfacl tar:tar zstd:zstd xz-utils:xz)
+       libarchive-tools:bsdtar acl:setfacl tar:tar zstd:zstd xz-utils:xz
+       docker-registry:docker-registry skopeo:skopeo apache2-utils:htpasswd)
 missing=($(build_deps_missing))
 for pair in "${needs[@]}"; do
   command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::servers::{nginx, nginx_with, tls_certificates, versitygw, Server};
+use common::servers::{nginx, nginx_with, tls_certificates, versitygw, FaultProxy, Server};
 use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -1129,92 +1129,6 @@ impl Drop for Unmount<'_> {
         if mounted {
             let _ = Command::new("umount").arg("-l").arg(self.0).status();
         }
-    }
-}
-
-/// `scripts/faultproxy.py` in front of `upstream`, spoiling answers as `control` says.
-struct FaultProxy {
-    child: std::process::Child,
-    port: u16,
-    control: PathBuf,
-    log: PathBuf,
-    /// The number of the last setting ([`FaultProxy::set`]).
-    gen: std::cell::Cell<u64>,
-}
-
-impl FaultProxy {
-    fn start(upstream: &Server, dir: &Path) -> Result<FaultProxy, String> {
-        if !have_tool("python3") {
-            return Err("python3 not found".into());
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/faultproxy.py");
-        let control = dir.join("faults.json");
-        let port_file = dir.join("proxy.port");
-        let log = dir.join("proxy.log");
-        fs::write(&control, "{}").unwrap();
-        let child = Command::new("python3")
-            .arg(&script)
-            .arg(upstream.port.to_string())
-            .arg(&control)
-            .arg(&port_file)
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .map_err(|e| format!("python3 faultproxy.py: {e}"))?;
-        for _ in 0..500 {
-            if let Some(port) = fs::read_to_string(&port_file)
-                .ok()
-                .and_then(|p| p.parse().ok())
-            {
-                return Ok(FaultProxy {
-                    child,
-                    port,
-                    control,
-                    log,
-                    gen: std::cell::Cell::new(0),
-                });
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        Err("faultproxy.py did not start".into())
-    }
-
-    fn url(&self, name: &str) -> String {
-        format!("http://127.0.0.1:{}/{name}", self.port)
-    }
-
-    /// Sets the faults (JSON), for range requests only (an open's suffix request is a range too):
-    /// numbered, and renamed into place whole, so the proxy never sees half a setting and takes
-    /// every new one (it counts them down in a file of its own).
-    fn set(&self, faults: &str) {
-        self.gen.set(self.gen.get() + 1);
-        let mut v: serde_json::Value = serde_json::from_str(faults).unwrap();
-        v["gen"] = self.gen.get().into();
-        let tmp = self.control.with_extension("json.tmp");
-        fs::write(&tmp, v.to_string()).unwrap();
-        fs::rename(&tmp, &self.control).unwrap();
-    }
-
-    /// The faults left unused of the last setting.
-    fn left(&self) -> serde_json::Value {
-        let left = self.control.with_extension("json.left");
-        let set: serde_json::Value =
-            serde_json::from_str(&fs::read_to_string(&self.control).unwrap()).unwrap();
-        match fs::read_to_string(left).map(|l| serde_json::from_str::<serde_json::Value>(&l)) {
-            Ok(Ok(l)) if l["gen"] == set["gen"] => l,
-            _ => set, // nothing of it used yet
-        }
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for FaultProxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -323,3 +323,225 @@ impl Server {
         ]
     }
 }
+/// `scripts/faultproxy.py` in front of `upstream`, spoiling answers as `control` says.
+pub struct FaultProxy {
+    child: std::process::Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    control: PathBuf,
+    log: PathBuf,
+    /// The number of the last setting ([`FaultProxy::set`]).
+    gen: std::cell::Cell<u64>,
+}
+
+impl FaultProxy {
+    /// Starts the proxy in front of `upstream`, its control file and log in `dir`.
+    pub fn start(upstream: &Server, dir: &Path) -> Result<FaultProxy, String> {
+        if !crate::have_tool("python3") {
+            return Err("python3 not found".into());
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/faultproxy.py");
+        let control = dir.join("faults.json");
+        let port_file = dir.join("proxy.port");
+        let log = dir.join("proxy.log");
+        fs::write(&control, "{}").unwrap();
+        let child = Command::new("python3")
+            .arg(&script)
+            .arg(upstream.port.to_string())
+            .arg(&control)
+            .arg(&port_file)
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .map_err(|e| format!("python3 faultproxy.py: {e}"))?;
+        for _ in 0..500 {
+            if let Some(port) = fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|p| p.parse().ok())
+            {
+                return Ok(FaultProxy {
+                    child,
+                    port,
+                    control,
+                    log,
+                    gen: std::cell::Cell::new(0),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Err("faultproxy.py did not start".into())
+    }
+
+    /// `http://127.0.0.1:PORT/name`.
+    pub fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Sets the faults (JSON), for range requests only (an open's suffix request is a range too):
+    /// numbered, and renamed into place whole, so the proxy never sees half a setting and takes
+    /// every new one (it counts them down in a file of its own).
+    pub fn set(&self, faults: &str) {
+        self.gen.set(self.gen.get() + 1);
+        let mut v: serde_json::Value = serde_json::from_str(faults).unwrap();
+        v["gen"] = self.gen.get().into();
+        let tmp = self.control.with_extension("json.tmp");
+        fs::write(&tmp, v.to_string()).unwrap();
+        fs::rename(&tmp, &self.control).unwrap();
+    }
+
+    /// The faults left unused of the last setting.
+    pub fn left(&self) -> serde_json::Value {
+        let left = self.control.with_extension("json.left");
+        let set: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&self.control).unwrap()).unwrap();
+        match fs::read_to_string(left).map(|l| serde_json::from_str::<serde_json::Value>(&l)) {
+            Ok(Ok(l)) if l["gen"] == set["gen"] => l,
+            _ => set, // nothing of it used yet
+        }
+    }
+
+    /// What the proxy logged: one `METHOD PATH RANGE -> STATUS FAULT` line per request.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How a test registry is started ([`docker_registry`]).
+#[derive(Clone, Debug, Default)]
+pub struct RegistrySetup {
+    /// Serve HTTPS with this certificate and key (PEM).
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Ask for basic credentials: this user and password, written to an htpasswd file with
+    /// `htpasswd -B` (apache2-utils).
+    pub htpasswd: Option<(String, String)>,
+}
+
+/// Where `docker-registry` (Debian's package of the CNCF distribution registry) is.
+pub fn docker_registry_bin() -> Result<PathBuf, String> {
+    ["/usr/bin/docker-registry", "/usr/sbin/docker-registry"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| "docker-registry not installed (Debian package docker-registry)".into())
+}
+
+/// Starts the distribution registry on a free port of 127.0.0.1, its filesystem storage in
+/// `work/storage` (blobs under `docker/registry/v2/blobs/sha256/XX/HEX/data`), its configuration
+/// and log (one line per request) in `work`. `Err` says why it cannot.
+pub fn docker_registry(work: &Path, setup: &RegistrySetup) -> Result<Server, String> {
+    let bin = docker_registry_bin()?;
+    fs::create_dir_all(work.join("storage")).map_err(|e| e.to_string())?;
+    let port = free_port();
+    let tls = match &setup.tls {
+        Some((cert, key)) => format!(
+            "  tls:\n    certificate: {}\n    key: {}\n",
+            cert.display(),
+            key.display()
+        ),
+        None => String::new(),
+    };
+    let auth = match &setup.htpasswd {
+        Some((user, password)) => {
+            let out = Command::new("htpasswd")
+                .args(["-Bbn", user, password])
+                .output()
+                .map_err(|e| format!("htpasswd (Debian package apache2-utils): {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "htpasswd: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            let file = work.join("htpasswd");
+            fs::write(&file, &out.stdout).map_err(|e| e.to_string())?;
+            format!(
+                "auth:\n  htpasswd:\n    realm: sealfs-test\n    path: {}\n",
+                file.display()
+            )
+        }
+        None => String::new(),
+    };
+    let conf = format!(
+        "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    \
+         rootdirectory: {storage}\n  delete:\n    enabled: true\n  maintenance:\n    \
+         uploadpurging:\n      enabled: false\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: \
+         sealfs-test-secret\n{tls}{auth}",
+        storage = work.join("storage").display()
+    );
+    let conf_path = work.join("registry.yml");
+    fs::write(&conf_path, conf).map_err(|e| e.to_string())?;
+    let log = work.join("registry.log");
+    let out = fs::File::create(&log).map_err(|e| e.to_string())?;
+    let child = Command::new(bin)
+        .arg("serve")
+        .arg(&conf_path)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(out)
+        .spawn()
+        .map_err(|e| format!("docker-registry: {e}"))?;
+    Server {
+        child,
+        port,
+        access_log: Some(log.clone()),
+        error_log: None,
+        scheme: if setup.tls.is_some() { "https" } else { "http" },
+    }
+    .wait_ready("docker-registry", &log)
+}
+
+impl Server {
+    /// The registry's storage directory (see [`docker_registry`]), given its work directory.
+    pub fn registry_blob(work: &Path, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        work.join("storage/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// The registry's requests so far, as `METHOD PATH STATUS` (from its log of each request).
+    pub fn registry_requests(&self) -> Vec<String> {
+        let log = self.access_log.as_ref().expect("a registry");
+        fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                // The access log's lines: `... "GET /v2/... HTTP/1.1" 206 ...`.
+                let (_, rest) = l.split_once('"')?;
+                let (request, after) = rest.split_once('"')?;
+                let mut r = request.split(' ');
+                let (method, path) = (r.next()?, r.next()?);
+                let status = after.split_whitespace().next()?;
+                Some(format!("{method} {path} {status}"))
+            })
+            .collect()
+    }
+}
+
+/// Where the `oras` CLI is: `$SEALFS_ORAS`, `target/oracles/oras` of this workspace (where
+/// `scripts/build-oracles.sh` builds it), or `oras` in `PATH`.
+pub fn oras_bin() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("SEALFS_ORAS") {
+        return Ok(p.into());
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/oracles/oras");
+    if built.is_file() {
+        return Ok(built);
+    }
+    if crate::have_tool("oras") {
+        return Ok("oras".into());
+    }
+    Err(
+        "oras not built (scripts/build-oracles.sh builds it into target/oracles/ with `go install \
+         oras.land/oras/cmd/oras@v1.3.6`)"
+            .into(),
+    )
+}
