@@ -10,6 +10,7 @@
 
 pub mod harness;
 pub mod tar_harness;
+pub mod manifest_harness;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;

@@ -60,7 +60,16 @@ const SCHEMES: [(&str, Transport); 3] = [
 pub fn is_image_ref(location: &str) -> bool {
     SCHEMES
         .iter()
-        .any(|(s, _)| location.len() >= s.len() && location[..s.len()].eq_ignore_ascii_case(s))
+        .any(|(s, _)| starts_with_ignore_case(location, s))
+}
+
+/// Whether `location` starts with `prefix`, ASCII case ignored (compared as bytes: a prefix's
+/// length may fall inside a character of `location`).
+fn starts_with_ignore_case(location: &str, prefix: &str) -> bool {
+    location
+        .as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|b| b.eq_ignore_ascii_case(prefix.as_bytes()))
 }
 
 /// Whether `s` is a digest this crate checks: `sha256:` and 64 lowercase hex digits, or `sha512:`
@@ -122,7 +131,7 @@ impl FromStr for ImageRef {
         };
         let (scheme_len, transport) = SCHEMES
             .iter()
-            .find(|(p, _)| s.len() >= p.len() && s[..p.len()].eq_ignore_ascii_case(p))
+            .find(|(p, _)| starts_with_ignore_case(s, p))
             .map(|(p, t)| (p.len(), *t))
             .ok_or_else(|| bad("not an image reference (oci://, oci+http:// or docker://)"))?;
         let rest = &s[scheme_len..];
@@ -349,5 +358,7 @@ mod tests {
         assert!(is_image_ref("oci://h/a") && is_image_ref("OCI+HTTP://h/a"));
         assert!(is_image_ref("docker://h/a"));
         assert!(!is_image_ref("https://h/a") && !is_image_ref("oci:layout"));
+        // A scheme's length inside a character (found by the fuzzer: a panic once).
+        assert!(!is_image_ref("oci+http:\u{e3}\u{8e9e}x") && !is_image_ref("abcde\u{20ac}"));
     }
 }

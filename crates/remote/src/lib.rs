@@ -215,9 +215,11 @@ pub struct RemoteStats {
 
 /// Whether `location` is a URL this crate reads (`http://`, `https://`, `s3://`) rather than a path.
 pub fn is_remote(location: &str) -> bool {
-    ["http://", "https://", "s3://"]
-        .iter()
-        .any(|s| location.len() > s.len() && location[..s.len()].eq_ignore_ascii_case(s))
+    // Compared as bytes: a scheme's length may fall inside a character of a path.
+    ["http://", "https://", "s3://"].iter().any(|s| {
+        location.len() > s.len()
+            && location.as_bytes()[..s.len()].eq_ignore_ascii_case(s.as_bytes())
+    })
 }
 
 /// One object at a URL, pinned to the ETag it had when opened, read with range requests.
@@ -1162,6 +1164,9 @@ mod tests {
             "http:/x",
             "s3://",
             "file:///x",
+            // A scheme's length inside a character (a panic once).
+            "abcdef\u{20ac}x",
+            "s3:/\u{e9}\u{e9}",
         ] {
             assert!(!is_remote(path), "{path}");
         }
