@@ -441,6 +441,7 @@ fn https_and_basic_credentials_from_the_environment_or_a_docker_config() {
     let reg = Registry::start(&RegistrySetup {
         tls: Some((cert, key)),
         htpasswd: Some(("alice".into(), "s3cret".into())),
+        ..Default::default()
     });
     let local = fx.image("z");
     let target = reg.reference("secure/z:v1");
@@ -890,4 +891,66 @@ fn a_detached_image_is_pushed_as_two_layers_and_pulled_as_two_files() {
     );
     assert!(fs::read(&out).unwrap() == fs::read(&plain).unwrap());
     assert!(fs::read(&out_seal).unwrap() == fs::read(&seal).unwrap());
+}
+
+/// The bearer-token flow against the registry's own token checks (`scripts/tokenserver.py` issues
+/// the tokens): anonymous reads get a pull token, a push without credentials is refused by the
+/// registry, a push with them gets a push token.
+#[test]
+fn bearer_tokens_anonymous_for_reads_and_with_credentials_for_pushes() {
+    if !need() || !oracle_guard(need_tool("python3")) {
+        return;
+    }
+    let fx = Fixture::new(19);
+    let reg = Registry::start(&RegistrySetup {
+        token: Some(("bob".into(), "t0ken".into())),
+        ..Default::default()
+    });
+    let local = fx.image("z");
+    let target = reg.reference("tok/z:v1");
+    let o = sealfs(&["push", s(&local), &target]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("not authorized"),
+        "{}",
+        text(&o.stderr)
+    );
+    let creds = [
+        ("SEALFS_REGISTRY_USERNAME", "bob".to_string()),
+        ("SEALFS_REGISTRY_PASSWORD", "t0ken".to_string()),
+    ];
+    let o = ok(
+        sealfs_env(&["push", s(&local), &target], &creds),
+        "push with a token",
+    );
+    let (_, manifest_digest) = pushed(&o);
+    assert_eq!(
+        sha256sum(&skopeo_raw(
+            &format!("{}/tok/z:v1", reg.host()),
+            &["--creds", "bob:t0ken"]
+        )),
+        manifest_digest
+    );
+    // Anonymous reads: a pull token for anyone.
+    reads_equal(&fx, &local, &target, &["--key", s(&fx.public_key)], &[]);
+    let log = fs::read_to_string(reg.work.path().join("token.log")).unwrap();
+    assert!(
+        log.contains("bob repository:tok/z:pull,push -> pull,push"),
+        "{log}"
+    );
+    assert!(log.contains("- repository:tok/z:pull -> pull"), "{log}");
+    // Wrong credentials: the token endpoint's refusal, named.
+    let o = sealfs_env(
+        &["ls", "--key", s(&fx.public_key), &target],
+        &[
+            creds[0].clone(),
+            ("SEALFS_REGISTRY_PASSWORD", "nope".into()),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("token endpoint"),
+        "{}",
+        text(&o.stderr)
+    );
 }

@@ -30,12 +30,18 @@ pub struct Server {
     error_log: Option<PathBuf>,
     /// `http` or `https`.
     scheme: &'static str,
+    /// Processes started with it (a registry's token server), killed with it.
+    companions: Vec<Child>,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        for c in &mut self.companions {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
@@ -255,6 +261,7 @@ http {{
         access_log: Some(work.join("access.log")),
         error_log: Some(error_log.clone()),
         scheme: if tls.is_some() { "https" } else { "http" },
+        companions: Vec::new(),
     }
     .wait_ready("nginx", &error_log)
 }
@@ -305,6 +312,7 @@ pub fn versitygw(root: &Path, work: &Path) -> Result<Server, String> {
         access_log: None,
         error_log: None,
         scheme: "http",
+        companions: Vec::new(),
     }
     .wait_ready("versitygw", &log)
 }
@@ -421,6 +429,10 @@ pub struct RegistrySetup {
     /// Ask for basic credentials: this user and password, written to an htpasswd file with
     /// `htpasswd -B` (apache2-utils).
     pub htpasswd: Option<(String, String)>,
+    /// Ask for bearer tokens from `scripts/tokenserver.py` (started beside the registry, with an
+    /// openssl-made RSA key and certificate): anonymous requests get pull access, this user and
+    /// password every action.
+    pub token: Option<(String, String)>,
 }
 
 /// Where `docker-registry` (Debian's package of the CNCF distribution registry) is.
@@ -468,6 +480,57 @@ pub fn docker_registry(work: &Path, setup: &RegistrySetup) -> Result<Server, Str
         }
         None => String::new(),
     };
+    let mut companions = Vec::new();
+    let auth = match &setup.token {
+        Some((user, password)) => {
+            let (key, cert) = (work.join("token.key"), work.join("token.pem"));
+            let o = Command::new("openssl")
+                .args([
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                ])
+                .args(["-subj", "/CN=sealfs test token issuer", "-keyout"])
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert)
+                .output()
+                .map_err(|e| format!("openssl: {e}"))?;
+            if !o.status.success() {
+                return Err(format!("openssl: {}", String::from_utf8_lossy(&o.stderr)));
+            }
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/tokenserver.py");
+            let port_file = work.join("token.port");
+            let child = Command::new("python3")
+                .arg(&script)
+                .arg(&port_file)
+                .arg(&key)
+                .arg(&cert)
+                .arg("sealfs-test-issuer")
+                .arg(format!("{user}:{password}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(fs::File::create(work.join("token.log")).map_err(|e| e.to_string())?)
+                .spawn()
+                .map_err(|e| format!("python3 tokenserver.py: {e}"))?;
+            companions.push(child);
+            let mut token_port = None;
+            for _ in 0..500 {
+                token_port = fs::read_to_string(&port_file)
+                    .ok()
+                    .and_then(|p| p.parse::<u16>().ok());
+                if token_port.is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let token_port = token_port.ok_or("tokenserver.py did not start")?;
+            format!(
+                "auth:\n  token:\n    realm: http://127.0.0.1:{token_port}/token\n    service: \
+                 sealfs-test-registry\n    issuer: sealfs-test-issuer\n    rootcertbundle: {}\n",
+                cert.display()
+            )
+        }
+        None => auth,
+    };
     let conf = format!(
         "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    \
          rootdirectory: {storage}\n  delete:\n    enabled: true\n  maintenance:\n    \
@@ -493,6 +556,7 @@ pub fn docker_registry(work: &Path, setup: &RegistrySetup) -> Result<Server, Str
         access_log: Some(log.clone()),
         error_log: None,
         scheme: if setup.tls.is_some() { "https" } else { "http" },
+        companions,
     }
     .wait_ready("docker-registry", &log)
 }
