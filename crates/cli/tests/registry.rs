@@ -417,12 +417,26 @@ fn pushed_images_are_read_by_skopeo_and_oras_and_read_back_equal() {
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
-    // Opening costs one manifest request per command, and the blob is read by range: never a
-    // request for the whole blob.
-    let log = reg.server.registry_requests();
+    // What one command asks of the registry: one manifest request (no `GET /v2/` first), then
+    // ranges of the blob, never the whole blob.
+    let before = reg.server.registry_requests().len();
+    let digest = text(&sealfs(&["digest", s(&fx.image("z"))]).stdout)
+        .trim()
+        .to_string();
+    let target = reg.reference("sealfs/z:v1");
+    ok(
+        sealfs(&["ls", "--no-cache", "--digest", &digest, &target, "/"]),
+        "ls",
+    );
+    let log: Vec<String> = reg.server.registry_requests().split_off(before);
+    let manifests = log.iter().filter(|l| l.contains("/manifests/")).count();
+    assert_eq!(manifests, 1, "{log:?}");
+    assert!(!log.iter().any(|l| l.starts_with("GET /v2/ ")), "{log:?}");
+    assert!(log.len() > 1, "{log:?}");
     assert!(
         log.iter()
-            .any(|l| l.contains("/blobs/sha256:") && l.ends_with(" 206")),
+            .filter(|l| l.contains("/blobs/"))
+            .all(|l| l.ends_with(" 206")),
         "{log:?}"
     );
 }

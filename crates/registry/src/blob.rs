@@ -43,16 +43,29 @@ impl StoreFactory for BlobStores {
         options: &RemoteOptions,
     ) -> Result<Arc<dyn ObjectStore>, sealfs_remote::RemoteError> {
         let inner = &self.registry.inner;
-        let (oci, _) = clients(&inner.repo, &inner.options, options).map_err(|e| {
-            sealfs_remote::RemoteError::BadUrl {
-                url: blob_name(&inner.repo, &self.desc.digest),
-                reason: e.to_string(),
-            }
-        })?;
+        let mine = &inner.options.remote;
+        // The registry's own client when it fits (same process, same timeouts): making one loads
+        // the system's certificate authorities, which costs more than a round trip on a LAN.
+        // Otherwise one of its own, made at its first request (the store for an unreachable
+        // server may never send one).
+        let shared = (inner.pid == std::process::id()
+            && options.connect_timeout == mine.connect_timeout
+            && options.stall_timeout == mine.stall_timeout
+            && options.timeout == mine.timeout)
+            .then(|| inner.oci.clone());
+        let oci = std::sync::OnceLock::new();
+        if let Some(c) = shared {
+            let _ = oci.set(c);
+        }
         Ok(Arc::new(BlobStore {
             oci,
+            registry: self.registry.clone(),
+            options: options.clone(),
             reference: inner.repo.to_oci(),
-            auth: (inner.challenge != crate::auth::Challenge::None)
+            auth: self
+                .registry
+                .challenge()
+                .is_some_and(|c| c != crate::auth::Challenge::None)
                 .then(|| inner.credentials.to_oci()),
             desc: self.desc.to_oci(),
             size: self.desc.size,
@@ -72,7 +85,10 @@ pub(crate) fn blob_name(repo: &ImageRef, digest: &str) -> String {
 /// One blob as an [`ObjectStore`] of one object (whatever its path): ranges are `GET
 /// /v2/REPO/blobs/DIGEST` with `Range`, through `oci-client`. Its ETag is the digest.
 struct BlobStore {
-    oci: oci_client::Client,
+    /// Its client: the registry's, or its own made at the first request ([`BlobStore::oci`]).
+    oci: std::sync::OnceLock<oci_client::Client>,
+    registry: Registry,
+    options: RemoteOptions,
     reference: oci_client::Reference,
     /// Stored in the client before each request when the registry wants credentials or tokens.
     auth: Option<oci_client::secrets::RegistryAuth>,
@@ -104,6 +120,21 @@ fn boxed(s: String) -> Box<dyn std::error::Error + Send + Sync> {
 }
 
 impl BlobStore {
+    /// The client, made now if it is not there yet.
+    fn oci(&self) -> object_store::Result<&oci_client::Client> {
+        if let Some(c) = self.oci.get() {
+            return Ok(c);
+        }
+        let inner = &self.registry.inner;
+        let (made, _) = clients(&inner.repo, &inner.options, &self.options).map_err(|e| {
+            object_store::Error::Generic {
+                store: "registry",
+                source: boxed(e.to_string()),
+            }
+        })?;
+        Ok(self.oci.get_or_init(|| made))
+    }
+
     fn meta(&self, location: &ObjectPath) -> ObjectMeta {
         ObjectMeta {
             location: location.clone(),
@@ -181,14 +212,14 @@ impl BlobStore {
         &self,
         range: Range<u64>,
     ) -> Result<GetResultPayload, (object_store::Error, bool)> {
+        let oci = self.oci().map_err(|e| (e, false))?;
         if let Some(auth) = &self.auth {
-            self.oci
-                .store_auth_if_needed(self.reference.resolve_registry(), auth)
+            oci.store_auth_if_needed(self.reference.resolve_registry(), auth)
                 .await;
         }
         let answer = tokio::time::timeout(
             self.timeout,
-            self.oci.pull_blob_stream_partial(
+            oci.pull_blob_stream_partial(
                 &self.reference,
                 &self.desc,
                 range.start,
@@ -277,16 +308,12 @@ impl ObjectStore for BlobStore {
     ) -> object_store::Result<GetResult> {
         let meta = self.meta(location);
         if options.head {
+            let oci = self.oci()?;
             if let Some(auth) = &self.auth {
-                self.oci
-                    .store_auth_if_needed(self.reference.resolve_registry(), auth)
+                oci.store_auth_if_needed(self.reference.resolve_registry(), auth)
                     .await;
             }
-            return match self
-                .oci
-                .blob_exists(&self.reference, &self.desc.digest)
-                .await
-            {
+            return match oci.blob_exists(&self.reference, &self.desc.digest).await {
                 Ok(true) => Ok(GetResult {
                     payload: GetResultPayload::Stream(futures::stream::empty().boxed()),
                     meta,
@@ -461,7 +488,10 @@ impl BlobReader {
         let offset = self.read;
         let name = self.name();
         let answer = registry.block_on(async {
-            if inner.challenge != crate::auth::Challenge::None {
+            if registry
+                .challenge()
+                .is_some_and(|c| c != crate::auth::Challenge::None)
+            {
                 inner
                     .oci
                     .store_auth_if_needed(reference.resolve_registry(), &inner.credentials.to_oci())

@@ -1,12 +1,14 @@
 //! [`Registry`]: one repository of one registry, spoken to over the OCI distribution API.
 //!
-//! A session starts with `GET /v2/` (the [`Challenge`]: open, token flow or basic), so that a
-//! registry that wants credentials nobody gave, or answers 401 without naming a token endpoint,
-//! is an error before anything else is asked. Requests this crate sends itself (manifests,
-//! uploads) carry what the challenge asks for: nothing, basic credentials, or a bearer token from
-//! `oci-client`'s token flow (refreshed once when the registry answers 401, as an expired token
-//! gets); requests `oci-client` sends (blob reads, HEAD, mounts, referrers) authorize themselves
-//! the same way from its token cache.
+//! A session's first request goes out without credentials: an open registry answers it (and the
+//! session costs no round trip more than that request), one that wants credentials answers 401
+//! with a `WWW-Authenticate` challenge ([`Challenge`]: the token flow or basic), which is then
+//! met and the request sent again. A registry that wants credentials nobody gave, or answers 401
+//! without naming a token endpoint, is an error naming it. Later requests this crate sends itself
+//! (manifests, uploads) carry what the challenge asks for: basic credentials, or a bearer token
+//! from `oci-client`'s token flow (refreshed once when the registry answers 401, as an expired
+//! token gets; a new challenge, as a push after anonymous reads meets, is met once); requests
+//! `oci-client` sends (blob reads, mounts, referrers) authorize themselves from its token cache.
 
 use crate::auth::{credentials_for, parse_challenge, Challenge, Credentials, CREDENTIAL_SOURCES};
 use crate::manifest::{self, Parsed, ACCEPTED, MAX_MANIFEST_BYTES};
@@ -48,19 +50,22 @@ pub(crate) struct Inner {
     pub(crate) repo: ImageRef,
     pub(crate) options: RegistryOptions,
     pub(crate) credentials: Credentials,
-    pub(crate) challenge: Challenge,
+    /// What the registry asked for, once a request has been answered (`None` before).
+    challenge: Mutex<Option<Challenge>>,
     pub(crate) runtime: tokio::runtime::Runtime,
     pub(crate) oci: oci_client::Client,
     pub(crate) http: reqwest::Client,
     /// Bearer tokens for this crate's own requests: pull, push.
     tokens: Mutex<[Option<String>; 2]>,
+    /// The process the clients were made in (a forked child makes its own).
+    pub(crate) pid: u32,
 }
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
             .field("repository", &self.inner.repo.to_string())
-            .field("challenge", &self.inner.challenge)
+            .field("challenge", &self.challenge())
             .finish_non_exhaustive()
     }
 }
@@ -238,9 +243,8 @@ pub(crate) fn envelope(body: &[u8]) -> String {
 }
 
 impl Registry {
-    /// Connects to the repository of `reference` (its tag or digest are not used here): finds
-    /// credentials (unless given), asks `GET /v2/` what the registry wants, and sets up the token
-    /// flow if it wants tokens.
+    /// Sets up a session with the repository of `reference` (its tag or digest are not used
+    /// here): finds credentials (unless given) and makes the clients. Nothing is sent yet.
     pub fn connect(
         reference: &ImageRef,
         options: &RegistryOptions,
@@ -260,21 +264,17 @@ impl Registry {
                 what: "the I/O runtime".into(),
                 reason: e.to_string(),
             })?;
-        let challenge = runtime.block_on(probe(&repo, &http, &credentials, &options.remote))?;
-        if challenge != Challenge::None {
-            let r = repo.to_oci();
-            runtime.block_on(oci.store_auth_if_needed(r.resolve_registry(), &credentials.to_oci()));
-        }
         Ok(Registry {
             inner: Arc::new(Inner {
                 repo,
                 options: options.clone(),
                 credentials,
-                challenge,
+                challenge: Mutex::new(None),
                 runtime,
                 oci,
                 http,
                 tokens: Mutex::new([None, None]),
+                pid: std::process::id(),
             }),
         })
     }
@@ -284,9 +284,48 @@ impl Registry {
         &self.inner.repo
     }
 
-    /// What the registry asked for at connect.
-    pub fn challenge(&self) -> &Challenge {
-        &self.inner.challenge
+    /// What the registry asked for, once a request has been answered.
+    pub fn challenge(&self) -> Option<Challenge> {
+        self.inner
+            .challenge
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Takes the challenge of a 401's `WWW-Authenticate` header: an error if it cannot be met.
+    async fn meet(&self, header: Option<&str>) -> Result<Challenge, RegistryError> {
+        let inner = &self.inner;
+        let challenge = match (parse_challenge(header), &inner.credentials) {
+            (Some(Challenge::Basic), Credentials::Anonymous) => {
+                return Err(RegistryError::Unauthorized {
+                    what: inner.repo.registry.clone(),
+                    reason: format!(
+                        "the registry asks for credentials (WWW-Authenticate: {}) and none were \
+                         found in {CREDENTIAL_SOURCES}",
+                        header.unwrap_or_default()
+                    ),
+                })
+            }
+            (Some(c), _) => c,
+            (None, _) => {
+                return Err(RegistryError::Unauthorized {
+                    what: inner.repo.registry.clone(),
+                    reason: format!(
+                        "401 without a token endpoint or basic realm to authenticate with \
+                         (WWW-Authenticate: {})",
+                        header.unwrap_or("none")
+                    ),
+                })
+            }
+        };
+        let r = inner.repo.to_oci();
+        inner
+            .oci
+            .store_auth_if_needed(r.resolve_registry(), &inner.credentials.to_oci())
+            .await;
+        *inner.challenge.lock().unwrap_or_else(|e| e.into_inner()) = Some(challenge.clone());
+        Ok(challenge)
     }
 
     /// `BASE/v2/REPO/SUFFIX`.
@@ -311,7 +350,10 @@ impl Registry {
         refresh: bool,
     ) -> Result<reqwest::RequestBuilder, RegistryError> {
         let inner = &self.inner;
-        match (&inner.challenge, &inner.credentials) {
+        match (
+            &self.challenge().unwrap_or(Challenge::None),
+            &inner.credentials,
+        ) {
             (Challenge::None, _) => Ok(rb),
             (Challenge::Basic, Credentials::Basic { username, password }) => {
                 Ok(rb.basic_auth(username, Some(password)))
@@ -357,6 +399,7 @@ impl Registry {
         make: &(dyn Fn(&reqwest::Client) -> reqwest::RequestBuilder + Sync),
     ) -> Result<reqwest::Response, RegistryError> {
         let mut refreshed = false;
+        let mut met = false;
         let mut attempt = 0;
         let mut backoff = self.inner.options.remote.initial_backoff;
         loop {
@@ -366,15 +409,23 @@ impl Registry {
             let outcome = rb.send().await;
             let retry_reason = match outcome {
                 Ok(resp) if resp.status() == reqwest::StatusCode::UNAUTHORIZED => {
-                    if self.inner.challenge == Challenge::Bearer && !refreshed {
-                        refreshed = true;
-                        continue;
-                    }
                     let challenge = resp
                         .headers()
                         .get(reqwest::header::WWW_AUTHENTICATE)
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_string);
+                    // A challenge not met yet (the session's first, or a push's after reads):
+                    // met, and the request sent again.
+                    let asked = parse_challenge(challenge.as_deref());
+                    if !met && (asked.is_none() || asked != self.challenge()) {
+                        met = true;
+                        self.meet(challenge.as_deref()).await?;
+                        continue;
+                    }
+                    if self.challenge() == Some(Challenge::Bearer) && !refreshed {
+                        refreshed = true;
+                        continue;
+                    }
                     let body = resp.bytes().await.unwrap_or_default();
                     return Err(RegistryError::Unauthorized {
                         what: what.to_string(),
@@ -397,7 +448,16 @@ impl Registry {
                 Ok(resp) if resp.status().is_server_error() => {
                     format!("{}", resp.status())
                 }
-                Ok(resp) => return Ok(resp),
+                Ok(resp) => {
+                    // Answered without credentials: an open registry (for this much).
+                    let mut c = self
+                        .inner
+                        .challenge
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    c.get_or_insert(Challenge::None);
+                    return Ok(resp);
+                }
                 Err(e) if transient(&e) => chain(&e),
                 Err(e) => {
                     return Err(RegistryError::Request {
@@ -594,71 +654,4 @@ pub(crate) async fn read_limited(
         out.extend_from_slice(&chunk);
     }
     Ok(out.into())
-}
-
-/// `GET /v2/`: what the registry asks for.
-async fn probe(
-    repo: &ImageRef,
-    http: &reqwest::Client,
-    credentials: &Credentials,
-    remote: &RemoteOptions,
-) -> Result<Challenge, RegistryError> {
-    let url = format!("{}/v2/", repo.base_url());
-    let what = format!("GET {url}");
-    let mut backoff = remote.initial_backoff;
-    let mut attempt = 0;
-    let resp = loop {
-        match http.get(&url).send().await {
-            Ok(r) if !r.status().is_server_error() || attempt >= remote.retries => break r,
-            Err(e) if !transient(&e) || attempt >= remote.retries => {
-                return Err(RegistryError::Request {
-                    what,
-                    reason: chain(&e),
-                })
-            }
-            _ => {}
-        }
-        attempt += 1;
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
-    };
-    let status = resp.status();
-    let header = resp
-        .headers()
-        .get(reqwest::header::WWW_AUTHENTICATE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    match status.as_u16() {
-        200..=299 => Ok(Challenge::None),
-        401 => match (parse_challenge(header.as_deref()), credentials) {
-            (Some(Challenge::Basic), Credentials::Anonymous) => Err(RegistryError::Unauthorized {
-                what: repo.registry.clone(),
-                reason: format!(
-                    "the registry asks for credentials (WWW-Authenticate: {}) and none were found \
-                     in {CREDENTIAL_SOURCES}",
-                    header.unwrap_or_default()
-                ),
-            }),
-            (Some(c), _) => Ok(c),
-            (None, _) => Err(RegistryError::Unauthorized {
-                what: repo.registry.clone(),
-                reason: format!(
-                    "401 without a token endpoint or basic realm to authenticate with \
-                     (WWW-Authenticate: {})",
-                    header.as_deref().unwrap_or("none")
-                ),
-            }),
-        },
-        404 => Err(RegistryError::Request {
-            what,
-            reason: "404: not a registry (no /v2/ API here)".into(),
-        }),
-        _ => {
-            let body = resp.bytes().await.unwrap_or_default();
-            Err(RegistryError::Request {
-                what,
-                reason: format!("{status} {}", envelope(&body)),
-            })
-        }
-    }
 }
