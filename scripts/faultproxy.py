@@ -25,7 +25,8 @@ writes CONTROL_FILE.left: the proxy takes a setting when its `gen` is new, count
 in memory and writes what is left, with the `gen` it belongs to, to CONTROL_FILE.left, so a test
 can set a fault, run a command and see that it was used. (When both wrote the one file, a count
 written back after the test had set new faults undid them.) Every request is logged to stderr as
-one line: METHOD PATH RANGE -> STATUS FAULT.
+one line: METHOD PATH RANGE -> STATUS FAULT, and ` auth=SCHEME` when it carried an Authorization
+header.
 """
 
 import http.client
@@ -110,7 +111,9 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         resp = up.getresponse()
         data = resp.read()
         up.close()
-        sys.stderr.write(f"{self.command} {self.path} {rng} -> {resp.status} {kind}\n")
+        scheme = self.headers.get("Authorization", "").split(" ")[0]
+        auth = f" auth={scheme}" if scheme else ""
+        sys.stderr.write(f"{self.command} {self.path} {rng} -> {resp.status} {kind}{auth}\n")
         self.send_response(resp.status, resp.reason)
         for k, v in resp.getheaders():
             if k.lower() not in ("connection", "transfer-encoding", "content-length"):

@@ -13,7 +13,7 @@ mod common;
 
 use common::compare::{compare_trees, Expect};
 use common::servers::{
-    docker_registry, oras_bin, tls_certificates, FaultProxy, RegistrySetup, Server,
+    docker_registry, oras_bin, tls_certificates, versitygw, FaultProxy, RegistrySetup, Server,
 };
 use common::*;
 use std::fs;
@@ -966,5 +966,62 @@ fn bearer_tokens_anonymous_for_reads_and_with_credentials_for_pushes() {
         text(&o.stderr).contains("token endpoint"),
         "{}",
         text(&o.stderr)
+    );
+}
+
+/// A registry storing in S3 (versitygw, behind the fault proxy, which logs each request's
+/// Authorization scheme) with redirects on: blob reads are answered `307` to a presigned URL,
+/// which is followed with the range and without the registry's basic credentials.
+#[test]
+fn redirects_to_presigned_storage_urls_are_followed() {
+    if !need() {
+        return;
+    }
+    let fx = Fixture::new(20);
+    let s3_root = fx.dir.path().join("s3");
+    fs::create_dir_all(s3_root.join("registry")).unwrap();
+    let s3 = match versitygw(&s3_root, fx.dir.path()) {
+        Ok(s) => s,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let proxy = FaultProxy::start(&s3, fx.dir.path()).unwrap();
+    let reg = Registry::start(&RegistrySetup {
+        htpasswd: Some(("carol".into(), "pw".into())),
+        s3: Some(proxy.port),
+        ..Default::default()
+    });
+    let creds = [
+        ("SEALFS_REGISTRY_USERNAME", "carol".to_string()),
+        ("SEALFS_REGISTRY_PASSWORD", "pw".to_string()),
+    ];
+    let local = fx.image("z");
+    let target = reg.reference("s3/z:v1");
+    ok(
+        sealfs_env(&["push", s(&local), &target], &creds),
+        "push to S3 storage",
+    );
+    reads_equal(&fx, &local, &target, &["--key", s(&fx.public_key)], &creds);
+    let out = fx.dir.path().join("pulled");
+    ok(
+        sealfs_env(
+            &["pull", "--key", s(&fx.public_key), &target, s(&out)],
+            &creds,
+        ),
+        "pull through redirects",
+    );
+    assert!(fs::read(&out).unwrap() == fs::read(&local).unwrap());
+    let log = reg.server.registry_requests();
+    let redirected = log
+        .iter()
+        .filter(|l| l.starts_with("GET ") && l.contains("/blobs/") && l.ends_with(" 307"))
+        .count();
+    assert!(redirected > 3, "blob reads were redirected: {log:?}");
+    assert!(
+        !log.iter()
+            .any(|l| l.contains("/blobs/sha256") && l.ends_with(" 206")),
+        "no blob bytes came from the registry itself: {log:?}"
     );
 }

@@ -433,6 +433,9 @@ pub struct RegistrySetup {
     /// openssl-made RSA key and certificate): anonymous requests get pull access, this user and
     /// password every action.
     pub token: Option<(String, String)>,
+    /// Store in the bucket `registry` of this S3 server (versitygw, [`versitygw`]) instead of the
+    /// file system, with redirects on: blob reads are answered `307` to a presigned URL of it.
+    pub s3: Option<u16>,
 }
 
 /// Where `docker-registry` (Debian's package of the CNCF distribution registry) is.
@@ -531,12 +534,22 @@ pub fn docker_registry(work: &Path, setup: &RegistrySetup) -> Result<Server, Str
         }
         None => auth,
     };
+    let storage = match setup.s3 {
+        Some(s3) => format!(
+            "  s3:\n    accesskey: {}\n    secretkey: {}\n    region: us-east-1\n    \
+             regionendpoint: http://127.0.0.1:{s3}\n    bucket: registry\n    secure: false\n    \
+             v4auth: true\n  redirect:\n    disable: false\n",
+            S3_ACCESS.0, S3_ACCESS.1
+        ),
+        None => format!(
+            "  filesystem:\n    rootdirectory: {}\n",
+            work.join("storage").display()
+        ),
+    };
     let conf = format!(
-        "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    \
-         rootdirectory: {storage}\n  delete:\n    enabled: true\n  maintenance:\n    \
-         uploadpurging:\n      enabled: false\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: \
-         sealfs-test-secret\n{tls}{auth}",
-        storage = work.join("storage").display()
+        "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n{storage}  delete:\n    \
+         enabled: true\n  maintenance:\n    uploadpurging:\n      enabled: false\nhttp:\n  addr: \
+         127.0.0.1:{port}\n  secret: sealfs-test-secret\n{tls}{auth}"
     );
     let conf_path = work.join("registry.yml");
     fs::write(&conf_path, conf).map_err(|e| e.to_string())?;
@@ -545,6 +558,8 @@ pub fn docker_registry(work: &Path, setup: &RegistrySetup) -> Result<Server, Str
     let child = Command::new(bin)
         .arg("serve")
         .arg(&conf_path)
+        // The AWS SDK of the S3 driver refuses to start with a CA bundle it cannot add.
+        .env_remove("AWS_CA_BUNDLE")
         .stdin(Stdio::null())
         .stdout(out.try_clone().map_err(|e| e.to_string())?)
         .stderr(out)
