@@ -256,6 +256,45 @@ fn reads_equal(fx: &Fixture, local: &Path, reference: &str, auth: &[&str], env: 
     assert!(o.status.success());
     let o = same("getfattr", local, reference, auth, &["-R", "-h", "/"], env);
     assert!(o.status.success());
+    // extract: the same tree.
+    let out = tempfile::tempdir().unwrap();
+    let (a, b) = (out.path().join("local"), out.path().join("registry"));
+    let mut args = vec!["extract"];
+    args.extend(auth);
+    ok(
+        sealfs(&[&args[..], &[s(local), s(&a)]].concat()),
+        "extract local",
+    );
+    ok(
+        sealfs_env(&[&args[..], &[reference, s(&b)]].concat(), env),
+        "extract from the registry",
+    );
+    // GNU findutils and coreutils: every regular file's sha256, every other entry's type and
+    // link target, then `ls -lnR` for modes, owners, sizes and times.
+    let describe = |d: &Path| {
+        let o = run(Command::new("sh")
+            .arg("-c")
+            .arg(
+                "find . -type f -print0 | sort -z | xargs -0 -r sha256sum; \
+                 find . ! -type f -printf '%y %p %l\\n' | sort",
+            )
+            .current_dir(d));
+        assert!(o.status.success());
+        o.stdout
+    };
+    assert!(describe(&a) == describe(&b), "extracted trees differ");
+    let listing = |d: &Path| {
+        let o = run(Command::new("ls")
+            .args(["-lnR", "--time-style=+%s.%N"])
+            .current_dir(d));
+        text(&o.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("total ") && !l.starts_with('d'))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(listing(&a), listing(&b));
+    assert!(!fx.files.is_empty());
 }
 
 /// What a pushed artifact looks like to skopeo and oras, the reads through it, and `pull`.
@@ -400,11 +439,20 @@ fn pushed_images_are_read_by_skopeo_and_oras_and_read_back_equal() {
         );
         assert!(text(&o.stderr).contains("self-consistent"));
 
-        // pull: the pushed bytes, and nothing left behind.
+        // pull: the pushed bytes, and nothing left behind; the blocks the reads above left in
+        // the persistent cache are not fetched again.
         let out = fx.dir.path().join(format!("{name}.pulled"));
+        let before = reg.server.registry_blob_bytes();
         ok(
             sealfs(&["pull", "--key", s(&fx.public_key), &target, s(&out)]),
             "pull",
+        );
+        let fetched = reg.server.registry_blob_bytes() - before;
+        let size = fs::metadata(&local).unwrap().len();
+        println!("{name}: pull after reads fetched {fetched} of {size} bytes");
+        assert!(
+            fetched * 4 < size,
+            "{fetched} of {size} bytes fetched again"
         );
         assert!(
             fs::read(&out).unwrap() == fs::read(&local).unwrap(),

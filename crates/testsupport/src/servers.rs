@@ -605,6 +605,22 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Bytes of blob bodies the registry has sent so far (from its log of each request).
+    pub fn registry_blob_bytes(&self) -> u64 {
+        let log = self.access_log.as_ref().expect("a registry");
+        fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("/blobs/sha256:"))
+            .filter_map(|l| {
+                let (_, rest) = l.split_once("HTTP/1.1\" ")?;
+                rest.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .sum()
+    }
+}
+
 /// Where the `oras` CLI is: `$SEALFS_ORAS`, `target/oracles/oras` of this workspace (where
 /// `scripts/build-oracles.sh` builds it), or `oras` in `PATH`.
 pub fn oras_bin() -> Result<PathBuf, String> {
