@@ -304,6 +304,26 @@ pub fn location(p: &Path, tls: &TlsArgs) -> Result<Source> {
     sealfs_remote::source_with(p, &tls.remote_options()).map_err(anyhow::Error::new)
 }
 
+/// The image blob (and the sidecar blob of a detached image) of an image reference, resolved once,
+/// with what the registry said (`verify`, `digest`); `None` for anything else.
+pub fn registry_sources(
+    image: &Path,
+    tls: &TlsArgs,
+) -> Result<Option<(Source, Option<Source>, sealfs_registry::RegistryImage)>> {
+    let Some(reference) = image.to_str().filter(|s| sealfs_registry::is_image_ref(s)) else {
+        return Ok(None);
+    };
+    let parsed: sealfs_registry::ImageRef = reference.parse()?;
+    let found = sealfs_registry::locate(&parsed, &tls.registry_options())?;
+    let name = found.reference().to_string();
+    let blob = Source::reader(found.image()?, name);
+    let sidecar = found.sidecar()?.map(|s| {
+        let n = s.url().to_string();
+        Source::reader(s, n)
+    });
+    Ok(Some((blob, sidecar, found)))
+}
+
 /// How `https://` servers are trusted.
 #[derive(Args, Clone, Debug, Default)]
 pub struct TlsArgs {

@@ -88,21 +88,13 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
         // An image in a registry: its manifest resolved once, the blob read by range, the
         // signatures from its referrers, and (named by digest) the image digest the manifest
         // states.
-        if let Some(reference) = args
-            .image
-            .to_str()
-            .filter(|s| sealfs_registry::is_image_ref(s))
+        if let Some((image, found_sidecar, found)) =
+            crate::open::registry_sources(&args.image, &args.tls)?
         {
-            let parsed: sealfs_registry::ImageRef = reference.parse()?;
-            let found = sealfs_registry::locate(&parsed, &args.tls.registry_options())?;
             let name = found.reference().to_string();
-            let image = sealfs_reader::Source::reader(found.image()?, name.clone());
             let sidecar = match args.sidecar.as_deref() {
                 Some(p) => Some(location(p, &args.tls)?),
-                None => found.sidecar()?.map(|s| {
-                    let n = s.url().to_string();
-                    sealfs_reader::Source::reader(s, n)
-                }),
+                None => found_sidecar,
             };
             let signatures = match args.keys.signatures.as_deref() {
                 Some(p) => Some(location(p, &args.tls)?),
@@ -259,13 +251,18 @@ pub fn run_digest(args: DigestArgs) -> Result<ExitCode> {
         return run_file_digests(&args, plain_alg);
     }
     let progress = TermProgress::new(false);
-    let image = location(&args.image.image, &args.image.tls)?;
-    let sidecar = args
+    let given = args
         .image
         .sidecar
         .as_deref()
         .map(|p| location(p, &args.image.tls))
         .transpose()?;
+    // An image in a registry: its blob (and a detached artifact's seal) by range.
+    let (image, sidecar) = match crate::open::registry_sources(&args.image.image, &args.image.tls)?
+    {
+        Some((image, found, _)) => (image, given.or(found)),
+        None => (location(&args.image.image, &args.image.tls)?, given),
+    };
     let result = check::image_digest(image, sidecar.as_ref(), plain_alg, &progress).map(|r| {
         println!("{}", r.digest);
         match r.sealed {

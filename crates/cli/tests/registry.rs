@@ -413,6 +413,12 @@ fn pushed_images_are_read_by_skopeo_and_oras_and_read_back_equal() {
                 || out.contains("authenticated"),
             "{out}"
         );
+        let o = ok(sealfs(&["digest", &target]), "digest of the reference");
+        assert_eq!(
+            text(&o.stdout).trim(),
+            image_digest,
+            "computed from the blob's bytes"
+        );
         let o = ok(sealfs(&["verify", &pinned]), "verify pinned");
         assert!(
             text(&o.stdout).contains("authenticated"),
@@ -930,6 +936,12 @@ fn a_detached_image_is_pushed_as_two_layers_and_pulled_as_two_files() {
     let o = ok(
         sealfs(&["cat", "--digest", &digest, &target, "/big"]),
         "cat",
+    );
+    let d = ok(sealfs(&["digest", &target]), "digest");
+    assert_eq!(
+        text(&d.stdout).trim(),
+        digest,
+        "the sidecar comes from the artifact"
     );
     assert!(o.stdout == pseudo_random(BIG, 18));
     let (out, out_seal) = (fx.dir.path().join("p.erofs"), fx.dir.path().join("p.seal"));
