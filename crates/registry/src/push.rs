@@ -18,7 +18,7 @@ use crate::manifest::{
 use crate::reference::ImageRef;
 use crate::{RegistryError, RegistryOptions};
 use bytes::Bytes;
-use oci_client::RegistryOperation::{Pull, Push};
+use oci_client::RegistryOperation::Push;
 use sha2::Digest as _;
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
@@ -736,7 +736,6 @@ impl Registry {
                 what: format!("the referrers of {reference}"),
                 reason: chain(&e),
             })?;
-        let _ = Pull;
         Ok(index
             .manifests
             .into_iter()
