@@ -134,10 +134,7 @@ pub fn open_error(e: OpenError) -> anyhow::Error {
     // A registry that served a manifest or blob other than the one that names it: the image's
     // source is at fault.
     if let OpenError::Io { source, .. } = &e {
-        let content = source
-            .get_ref()
-            .and_then(|i| i.downcast_ref::<sealfs_registry::RegistryError>())
-            .is_some_and(|r| r.is_content_fault());
+        let content = sealfs_registry::registry_error(source).is_some_and(|r| r.is_content_fault());
         if content {
             return crate::read::fault(format!("{e}: {source}"));
         }

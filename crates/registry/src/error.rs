@@ -120,21 +120,31 @@ impl RegistryError {
         )
     }
 
-    /// As an [`std::io::Error`] (for [`sealfs_reader::OpenError::Io`] and readers).
-    pub fn into_io(self) -> std::io::Error {
+    /// The [`std::io::ErrorKind`] [`RegistryError::into_io`] gives it.
+    pub fn kind(&self) -> std::io::ErrorKind {
         use std::io::ErrorKind as K;
-        let kind = match &self {
+        match self {
             RegistryError::NotFound { .. } => K::NotFound,
             RegistryError::Unauthorized { .. } => K::PermissionDenied,
             RegistryError::BadReference { .. } => K::InvalidInput,
             RegistryError::ManifestDigest { .. }
             | RegistryError::Manifest { .. }
             | RegistryError::BlobContent { .. } => K::InvalidData,
+            RegistryError::Remote(r) => match r {
+                sealfs_remote::RemoteError::NotFound { .. } => K::NotFound,
+                sealfs_remote::RemoteError::Short { .. } => K::UnexpectedEof,
+                sealfs_remote::RemoteError::BadUrl { .. } => K::InvalidInput,
+                _ => K::Other,
+            },
             _ => K::Other,
-        };
+        }
+    }
+
+    /// As an [`std::io::Error`] (for [`sealfs_reader::OpenError::Io`] and readers).
+    pub fn into_io(self) -> std::io::Error {
         match self {
             RegistryError::Remote(r) => r.into_io(),
-            other => std::io::Error::new(kind, other),
+            other => std::io::Error::new(other.kind(), other),
         }
     }
 }

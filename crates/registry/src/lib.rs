@@ -71,7 +71,7 @@ pub use auth::Credentials;
 pub use blob::BlobReader;
 pub use client::{FetchedManifest, Registry, RegistryOptions};
 pub use error::RegistryError;
-pub use open::{locate, open, Opened, RegistryImage, MAX_SIGNATURE_BYTES};
+pub use open::{locate, open, registry_error, Opened, RegistryImage, MAX_SIGNATURE_BYTES};
 pub use pull::{pull, PullReport};
 pub use push::{push_image, PushOptions, PushReport};
 pub use reference::{is_image_ref, ImageRef, Transport};

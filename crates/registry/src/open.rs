@@ -138,13 +138,55 @@ impl std::fmt::Debug for Opened {
 }
 
 fn io<'a>(reference: &'a str, what: &'static str) -> impl Fn(RegistryError) -> OpenError + 'a {
-    // A content fault (a manifest or blob that is not what names it) stays findable under the
-    // `io::Error` (`RegistryError::is_content_fault`), for a caller that tells it apart.
-    move |e| OpenError::Io {
-        name: reference.to_string(),
-        what,
-        source: e.into_io(),
+    // The error goes under an `OpenError` that names the reference already: it is shown without
+    // it. A content fault (a manifest or blob that is not what names it) stays findable under the
+    // `io::Error` ([`registry_error`]), for a caller that tells it apart.
+    move |e| {
+        let kind = e.kind();
+        OpenError::Io {
+            name: reference.to_string(),
+            what,
+            source: std::io::Error::new(
+                kind,
+                Named {
+                    reference: reference.to_string(),
+                    error: e,
+                },
+            ),
+        }
     }
+}
+
+/// A [`RegistryError`] shown under something that names `reference` already: its text without a
+/// leading `reference: `.
+#[derive(Debug)]
+struct Named {
+    reference: String,
+    error: RegistryError,
+}
+
+impl std::fmt::Display for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.error.to_string();
+        let prefix = format!("{}: ", self.reference);
+        f.write_str(text.strip_prefix(&prefix).unwrap_or(&text))
+    }
+}
+
+impl std::error::Error for Named {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
+/// The [`RegistryError`] under an `io::Error` this crate made (an [`OpenError::Io`]'s source, or
+/// [`RegistryError::into_io`]'s), if there is one.
+pub fn registry_error(e: &std::io::Error) -> Option<&RegistryError> {
+    let inner = e.get_ref()?;
+    inner
+        .downcast_ref::<Named>()
+        .map(|n| &n.error)
+        .or_else(|| inner.downcast_ref::<RegistryError>())
 }
 
 /// Opens the sealfs image `reference` names, as [`sealfs_remote::open`] opens a URL: a tag's image
