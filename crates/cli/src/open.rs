@@ -105,23 +105,17 @@ impl KeyArgs {
 
     /// The keys given (`--key` and `--keyring`); an unreadable key is an error (exit 2).
     pub fn load(&self) -> Result<Vec<sealfs_trust::PublicKey>> {
-        let mut paths = self.key.clone();
-        if let Some(dir) = &self.keyring {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-                .map_err(|e| anyhow!("--keyring {}: {e}", dir.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "pub") && p.is_file())
-                .collect();
-            if found.is_empty() {
-                bail!("--keyring {}: no *.pub key in it", dir.display());
-            }
-            found.sort();
-            paths.extend(found);
-        }
-        paths
+        let mut keys = self
+            .key
             .iter()
             .map(|p| sealfs_trust::PublicKey::read(p).map_err(|e| anyhow!("--key: {e}")))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(dir) = &self.keyring {
+            keys.extend(
+                sealfs_trust::PublicKey::read_keyring(dir).map_err(|e| anyhow!("--keyring {e}"))?,
+            );
+        }
+        Ok(keys)
     }
 }
 

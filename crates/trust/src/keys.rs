@@ -80,6 +80,22 @@ impl PublicKey {
         PublicKey::from_pem(&text).map_err(|e| KeyError(format!("{}: {e}", path.display())))
     }
 
+    /// Every key of a keyring: each `*.pub` file of directory `dir` (regular files, in name
+    /// order). A keyring without one, or a key that cannot be read, is an error naming it.
+    pub fn read_keyring(dir: &std::path::Path) -> Result<Vec<PublicKey>, KeyError> {
+        let listing =
+            std::fs::read_dir(dir).map_err(|e| KeyError(format!("{}: {e}", dir.display())))?;
+        let mut found: Vec<std::path::PathBuf> = listing
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "pub") && p.is_file())
+            .collect();
+        if found.is_empty() {
+            return Err(KeyError(format!("{}: no *.pub key in it", dir.display())));
+        }
+        found.sort();
+        found.iter().map(|p| PublicKey::read(p)).collect()
+    }
+
     /// The SPKI PEM text.
     pub fn to_pem(&self) -> String {
         self.0
