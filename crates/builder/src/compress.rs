@@ -153,6 +153,21 @@ pub struct CompressOptions {
 }
 
 impl CompressOptions {
+    /// `algorithm` alone (what `sealfs build -z ALG` asks for without a preset): physical clusters
+    /// of one block, no fragments, no 48-bit extents, no dedupe, metadata and directories stored
+    /// uncompressed.
+    pub fn new(algorithm: Algorithm) -> CompressOptions {
+        CompressOptions {
+            algorithm,
+            pcluster_bytes: BLKSZ as u32,
+            fragments: Fragments::Off,
+            extents_48bit: false,
+            dedupe: false,
+            metabox: None,
+            compress_dirs: false,
+        }
+    }
+
     /// Checks the level and the cluster sizes.
     pub fn validate(&self) -> Result<(), String> {
         self.algorithm.check_level()?;

@@ -176,15 +176,8 @@ impl BuildArgs {
                 return Ok(None);
             }
             (Some(p), _) => p.options(),
-            (None, Some(_)) => CompressOptions {
-                algorithm: Algorithm::Lz4,
-                pcluster_bytes: 4096,
-                fragments: Fragments::Off,
-                extents_48bit: false,
-                dedupe: false,
-                metabox: None,
-                compress_dirs: false,
-            },
+            // -z sets the algorithm below.
+            (None, Some(_)) => CompressOptions::new(Algorithm::Lz4),
         };
         if let Some(z) = &self.compress {
             c.algorithm =
