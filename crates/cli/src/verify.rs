@@ -11,32 +11,6 @@ use sealfs_verity::{Digest, HashAlg};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// A problem as a JSON object with a `kind` and its coordinates.
-fn problem_json(p: &Problem) -> serde_json::Value {
-    let message = p.to_string();
-    match p {
-        Problem::DataBlock {
-            index,
-            block_size,
-            owner,
-        } => {
-            serde_json::json!({"kind": "data_block", "block": index, "block_size": block_size, "offset": index * block_size, "owner": owner, "message": message})
-        }
-        Problem::FileDigest { path, .. } => {
-            serde_json::json!({"kind": "file_digest", "path": path, "message": message})
-        }
-        Problem::TreeBlock { level, index } => {
-            serde_json::json!({"kind": "tree_block", "level": level, "index": index, "message": message})
-        }
-        Problem::Trailer(_) => serde_json::json!({"kind": "trailer", "message": message}),
-        Problem::FileTable(_) => serde_json::json!({"kind": "file_table", "message": message}),
-        Problem::Signature(_) => serde_json::json!({"kind": "signature", "message": message}),
-        Problem::Digest { expected, actual } => {
-            serde_json::json!({"kind": "digest", "expected": expected.to_string(), "actual": actual.to_string(), "message": message})
-        }
-    }
-}
-
 /// Arguments of `sealfs verify`.
 #[derive(Args)]
 pub struct VerifyArgs {
@@ -169,17 +143,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
 fn report(args: &VerifyArgs, o: &Report) {
     let ok = o.problems.is_empty();
     if args.json {
-        let v = serde_json::json!({
-            "image": args.image.display().to_string(),
-            "verified": ok,
-            "sealed": o.sealed,
-            "authenticated": ok && o.authenticated,
-            "signed_by": o.signed_by.map(|f| f.to_string()),
-            "digest": o.digest.map(|d| d.to_string()),
-            "file_digests": o.file_digests.map(|f| f.name()),
-            "file_digests_authenticated": ok && o.authenticated && o.file_digests.is_some_and(|f| f.is_covered()),
-            "problems": o.problems.iter().map(problem_json).collect::<Vec<_>>(),
-        });
+        let v = o.to_json(&args.image.display().to_string());
         println!("{v}");
         return;
     }

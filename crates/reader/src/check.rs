@@ -178,6 +178,62 @@ impl Report {
     pub fn is_verified(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// The report as the JSON object `sealfs verify --json` prints (and the bindings return):
+    /// `image` (as given), `verified`, `sealed`, `authenticated` (verified and vouched for),
+    /// `signed_by`, `digest`, `file_digests` (where the per-file digests came from:
+    /// [`DigestOrigin::name`]), `file_digests_authenticated` (verified, vouched for, and covered by
+    /// the image digest) and `problems` (each [`Problem::to_json`]).
+    pub fn to_json(&self, image: &str) -> serde_json::Value {
+        let ok = self.is_verified();
+        serde_json::json!({
+            "image": image,
+            "verified": ok,
+            "sealed": self.sealed,
+            "authenticated": ok && self.authenticated,
+            "signed_by": self.signed_by.map(|f| f.to_string()),
+            "digest": self.digest.map(|d| d.to_string()),
+            "file_digests": self.file_digests.map(|f| f.name()),
+            "file_digests_authenticated": ok
+                && self.authenticated
+                && self.file_digests.is_some_and(|f| f.is_covered()),
+            "problems": self.problems.iter().map(Problem::to_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+impl Problem {
+    /// The problem as a JSON object: its `kind` (`data_block`, `file_digest`, `tree_block`,
+    /// `trailer`, `file_table`, `signature`, `digest`), its coordinates and the `message` it
+    /// prints.
+    pub fn to_json(&self) -> serde_json::Value {
+        let message = self.to_string();
+        match self {
+            Problem::DataBlock {
+                index,
+                block_size,
+                owner,
+            } => serde_json::json!({
+                "kind": "data_block", "block": index, "block_size": block_size,
+                "offset": index * block_size, "owner": owner, "message": message,
+            }),
+            Problem::FileDigest { path, .. } => {
+                serde_json::json!({"kind": "file_digest", "path": path, "message": message})
+            }
+            Problem::TreeBlock { level, index } => serde_json::json!({
+                "kind": "tree_block", "level": level, "index": index, "message": message,
+            }),
+            Problem::Trailer(_) => serde_json::json!({"kind": "trailer", "message": message}),
+            Problem::FileTable(_) => {
+                serde_json::json!({"kind": "file_table", "message": message})
+            }
+            Problem::Signature(_) => serde_json::json!({"kind": "signature", "message": message}),
+            Problem::Digest { expected, actual } => serde_json::json!({
+                "kind": "digest", "expected": expected.to_string(),
+                "actual": actual.to_string(), "message": message,
+            }),
+        }
+    }
 }
 
 /// An opened source and the seal found for it.
