@@ -346,6 +346,46 @@ pub struct OpenedImage {
     pub name: String,
 }
 
+impl OpenedImage {
+    /// The reader's counters and, when reads are verified here, the verifier's, by name (what
+    /// `sealfs cat --stats` prints and the bindings' `stats` return): block and cluster caches,
+    /// bytes read, decompressed and verified, absent-xattr lookups the bloom filter answered.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = self.image.stats();
+        let mut all = vec![
+            ("blocks_read", s.blocks_read),
+            ("block_cache_hits", s.cache_hits),
+            ("block_cache_misses", s.cache_misses),
+            ("cluster_cache_hits", s.cluster_hits),
+            ("cluster_cache_misses", s.cluster_misses),
+            ("cluster_cache_evictions", s.cluster_evictions),
+            ("cluster_cache_bytes", s.cluster_cache_bytes),
+            ("cluster_cache_peak_bytes", s.cluster_cache_peak_bytes),
+            ("compressed_bytes_read", s.compressed_bytes_read),
+            ("decompressed_bytes", s.decompressed_bytes),
+            ("xattr_lookups", s.xattr_lookups),
+            ("xattr_filter_skips", s.filter_skips),
+        ];
+        if let Some(v) = &self.verified {
+            let v = v.stats();
+            all.extend([
+                ("verified_blocks", v.blocks_verified.load(Relaxed)),
+                ("hash_blocks_read", v.hash_blocks_read.load(Relaxed)),
+                ("hash_cache_hits", v.hash_cache_hits.load(Relaxed)),
+                ("hash_blocks_shared", v.hash_blocks_shared.load(Relaxed)),
+                ("data_bytes_read", v.data_bytes.load(Relaxed)),
+                ("hash_bytes_read", v.hash_bytes.load(Relaxed)),
+                ("verification_failures", v.failures.load(Relaxed)),
+                ("store_hits", v.store_hits.load(Relaxed)),
+                ("store_discards", v.store_discards.load(Relaxed)),
+                ("readahead_blocks", v.readahead_blocks.load(Relaxed)),
+            ]);
+        }
+        all
+    }
+}
+
 impl std::fmt::Debug for OpenedImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenedImage")

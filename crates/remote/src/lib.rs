@@ -213,6 +213,20 @@ pub struct RemoteStats {
     pub tail_hits: AtomicU64,
 }
 
+impl RemoteStats {
+    /// The counters by name (`remote_requests`, `remote_round_trips`, `remote_bytes_fetched`,
+    /// `remote_retries`, `remote_tail_hits`).
+    pub fn counters(&self) -> [(&'static str, u64); 5] {
+        [
+            ("remote_requests", self.requests.load(Relaxed)),
+            ("remote_round_trips", self.round_trips.load(Relaxed)),
+            ("remote_bytes_fetched", self.bytes_fetched.load(Relaxed)),
+            ("remote_retries", self.retries.load(Relaxed)),
+            ("remote_tail_hits", self.tail_hits.load(Relaxed)),
+        ]
+    }
+}
+
 /// Whether `location` is a URL this crate reads (`http://`, `https://`, `s3://`) rather than a path.
 pub fn is_remote(location: &str) -> bool {
     // Compared as bytes: a scheme's length may fall inside a character of a path.

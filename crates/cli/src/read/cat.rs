@@ -109,53 +109,14 @@ pub fn run(args: CatArgs) -> Result<ExitCode> {
 
 /// A remote image's counters, one `name value` per line.
 fn print_remote_stats(remote: &sealfs_remote::RemoteObject) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let s = remote.stats();
-    for (k, v) in [
-        ("remote_requests", &s.requests),
-        ("remote_round_trips", &s.round_trips),
-        ("remote_bytes_fetched", &s.bytes_fetched),
-        ("remote_retries", &s.retries),
-        ("remote_tail_hits", &s.tail_hits),
-    ] {
-        eprintln!("{k} {}", v.load(Relaxed));
+    for (k, v) in remote.stats().counters() {
+        eprintln!("{k} {v}");
     }
 }
 
 /// The reader's (and, when reads are verified, the verifier's) statistics, one `name value` per line.
 pub fn print_stats(opened: &crate::open::OpenImage) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let s = opened.image.stats();
-    let mut lines = vec![
-        ("blocks_read", s.blocks_read),
-        ("block_cache_hits", s.cache_hits),
-        ("block_cache_misses", s.cache_misses),
-        ("cluster_cache_hits", s.cluster_hits),
-        ("cluster_cache_misses", s.cluster_misses),
-        ("cluster_cache_evictions", s.cluster_evictions),
-        ("cluster_cache_bytes", s.cluster_cache_bytes),
-        ("cluster_cache_peak_bytes", s.cluster_cache_peak_bytes),
-        ("compressed_bytes_read", s.compressed_bytes_read),
-        ("decompressed_bytes", s.decompressed_bytes),
-        ("xattr_lookups", s.xattr_lookups),
-        ("xattr_filter_skips", s.filter_skips),
-    ];
-    if let Some(v) = &opened.verified {
-        let v = v.stats();
-        lines.extend([
-            ("verified_blocks", v.blocks_verified.load(Relaxed)),
-            ("hash_blocks_read", v.hash_blocks_read.load(Relaxed)),
-            ("hash_cache_hits", v.hash_cache_hits.load(Relaxed)),
-            ("hash_blocks_shared", v.hash_blocks_shared.load(Relaxed)),
-            ("data_bytes_read", v.data_bytes.load(Relaxed)),
-            ("hash_bytes_read", v.hash_bytes.load(Relaxed)),
-            ("verification_failures", v.failures.load(Relaxed)),
-            ("store_hits", v.store_hits.load(Relaxed)),
-            ("store_discards", v.store_discards.load(Relaxed)),
-            ("readahead_blocks", v.readahead_blocks.load(Relaxed)),
-        ]);
-    }
-    for (k, v) in lines {
+    for (k, v) in opened.counters() {
         eprintln!("{k} {v}");
     }
 }
