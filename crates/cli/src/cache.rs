@@ -26,6 +26,14 @@ impl CacheArgs {
             .unwrap_or_else(sealfs_cache::default_dir)
     }
 
+    /// The library's settings for these arguments.
+    pub fn settings(&self) -> sealfs_remote::CacheSettings {
+        sealfs_remote::CacheSettings {
+            dir: self.dir(),
+            max_bytes: self.cache_size.unwrap_or(sealfs_cache::DEFAULT_MAX_BYTES),
+        }
+    }
+
     /// Opens (creating) the cache directory.
     pub fn open(&self) -> Result<sealfs_cache::DiskCache> {
         let dir = self.dir();

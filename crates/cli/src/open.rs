@@ -192,13 +192,6 @@ impl ImageArgs {
                 .unwrap_or(sealfs_reader::DEFAULT_CLUSTER_CACHE_BYTES),
             keep_passed_extents: !self.drop_passed_extents,
             hash_cache_blocks: self.hash_cache_blocks,
-            // Remote images read through the persistent cache of verified blocks, which the
-            // readahead fills; local files need neither.
-            store: if self.is_remote() && !self.no_cache {
-                Some(Arc::new(self.cache.open()?))
-            } else {
-                None
-            },
             readahead_blocks: if self.defer_readahead {
                 (0, 0)
             } else {
@@ -237,31 +230,36 @@ impl ImageArgs {
         } else {
             RemoteTrust::RequireAuthority
         };
-        // The tail of a remote image is kept beside its cached blocks, so a fully cached image
-        // opens offline too.
-        let remote_options = sealfs_remote::RemoteOptions {
-            tail_cache: (self.is_remote() && !self.no_cache).then(|| self.cache.dir()),
-            ca_certificates: self.tls.ca_cert.clone(),
-            ..Default::default()
-        };
+        // Remote images read through the persistent cache of verified blocks (which the readahead
+        // fills, and beside which the tail is kept, so a fully cached image opens offline too).
+        let cache = (!self.no_cache).then(|| self.cache.settings());
         let (opened, remote, located) = match self.registry_ref() {
             Some(reference) => {
+                let mut options = self.options()?;
+                let mut remote_options = self.tls.remote_options();
+                if let Some(c) = &cache {
+                    let store = sealfs_cache::DiskCache::open(&c.dir, c.max_bytes)
+                        .map_err(|e| anyhow!("{}: open the cache directory: {e}", c.dir.display()))?;
+                    options.store = Some(Arc::new(store));
+                    remote_options.tail_cache = Some(c.dir.clone());
+                }
                 let registry_options = sealfs_registry::RegistryOptions {
                     ca_certificates: self.tls.ca_cert.clone(),
                     remote: remote_options,
                     ..Default::default()
                 };
                 let (opened, found) =
-                    sealfs_registry::open(reference, &self.options()?, trust, &registry_options)
+                    sealfs_registry::open(reference, &options, trust, &registry_options)
                         .map_err(open_error)?;
                 (opened, Some(found.object.clone()), Some(found))
             }
             None => {
-                let (opened, remote) = sealfs_remote::open_counted_with(
+                let (opened, remote) = sealfs_remote::open_cached(
                     &self.image,
                     &self.options()?,
                     trust,
-                    &remote_options,
+                    &self.tls.remote_options(),
+                    cache.as_ref(),
                 )
                 .map_err(open_error)?;
                 (opened, remote, None)

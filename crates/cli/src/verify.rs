@@ -58,53 +58,33 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let sources = (|| -> Result<_> {
-        // An image in a registry: its manifest resolved once, the blob read by range, the
-        // signatures from its referrers, and (named by digest) the image digest the manifest
-        // states.
-        if let Some((image, found_sidecar, found)) =
+    // An image in a registry: its manifest resolved once, the blob read by range, the signatures
+    // from its referrers, and (named by digest) the image digest the manifest states.
+    let registry = (|| -> Result<_> {
+        let Some((image, found_sidecar, found)) =
             crate::open::registry_sources(&args.image, &args.tls)?
-        {
-            let name = found.reference().to_string();
-            let sidecar = match args.sidecar.as_deref() {
-                Some(p) => Some(location(p, &args.tls)?),
-                None => found_sidecar,
-            };
-            let signatures = match args.keys.signatures.as_deref() {
-                Some(p) => Some(location(p, &args.tls)?),
-                None if !keys.is_empty() => found.signatures()?.map(|b| {
-                    sealfs_reader::Source::reader(
-                        std::sync::Arc::new(b),
-                        format!("{name} (referrers)"),
-                    )
-                }),
-                None => None,
-            };
-            return Ok((image, sidecar, signatures, found.pinned_digest()));
-        }
-        Ok((
-            location(&args.image, &args.tls)?,
-            args.sidecar
-                .as_deref()
-                .map(|p| location(p, &args.tls))
-                .transpose()?,
-            match args.keys.signatures.as_deref() {
-                Some(p) => Some(location(p, &args.tls)?),
-                // Keys and a URL: `URL.sig` when the server has it, as `IMAGE.sig` beside a file.
-                None if !keys.is_empty() => args
-                    .image
-                    .to_str()
-                    .filter(|u| sealfs_remote::is_remote(u))
-                    .map(|u| sealfs_remote::detached_signatures(u, &args.tls.remote_options()))
-                    .transpose()?
-                    .flatten(),
-                None => None,
-            },
-            None,
-        ))
+        else {
+            return Ok(None);
+        };
+        let name = found.reference().to_string();
+        let sidecar = match args.sidecar.as_deref() {
+            Some(p) => Some(location(p, &args.tls)?),
+            None => found_sidecar,
+        };
+        let signatures = match args.keys.signatures.as_deref() {
+            Some(p) => Some(location(p, &args.tls)?),
+            None if !keys.is_empty() => found.signatures()?.map(|b| {
+                sealfs_reader::Source::reader(
+                    std::sync::Arc::new(b),
+                    format!("{name} (referrers)"),
+                )
+            }),
+            None => None,
+        };
+        Ok(Some((image, sidecar, signatures, found.pinned_digest())))
     })();
-    let (image, sidecar, signatures, pinned) = match sources {
-        Ok(s) => s,
+    let registry = match registry {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("sealfs: error: {}", ErrorChain(e.as_ref()));
             let content = e
@@ -113,16 +93,39 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(if content { 1 } else { 2 }));
         }
     };
+    let pinned = registry.as_ref().and_then(|r| r.3);
     let expected = expected.or(if keys.is_empty() { pinned } else { None });
     let options = CheckOptions {
         digest: expected,
-        sidecar,
         keys,
-        signatures,
         min_version,
         max_problems: args.max_problems,
+        ..CheckOptions::default()
     };
-    let outcome = match check::check(image, &options, &progress) {
+    let checked = match registry {
+        Some((image, sidecar, signatures, _)) => {
+            let options = CheckOptions {
+                sidecar,
+                signatures,
+                ..options
+            };
+            check::check(image, &options, &progress)
+        }
+        None => {
+            let sources = sealfs_remote::CheckSources {
+                sidecar: args.sidecar.as_deref(),
+                signatures: args.keys.signatures.as_deref(),
+            };
+            sealfs_remote::check(
+                &args.image,
+                sources,
+                &options,
+                &args.tls.remote_options(),
+                &progress,
+            )
+        }
+    };
+    let outcome = match checked {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sealfs: error: {}", ErrorChain(&e));

@@ -43,7 +43,7 @@ use object_store::{
     BackoffConfig, Certificate, ClientOptions, GetOptions, GetRange, ObjectMeta, ObjectStore,
     ObjectStoreExt, RetryConfig,
 };
-use sealfs_reader::{OpenError, OpenOptions, OpenedImage, ReadAt, Source};
+use sealfs_reader::ReadAt;
 use std::io;
 use std::ops::Range;
 use std::path::Path;
@@ -51,10 +51,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod open;
 mod tls;
 
 /// The `object_store` this crate reads through, for a [`StoreFactory`] of another crate.
 pub use object_store;
+pub use open::{
+    check, detached_signatures, open, open_cached, open_counted, open_counted_with, source,
+    source_with, CacheSettings, CheckSources, RemoteTrust,
+};
 
 /// Why a remote object could not be opened or read. Every message names the URL.
 #[derive(Debug, thiserror::Error)]
@@ -977,152 +982,6 @@ fn load_tail(dir: &Path, url: &str, path: &ObjectPath) -> Option<(ObjectMeta, By
     ))
 }
 
-/// The [`Source`] for a location: a URL opens a [`RemoteObject`] (one request), anything else is a
-/// path.
-pub fn source(location: impl AsRef<Path>) -> Result<Source, RemoteError> {
-    source_with(location, &RemoteOptions::default())
-}
-
-/// [`source`], with these options for a URL (its certificate authorities, for example).
-pub fn source_with(
-    location: impl AsRef<Path>,
-    options: &RemoteOptions,
-) -> Result<Source, RemoteError> {
-    let location = location.as_ref();
-    match location.to_str() {
-        Some(url) if is_remote(url) => {
-            let object = RemoteObject::open_with(url, options.clone())?;
-            Ok(Source::reader(Arc::new(object), url))
-        }
-        _ => Ok(Source::Path(location.to_path_buf())),
-    }
-}
-
-/// The detached signatures of the image at `url`: `URL.sig` if the server has it (`None` for
-/// "no such object"), as `IMAGE.sig` beside a local image is read when it exists.
-pub fn detached_signatures(
-    url: &str,
-    options: &RemoteOptions,
-) -> Result<Option<Source>, RemoteError> {
-    let sig_url = format!("{url}.sig");
-    match RemoteObject::open_with(&sig_url, options.clone()) {
-        Ok(o) => Ok(Some(Source::reader(Arc::new(o), &sig_url))),
-        Err(RemoteError::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Whether a remote image may be read without an expected digest or key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RemoteTrust {
-    /// A remote image must be opened with [`OpenOptions::digest`] or [`OpenOptions::keys`].
-    #[default]
-    RequireAuthority,
-    /// The caller accepts a remote image checked only against its own seal
-    /// ([`sealfs_reader::Trust::SelfConsistent`]).
-    AllowSelfConsistent,
-}
-
-/// Opens an image at a path or a URL, as [`sealfs_reader::open()`] does. A URL without a digest or
-/// key in `options` is refused ([`OpenError::Refused`]) unless `trust` allows self-consistent
-/// reading: whoever controls the server controls the seal. The sidecar and the detached signatures
-/// of `options` may be URLs too (see [`source`]).
-pub fn open(
-    location: impl AsRef<Path>,
-    options: &OpenOptions,
-    trust: RemoteTrust,
-) -> Result<OpenedImage, OpenError> {
-    open_counted(location, options, trust).map(|(opened, _)| opened)
-}
-
-/// [`open`], also returning the [`RemoteObject`] read when `location` is a URL (its counters:
-/// requests, round trips, bytes fetched).
-pub fn open_counted(
-    location: impl AsRef<Path>,
-    options: &OpenOptions,
-    trust: RemoteTrust,
-) -> Result<(OpenedImage, Option<Arc<RemoteObject>>), OpenError> {
-    open_counted_with(location, options, trust, &RemoteOptions::default())
-}
-
-/// [`open_counted`], with the remote object read as `remote` says (its tail kept for offline
-/// opens, say).
-pub fn open_counted_with(
-    location: impl AsRef<Path>,
-    options: &OpenOptions,
-    trust: RemoteTrust,
-    remote_options: &RemoteOptions,
-) -> Result<(OpenedImage, Option<Arc<RemoteObject>>), OpenError> {
-    let location = location.as_ref();
-    let remote = location.to_str().is_some_and(is_remote);
-    if remote
-        && options.digest.is_none()
-        && options.keys.is_empty()
-        && trust == RemoteTrust::RequireAuthority
-    {
-        return Err(OpenError::Refused(format!(
-            "{}: a remote image is read only against an expected digest or key: give --digest (the \
-             digest published with the image) or --key, or pass --self-consistent to read it checked \
-             only against its own seal (anyone who can change the object can change the seal)",
-            location.display()
-        )));
-    }
-    // A remote error names its URL and what was asked for: said once, not again by a wrapper.
-    let to_open = |e: RemoteError| OpenError::Source(e.into_io());
-    // Keys and no detached signatures named: `URL.sig` is read when the server has it (as
-    // `IMAGE.sig` beside a local image is), fetched while the image's tail is.
-    let sig_of = match location.to_str() {
-        Some(url) if remote && !options.keys.is_empty() && options.signatures.is_none() => {
-            Some(url.to_string())
-        }
-        _ => None,
-    };
-    let sig = sig_of.map(|url| {
-        let remote_options = remote_options.clone();
-        std::thread::spawn(move || (detached_signatures(&url, &remote_options), url))
-    });
-    let opened = match location.to_str() {
-        Some(url) if remote => RemoteObject::open_with(url, remote_options.clone())
-            .map(|object| {
-                let object = Arc::new(object);
-                (Source::reader(object.clone(), url), Some(object))
-            })
-            .map_err(to_open),
-        _ => Ok((Source::Path(location.to_path_buf()), None)),
-    };
-    // The signatures' fetch is waited for even when the image's failed: no request is left
-    // running behind the caller's back.
-    let sig = sig.map(|sig| sig.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-    let (source, object) = opened?;
-    let mut with_sig = None;
-    let mut sig_failed = None;
-    if let Some(sig) = sig {
-        match sig {
-            (Ok(Some(signatures)), _) => {
-                let mut o = options.clone();
-                o.signatures = Some(signatures);
-                with_sig = Some(o);
-            }
-            (Ok(None), _) => {}
-            // Not fatal by itself (offline, a fully cached image signed in its seal needs no
-            // `.sig`), but the likely cause if no signature by the keys is then found.
-            (Err(e), _) => sig_failed = Some(e),
-        }
-    }
-    match sealfs_reader::open(source, with_sig.as_ref().unwrap_or(options)) {
-        Ok(opened) => Ok((opened, object)),
-        Err(OpenError::Signature { .. }) if sig_failed.is_some() => {
-            let e = sig_failed.expect("checked above");
-            Err(OpenError::Io {
-                name: location.display().to_string(),
-                what: "the seal has no signature by the keys given, and its detached signatures could not be read",
-                source: e.into_io(),
-            })
-        }
-        Err(e) => Err(e),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1506,19 +1365,5 @@ mod tests {
             start.elapsed() > stall,
             "the body took longer than the stall timeout, in parts"
         );
-    }
-
-    #[test]
-    fn a_remote_image_without_digest_or_key_is_refused_before_any_request() {
-        // Port 9 (discard) on loopback: nothing is asked of it, the refusal comes first.
-        let err = open(
-            "http://127.0.0.1:9/img",
-            &OpenOptions::new(),
-            RemoteTrust::RequireAuthority,
-        )
-        .unwrap_err();
-        assert!(matches!(err, OpenError::Refused(_)), "{err}");
-        assert!(err.to_string().contains("--self-consistent"), "{err}");
-        assert!(!err.is_image_fault());
     }
 }
