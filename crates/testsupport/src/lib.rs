@@ -17,6 +17,8 @@
 //!   `randtree` (random trees);
 //! - [`servers`]: real servers on loopback for remote images (nginx, versitygw for S3);
 //! - [`compare`]: a source tree against what the kernel shows of a mounted image;
+//! - [`workspace`]: the `sealfs` binary and `libsealfs` for the tests of other crates (built
+//!   with cargo in the test's own profile);
 //! - with the `images` feature: the image crafters (`craft`, `layouts`, `zcraft`, `dircraft`) that
 //!   write EROFS bytes no builder writes, `walk` (an image walked through the reader, compared
 //!   with a source tree) and `build` (images from the builder library, no binary involved).
@@ -36,6 +38,7 @@ pub mod rng;
 pub mod servers;
 pub mod small_fixture;
 pub mod sys;
+pub mod workspace;
 
 #[cfg(feature = "images")]
 pub mod build;
