@@ -14,11 +14,13 @@ needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetu
        qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl dmsetup:dmsetup
        mount:losetup binutils:objcopy nginx:nginx python3:python3
        libarchive-tools:bsdtar acl:setfacl tar:tar zstd:zstd xz-utils:xz
-       docker-registry:docker-registry skopeo:skopeo apache2-utils:htpasswd)
+       docker-registry:docker-registry skopeo:skopeo apache2-utils:htpasswd valgrind:valgrind)
 missing=($(build_deps_missing))
 for pair in "${needs[@]}"; do
   command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")
 done
+# The Python bindings' tests make a virtual environment (pip inside needs ensurepip).
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 # The kernel fs-verity tests boot a Debian kernel under QEMU with a statically linked busybox as init.
 if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
   missing+=(busybox-static)

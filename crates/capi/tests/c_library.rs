@@ -178,20 +178,27 @@ fn a_c_program_reads_the_fixture_image_under_valgrind() {
 /// `/etc/hostname` at `OUT.img` (its placeholder digest replaced by the real one).
 fn readme_example_runs(w: &Path, built: &Path, pc_dir: &Path, lib_dir: &Path) {
     let readme = fs::read_to_string(workspace::root().join("README.md")).unwrap();
-    let section = readme
-        .split("\n## C library")
-        .nth(1)
-        .expect("README has a \"## C library\" section");
-    let code = section
+    assert_eq!(
+        readme.matches("```c\n").count(),
+        1,
+        "one C example in the README"
+    );
+    let block = readme
         .split("```c\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
-        .expect("a ```c block in the C library section");
-    assert_eq!(
-        code.lines().count(),
-        5,
-        "the example is five lines:\n{code}"
-    );
+        .expect("a ```c block");
+    let lines: Vec<&str> = block.lines().filter(|l| !l.trim().is_empty()).collect();
+    let indent = lines
+        .iter()
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let code: String = lines
+        .iter()
+        .map(|l| format!("{}\n", &l[indent..]))
+        .collect();
+    assert_eq!(lines.len(), 5, "the example is five lines:\n{code}");
     let dir = w.join("readme");
     fs::create_dir_all(dir.join("tree/etc")).unwrap();
     fs::write(dir.join("tree/etc/hostname"), "sealed-host\n").unwrap();

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 
 import sealfs
 from conftest import need
@@ -13,8 +14,9 @@ from conftest import need
 
 def test_the_readme_example_runs(tmp_path):
     readme = open(need("SEALFS_TEST_README"), encoding="utf-8").read()
-    section = readme.split("\n## Python\n", 1)[1]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert readme.count("```python\n") == 1, "one Python example"
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    code = textwrap.dedent("\n".join(line for line in block.split("\n") if line.strip()))
     assert len(code.splitlines()) == 5, code
     (tmp_path / "tree" / "etc").mkdir(parents=True)
     (tmp_path / "tree" / "etc" / "hostname").write_text("sealed-host\n")
