@@ -69,18 +69,12 @@ pub fn open_error(e: OpenError) -> PyErr {
         OpenError::NotErofs { .. } | OpenError::Seal(_) => {
             CorruptedImageError::new_err((libc::EUCLEAN, e.to_string()))
         }
-        OpenError::Image { ref name, .. } => {
-            let name = name.clone();
-            let OpenError::Image { source, .. } = e else {
-                unreachable!("matched above")
-            };
-            let errno = source.errno();
+        OpenError::Image { name, source } => {
+            let (errno, text) = (source.errno(), format!("open: {source}"));
             match source {
-                Error::Verification { .. } => {
-                    VerificationError::new_err((errno, format!("open: {source}"), name))
-                }
-                Error::Io { .. } => PyOSError::new_err((errno, format!("open: {source}"), name)),
-                _ => CorruptedImageError::new_err((errno, format!("open: {source}"), name)),
+                Error::Verification { .. } => VerificationError::new_err((errno, text, name)),
+                Error::Io { .. } => PyOSError::new_err((errno, text, name)),
+                _ => CorruptedImageError::new_err((errno, text, name)),
             }
         }
         OpenError::DigestMismatch {
