@@ -192,6 +192,11 @@ struct sealfs_open_options {
    * A certificate authority (PEM) to trust for `https://` besides the system's, or NULL.
    */
   const char *ca_cert;
+  /**
+   * With `keys`: images signed with a lower version (`sealfs sign --version`) are refused, as
+   * rollbacks (`EKEYREJECTED`); NULL for no floor.
+   */
+  const char *min_version;
 };
 
 /**

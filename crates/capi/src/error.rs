@@ -64,19 +64,17 @@ pub fn open_failure(e: OpenError) -> Failure {
             std::io::ErrorKind::NotFound => libc::ENOENT,
             _ => libc::EIO,
         }),
+        OpenError::Source(source) => source.raw_os_error().unwrap_or(match source.kind() {
+            std::io::ErrorKind::NotFound => libc::ENOENT,
+            _ => libc::EIO,
+        }),
         OpenError::NotErofs { .. } | OpenError::Seal(_) => libc::EUCLEAN,
         OpenError::Image { source, .. } => source.errno(),
         OpenError::DigestMismatch { .. } | OpenError::Signature { .. } => libc::EKEYREJECTED,
         OpenError::Refused(_) => libc::EACCES,
         _ => libc::EIO,
     };
-    let mut message = e.to_string();
-    let mut cause = std::error::Error::source(&e);
-    while let Some(c) = cause {
-        message.push_str(": ");
-        message.push_str(&c.to_string());
-        cause = c.source();
-    }
+    let message = sealfs_reader::ErrorChain(&e).to_string();
     Failure::new(code, message)
 }
 

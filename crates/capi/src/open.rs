@@ -45,6 +45,9 @@ pub struct sealfs_open_options {
     pub cache_size: u64,
     /// A certificate authority (PEM) to trust for `https://` besides the system's, or NULL.
     pub ca_cert: *const c_char,
+    /// With `keys`: images signed with a lower version (`sealfs sign --version`) are refused, as
+    /// rollbacks (`EKEYREJECTED`); NULL for no floor.
+    pub min_version: *const c_char,
 }
 
 /// An open image: a handle any number of threads may use at once. Close it with
@@ -113,6 +116,14 @@ fn options(
         );
     }
     remote.ca_certificates.extend(path_arg(o.ca_cert));
+    if !o.min_version.is_null() {
+        let text = std::str::from_utf8(bytes_arg(o.min_version, "min_version")?)
+            .map_err(|_| Failure::invalid("min_version: not UTF-8"))?;
+        opts.min_version = Some(
+            text.parse()
+                .map_err(|e| Failure::invalid(format!("min_version: {e}")))?,
+        );
+    }
     let source = |p: std::path::PathBuf| {
         sealfs_remote::source_with(&p, &remote).map_err(|e| {
             let code = match e {

@@ -13,7 +13,7 @@
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use sealfs_reader::{show_path, Error, OpenError};
+use sealfs_reader::{show_path, Error, ErrorChain, OpenError};
 
 pyo3::import_exception!(sealfs._errors, VerificationError);
 pyo3::import_exception!(sealfs._errors, CorruptedImageError);
@@ -65,6 +65,16 @@ pub fn open_error(e: OpenError) -> PyErr {
                     _ => libc::EIO,
                 });
             PyOSError::new_err((errno, format!("{what}: {source}"), name))
+        }
+        OpenError::Source(source) => {
+            let errno = source
+                .raw_os_error()
+                .unwrap_or_else(|| match source.kind() {
+                    std::io::ErrorKind::NotFound => libc::ENOENT,
+                    std::io::ErrorKind::InvalidInput => libc::EINVAL,
+                    _ => libc::EIO,
+                });
+            PyOSError::new_err((errno, ErrorChain(&source).to_string()))
         }
         OpenError::NotErofs { .. } | OpenError::Seal(_) => {
             CorruptedImageError::new_err((libc::EUCLEAN, e.to_string()))

@@ -361,6 +361,7 @@ impl Image {
                 overwrite,
                 xattrs,
                 threads,
+                ..Default::default()
             };
             sealfs_extract::extract(
                 &o.image.image,
@@ -472,16 +473,9 @@ fn outcome_name(o: sealfs_extract::Outcome) -> &'static str {
     }
 }
 
-/// An extraction error with its causes, one line.
+/// An extraction error with its causes, each once.
 fn extract_error_text(e: &sealfs_extract::ExtractError) -> String {
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
+    sealfs_reader::ErrorChain(e).to_string()
 }
 
 /// An extraction that could not start.

@@ -49,6 +49,13 @@ pub fn parse_digest(digest: Option<&str>) -> PyResult<Option<sealfs_verity::Dige
         .map_err(|e| bad_argument(format!("digest: {e}")))
 }
 
+/// A `min_version=` argument: images signed with a lower version are refused.
+pub fn parse_min_version(v: Option<&str>) -> PyResult<Option<sealfs_trust::Version>> {
+    v.map(str::parse)
+        .transpose()
+        .map_err(|e| bad_argument(format!("min_version: {e}")))
+}
+
 /// The public keys of `key=` (PEM files) and `keyring=` (a directory of `*.pub` files).
 pub fn load_keys(
     keys: &[PathBuf],
@@ -89,7 +96,7 @@ pub fn source(
 #[pyo3(signature = (
     location, *, digest=None, keys=Vec::new(), keyring=None, sidecar=None, signatures=None,
     verify="full", self_consistent=false, cache=true, cache_dir=None, cache_size=None,
-    ca_certs=Vec::new(), cluster_cache=None, block_cache=None
+    ca_certs=Vec::new(), cluster_cache=None, block_cache=None, min_version=None
 ))]
 #[allow(
     clippy::too_many_arguments,
@@ -111,7 +118,9 @@ pub fn open(
     ca_certs: Vec<PathBuf>,
     cluster_cache: Option<usize>,
     block_cache: Option<usize>,
+    min_version: Option<&str>,
 ) -> PyResult<Image> {
+    let min_version = parse_min_version(min_version)?;
     let digest = parse_digest(digest.as_deref())?;
     let public_keys = load_keys(&keys, keyring.as_deref())?;
     let verify = match verify {
@@ -139,6 +148,7 @@ pub fn open(
                 verify,
                 cache_blocks: block_cache.unwrap_or(defaults.cache_blocks),
                 cluster_cache_bytes: cluster_cache.unwrap_or(defaults.cluster_cache_bytes),
+                min_version,
                 ..defaults
             },
             trust: if self_consistent {

@@ -2,7 +2,7 @@
 //! whole-image check, as `sealfs build`, `sealfs digest` and `sealfs verify --json` run them.
 
 use crate::errors::{bad_argument, key_error, open_error, BuildError, SignatureError};
-use crate::open::{load_keys, parse_digest, source};
+use crate::open::{load_keys, parse_digest, parse_min_version, source};
 use pyo3::exceptions::{PyOSError, PyUserWarning};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -206,7 +206,7 @@ pub fn digest(
 #[pyfunction]
 #[pyo3(signature = (
     location, *, digest=None, keys=Vec::new(), keyring=None, sidecar=None, signatures=None,
-    max_problems=100, ca_certs=Vec::new()
+    max_problems=100, ca_certs=Vec::new(), min_version=None
 ))]
 #[allow(
     clippy::too_many_arguments,
@@ -222,12 +222,15 @@ pub fn verify(
     signatures: Option<PathBuf>,
     max_problems: usize,
     ca_certs: Vec<PathBuf>,
+    min_version: Option<&str>,
 ) -> PyResult<String> {
     let digest = parse_digest(digest.as_deref())?;
+    let min_version = parse_min_version(min_version)?;
     let public_keys = load_keys(&keys, keyring.as_deref())?;
     let options = CheckOptions {
         digest,
         keys: public_keys,
+        min_version,
         max_problems,
         ..CheckOptions::default()
     };

@@ -166,11 +166,13 @@ def verify(
     signatures: Optional[PathArg] = None,
     max_problems: int = 100,
     ca_cert: Union[None, PathArg, Sequence[PathArg]] = None,
+    min_version: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Checks every byte of the image at a path or URL against its seal (and ``digest``, and the
     signatures of ``key``/``keyring``), as ``sealfs verify --json`` does, and returns the same
-    report: ``image``, ``verified``, ``sealed``, ``authenticated``, ``signed_by``, ``digest`` and
-    ``problems`` (each with its ``kind`` — ``data_block``, ``tree_block``, ``file_digest``,
+    report: ``image``, ``verified``, ``sealed``, ``authenticated``, ``signed_by``, ``digest``,
+    ``file_digests`` and ``file_digests_authenticated`` (where the per-file digests came from, and
+    whether the image digest covers them), and ``problems`` (each with its ``kind`` — ``data_block``, ``tree_block``, ``file_digest``,
     ``trailer``, ``signature``, ``digest`` —, where it is and a ``message``; a damaged block names
     the file that owns it). A damaged image is a report with problems, not an exception; one that
     cannot be read at all raises ``OSError``. Notes of the check are issued as warnings.
@@ -184,5 +186,6 @@ def verify(
         signatures=_opt_path(signatures),
         max_problems=max_problems,
         ca_certs=_paths(ca_cert),
+        min_version=min_version,
     )
     return _json.loads(text)

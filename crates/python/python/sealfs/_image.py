@@ -546,6 +546,7 @@ def open(
     ca_cert: Union[None, PathArg, Sequence[PathArg]] = None,
     cluster_cache: Optional[int] = None,
     block_cache: Optional[int] = None,
+    min_version: Optional[str] = None,
 ) -> Image:
     """Opens the image at ``location``: a path, or an ``http://``, ``https://`` or ``s3://`` URL
     (read lazily with range requests; S3 settings from the ``AWS_*`` environment variables).
@@ -563,6 +564,8 @@ def open(
     - ``sidecar``: the seal is in this file (or URL); ``signatures``: detached signatures (default
       ``IMAGE.sig`` beside the image when it exists, ``URL.sig`` for a URL with keys).
     - ``ca_cert``: certificate authorities (PEM) to trust for ``https://`` besides the system's.
+    - ``min_version``: with keys, an image signed with a lower version (``sealfs sign --version``)
+      is refused (a rollback).
     - ``cluster_cache`` (bytes of decompressed clusters) and ``block_cache`` (blocks) size the
       in-memory caches.
 
@@ -583,6 +586,7 @@ def open(
         "ca_cert": _paths(ca_cert),
         "cluster_cache": cluster_cache,
         "block_cache": block_cache,
+        "min_version": min_version,
     }
     where = os.fsdecode(location)
     native = _native.open(
@@ -600,5 +604,6 @@ def open(
         ca_certs=kwargs["ca_cert"],
         cluster_cache=cluster_cache,
         block_cache=block_cache,
+        min_version=min_version,
     )
     return Image(native, where, kwargs)

@@ -67,6 +67,7 @@ def open(
     ca_certs: List[str] = ...,
     cluster_cache: Optional[int] = None,
     block_cache: Optional[int] = None,
+    min_version: Optional[str] = None,
 ) -> Image: ...
 def build(
     src: str,
@@ -103,4 +104,5 @@ def verify(
     signatures: Optional[str] = None,
     max_problems: int = 100,
     ca_certs: List[str] = ...,
+    min_version: Optional[str] = None,
 ) -> str: ...

@@ -67,6 +67,12 @@ def test_trust_says_who_vouched(small, tmp_path):
     assert (by_key.state, by_key.authority) == ("authenticated", "key")
     assert by_key.key_fingerprint == built["signed_by"]
 
+    # The version floor: version 1 is refused below a floor of 2 (a rollback), accepted at 1.
+    with pytest.raises(sealfs.SignatureError, match="rollback"):
+        sealfs.open(img_path, key=KEY_PUB, min_version="2")
+    assert sealfs.open(img_path, key=KEY_PUB, min_version="1").trust.authenticated
+    assert not sealfs.verify(img_path, key=KEY_PUB, min_version="2")["verified"]
+
     ring = tmp_path / "ring"
     ring.mkdir()
     shutil.copy(KEY_PUB, ring / "release.pub")
