@@ -276,6 +276,43 @@ impl Sink {
         Ok(())
     }
 
+    /// Sets the extended attribute `name` of the directory at `path` to `value` (made, with its
+    /// parents, if missing, as for an entry below it): an OCI layer kept as overlayfs layers
+    /// it marks an opaque directory so (`trusted.overlay.opaque`). Left out, as every xattr,
+    /// when the build copies none.
+    pub fn set_dir_xattr(
+        &mut self,
+        path: &[u8],
+        name: &[u8],
+        value: &[u8],
+    ) -> std::result::Result<(), EntryError> {
+        check_path(path)?;
+        if !self.xattrs {
+            return Ok(());
+        }
+        let (index, suffix) = fmt::split_xattr_name(name).ok_or_else(|| {
+            EntryError::new(
+                path,
+                format!(
+                    "xattr {} has no EROFS prefix",
+                    String::from_utf8_lossy(name)
+                ),
+            )
+        })?;
+        let dir = self
+            .dir_at(path, true)?
+            .expect("missing directories are made");
+        let xattrs = &mut self.nodes[dir as usize].xattrs;
+        xattrs.retain(|x| !(x.index == index && x.suffix == suffix));
+        xattrs.push(Xattr {
+            index,
+            suffix: suffix.to_vec(),
+            value: value.to_vec(),
+        });
+        xattrs.sort();
+        Ok(())
+    }
+
     fn drop_lower(&mut self, dir: NodeId) {
         let layer = self.layer;
         let NodeKind::Dir(children) = &mut self.nodes[dir as usize].kind else {

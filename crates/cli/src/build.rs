@@ -22,8 +22,29 @@ pub struct BuildArgs {
     /// first bytes) instead of a directory, in one pass; `-` reads stdin. The image is the one
     /// `tar -x` of the archive (as root, owners by number, xattrs and ACLs kept) followed by a
     /// build of that directory gives. A leading '/' of member names is removed, '..' refused.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "oci")]
     tar: Option<PathBuf>,
+    /// Build from an OCI image instead of a directory: LAYOUT[:REF], an OCI image layout (as
+    /// umoci and `skopeo copy ... oci:LAYOUT:REF` write it), the image whose
+    /// org.opencontainers.image.ref.name is REF (or its only one). Its layers are applied in
+    /// order (whiteouts and opaque directories too) into the tree `umoci unpack` would leave,
+    /// each read once with its digest checked against the manifest.
+    #[arg(long, value_name = "IMAGE")]
+    oci: Option<String>,
+    /// With --oci: the platform to take from an index, OS/ARCH[/VARIANT].
+    #[arg(
+        long,
+        value_name = "PLATFORM",
+        default_value = "linux/amd64",
+        requires = "oci"
+    )]
+    platform: String,
+    /// With --oci: build one layer alone (N from 1, the lowest, or its digest), its whiteouts
+    /// kept as the kernel's overlayfs reads them (a character device 0:0 for a deleted path,
+    /// trusted.overlay.opaque=y on an opaque directory), so that overlayfs stacks the layers'
+    /// images (lowerdir=TOP:...:BOTTOM) into the image's tree.
+    #[arg(long, value_name = "N|DIGEST", requires = "oci")]
+    oci_layer: Option<String>,
     /// Give every inode this modification time (seconds since the epoch).
     #[arg(short = 'T', long, value_name = "SECS", allow_hyphen_values = true)]
     timestamp: Option<i64>,
@@ -229,10 +250,12 @@ impl BuildArgs {
             ),
             _ => None,
         };
-        let src = match &self.tar {
+        let src = match (&self.tar, &self.oci) {
             // Absolute names in an archive lose their leading '/'.
-            Some(_) => PathBuf::from("/"),
-            None => std::path::absolute(&self.paths[0]).unwrap_or_else(|_| self.paths[0].clone()),
+            (Some(_), _) | (_, Some(_)) => PathBuf::from("/"),
+            (None, None) => {
+                std::path::absolute(&self.paths[0]).unwrap_or_else(|_| self.paths[0].clone())
+            }
         };
         let exclude_paths = self
             .exclude_path
@@ -324,23 +347,54 @@ impl BuildArgs {
     }
 }
 
+/// The source `--oci IMAGE` names: the flattened image, or with `--oci-layer` one layer.
+fn oci_source(
+    image: &str,
+    platform: &str,
+    layer: Option<&str>,
+) -> Result<sealfs_import::TarSource> {
+    use sealfs_import::oci::{layout, spec::Platform};
+    let platform: Platform = platform
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--platform: {e}"))?;
+    let (dir, reference) = layout::split_arg(image);
+    let layout = sealfs_import::OciLayout::open(&dir)?;
+    let image = layout.image(reference.as_deref(), &platform)?;
+    let blobs: std::sync::Arc<dyn sealfs_import::Blobs> = std::sync::Arc::new(layout);
+    Ok(match layer {
+        None => image.flattened(blobs),
+        Some(which) => {
+            let i = image.find_layer(which)?;
+            image.layer(blobs, i)
+        }
+    })
+}
+
 /// Runs `sealfs build`.
 pub fn run(args: BuildArgs) -> Result<ExitCode> {
     let opts = args.options()?;
     let progress = TermProgress::new(args.quiet);
-    let (src, out) = match (&args.tar, args.paths.as_slice()) {
-        (None, [src, out]) => (Some(src), out),
-        (Some(_), [out]) => (None, out),
-        (None, _) => bail!("expected SRC and OUT (or --tar FILE and OUT)"),
-        (Some(_), _) => bail!("with --tar, give only OUT"),
+    let imported = args.tar.is_some() || args.oci.is_some();
+    let (src, out) = match (imported, args.paths.as_slice()) {
+        (false, [src, out]) => (Some(src), out),
+        (true, [out]) => (None, out),
+        (false, _) => bail!("expected SRC and OUT (or --tar FILE or --oci IMAGE, and OUT)"),
+        (true, _) => bail!("with --tar or --oci, give only OUT"),
     };
-    let summary = match (src, &args.tar) {
-        (Some(src), _) => sealfs_builder::build(Path::new(src), out, &opts, &progress)?,
-        (None, Some(tar)) => {
+    if args.oci_layer.is_some() && args.no_xattrs {
+        bail!("--oci-layer keeps opaque directories as xattrs: it cannot go with --no-xattrs");
+    }
+    let summary = match (src, &args.tar, &args.oci) {
+        (Some(src), _, _) => sealfs_builder::build(Path::new(src), out, &opts, &progress)?,
+        (None, Some(tar), _) => {
             let mut source = sealfs_import::TarSource::open(tar)?;
             sealfs_builder::build_from(&mut source, out, &opts, &progress)?
         }
-        (None, None) => unreachable!("matched above"),
+        (None, None, Some(image)) => {
+            let mut source = oci_source(image, &args.platform, args.oci_layer.as_deref())?;
+            sealfs_builder::build_from(&mut source, out, &opts, &progress)?
+        }
+        (None, None, None) => unreachable!("matched above"),
     };
     if let Some(seal) = &summary.seal {
         println!("{}", seal.digest);

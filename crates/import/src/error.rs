@@ -44,3 +44,23 @@ impl TarError {
         TarError::new(archive, offset, None, format!("{op}: {e}"), Some(e))
     }
 }
+
+/// Why an OCI image (or one of its layers, as a whole) could not be read: names the image
+/// (the layout's path or the reference) or the layer (its digest) and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{image}: {what}")]
+pub struct OciError {
+    /// The image, or the layer, as messages name it.
+    pub image: String,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl OciError {
+    pub(crate) fn new(image: impl Into<String>, what: impl Into<String>) -> Self {
+        OciError {
+            image: image.into(),
+            what: what.into(),
+        }
+    }
+}

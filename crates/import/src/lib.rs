@@ -2,7 +2,9 @@
 //! builder, so that the same tree gives the same image whatever form it came in.
 //!
 //! - [`tar`]: ustar, GNU and PAX archives, plain or compressed, in one streaming pass
-//!   ([`TarSource`]).
+//!   ([`TarSource`]);
+//! - [`oci`]: OCI images (an image layout on disk, or any [`oci::Blobs`] store): the layers
+//!   flattened into one tree, or one image per layer with overlayfs whiteouts.
 //!
 //! An importer implements the two phases of [`sealfs_builder::Source`]: `scan` reads the input
 //! once and hands its entries to the builder's [`sealfs_builder::Sink`] (which applies `tar -x`'s
@@ -13,7 +15,9 @@
 
 mod acl;
 mod error;
+pub mod oci;
 pub mod tar;
 
-pub use error::TarError;
-pub use tar::{Compression, EntryHook, TarSource};
+pub use error::{OciError, TarError};
+pub use oci::{layout::OciLayout, Blobs, OciImage};
+pub use tar::{Compression, EntryHook, Layer, TarSource};

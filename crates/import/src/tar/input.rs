@@ -35,6 +35,16 @@ impl Compression {
         }
     }
 
+    /// What a stream of it is, for messages ("gzip data", "a plain tar stream").
+    pub fn description(self) -> &'static str {
+        match self {
+            Compression::None => "an uncompressed tar stream",
+            Compression::Gzip => "gzip",
+            Compression::Zstd => "zstd",
+            Compression::Xz => "xz",
+        }
+    }
+
     /// Its name, for messages.
     pub fn name(self) -> &'static str {
         match self {

@@ -34,7 +34,7 @@ mod reader;
 pub use input::Compression;
 
 use crate::acl::Acl;
-use crate::error::TarError;
+use crate::error::{OciError, TarError};
 use reader::{FrameError, Member, Reader};
 use sealfs_builder::{
     BuildError, DataId, Entry, EntryError, EntryKind, FileRef, ScanContext, Sink, Source,
@@ -60,13 +60,40 @@ struct Stored {
 pub type EntryHook =
     Box<dyn FnMut(&mut Sink, Entry) -> Result<Option<Entry>, EntryError> + Send + Sync>;
 
+/// One layer of a layered [`TarSource`] ([`TarSource::lazy_layers`]), opened only when its turn
+/// comes (a registry's layers are not all fetched at once) and finished when its tar stream has
+/// ended (an OCI layer is read to its last byte and its digest checked).
+pub struct Layer {
+    /// Names the layer in messages (an OCI layer: its digest).
+    pub name: String,
+    /// Its size in bytes of input, when known (for progress).
+    pub size: Option<u64>,
+    /// The compression its description states: the stream must be that (recognised by its
+    /// first bytes as usual); `None` takes whatever the bytes say.
+    pub compression: Option<Compression>,
+    /// Opens the stream.
+    pub open: Box<dyn FnOnce() -> std::io::Result<Box<dyn Read + Send>> + Send>,
+    /// Called when the tar stream has ended, or failed (then its error wins over the failure:
+    /// a layer whose digest does not match is named for that, not for what its bad bytes did
+    /// to the tar reader).
+    pub finish: Box<dyn FnOnce() -> std::io::Result<()> + Send>,
+}
+
+/// An input not yet scanned.
+enum Pending {
+    Ready(String, Reader),
+    Lazy(Layer),
+}
+
 /// A tar archive (or several, as the layers of one tree), as a [`Source`].
 pub struct TarSource {
     /// For messages: the archive being read (its path, `-` for stdin, or the name given).
     name: String,
-    /// The inputs until they are scanned, each with its name (behind a lock only to be `Sync`:
-    /// the scan takes them).
-    inputs: std::sync::Mutex<Vec<(String, Reader)>>,
+    /// The inputs until they are scanned (behind a lock only to be `Sync`: the scan takes
+    /// them).
+    inputs: std::sync::Mutex<Vec<Pending>>,
+    /// Bytes of input in all, when known.
+    total: Option<u64>,
     hook: Option<EntryHook>,
     /// Where file data is read back: the archive itself, or the temporary file.
     store: Option<File>,
@@ -104,7 +131,11 @@ impl TarSource {
             File::open(path).and_then(input::Input::from_file)
         }
         .map_err(|e| TarError::io(&name, 0, "open", e))?;
-        Ok(TarSource::with_inputs(vec![named(name, input)]))
+        let total = input.raw_len();
+        let (name, reader) = named(name, input);
+        let mut source = TarSource::with_inputs(vec![Pending::Ready(name, reader)]);
+        source.total = total;
+        Ok(source)
     }
 
     /// The archive `reader` gives (read once, from its start); `name` names it in messages.
@@ -120,9 +151,21 @@ impl TarSource {
         for (reader, name) in streams {
             let input =
                 input::Input::from_reader(reader).map_err(|e| TarError::io(&name, 0, "read", e))?;
-            inputs.push(named(name, input));
+            let (name, reader) = named(name, input);
+            inputs.push(Pending::Ready(name, reader));
         }
         Ok(TarSource::with_inputs(inputs))
+    }
+
+    /// Layers applied in order as [`TarSource::layers`] applies them, each opened when the
+    /// scan comes to it and finished when its tar stream ends.
+    pub fn lazy_layers(layers: Vec<Layer>) -> TarSource {
+        let total = layers.iter().map(|l| l.size).sum();
+        let first = layers.first().map_or(String::new(), |l| l.name.clone());
+        let mut source = TarSource::with_inputs(layers.into_iter().map(Pending::Lazy).collect());
+        source.name = first;
+        source.total = total;
+        source
     }
 
     /// Sets the hook every entry goes through before the sink.
@@ -131,11 +174,17 @@ impl TarSource {
         self
     }
 
-    fn with_inputs(inputs: Vec<(String, Reader)>) -> TarSource {
+    fn with_inputs(inputs: Vec<Pending>) -> TarSource {
+        let name = match inputs.first() {
+            Some(Pending::Ready(name, _)) => name.clone(),
+            Some(Pending::Lazy(l)) => l.name.clone(),
+            None => String::new(),
+        };
         TarSource {
-            store_name: PathBuf::from(inputs.first().map_or("", |i| i.0.as_str())),
-            name: inputs.first().map_or(String::new(), |i| i.0.clone()),
+            store_name: PathBuf::from(&name),
+            name,
             inputs: std::sync::Mutex::new(inputs),
+            total: None,
             hook: None,
             archive_stamp: None,
             store: None,
@@ -144,10 +193,13 @@ impl TarSource {
         }
     }
 
-    /// How the (first) input is compressed.
+    /// How the (first) input is compressed (`None` before a lazily opened layer is read).
     pub fn compression(&self) -> Option<Compression> {
         let inputs = self.inputs.lock().unwrap_or_else(|e| e.into_inner());
-        inputs.first().map(|(_, r)| r.input.compression())
+        match inputs.first() {
+            Some(Pending::Ready(_, r)) => Some(r.input.compression()),
+            _ => None,
+        }
     }
 
     fn frame_error(&self, e: FrameError) -> TarError {
@@ -177,14 +229,12 @@ impl Source for TarSource {
     fn scan(&mut self, sink: &mut Sink, cx: &ScanContext<'_>) -> sealfs_builder::Result<()> {
         let inputs = std::mem::take(self.inputs.get_mut().unwrap_or_else(|e| e.into_inner()));
         let progress = cx.progress();
-        let single = inputs.len() == 1;
-        let total = match &inputs[..] {
-            [(_, r)] => r.input.raw_len(),
+        progress.begin_bytes("reading the archive", self.total);
+        let in_place = match &inputs[..] {
+            [Pending::Ready(_, r)] => r.input.in_place(),
             _ => None,
         };
-        progress.begin_bytes("reading the archive", total);
-        let in_place = inputs.first().and_then(|(_, r)| r.input.in_place());
-        let mut spill = match in_place.filter(|_| single) {
+        let mut spill = match in_place {
             Some(f) => {
                 let reopen = |e| BuildError::from_source(TarError::io(&self.name, 0, "reopen", e));
                 let f = f.try_clone().map_err(reopen)?;
@@ -200,16 +250,22 @@ impl Source for TarSource {
                 })
             }
         };
-        for (layer, (name, mut reader)) in inputs.into_iter().enumerate() {
+        for (layer, pending) in inputs.into_iter().enumerate() {
             if layer > 0 {
                 sink.next_layer();
             }
-            self.name = name;
             let mut reported = 0u64;
-            self.scan_one(sink, &mut reader, spill.as_mut(), &mut |raw| {
+            let mut report = |raw: u64| {
                 progress.advance(raw - reported);
                 reported = raw;
-            })?;
+            };
+            match pending {
+                Pending::Ready(name, mut reader) => {
+                    self.name = name;
+                    self.scan_one(sink, &mut reader, spill.as_mut(), &mut report)?;
+                }
+                Pending::Lazy(l) => self.scan_lazy(l, sink, spill.as_mut(), &mut report)?,
+            }
         }
         if let Some(s) = spill {
             let file = s
@@ -245,6 +301,52 @@ impl From<FrameError> for EntryProblem {
 }
 
 impl TarSource {
+    /// Opens a lazy layer, reads it to its end and finishes it; an error of its `finish` (a
+    /// digest that does not match) wins over what the tar reader made of its bytes.
+    fn scan_lazy(
+        &mut self,
+        l: Layer,
+        sink: &mut Sink,
+        spill: Option<&mut SpillWriter>,
+        progress: &mut dyn FnMut(u64),
+    ) -> sealfs_builder::Result<()> {
+        self.name = l.name.clone();
+        let fail = |what: &str, e: std::io::Error| {
+            BuildError::from_source(OciError::new(&l.name, format!("{what}: {e}")))
+        };
+        let opened = (l.open)()
+            .and_then(input::Input::from_reader)
+            .map_err(|e| fail("open", e));
+        let mut reader = match opened {
+            Ok(input) => {
+                let (name, reader) = named(l.name.clone(), input);
+                self.name = name;
+                reader
+            }
+            Err(e) => return Err((l.finish)().err().map_or(e, |f| fail("read", f))),
+        };
+        let found = reader.input.compression();
+        let result = match l.compression {
+            Some(said) if said != found => Err(BuildError::from_source(OciError::new(
+                &l.name,
+                format!(
+                    "its media type says {} but its bytes are {}",
+                    said.description(),
+                    found.description()
+                ),
+            ))),
+            _ => self.scan_one(sink, &mut reader, spill, progress),
+        };
+        drop(reader);
+        match ((l.finish)(), result) {
+            (Err(e), _) => Err(BuildError::from_source(OciError::new(
+                &l.name,
+                e.to_string(),
+            ))),
+            (Ok(()), r) => r,
+        }
+    }
+
     /// Reads one input to its end, every member to the sink (through the hook); `progress`
     /// gets the bytes of input taken so far.
     fn scan_one(

@@ -152,21 +152,26 @@ impl Reader {
         Ok(buf)
     }
 
-    /// Skips what is left of the current member's data.
+    /// Skips what is left of the current member's data, and the padding after it. A stream
+    /// that ends inside the padding, after all the data, ends there cleanly: GNU tar and Go's
+    /// archive/tar read it so, and `umoci insert` (0.4.7) writes such layers.
     fn skip_rest(&mut self) -> Result<(), FrameError> {
-        let n = self.left + self.pad;
         let at = self.input.pos();
+        let (left, pad) = (self.left, self.pad);
+        (self.left, self.pad) = (0, 0);
         let full = self
             .input
-            .skip(n)
+            .skip(left)
             .map_err(|e| self.io(&format!("reading the {} stream", self.kind()), e))?;
-        (self.left, self.pad) = (0, 0);
         if !full {
             return Err(FrameError::at(
                 at,
                 "truncated: the stream ends inside a file's data",
             ));
         }
+        self.input
+            .skip(pad)
+            .map_err(|e| self.io(&format!("reading the {} stream", self.kind()), e))?;
         Ok(())
     }
 
