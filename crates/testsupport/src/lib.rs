@@ -112,6 +112,8 @@ pub fn package_of(tool: &str) -> &'static str {
         "tar" => "tar",
         "zstd" => "zstd",
         "xz" => "xz-utils",
+        "umoci" => "umoci",
+        "skopeo" => "skopeo",
         _ => "unknown package",
     }
 }

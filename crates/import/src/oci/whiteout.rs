@@ -15,7 +15,8 @@
 //!   whiteout is a character device 0:0 at `NAME` (permissions 0, as containerd's overlay
 //!   applier makes it with `mknod`; the owner and time of the `.wh.` entry), an opaque
 //!   directory carries `trusted.overlay.opaque=y` (whether its entry comes before the marker or
-//!   after it).
+//!   after it). A character device 0:0 of the layer itself cannot be told from a whiteout
+//!   there: it is kept, with a warning that overlayfs will hide it.
 
 use crate::tar::EntryHook;
 use sealfs_builder::{Entry, EntryError, EntryKind, Sink};
@@ -101,11 +102,19 @@ pub fn flatten() -> EntryHook {
 
 /// The hook that keeps whiteouts as overlayfs reads them, for one layer's image.
 pub fn overlay() -> EntryHook {
-    let mut warned = false;
+    let (mut warned, mut warned_dev) = (false, false);
     let mut opaque: HashSet<Vec<u8>> = HashSet::new();
     Box::new(
         move |sink: &mut Sink, mut entry: Entry| match classify(&entry.path)? {
             Name::Plain => {
+                if entry.kind == (EntryKind::CharDevice { major: 0, minor: 0 }) && !warned_dev {
+                    warned_dev = true;
+                    sink.warn(format!(
+                        "{}: a character device 0:0, which overlayfs takes for a whiteout: \
+                         stacked, it hides the path instead of showing it",
+                        String::from_utf8_lossy(&entry.path)
+                    ));
+                }
                 if entry.kind == EntryKind::Dir && opaque.contains(&entry.path) {
                     entry.xattrs.retain(|(n, _)| n != OVERLAY_OPAQUE.0);
                     entry

