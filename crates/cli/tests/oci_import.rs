@@ -16,6 +16,7 @@ mod common;
 
 use common::compare::{compare_trees, Expect};
 use common::*;
+use sha2::Digest as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -243,4 +244,242 @@ fn layers_flatten_as_umoci_unpacks_them_and_stack_in_overlayfs() {
         &unexpected,
     );
     drop(mounts);
+}
+
+/// `sha256:<hex>` of `bytes`.
+fn sha256(bytes: &[u8]) -> String {
+    let h = sha2::Sha256::digest(bytes);
+    format!("sha256:{}", hex(&h))
+}
+
+/// Writes `bytes` as a blob of `layout`; its digest and size.
+fn put_blob(layout: &Path, bytes: &[u8]) -> (String, u64) {
+    let d = sha256(bytes);
+    fs::write(layout.join("blobs/sha256").join(&d[7..]), bytes).unwrap();
+    (d, bytes.len() as u64)
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
+}
+
+/// The path of the blob `digest` names.
+fn blob(layout: &Path, digest: &serde_json::Value) -> PathBuf {
+    layout
+        .join("blobs/sha256")
+        .join(&digest.as_str().unwrap()[7..])
+}
+
+/// The manifest of the layout's only image.
+fn manifest(layout: &Path) -> serde_json::Value {
+    let index = read_json(&layout.join("index.json"));
+    read_json(&blob(layout, &index["manifests"][0]["digest"]))
+}
+
+/// Changes the manifest of the layout's only image with `f` (a new blob, index.json pointing
+/// at it).
+fn edit_manifest(layout: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let mut m = manifest(layout);
+    f(&mut m);
+    let (d, size) = put_blob(layout, &serde_json::to_vec(&m).unwrap());
+    let mut index = read_json(&layout.join("index.json"));
+    index["manifests"][0]["digest"] = d.into();
+    index["manifests"][0]["size"] = size.into();
+    fs::write(
+        layout.join("index.json"),
+        serde_json::to_vec(&index).unwrap(),
+    )
+    .unwrap();
+}
+
+/// A copy of `layout` to spoil.
+fn copy_of(layout: &Path, name: &str) -> PathBuf {
+    let to = layout.with_file_name(name);
+    sh(&format!("cp -a '{}' '{}'", layout.display(), to.display()));
+    to
+}
+
+/// Builds `image` with `args`, which must fail saying every one of `says`, leaving nothing at
+/// the output nor beside it.
+fn fails(image: &str, args: &[&str], says: &[&str]) {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let out = dir.path().join("out.img");
+    let o = run(&mut oci_cmd(image, &out, args));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "{image} {args:?}: built, expected an error"
+    );
+    for s in says {
+        assert!(
+            err.contains(s),
+            "{image} {args:?}: the error does not say {s:?}:\n{err}"
+        );
+    }
+    assert!(!out.exists(), "{image}: an image was left behind");
+    assert_eq!(
+        fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "{image}: files left behind"
+    );
+    println!("{image} {args:?}: {}", err.trim());
+}
+
+#[test]
+fn bad_images_fail_naming_the_layer_or_blob() {
+    if !guard() {
+        return;
+    }
+    let tmp = Tmpfs::new("oci-bad").expect("tmpfs");
+    let l = tmp.join("L");
+    let (ls, bs) = (l.display(), tmp.join("b"));
+    let bs = bs.display();
+    sh(&format!(
+        "umoci init --layout '{ls}' && umoci new --image '{ls}:t' && umoci unpack --image '{ls}:t' '{bs}' \
+         && mkdir '{bs}/rootfs/d' && head -c 300000 /dev/urandom > '{bs}/rootfs/d/random' \
+         && seq 1 100000 > '{bs}/rootfs/d/text' && umoci repack --image '{ls}:t' '{bs}' \
+         && rm -rf '{bs}' && umoci unpack --image '{ls}:t' '{bs}' && rm '{bs}/rootfs/d/text' \
+         && echo more > '{bs}/rootfs/d/more' && umoci repack --image '{ls}:t' '{bs}'"
+    ));
+    let m = manifest(&l);
+    let layer = |i: usize| m["layers"][i]["digest"].as_str().unwrap().to_string();
+    let (l1, l2) = (layer(0), layer(1));
+    let image = |p: &Path| format!("{}:t", p.display());
+    // The layout as made builds.
+    let ok = tmp.join("ok.img");
+    build_ok_cmd(&mut oci_cmd(&image(&l), &ok, &[]));
+
+    // A layer whose bytes are not its digest's: named for that, whatever the bytes did to gzip.
+    let bad = copy_of(&l, "flipped");
+    let p = blob(&bad, &m["layers"][0]["digest"]);
+    let mut bytes = fs::read(&p).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x55;
+    fs::write(&p, &bytes).unwrap();
+    fails(
+        &image(&bad),
+        &[],
+        &[
+            &format!("layer 1/2 {l1}"),
+            "not to the digest its descriptor gives",
+        ],
+    );
+    // The same blob one byte short.
+    bytes[mid] ^= 0x55;
+    fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
+    fails(
+        &image(&bad),
+        &[],
+        &[&format!("layer 1/2 {l1}"), "ends after"],
+    );
+
+    // A missing blob.
+    let bad = copy_of(&l, "missing");
+    fs::remove_file(blob(&bad, &m["layers"][1]["digest"])).unwrap();
+    fails(
+        &image(&bad),
+        &[],
+        &[&format!("layer 2/2 {l2}"), "missing from the layout"],
+    );
+
+    // A manifest that does not parse; one whose layer has a media type nobody reads; a layer
+    // whose media type says another compression than its bytes.
+    let bad = copy_of(&l, "garbled");
+    let (d, size) = put_blob(&bad, br#"{"schemaVersion":2,"layers":[{"#);
+    let mut index = read_json(&bad.join("index.json"));
+    index["manifests"][0]["digest"] = d.clone().into();
+    index["manifests"][0]["size"] = size.into();
+    fs::write(bad.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+    fails(&image(&bad), &[], &[&d, "not an OCI manifest or index"]);
+    let bad = copy_of(&l, "unknown-type");
+    edit_manifest(&bad, |m| {
+        m["layers"][1]["mediaType"] = "application/x-example".into()
+    });
+    fails(
+        &image(&bad),
+        &[],
+        &[
+            &format!("layer 2/2 {l2}"),
+            "unknown layer media type application/x-example",
+        ],
+    );
+    let bad = copy_of(&l, "wrong-type");
+    edit_manifest(&bad, |m| {
+        m["layers"][1]["mediaType"] = "application/vnd.oci.image.layer.v1.tar+zstd".into()
+    });
+    fails(
+        &image(&bad),
+        &[],
+        &[
+            &format!("layer 2/2 {l2}"),
+            "media type says zstd but its bytes are gzip",
+        ],
+    );
+
+    // An index whose images are for other platforms; the image's config against --platform.
+    let bad = copy_of(&l, "platforms");
+    let mut index = read_json(&bad.join("index.json"));
+    let entry = index["manifests"][0].clone();
+    let mut entries = Vec::new();
+    for (os, arch) in [("linux", "arm64"), ("linux", "s390x")] {
+        let mut e = entry.clone();
+        e["platform"] = serde_json::json!({"os": os, "architecture": arch});
+        entries.push(e);
+    }
+    index["manifests"] = entries.into();
+    fs::write(bad.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+    fails(
+        &image(&bad),
+        &[],
+        &["no image for linux/amd64 (it has linux/arm64, linux/s390x)"],
+    );
+    fails(
+        &image(&bad),
+        &["--platform", "linux/arm64"],
+        &["the image is for linux/amd64 (its config says), not linux/arm64"],
+    );
+    fails(
+        &format!("{}:nope", l.display()),
+        &[],
+        &["no image named nope in the layout (its refs: t)"],
+    );
+
+    // Layers whose digests are right but whose bytes are bad: a tar cut inside a file's data,
+    // a gzip stream spoiled inside.
+    let tar = run_ok(Command::new("sh").arg("-c").arg(format!(
+        "gzip -dc '{}' | wc -c",
+        blob(&l, &m["layers"][0]["digest"]).display()
+    )))
+    .unwrap();
+    let tar_len: usize = tar.trim().parse().unwrap();
+    let bad = copy_of(&l, "truncated");
+    let cut = tmp.join("cut.tar.gz");
+    sh(&format!(
+        "gzip -dc '{}' | head -c {} | gzip -n > '{}'",
+        blob(&l, &m["layers"][0]["digest"]).display(),
+        tar_len / 2,
+        cut.display()
+    ));
+    let (d, size) = put_blob(&bad, &fs::read(&cut).unwrap());
+    edit_manifest(&bad, |m| {
+        m["layers"][0]["digest"] = d.clone().into();
+        m["layers"][0]["size"] = size.into();
+    });
+    fails(
+        &image(&bad),
+        &[],
+        &[&format!("layer 1/2 {d}"), "truncated", "header at byte"],
+    );
+    let bad = copy_of(&l, "corrupt");
+    let mut gz = fs::read(blob(&l, &m["layers"][0]["digest"])).unwrap();
+    let at = gz.len() / 2;
+    for b in &mut gz[at..at + 64] {
+        *b = !*b;
+    }
+    let (d, size) = put_blob(&bad, &gz);
+    edit_manifest(&bad, |m| {
+        m["layers"][0]["digest"] = d.clone().into();
+        m["layers"][0]["size"] = size.into();
+    });
+    fails(&image(&bad), &[], &[&format!("layer 1/2 {d}"), "gzip"]);
 }
