@@ -17,7 +17,7 @@ secs=${1:-30}
 case $secs in '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 sanitizer=${FUZZ_SANITIZER:-none}
-targets=${FUZZ_TARGETS:-open_walk verified_open_walk seal_trailer file_digests file_table signatures sealed_open tar_build manifest}
+targets=${FUZZ_TARGETS:-open_walk verified_open_walk seal_trailer file_digests file_table signatures sealed_open tar_build manifest oci_spec}
 
 skip() {
     echo "SKIP: $*"

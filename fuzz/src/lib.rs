@@ -9,6 +9,7 @@
 //! this is what catches a runaway allocation sized by an image field there.
 
 pub mod harness;
+pub mod oci_harness;
 pub mod tar_harness;
 pub mod manifest_harness;
 

@@ -1,4 +1,5 @@
-//! The `tar_build` fuzzer's seed corpus (`fuzz/corpus/tar_build`, made by
+//! The `tar_build` and `oci_spec` fuzzers' seed corpora (`fuzz/corpus/oci_spec`, made by
+//! `fuzz/make_oci_corpus.sh` with umoci and skopeo), and the `tar_build` fuzzer's seed corpus (`fuzz/corpus/tar_build`, made by
 //! `fuzz/make_tar_corpus.sh` with GNU tar and bsdtar) and its saved crashes
 //! (`tests/fuzz_regressions`), replayed on stable Rust: each input as it is, then deterministic
 //! mutations of each (bit flips, bytes set, truncations, insertions, deletions; fixed seeds, half
@@ -10,6 +11,9 @@
 
 #[path = "../../../fuzz/src/tar_harness.rs"]
 mod tar_harness;
+
+#[path = "../../../fuzz/src/oci_harness.rs"]
+mod oci_harness;
 
 use sealfs_testsupport::Rng;
 use std::fs;
@@ -114,5 +118,56 @@ fn tar_corpus_and_mutations_never_panic() {
         }
     }
     println!("{runs} inputs built, {} panicked", failures.len());
+    assert!(failures.is_empty(), "panics: {failures:#?}");
+}
+
+#[test]
+fn oci_corpus_and_mutations_never_panic() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let seeds = inputs(&root.join("../../fuzz/corpus/oci_spec"));
+    assert!(
+        seeds.len() >= 8,
+        "the seed corpus is missing (fuzz/make_oci_corpus.sh)"
+    );
+    let scale: u64 = std::env::var("SEALFS_FUZZ_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for (name, seed) in &seeds {
+        let mut rng = Rng::new(seed.len() as u64 ^ 0x0c1);
+        let mut cases = vec![seed.clone()];
+        // (Each input is read through a layout on disk: fewer mutations keep the test short.)
+        for _ in 0..MUTATIONS / 3 * scale {
+            let mut case = mutate(&mut rng, seed);
+            // JSON's own bytes where they change its shape.
+            let at = rng.below(case.len().max(1) as u64) as usize;
+            if at < case.len() {
+                case[at] = b"\"{}[],:-0e"[rng.below(10) as usize];
+            }
+            cases.push(case);
+        }
+        for (i, case) in cases.iter().enumerate() {
+            runs += 1;
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                oci_harness::oci_spec_in(dir.path(), case)
+            }));
+            if r.is_err() {
+                let keep = root.join(format!(
+                    "../../target/tmp/oci_fuzz-failure-{}",
+                    failures.len()
+                ));
+                let _ = fs::create_dir_all(keep.parent().unwrap());
+                let _ = fs::write(&keep, case);
+                failures.push(format!("{name} mutation {i}: kept at {}", keep.display()));
+                if failures.len() >= 5 {
+                    break;
+                }
+            }
+        }
+    }
+    println!("{runs} inputs read, {} panicked", failures.len());
     assert!(failures.is_empty(), "panics: {failures:#?}");
 }
