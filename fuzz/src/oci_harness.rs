@@ -43,8 +43,11 @@ pub fn oci_spec_in(dir: &Path, data: &[u8]) {
     let layout = dir.join("layout");
     if !layout.join("oci-layout").exists() {
         fs::create_dir_all(layout.join("blobs/sha256")).expect("layout directory");
-        fs::write(layout.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)
-            .expect("write");
+        fs::write(
+            layout.join("oci-layout"),
+            br#"{"imageLayoutVersion":"1.0.0"}"#,
+        )
+        .expect("write");
     }
     fs::write(layout.join("index.json"), data).expect("write");
     let open = OciLayout::open(&layout).expect("the layout marker is valid");

@@ -26,9 +26,12 @@ pub struct BuildArgs {
     tar: Option<PathBuf>,
     /// Build from an OCI image instead of a directory: LAYOUT[:REF], an OCI image layout (as
     /// umoci and `skopeo copy ... oci:LAYOUT:REF` write it), the image whose
-    /// org.opencontainers.image.ref.name is REF (or its only one). Its layers are applied in
-    /// order (whiteouts and opaque directories too) into the tree `umoci unpack` would leave,
-    /// each read once with its digest checked against the manifest.
+    /// org.opencontainers.image.ref.name is REF (or its only one); or an image in a registry,
+    /// oci://HOST[:PORT]/REPO[:TAG][@DIGEST] (docker:// is the same; oci+http:// for plain
+    /// HTTP), credentials as `sealfs pull` finds them, --ca-cert trusted. Its layers are
+    /// applied in order (whiteouts and opaque directories too) into the tree `umoci unpack`
+    /// would leave, each read once (streamed, never stored) with its digest checked against
+    /// the manifest.
     #[arg(long, value_name = "IMAGE")]
     oci: Option<String>,
     /// With --oci: the platform to take from an index, OS/ARCH[/VARIANT].
@@ -153,6 +156,8 @@ pub struct BuildArgs {
     no_seal: bool,
     #[command(flatten)]
     seal: SealArgs,
+    #[command(flatten)]
+    tls: crate::open::TlsArgs,
     /// Print nothing but errors (the digest still goes to stdout).
     #[arg(short, long)]
     quiet: bool,
@@ -347,20 +352,31 @@ impl BuildArgs {
     }
 }
 
-/// The source `--oci IMAGE` names: the flattened image, or with `--oci-layer` one layer.
+/// The source `--oci IMAGE` names (a layout, or a registry reference): the flattened image,
+/// or with `--oci-layer` one layer.
 fn oci_source(
     image: &str,
     platform: &str,
     layer: Option<&str>,
+    tls: &crate::open::TlsArgs,
 ) -> Result<sealfs_import::TarSource> {
-    use sealfs_import::oci::{layout, spec::Platform};
+    use sealfs_import::oci::{layout, registry, spec::Platform};
+    use std::sync::Arc;
     let platform: Platform = platform
         .parse()
         .map_err(|e| anyhow::anyhow!("--platform: {e}"))?;
-    let (dir, reference) = layout::split_arg(image);
-    let layout = sealfs_import::OciLayout::open(&dir)?;
-    let image = layout.image(reference.as_deref(), &platform)?;
-    let blobs: std::sync::Arc<dyn sealfs_import::Blobs> = std::sync::Arc::new(layout);
+    let (image, blobs): (_, Arc<dyn sealfs_import::Blobs>) = if sealfs_registry::is_image_ref(image)
+    {
+        let (image, blobs) = registry::open(image, &platform, &tls.registry_options())?;
+        (image, Arc::new(blobs))
+    } else {
+        let (dir, reference) = layout::split_arg(image);
+        let layout = sealfs_import::OciLayout::open(&dir)?;
+        (
+            layout.image(reference.as_deref(), &platform)?,
+            Arc::new(layout),
+        )
+    };
     Ok(match layer {
         None => image.flattened(blobs),
         Some(which) => {
@@ -391,7 +407,8 @@ pub fn run(args: BuildArgs) -> Result<ExitCode> {
             sealfs_builder::build_from(&mut source, out, &opts, &progress)?
         }
         (None, None, Some(image)) => {
-            let mut source = oci_source(image, &args.platform, args.oci_layer.as_deref())?;
+            let mut source =
+                oci_source(image, &args.platform, args.oci_layer.as_deref(), &args.tls)?;
             sealfs_builder::build_from(&mut source, out, &opts, &progress)?
         }
         (None, None, None) => unreachable!("matched above"),

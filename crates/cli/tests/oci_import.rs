@@ -483,3 +483,109 @@ fn bad_images_fail_naming_the_layer_or_blob() {
     });
     fails(&image(&bad), &[], &[&format!("layer 1/2 {d}"), "gzip"]);
 }
+
+/// `sealfs build --oci REFERENCE` from Debian's docker-registry on loopback, filled by `skopeo
+/// copy` from a umoci layout: plain HTTP, then HTTPS with basic credentials (from the
+/// environment; the CA by `--ca-cert`). The image equals the one built from the layout, byte for
+/// byte; a layer spoiled in the registry's storage fails naming its digest, as missing
+/// credentials do naming the registry, and neither leaves an image.
+#[test]
+fn registry_images_equal_layout_images() {
+    if !oracle_guard(
+        mount_env()
+            .and(need_tool("umoci"))
+            .and(need_tool("skopeo"))
+            .and(need_tool("htpasswd"))
+            .and(need_tool("openssl"))
+            .and(servers::docker_registry_bin().map(|_| ())),
+    ) {
+        return;
+    }
+    let tmp = Tmpfs::new("oci-reg").expect("tmpfs");
+    let layout = make_layout(tmp.path());
+    let img_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (from_layout, from_registry) = (
+        img_dir.path().join("layout.img"),
+        img_dir.path().join("registry.img"),
+    );
+    let args: &[&str] = &["-z", "lz4hc", "-C", "65536"];
+    build_ok_cmd(&mut oci_cmd(
+        &format!("{}:t", layout.display()),
+        &from_layout,
+        args,
+    ));
+
+    // Plain HTTP, no credentials.
+    let work = tempfile::tempdir().unwrap();
+    let reg = servers::docker_registry(work.path(), &servers::RegistrySetup::default())
+        .expect("docker-registry starts");
+    let host = format!("127.0.0.1:{}", reg.port);
+    sh(&format!(
+        "skopeo copy -q --dest-tls-verify=false oci:'{}':t docker://{host}/umoci/img:v1",
+        layout.display()
+    ));
+    let reference = format!("oci+http://{host}/umoci/img:v1");
+    build_ok_cmd(&mut oci_cmd(&reference, &from_registry, args));
+    assert_same_bytes(
+        &fs::read(&from_registry).unwrap(),
+        &fs::read(&from_layout).unwrap(),
+        "the image from the registry vs the one from the layout",
+    );
+    println!("{reference}: equals the layout's image, byte for byte");
+    // Per layer too.
+    let (a, b) = (
+        img_dir.path().join("l2a.img"),
+        img_dir.path().join("l2b.img"),
+    );
+    build_ok_cmd(&mut oci_cmd(&reference, &a, &["--oci-layer", "2"]));
+    build_ok_cmd(&mut oci_cmd(
+        &format!("{}:t", layout.display()),
+        &b,
+        &["--oci-layer", "2"],
+    ));
+    assert_same_bytes(&fs::read(&a).unwrap(), &fs::read(&b).unwrap(), "layer 2");
+
+    // A layer spoiled in the registry's storage.
+    let m = manifest(&layout);
+    let digest = m["layers"][0]["digest"].as_str().unwrap().to_string();
+    let stored = servers::Server::registry_blob(work.path(), &digest);
+    let mut bytes = fs::read(&stored).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 1;
+    fs::write(&stored, &bytes).unwrap();
+    fails(&reference, &[], &[&digest]);
+    drop(reg);
+
+    // HTTPS and basic credentials.
+    let certs = tmp.join("certs");
+    let (ca, cert, key) = servers::tls_certificates(&certs).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let reg = servers::docker_registry(
+        work.path(),
+        &servers::RegistrySetup {
+            tls: Some((cert, key)),
+            htpasswd: Some(("alice".into(), "s3cret".into())),
+            ..Default::default()
+        },
+    )
+    .expect("docker-registry starts");
+    let host = format!("127.0.0.1:{}", reg.port);
+    sh(&format!(
+        "skopeo copy -q --dest-tls-verify=false --dest-creds alice:s3cret oci:'{}':t docker://{host}/umoci/img:v1",
+        layout.display()
+    ));
+    let reference = format!("docker://{host}/umoci/img:v1");
+    let ca_arg = ["--ca-cert", ca.to_str().unwrap()];
+    fails(&reference, &ca_arg, &[&host, "credentials"]);
+    let _ = fs::remove_file(&from_registry);
+    let mut cmd = oci_cmd(&reference, &from_registry, &[args, &ca_arg[..]].concat());
+    cmd.env("SEALFS_REGISTRY_USERNAME", "alice")
+        .env("SEALFS_REGISTRY_PASSWORD", "s3cret");
+    build_ok_cmd(&mut cmd);
+    assert_same_bytes(
+        &fs::read(&from_registry).unwrap(),
+        &fs::read(&from_layout).unwrap(),
+        "the image from the registry (HTTPS, basic auth) vs the one from the layout",
+    );
+    println!("{reference}: equals the layout's image, byte for byte");
+}

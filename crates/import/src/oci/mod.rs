@@ -11,7 +11,9 @@
 //!   does not match its manifest fails the build, named by its digest, even when the tar
 //!   reader had found nothing wrong with its bytes (or something else: the digest is the
 //!   cause named);
-//! - [`whiteout`]: `.wh.NAME` and `.wh..wh..opq`, applied (flattened) or kept (per layer).
+//! - [`whiteout`]: `.wh.NAME` and `.wh..wh..opq`, applied (flattened) or kept (per layer);
+//! - `registry` (with the `registry` feature): an image in an OCI registry, through
+//!   `sealfs-registry`'s client, its layers streamed into the build without being stored.
 //!
 //! Layers are tar streams read by [`TarSource`] ([`TarSource::lazy_layers`]): each opened only
 //! when its turn comes, read once, its compression (gzip, zstd or none) the one its media type
@@ -20,6 +22,8 @@
 //! `crates/cli/tests/oci_import.rs`).
 
 pub mod layout;
+#[cfg(feature = "registry")]
+pub mod registry;
 pub mod spec;
 mod verify;
 pub mod whiteout;
