@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # package:command pairs the tests use.
 needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetup-bin:veritysetup
        attr:getfattr squashfs-tools:mksquashfs fuse3:fusermount3 fio:fio util-linux:setpriv
-       qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl dmsetup:dmsetup
+       qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl dmsetup:dmsetup umoci:umoci
        mount:losetup binutils:objcopy nginx:nginx python3:python3
        libarchive-tools:bsdtar acl:setfacl tar:tar zstd:zstd xz-utils:xz
        docker-registry:docker-registry skopeo:skopeo apache2-utils:htpasswd valgrind:valgrind)
