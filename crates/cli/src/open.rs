@@ -238,8 +238,10 @@ impl ImageArgs {
                 let mut options = self.options()?;
                 let mut remote_options = self.tls.remote_options();
                 if let Some(c) = &cache {
-                    let store = sealfs_cache::DiskCache::open(&c.dir, c.max_bytes)
-                        .map_err(|e| anyhow!("{}: open the cache directory: {e}", c.dir.display()))?;
+                    let store =
+                        sealfs_cache::DiskCache::open(&c.dir, c.max_bytes).map_err(|e| {
+                            anyhow!("{}: open the cache directory: {e}", c.dir.display())
+                        })?;
                     options.store = Some(Arc::new(store));
                     remote_options.tail_cache = Some(c.dir.clone());
                 }

@@ -74,10 +74,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
         let signatures = match args.keys.signatures.as_deref() {
             Some(p) => Some(location(p, &args.tls)?),
             None if !keys.is_empty() => found.signatures()?.map(|b| {
-                sealfs_reader::Source::reader(
-                    std::sync::Arc::new(b),
-                    format!("{name} (referrers)"),
-                )
+                sealfs_reader::Source::reader(std::sync::Arc::new(b), format!("{name} (referrers)"))
             }),
             None => None,
         };
