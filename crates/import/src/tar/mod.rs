@@ -320,6 +320,7 @@ impl TarSource {
         let mut reader = match opened {
             Ok(input) => {
                 let (name, reader) = named(l.name.clone(), input);
+                let reader = reader.padding_may_end();
                 self.name = name;
                 reader
             }

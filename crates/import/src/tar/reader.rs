@@ -81,6 +81,9 @@ pub(crate) struct Reader {
     left: u64,
     pad: u64,
     ended: bool,
+    /// Whether a stream may end inside the padding after a member's complete data (an OCI
+    /// layer, [`Reader::padding_may_end`]).
+    short_padding_ok: bool,
 }
 
 /// Longest extension (long name, PAX records, sparse map) read into memory.
@@ -94,7 +97,17 @@ impl Reader {
             left: 0,
             pad: 0,
             ended: false,
+            short_padding_ok: false,
         }
+    }
+
+    /// Lets the stream end inside the padding after a member's complete data, as Go's
+    /// archive/tar reads it (the reader of containerd and umoci, and `umoci insert` 0.4.7
+    /// writes such layers). Off for tar archives: GNU tar and bsdtar refuse them
+    /// ("Unexpected EOF in archive"), and a cut there may have dropped later members.
+    pub fn padding_may_end(mut self) -> Self {
+        self.short_padding_ok = true;
+        self
     }
 
     fn io(&self, what: &str, e: std::io::Error) -> FrameError {
@@ -152,9 +165,8 @@ impl Reader {
         Ok(buf)
     }
 
-    /// Skips what is left of the current member's data, and the padding after it. A stream
-    /// that ends inside the padding, after all the data, ends there cleanly: GNU tar and Go's
-    /// archive/tar read it so, and `umoci insert` (0.4.7) writes such layers.
+    /// Skips what is left of the current member's data, and the padding after it (which the
+    /// stream may end inside only if [`Reader::padding_may_end`] said so).
     fn skip_rest(&mut self) -> Result<(), FrameError> {
         let at = self.input.pos();
         let (left, pad) = (self.left, self.pad);
@@ -169,9 +181,17 @@ impl Reader {
                 "truncated: the stream ends inside a file's data",
             ));
         }
-        self.input
+        let at = self.input.pos();
+        let full = self
+            .input
             .skip(pad)
             .map_err(|e| self.io(&format!("reading the {} stream", self.kind()), e))?;
+        if !full && !self.short_padding_ok {
+            return Err(FrameError::at(
+                at,
+                "truncated: the stream ends inside the padding after a file's data",
+            ));
+        }
         Ok(())
     }
 
