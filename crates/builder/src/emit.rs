@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use sealfs_format::{
     self as fmt, Dirent, InodeCompact, InodeExtended, IntoBytes, SuperBlock, BLKSZ,
 };
-use sealfs_verity::{BlockHasher, Digest};
+use sealfs_verity::{BlockHasher, Digest, RootHasher};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io;
@@ -621,7 +621,7 @@ pub(crate) type FileDigests = Vec<(u64, Digest)>;
 /// Hashes to collect while copying one range.
 struct Leaves<'v> {
     image: Option<&'v mut Vec<u8>>,
-    file: Option<&'v mut Vec<u8>>,
+    file: Option<&'v mut RootHasher>,
 }
 
 fn hash_append(hasher: &BlockHasher, data: &[u8], out: &mut Vec<u8>) {
@@ -668,10 +668,10 @@ impl Copier<'_> {
                     hash_append(h, data, out);
                     image_part = Some(at);
                 }
-                if let (Some(h), Some(out)) = (self.file_hasher, leaves.file.as_deref_mut()) {
+                if let Some(out) = leaves.file.as_deref_mut() {
                     match (share, image_part, leaves.image.as_deref()) {
-                        (true, Some(at), Some(image)) => out.extend_from_slice(&image[at..]),
-                        _ => hash_append(h, data, out),
+                        (true, Some(at), Some(image)) => out.push_leaves(&image[at..], got as u64),
+                        _ => out.update(data),
                     }
                 }
                 (so, d_o, left) = (so + got as u64, d_o + got as u64, left - got as u64);
@@ -711,12 +711,14 @@ impl Copier<'_> {
             return Ok((Vec::new(), self.file_hasher.map(|_| *known)));
         }
         let mut image_leaves = DataLeaves::new();
-        let mut file_leaves: Option<Vec<u8>> = self.file_hasher.map(|_| Vec::new());
+        // The file's own digest, streamed: a few KiB whatever its size, its holes in
+        // logarithmic time (a 1 TiB hole would be 2^28 leaf hashes).
+        let mut file_leaves = self.file_hasher.map(|h| RootHasher::new(h.params()));
         let mut run = |src: &mut dyn SourceFile,
                        src_off: u64,
                        blk: u64,
                        len: u64,
-                       file_leaves: Option<&mut Vec<u8>>|
+                       file_leaves: Option<&mut RootHasher>|
          -> Result<()> {
             let mut leaves = self.image_hasher.map(|_| Vec::new());
             self.copy(
@@ -741,12 +743,9 @@ impl Copier<'_> {
                 let len = cs.min(f.size - start);
                 if blk != fmt::EROFS_NULL_ADDR {
                     run(&mut *src, start, blk as u64, len, file_leaves.as_mut())?;
-                } else if let (Some(h), Some(out)) = (self.file_hasher, file_leaves.as_mut()) {
-                    // A hole reads as zero blocks.
-                    let zero = h.hash_block(&[]);
-                    for _ in 0..len.div_ceil(BLKSZ) {
-                        out.extend_from_slice(zero.as_bytes());
-                    }
+                } else if let Some(out) = file_leaves.as_mut() {
+                    // A hole reads as zeros.
+                    out.update_zeros(len);
                 }
             }
         } else {
@@ -775,14 +774,10 @@ impl Copier<'_> {
             }
         }
         src.finish()?;
-        let digest = match (self.file_hasher, file_leaves) {
-            (Some(h), Some(leaves)) => Some(
-                sealfs_verity::Tree::from_leaf_hashes(h.params(), f.size, &leaves)
-                    .map_err(|e| BuildError::io(path, "hash", io::Error::other(e)))?
-                    .digest(),
-            ),
-            _ => None,
-        };
+        let digest = file_leaves.map(|r| {
+            debug_assert_eq!(r.data_size(), f.size, "{}", path.display());
+            r.finish()
+        });
         // What was copied is what the files sharing it were found equal to.
         if let (Some(d), Some(k)) = (&digest, known) {
             if d != k {

@@ -379,7 +379,8 @@ impl Out {
 #[derive(Default)]
 struct FileState {
     extents: Vec<ZPlaced>,
-    leaves: Vec<u8>,
+    /// The file's digest so far (sealed builds): its segments' leaf hashes, in order.
+    root: Option<sealfs_verity::RootHasher>,
 }
 
 /// The serial part of the data phase: places each batch's extents in file order and writes them.
@@ -472,8 +473,13 @@ impl Placer<'_> {
             let last_seg = (done[e - 1].seg + 1) * compress::SEGMENT >= f.size;
             let whole = first_seg && last_seg;
             let st = self.state.entry(id).or_default();
-            for u in &done[k..e] {
-                st.leaves.extend_from_slice(&u.file_leaves);
+            if let Some(h) = ctx.hashers.file {
+                let root = st
+                    .root
+                    .get_or_insert_with(|| sealfs_verity::RootHasher::new(h.params()));
+                for u in &done[k..e] {
+                    root.push_leaves(&u.file_leaves, u.raw.len() as u64);
+                }
             }
             // A file whose twin was placed (whole, as it has a lower id) shares the twin's data,
             // when the twin's inline part (if any) fits this inode too (its xattrs may be larger).
@@ -656,14 +662,8 @@ impl Placer<'_> {
             if last_seg {
                 let st = self.state.remove(&id).unwrap_or_default();
                 let packed = id == ctx.sources.tree.inodes.len();
-                if let Some(h) = ctx.hashers.file.filter(|_| !packed) {
-                    let t = sealfs_verity::Tree::from_leaf_hashes_serial(
-                        h.params(),
-                        f.size,
-                        &st.leaves,
-                    )
-                    .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?;
-                    self.digests.push((id as u64, t.digest()));
+                if let Some(root) = st.root.filter(|_| !packed) {
+                    self.digests.push((id as u64, root.finish()));
                 }
             }
             for u in &done[k..e] {

@@ -39,7 +39,9 @@
 //!   [`Tree::from_leaf_hashes`] (for callers that hash data blocks
 //!   themselves, or got them from [`leaf_hashes_from_file`]). Level 0, nearly
 //!   all the work, is hashed in parallel with rayon on the current pool; the
-//!   output never depends on thread count.
+//!   output never depends on thread count. [`RootHasher`]: the root and file
+//!   digest alone, streamed, in a few KiB whatever the size, runs of zeros
+//!   (holes) in logarithmic time.
 //! - [`check_tree`]: checks a whole stored tree against the root and the data
 //!   blocks' hashes against it, reporting each damaged block once as a
 //!   [`TreeProblem`] (indices in verity blocks; byte ranges from
@@ -80,6 +82,7 @@ mod error;
 mod geometry;
 mod hasher;
 mod params;
+mod root;
 mod seal;
 #[cfg(target_arch = "x86_64")]
 mod sha256x2;
@@ -92,6 +95,7 @@ pub use error::{Error, Result};
 pub use geometry::{HashLocation, TreeGeometry, KERNEL_MAX_LEVELS};
 pub use hasher::BlockHasher;
 pub use params::{Params, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, MAX_SALT_SIZE, MIN_BLOCK_SIZE};
+pub use root::RootHasher;
 pub use seal::seal_params;
 pub use tree::{build_tree, Tree, TreeBuilder};
 #[cfg(unix)]

@@ -16,7 +16,7 @@ use sealfs_testsupport::{
 };
 use sealfs_verity::{
     build_tree, build_tree_from_file, file_digest, leaf_hashes_from_file, BlockHasher, Descriptor,
-    Digest, HashAlg, Params, Tree, TreeBuilder,
+    Digest, HashAlg, Params, RootHasher, Tree, TreeBuilder,
 };
 
 const SIZES: &[usize] = &[
@@ -164,6 +164,21 @@ fn check(dir: &Path, data: &[u8], params: &Params, all_builders: bool) {
         &format!("TreeBuilder, {what}"),
     );
 
+    // The root and digest alone, streamed the same way, zero runs as such.
+    let mut r = RootHasher::new(params);
+    let mut rest = data;
+    for piece in [1usize, 1000, 5000, 3 << 20, 4 << 20].iter().cycle() {
+        if rest.is_empty() {
+            break;
+        }
+        let n = (*piece).min(rest.len());
+        let zeros = rest[..n].iter().take_while(|&&b| b == 0).count();
+        r.update_zeros(zeros as u64);
+        r.update(&rest[zeros..n]);
+        rest = &rest[n..];
+    }
+    assert_eq!(r.finish().to_string(), oracle.printed, "RootHasher, {what}");
+
     // From leaf hashes computed one block at a time.
     let hasher = BlockHasher::new(params);
     let mut leaves = Vec::new();
@@ -230,4 +245,44 @@ fn big_sha512_1k_salted() {
     let params = Params::new(HashAlg::Sha512, 1024, b"\x01\x02\x03 sealfs salt").unwrap();
     check(dir.path(), &data, &params, false);
     assert_eq!(build_tree(&params, &data).unwrap().geometry.num_levels(), 5);
+}
+
+/// A sparse file of 1.5 GiB (zero subtrees of every height but the top's) and a few data runs, against `fsverity digest` reading it whole: the
+/// root hasher takes the holes as zero runs (subtrees of zeros hashed once per height), so its
+/// way to the same digest shares nothing with a block-by-block tree but the hash.
+#[test]
+fn sparse_file_zero_runs() {
+    if !have_fsverity() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sparse");
+    let size: u64 = (3 << 29) + 4097;
+    let runs: [(u64, Vec<u8>); 4] = [
+        (0, pseudo_random(5000, 4)),
+        ((1 << 28) + 123, pseudo_random(70_000, 5)),
+        (5 << 28, pseudo_random(4096, 6)),
+        (size - 3, vec![1, 2, 3]),
+    ];
+    let f = File::create(&path).unwrap();
+    f.set_len(size).unwrap();
+    for (at, bytes) in &runs {
+        std::os::unix::fs::FileExt::write_all_at(&f, bytes, *at).unwrap();
+    }
+    drop(f);
+    for params in [
+        Params::default(),
+        Params::new(HashAlg::Sha512, 1024, b"s").unwrap(),
+    ] {
+        let oracle = fsverity_digest(dir.path(), &path, &params);
+        let mut r = RootHasher::new(&params);
+        let mut at = 0;
+        for (start, bytes) in &runs {
+            r.update_zeros(start - at);
+            r.update(bytes);
+            at = start + bytes.len() as u64;
+        }
+        assert_eq!(r.data_size(), size);
+        assert_eq!(r.finish().to_string(), oracle.printed, "{params:?}");
+    }
 }
