@@ -3,6 +3,8 @@
 # once, into target/oracles/ (kept across runs; delete it to rebuild):
 #
 #   target/oracles/erofs-utils-1.9/bin/{mkfs.erofs,fsck.erofs,dump.erofs,erofsfuse}   erofs-utils 1.9.x
+#   target/oracles/squashfs-tools-4.7/bin/{mksquashfs,unsquashfs}   squashfs-tools 4.7.x, every
+#                                       compressor (gzip, lzo, lz4, xz, zstd, legacy lzma)
 #   target/oracles/versitygw            the S3 server of the remote-image tests (Go, v1.8.0)
 #   target/oracles/oras                 the OCI registry client the registry tests read pushes with
 #                                       (Go, v1.3.6)
@@ -59,6 +61,19 @@ if [[ ! -x "$erofs/bin/mkfs.erofs" ]]; then
     make -s install >/dev/null
   ) >&2
   "$erofs/bin/mkfs.erofs" --version >&2 2>&1 || true
+fi
+# squashfs-tools 4.7 (the SquashFS import tests make images with it beside Debian stable's 4.5.1),
+# with every compressor it can write; legacy LZMA through liblzma (LZMA_XZ_SUPPORT).
+sq="$out/squashfs-tools-4.7"
+if [[ ! -x "$sq/bin/mksquashfs" ]]; then
+  dpkg -s liblzo2-dev >/dev/null 2>&1 || install_packages liblzo2-dev >&2
+  src="$(testing_source squashfs-tools)"
+  trap 'rm -rf "$(dirname "$src")"' EXIT
+  make -s -C "$src/squashfs-tools" -j"$(nproc)" LZMA_XZ_SUPPORT=1 LZO_SUPPORT=1 LZ4_SUPPORT=1 \
+    ZSTD_SUPPORT=1 XZ_SUPPORT=1 >/dev/null 2>&1
+  mkdir -p "$sq/bin"
+  cp "$src/squashfs-tools/mksquashfs" "$src/squashfs-tools/unsquashfs" "$sq/bin/"
+  "$sq/bin/mksquashfs" -version 2>&1 | head -n1 >&2
 fi
 go=$(command -v go || echo /usr/local/go/bin/go)
 if [[ ! -x "$out/versitygw" ]]; then

@@ -15,14 +15,14 @@ use std::process::ExitCode;
 #[derive(Args)]
 pub struct BuildArgs {
     /// The directory to pack, then the image to write (replaced atomically; nothing is left
-    /// there on error). With --tar, only the image.
+    /// there on error). With --tar, --oci or --squashfs, only the image.
     #[arg(value_name = "SRC OUT", num_args = 1..=2, required = true)]
     paths: Vec<PathBuf>,
     /// Build from a tar archive (ustar, GNU or PAX; plain, gzip, zstd or xz, recognised by its
     /// first bytes) instead of a directory, in one pass; `-` reads stdin. The image is the one
     /// `tar -x` of the archive (as root, owners by number, xattrs and ACLs kept) followed by a
     /// build of that directory gives. A leading '/' of member names is removed, '..' refused.
-    #[arg(long, value_name = "FILE", conflicts_with = "oci")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["oci", "squashfs"])]
     tar: Option<PathBuf>,
     /// Build from an OCI image instead of a directory: LAYOUT[:REF], an OCI image layout (as
     /// umoci and `skopeo copy ... oci:LAYOUT:REF` write it), the image whose
@@ -32,7 +32,7 @@ pub struct BuildArgs {
     /// applied in order (whiteouts and opaque directories too) into the tree `umoci unpack`
     /// would leave, each read once (streamed, never stored) with its digest checked against
     /// the manifest.
-    #[arg(long, value_name = "IMAGE")]
+    #[arg(long, value_name = "IMAGE", conflicts_with = "squashfs")]
     oci: Option<String>,
     /// With --oci: the platform to take from an index, OS/ARCH[/VARIANT].
     #[arg(
@@ -48,6 +48,11 @@ pub struct BuildArgs {
     /// images (lowerdir=TOP:...:BOTTOM) into the image's tree.
     #[arg(long, value_name = "N|DIGEST", requires = "oci")]
     oci_layer: Option<String>,
+    /// Build from a SquashFS image (version 4.0, any compressor squashfs-tools writes) instead
+    /// of a directory, read in place. The image is the one `unsquashfs -d DIR` of it (as root:
+    /// owners, permissions, times and xattrs kept) followed by a build of DIR gives.
+    #[arg(long, value_name = "IMAGE")]
+    squashfs: Option<PathBuf>,
     /// Give every inode this modification time (seconds since the epoch).
     #[arg(short = 'T', long, value_name = "SECS", allow_hyphen_values = true)]
     timestamp: Option<i64>,
@@ -255,12 +260,13 @@ impl BuildArgs {
             ),
             _ => None,
         };
-        let src = match (&self.tar, &self.oci) {
-            // Absolute names in an archive lose their leading '/'.
-            (Some(_), _) | (_, Some(_)) => PathBuf::from("/"),
-            (None, None) => {
+        let src = match (&self.tar, &self.oci, &self.squashfs) {
+            // Absolute names in an archive lose their leading '/'; an image's paths are
+            // relative to its root.
+            (None, None, None) => {
                 std::path::absolute(&self.paths[0]).unwrap_or_else(|_| self.paths[0].clone())
             }
+            _ => PathBuf::from("/"),
         };
         let exclude_paths = self
             .exclude_path
@@ -390,28 +396,34 @@ fn oci_source(
 pub fn run(args: BuildArgs) -> Result<ExitCode> {
     let opts = args.options()?;
     let progress = TermProgress::new(args.quiet);
-    let imported = args.tar.is_some() || args.oci.is_some();
+    let imported = args.tar.is_some() || args.oci.is_some() || args.squashfs.is_some();
     let (src, out) = match (imported, args.paths.as_slice()) {
         (false, [src, out]) => (Some(src), out),
         (true, [out]) => (None, out),
-        (false, _) => bail!("expected SRC and OUT (or --tar FILE or --oci IMAGE, and OUT)"),
-        (true, _) => bail!("with --tar or --oci, give only OUT"),
+        (false, _) => {
+            bail!("expected SRC and OUT (or --tar FILE, --oci IMAGE or --squashfs IMAGE, and OUT)")
+        }
+        (true, _) => bail!("with --tar, --oci or --squashfs, give only OUT"),
     };
     if args.oci_layer.is_some() && args.no_xattrs {
         bail!("--oci-layer keeps opaque directories as xattrs: it cannot go with --no-xattrs");
     }
-    let summary = match (src, &args.tar, &args.oci) {
-        (Some(src), _, _) => sealfs_builder::build(Path::new(src), out, &opts, &progress)?,
-        (None, Some(tar), _) => {
+    let summary = match (src, &args.tar, &args.oci, &args.squashfs) {
+        (Some(src), _, _, _) => sealfs_builder::build(Path::new(src), out, &opts, &progress)?,
+        (None, Some(tar), _, _) => {
             let mut source = sealfs_import::TarSource::open(tar)?;
             sealfs_builder::build_from(&mut source, out, &opts, &progress)?
         }
-        (None, None, Some(image)) => {
+        (None, None, Some(image), _) => {
             let mut source =
                 oci_source(image, &args.platform, args.oci_layer.as_deref(), &args.tls)?;
             sealfs_builder::build_from(&mut source, out, &opts, &progress)?
         }
-        (None, None, None) => unreachable!("matched above"),
+        (None, None, None, Some(image)) => {
+            let mut source = sealfs_import::SquashfsSource::open(image)?;
+            sealfs_builder::build_from(&mut source, out, &opts, &progress)?
+        }
+        (None, None, None, None) => unreachable!("matched above"),
     };
     if let Some(seal) = &summary.seal {
         println!("{}", seal.digest);

@@ -64,3 +64,51 @@ impl OciError {
         }
     }
 }
+
+/// Where in a SquashFS image something is wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    /// A byte offset in the image file.
+    Byte(u64),
+    /// A byte in the decompressed contents of the metadata block whose header is at `block`
+    /// (an image byte offset).
+    Meta {
+        /// Image byte offset of the metadata block's header.
+        block: u64,
+        /// Offset in the block's decompressed bytes.
+        offset: u32,
+    },
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Byte(b) => write!(f, "at byte {b}"),
+            At::Meta { block, offset } => {
+                write!(f, "in the metadata block at byte {block}, offset {offset}")
+            }
+        }
+    }
+}
+
+/// Why a SquashFS image could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{image}: {}{what}{}", match entry {
+    Some(e) => format!("{e}: "),
+    None => String::new(),
+}, match at {
+    Some(a) => format!(" ({a})"),
+    None => String::new(),
+})]
+pub struct SquashfsError {
+    /// The image's path.
+    pub image: String,
+    /// The entry being read (its path in the image, `/` for the root), when one was.
+    pub entry: Option<String>,
+    /// What is wrong.
+    pub what: String,
+    /// Where in the image.
+    pub at: Option<At>,
+    /// The I/O error behind it, if any (its text is already in `what`).
+    pub io: Option<io::Error>,
+}

@@ -4,7 +4,9 @@
 //! - [`tar`]: ustar, GNU and PAX archives, plain or compressed, in one streaming pass
 //!   ([`TarSource`]);
 //! - [`oci`]: OCI images (an image layout on disk, or any [`oci::Blobs`] store): the layers
-//!   flattened into one tree, or one image per layer with overlayfs whiteouts.
+//!   flattened into one tree, or one image per layer with overlayfs whiteouts;
+//! - [`squashfs`]: SquashFS 4.0 images, every compressor squashfs-tools writes, read in place
+//!   ([`SquashfsSource`]).
 //!
 //! An importer implements the two phases of [`sealfs_builder::Source`]: `scan` reads the input
 //! once and hands its entries to the builder's [`sealfs_builder::Sink`] (which applies `tar -x`'s
@@ -15,9 +17,12 @@
 
 mod acl;
 mod error;
+mod holes;
 pub mod oci;
+pub mod squashfs;
 pub mod tar;
 
-pub use error::{OciError, TarError};
+pub use error::{At, OciError, SquashfsError, TarError};
 pub use oci::{layout::OciLayout, Blobs, OciImage};
+pub use squashfs::SquashfsSource;
 pub use tar::{Compression, EntryHook, Layer, TarSource};
