@@ -175,6 +175,17 @@ impl Drop for ErofsMount {
     }
 }
 
+/// `mount -t squashfs -o loop,ro IMAGE MNT` on a fresh mount point (the kernel's SquashFS
+/// driver; the guard is the same as for EROFS mounts).
+pub fn mount_squashfs(image: &Path) -> Result<ErofsMount, String> {
+    let path = mount_fresh(
+        "sealfs-sqfs-",
+        &["-t", "squashfs", "-o", "loop,ro"],
+        image.as_os_str(),
+    )?;
+    Ok(ErofsMount { path })
+}
+
 /// `mount -t erofs -o loop,ro IMAGE MNT` on a fresh mount point.
 pub fn mount_erofs(image: &Path) -> Result<ErofsMount, String> {
     let path = mount_fresh(

@@ -30,6 +30,10 @@ pub enum Body {
         fragment: u32,
         /// Where its tail is in the fragment block.
         frag_offset: u32,
+        /// Whether its sparse blocks are holes: only in an extended inode whose `sparse` count is
+        /// not 0 (unsquashfs writes the sparse blocks of other inodes as zeros, and mksquashfs
+        /// stores a short file of zeros as a sparse block of a basic inode).
+        holes: bool,
     },
     /// A symbolic link and its target.
     Symlink(Vec<u8>),
@@ -159,12 +163,13 @@ pub fn read(meta: &mut Meta<'_>, reference: u64) -> Result<(Inode, Cursor), Squa
                 size,
                 fragment,
                 frag_offset,
+                holes: false,
             }
         }
         ty::LREG => {
             let start = meta.u64(&mut cur)?;
             let size = meta.u64(&mut cur)?;
-            let _sparse = meta.u64(&mut cur)?;
+            let sparse = meta.u64(&mut cur)?;
             nlink = meta.u32(&mut cur)?;
             let fragment = meta.u32(&mut cur)?;
             let frag_offset = meta.u32(&mut cur)?;
@@ -174,6 +179,7 @@ pub fn read(meta: &mut Meta<'_>, reference: u64) -> Result<(Inode, Cursor), Squa
                 size,
                 fragment,
                 frag_offset,
+                holes: sparse != 0,
             }
         }
         ty::SYMLINK | ty::LSYMLINK => {

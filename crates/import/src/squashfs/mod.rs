@@ -14,7 +14,9 @@
 //! - xattrs: `user.`, `trusted.` and `security.` (all SquashFS can store; mksquashfs drops
 //!   POSIX ACLs), inline or out-of-line values;
 //! - files: data blocks and fragments (tails packed with others); sparse blocks (stored as size
-//!   0) stay holes, as `unsquashfs` leaves them (with `lseek`) in the file it writes.
+//!   0) stay holes where `unsquashfs` leaves them (with `lseek`) in the file it writes: in
+//!   extended inodes that count sparse bytes (mksquashfs also stores a short file of zeros as a
+//!   sparse block of a basic inode, which unsquashfs writes out as zeros).
 //!
 //! **Reading.** The scan walks directories breadth first from the root, reading inodes and
 //! listings through a bounded cache of decompressed metadata blocks, and keeps for each regular
@@ -408,8 +410,9 @@ impl<'a, 'c> Scan<'a, 'c> {
                 size,
                 fragment,
                 frag_offset,
+                holes,
             } => self
-                .file(cur, start, size, fragment, frag_offset)
+                .file(cur, start, size, (fragment, frag_offset), holes)
                 .map_err(|(what, at)| named(format!("inode {}: {what}", inode.number), at))?,
             Body::Symlink(target) => {
                 mode = 0o777;
@@ -447,15 +450,15 @@ impl<'a, 'c> Scan<'a, 'c> {
         })
     }
 
-    /// Maps a regular file's data: its block list (at `cur`) and its tail. The error says what
-    /// and where.
+    /// Maps a regular file's data: its block list (at `cur`) and its tail (fragment, offset);
+    /// its sparse blocks are holes if `holes`. The error says what and where.
     fn file(
         &mut self,
         mut cur: Cursor,
         start: u64,
         size: u64,
-        fragment: u32,
-        frag_offset: u32,
+        (fragment, frag_offset): (u32, u32),
+        holes: bool,
     ) -> Result<EntryKind, (String, At)> {
         let sb = &self.meta.img.sb;
         let (bs, bytes_used) = (u64::from(sb.block_size), sb.bytes_used);
@@ -484,6 +487,9 @@ impl<'a, 'c> Scan<'a, 'c> {
                 let blen = bs.min(size - i * bs);
                 if word == 0 {
                     sparse = true;
+                    if !holes {
+                        stored += blen;
+                    }
                     match runs.last_mut() {
                         Some(r) if r.word == 0 => r.count += 1,
                         _ => runs.push(Run {
@@ -517,7 +523,8 @@ impl<'a, 'c> Scan<'a, 'c> {
         if pos > bytes_used {
             return Err((
                 format!(
-                    "its data blocks (from byte {start}) run past the end of the image ({bytes_used}                      bytes)"
+                    "its data blocks (from byte {start}) run past the end of the image \
+                     ({bytes_used} bytes)"
                 ),
                 list_at,
             ));
@@ -546,7 +553,8 @@ impl<'a, 'c> Scan<'a, 'c> {
             {
                 return Err((
                     format!(
-                        "fragment {fragment}: block at byte {fpos} of stored size {len} is not                          inside the image (block size {bs})"
+                        "fragment {fragment}: block at byte {fpos} of stored size {len} is not \
+                         inside the image (block size {bs})"
                     ),
                     fat,
                 ));
@@ -577,7 +585,7 @@ impl<'a, 'c> Scan<'a, 'c> {
                 list_at,
             ));
         }
-        let data_ranges = if sparse {
+        let data_ranges = if sparse && holes {
             crate::holes::data_ranges(size, &stretches)
         } else {
             None
