@@ -17,7 +17,7 @@ secs=${1:-30}
 case $secs in '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 sanitizer=${FUZZ_SANITIZER:-none}
-targets=${FUZZ_TARGETS:-open_walk verified_open_walk seal_trailer file_digests file_table signatures sealed_open tar_build manifest oci_spec}
+targets=${FUZZ_TARGETS:-open_walk verified_open_walk seal_trailer file_digests file_table signatures sealed_open tar_build manifest oci_spec squashfs_build}
 
 skip() {
     echo "SKIP: $*"
@@ -53,6 +53,7 @@ for target in $targets; do
     open_walk) ;;
     verified_open_walk) regressions=$regressions/verified ;;
     tar_build) regressions=$here/../crates/import/tests/fuzz_regressions ;;
+    squashfs_build) regressions=$here/../crates/import/tests/fuzz_regressions/squashfs ;;
     *) regressions=$regressions/$target ;;
     esac
     [ -d "$regressions" ] && seeds+=("$regressions")

@@ -10,6 +10,7 @@
 
 pub mod harness;
 pub mod oci_harness;
+pub mod squashfs_harness;
 pub mod tar_harness;
 pub mod manifest_harness;
 

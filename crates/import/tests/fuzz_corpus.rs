@@ -1,19 +1,29 @@
-//! The `tar_build` and `oci_spec` fuzzers' seed corpora (`fuzz/corpus/oci_spec`, made by
-//! `fuzz/make_oci_corpus.sh` with umoci and skopeo), and the `tar_build` fuzzer's seed corpus (`fuzz/corpus/tar_build`, made by
-//! `fuzz/make_tar_corpus.sh` with GNU tar and bsdtar) and its saved crashes
-//! (`tests/fuzz_regressions`), replayed on stable Rust: each input as it is, then deterministic
-//! mutations of each (bit flips, bytes set, truncations, insertions, deletions; fixed seeds, half
-//! of them in the first 2 KiB where the headers are). Errors are fine, panics are bugs, and the
-//! stream and file reads must agree (see the harness).
+//! The importers' fuzz targets, replayed on stable Rust: each seed as it is, then deterministic
+//! mutations of each (fixed seeds). Errors are fine, panics are bugs.
 //!
-//! The harness is NOT a copy: it is `fuzz/src/tar_harness.rs`, the file the fuzz target runs.
-//! `SEALFS_FUZZ_SCALE=N` runs N times as many mutations.
+//! - `tar_build`: seeds `fuzz/corpus/tar_build` (made by `fuzz/make_tar_corpus.sh` with GNU tar
+//!   and bsdtar) and saved crashes (`tests/fuzz_regressions`); bit flips, bytes set,
+//!   truncations, insertions, deletions, half of them in the first 2 KiB where the headers are;
+//!   the stream and file reads must agree (see the harness).
+//! - `oci_spec`: seeds `fuzz/corpus/oci_spec` (made by `fuzz/make_oci_corpus.sh` with umoci and
+//!   skopeo); the same mutations and JSON's own bytes where they change its shape.
+//! - `squashfs_build`: seeds `fuzz/corpus/squashfs_build` (made by
+//!   `fuzz/make_squashfs_corpus.sh` with mksquashfs) and saved crashes
+//!   (`tests/fuzz_regressions/squashfs`); bit flips, bytes and little-endian fields set to
+//!   edge values, truncations, half of them in the superblock and the tables (the image's end).
+//!
+//! The harnesses are NOT copies: they are `fuzz/src/tar_harness.rs`, `fuzz/src/oci_harness.rs`
+//! and `fuzz/src/squashfs_harness.rs`, the files the fuzz targets run. `SEALFS_FUZZ_SCALE=N`
+//! runs N times as many mutations.
 
 #[path = "../../../fuzz/src/tar_harness.rs"]
 mod tar_harness;
 
 #[path = "../../../fuzz/src/oci_harness.rs"]
 mod oci_harness;
+
+#[path = "../../../fuzz/src/squashfs_harness.rs"]
+mod squashfs_harness;
 
 use sealfs_testsupport::Rng;
 use std::fs;
@@ -29,6 +39,7 @@ fn inputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
     };
     let mut out: Vec<_> = rd
         .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
         .filter(|p| {
             let n = p.file_name().unwrap().to_string_lossy();
             !n.starts_with('.') && !n.ends_with(".md")
@@ -169,5 +180,100 @@ fn oci_corpus_and_mutations_never_panic() {
         }
     }
     println!("{runs} inputs read, {} panicked", failures.len());
+    assert!(failures.is_empty(), "panics: {failures:#?}");
+}
+
+/// A mutation of a SquashFS image: half of them in the superblock or the tables (which
+/// mksquashfs writes after the data, at the end).
+fn mutate_image(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+    let mut d = seed.to_vec();
+    let tables = seed
+        .get(64..72)
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+        .min(seed.len());
+    for _ in 0..1 + rng.below(3) {
+        if d.is_empty() {
+            d.push(0);
+        }
+        let at = match rng.below(4) {
+            0 => rng.below(96.min(d.len()) as u64) as usize,
+            1 if tables < d.len() => tables + rng.below((d.len() - tables) as u64) as usize,
+            _ => rng.below(d.len() as u64) as usize,
+        };
+        match rng.below(6) {
+            0 | 1 => d[at] ^= 1 << rng.below(8),
+            2 => d[at] = [0, 0xff, 1, 0x80, 0x7f][rng.below(5) as usize],
+            3 => d.truncate(at),
+            _ => {
+                // A little-endian field set to an edge value.
+                let v: u64 = [
+                    0,
+                    1,
+                    2,
+                    3,
+                    0xff,
+                    0x100,
+                    0x1fff,
+                    0x2000,
+                    0x8000,
+                    0xffff,
+                    1 << 24,
+                ][rng.below(11) as usize];
+                let v = match rng.below(3) {
+                    0 => v,
+                    1 => v.wrapping_neg(),
+                    _ => v << 16,
+                };
+                let width = [2usize, 4, 8][rng.below(3) as usize];
+                let end = (at + width).min(d.len());
+                d[at..end].copy_from_slice(&v.to_le_bytes()[..end - at]);
+            }
+        }
+    }
+    d
+}
+
+#[test]
+fn squashfs_corpus_and_mutations_never_panic() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seeds = inputs(&root.join("../../fuzz/corpus/squashfs_build"));
+    assert!(
+        seeds.len() >= 8,
+        "the seed corpus is missing (fuzz/make_squashfs_corpus.sh)"
+    );
+    seeds.extend(inputs(&root.join("tests/fuzz_regressions/squashfs")));
+    let scale: u64 = std::env::var("SEALFS_FUZZ_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for (name, seed) in &seeds {
+        let mut rng = Rng::new(seed.len() as u64 ^ 0x5173);
+        let mut cases = vec![seed.clone()];
+        for _ in 0..MUTATIONS * scale {
+            cases.push(mutate_image(&mut rng, seed));
+        }
+        for (i, case) in cases.iter().enumerate() {
+            runs += 1;
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                squashfs_harness::squashfs_build_in(dir.path(), case)
+            }));
+            if r.is_err() {
+                let keep = root.join(format!(
+                    "../../target/tmp/squashfs_fuzz-failure-{}",
+                    failures.len()
+                ));
+                let _ = fs::create_dir_all(keep.parent().unwrap());
+                let _ = fs::write(&keep, case);
+                failures.push(format!("{name} mutation {i}: kept at {}", keep.display()));
+                if failures.len() >= 5 {
+                    break;
+                }
+            }
+        }
+    }
+    println!("{runs} images built, {} panicked", failures.len());
     assert!(failures.is_empty(), "panics: {failures:#?}");
 }

@@ -20,12 +20,12 @@ pub struct DirEntry {
 
 /// Reads the listing at (`start_block`, `offset`) of the directory table, `file_size` being the
 /// directory inode's size (the listing's bytes plus 3). Names must be in strictly increasing
-/// byte order, as mksquashfs writes them and the kernel's lookups assume.
+/// byte order, as mksquashfs writes them and the kernel's lookups assume. Each entry takes one
+/// of `entries_left`; none left is an error.
 pub fn read(
     meta: &mut Meta<'_>,
-    start_block: u32,
-    offset: u16,
-    file_size: u32,
+    (start_block, offset, file_size): (u32, u16, u32),
+    entries_left: &mut u64,
 ) -> Result<Vec<DirEntry>, SquashfsError> {
     let img = meta.img;
     let sb = &img.sb;
@@ -75,6 +75,9 @@ pub fn read(
         }
         for _ in 0..=count {
             let at = cur.at();
+            *entries_left = entries_left
+                .checked_sub(1)
+                .ok_or_else(|| err("more entries than the limit set".into(), at))?;
             if len - done < 8 {
                 return Err(err("ends inside an entry".into(), at));
             }

@@ -62,6 +62,7 @@ pub struct SquashfsSource {
     files: Vec<FileData>,
     fragments: FragmentCache,
     data_limit: Option<u64>,
+    entry_limit: Option<u64>,
 }
 
 /// What says the image did not change.
@@ -97,6 +98,7 @@ impl SquashfsSource {
             stamp: st,
             files: Vec::new(),
             data_limit: None,
+            entry_limit: None,
         })
     }
 
@@ -105,6 +107,14 @@ impl SquashfsSource {
     /// (a few bytes of block list can name a large file, and many files can share blocks).
     pub fn limit_data(mut self, bytes: u64) -> SquashfsSource {
         self.data_limit = Some(bytes);
+        self
+    }
+
+    /// Refuses images of more than `entries` directory entries: with [`SquashfsSource::limit_data`],
+    /// bounds the memory a build of an untrusted image takes (compressed metadata can hold
+    /// thousands of entries per kilobyte of image).
+    pub fn limit_entries(mut self, entries: u64) -> SquashfsSource {
+        self.entry_limit = Some(entries);
         self
     }
 
@@ -122,8 +132,8 @@ impl Source for SquashfsSource {
             "reading the image's tables",
             Some(sb.bytes_used - sb.inode_table_start),
         );
-        let mut scan =
-            Scan::new(&self.img, cx, self.data_limit).map_err(BuildError::from_source)?;
+        let limits = (self.data_limit, self.entry_limit);
+        let mut scan = Scan::new(&self.img, cx, limits).map_err(BuildError::from_source)?;
         let mut reported = 0;
         scan.walk(sink, &mut |read| {
             progress.advance(read - reported);
@@ -199,6 +209,8 @@ struct Scan<'a, 'c> {
     dirs: HashSet<u64>,
     data_bytes: u64,
     data_limit: Option<u64>,
+    /// Directory entries that may still be read.
+    entries_left: u64,
 }
 
 /// `path` as messages show it: from the image's root.
@@ -210,7 +222,7 @@ impl<'a, 'c> Scan<'a, 'c> {
     fn new(
         img: &'a Image,
         cx: &'c ScanContext<'c>,
-        data_limit: Option<u64>,
+        (data_limit, entry_limit): (Option<u64>, Option<u64>),
     ) -> Result<Scan<'a, 'c>, SquashfsError> {
         let sb = &img.sb;
         let mut meta = Meta::new(img);
@@ -253,6 +265,7 @@ impl<'a, 'c> Scan<'a, 'c> {
             dirs: HashSet::new(),
             data_bytes: 0,
             data_limit,
+            entries_left: entry_limit.unwrap_or(u64::MAX),
         })
     }
 
@@ -276,10 +289,13 @@ impl<'a, 'c> Scan<'a, 'c> {
         self.dirs.insert(root_ref);
         self.add(sink, Vec::new(), root, &mut queue)?;
         while let Some(dir) = queue.pop_front() {
-            let entries = dir::read(&mut self.meta, dir.start_block, dir.offset, dir.file_size)
-                .map_err(|e| SquashfsError {
-                    entry: Some(shown(&dir.path)),
-                    ..e
+            let listing = (dir.start_block, dir.offset, dir.file_size);
+            let entries =
+                dir::read(&mut self.meta, listing, &mut self.entries_left).map_err(|e| {
+                    SquashfsError {
+                        entry: Some(shown(&dir.path)),
+                        ..e
+                    }
                 })?;
             for e in entries {
                 let mut path = dir.path.clone();
