@@ -47,7 +47,6 @@ mk() {
 for c in gzip lzo lz4 xz zstd lzma; do
     mk "$c" -comp "$c"
 done
-mk plain -noI -noD -noF -noX
 mk plain-nofrag -noI -noD -noF -noX -no-fragments -no-exports
 mk plain-tailends -noI -noD -noF -noX -tailends -all-root
 mk plain-noxattr -noI -noD -noF -noX -no-xattrs -no-hardlinks
