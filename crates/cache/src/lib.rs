@@ -295,6 +295,30 @@ fn write_header(f: &File, bs: u32, bits: u64) -> io::Result<()> {
     f.write_all_at(&h, 0)
 }
 
+/// The bits of blocks `a..b` of a chunk.
+fn mask(a: u64, b: u64) -> u64 {
+    if b - a == 64 {
+        u64::MAX
+    } else {
+        ((1u64 << (b - a)) - 1) << a
+    }
+}
+
+/// Runs `(a, b)` of blocks in `at..at + count` of a chunk whose bit in `bits` is `set`.
+fn bit_runs(bits: u64, at: u64, count: u64, set: bool) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for i in at..at + count {
+        if (bits & (1 << i) != 0) != set {
+            continue;
+        }
+        match out.last_mut() {
+            Some((_, e)) if *e == i => *e = i + 1,
+            _ => out.push((i, i + 1)),
+        }
+    }
+    out
+}
+
 /// The cached blocks of one image.
 #[derive(Debug)]
 pub struct ImageStore {
@@ -395,14 +419,12 @@ impl BlockStore for ImageStore {
                 continue;
             }
             let mut any = false;
-            for i in 0..count {
-                if bits & (1 << (at + i)) == 0 {
-                    continue;
-                }
-                let k = (off + i) as usize;
-                let dst = &mut buf[k * bs as usize..(k + 1) * bs as usize];
-                if f.read_exact_at(dst, HEADER + (at + i) * bs).is_ok() {
-                    hits[k] = true;
+            // Each run of present blocks with one read.
+            for (a, b) in bit_runs(bits, at, count, true) {
+                let (k, n) = ((off + a - at) as usize, (b - a) as usize);
+                let dst = &mut buf[k * bs as usize..(k + n) * bs as usize];
+                if f.read_exact_at(dst, HEADER + a * bs).is_ok() {
+                    hits[k..k + n].fill(true);
                     any = true;
                 }
             }
@@ -436,6 +458,10 @@ impl BlockStore for ImageStore {
         out
     }
 
+    fn capacity(&self) -> Option<u64> {
+        Some(self.cache.max_bytes)
+    }
+
     fn discard(&self, region: Region, first: u64, count: u64) {
         for (chunk, at, n, _) in Self::pieces(first, count) {
             let Ok(f) = OpenOptions::new()
@@ -449,12 +475,7 @@ impl BlockStore for ImageStore {
                 continue;
             }
             if let Some((bs, bits)) = read_header(&f) {
-                let mask = if n == 64 {
-                    u64::MAX
-                } else {
-                    ((1u64 << n) - 1) << at
-                };
-                let _ = write_header(&f, bs, bits & !mask);
+                let _ = write_header(&f, bs, bits & !mask(at, at + n));
             }
         }
     }
@@ -481,16 +502,14 @@ impl ImageStore {
                 _ => 0,
             };
             let mut new_bits = bits;
-            for i in 0..count {
-                if bits & (1 << (at + i)) != 0 {
-                    continue;
-                }
-                let k = (off + i) as usize;
+            // Each run of absent blocks with one write.
+            for (a, b) in bit_runs(bits, at, count, false) {
+                let k = (off + a - at) as usize;
                 f.write_all_at(
-                    &bytes[k * bs as usize..(k + 1) * bs as usize],
-                    HEADER + (at + i) * bs,
+                    &bytes[k * bs as usize..(k + (b - a) as usize) * bs as usize],
+                    HEADER + a * bs,
                 )?;
-                new_bits |= 1 << (at + i);
+                new_bits |= mask(a, b);
             }
             if new_bits != bits {
                 // The blocks first, then the bits: a crash in between loses blocks, never claims
