@@ -83,11 +83,14 @@ pub struct MountArgs {
     /// into the persistent cache of a remote image as soon as it is mounted.
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
-    /// A remote image: once its metadata is fetched, fetch the rest of it into the persistent
-    /// cache in the background (in order, a piece at a time, while reads go on with their own
-    /// requests), so that every file soon reads without a round trip, and then offline.
-    #[arg(long)]
-    fill: bool,
+    /// A remote image read through the persistent cache: whether the rest of it is fetched into
+    /// the cache in the background, in order, behind every read and its readahead (so that every
+    /// file soon reads without a round trip, and then offline). `auto`: once reads scatter (16
+    /// reads within 10 s that each had to fetch data and continued no sequential stream), if the
+    /// image takes at most three quarters of the cache's bound (--cache-size); `on` (`--fill`
+    /// alone): once its metadata is fetched; `off`: never, each block is fetched when first read.
+    #[arg(long, value_name = "WHEN", default_value = "auto", num_args = 0..=1, default_missing_value = "on", require_equals = true, value_parser = ["auto", "on", "off"])]
+    fill: String,
     /// With --kernel: what dm-verity does when a block fails its check: `eio` (the read fails),
     /// `panic` or `restart` the machine.
     #[arg(long, value_name = "ACTION", requires = "kernel", value_parser = ["eio", "panic", "restart"])]
@@ -223,10 +226,6 @@ fn logger(log_file: Option<std::fs::File>, foreground: bool) -> sealfs_fuse::Log
         }
     })
 }
-
-/// Threads that fill the cache with the rest of a remote image (`--fill`): each has one piece
-/// (8 MiB, in four concurrent parts) in flight.
-const FILL_THREADS: usize = 3;
 
 /// Blocks the termination signals in this thread (and the threads it starts later), so that only
 /// the signal thread receives them.
@@ -406,7 +405,8 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     // A remote image's metadata is fetched in batches in the background (into the persistent
     // cache), so that a cold `ls -lR` or `find` does not wait a round trip per directory.
     let warm = args.image.is_remote() && !args.image.no_cache;
-    if args.fill && !warm {
+    let fill: sealfs_reader::FillMode = args.fill.parse().map_err(|e| anyhow!("--fill: {e}"))?;
+    if fill == sealfs_reader::FillMode::On && !warm {
         bail!("--fill: only a remote image read through the cache is filled (not with --no-cache)");
     }
     let readahead = verified.clone().filter(|_| warm);
@@ -429,20 +429,27 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         // daemon without unmounting, where the signal thread unmounts.
         block_signals();
         if let Some(v) = &readahead {
+            // `on` waits for the metadata (below); `auto` is armed now.
+            v.set_fill(match fill {
+                sealfs_reader::FillMode::On => sealfs_reader::FillMode::Off,
+                other => other,
+            });
             let (min, max) = sealfs_reader::OpenOptions::default().readahead_blocks;
-            v.start_readahead(min, max, sealfs_reader::READAHEAD_FETCHERS);
+            v.start_readahead(min, max);
         }
         // The metadata fetched ahead; its walk answers (`--xattrs=auto`) the check for xattrs.
         let warm_first = {
             let image = image.clone();
-            let fill = readahead.clone().filter(|_| args.fill);
+            let fill = readahead
+                .clone()
+                .filter(|_| fill == sealfs_reader::FillMode::On);
             move || {
                 if !warm {
                     return None;
                 }
                 let any_xattrs = image.warm_metadata(16);
                 if let Some(v) = fill {
-                    std::thread::spawn(move || v.fill_all(FILL_THREADS));
+                    v.set_fill(sealfs_reader::FillMode::On);
                 }
                 any_xattrs
             }

@@ -604,7 +604,13 @@ impl SealFs {
                 "store_hits": load(&vs.store_hits),
                 "store_discards": load(&vs.store_discards),
                 "readahead_blocks": load(&vs.readahead_blocks),
+                "handed_over_blocks": load(&vs.handed_over_blocks),
+                "fill": vb.fill_state().to_string(),
             });
+            if let Some((rtt, rate)) = vb.link_estimate() {
+                v["verify"]["link_round_trip_ms"] = serde_json::json!(rtt.as_secs_f64() * 1e3);
+                v["verify"]["link_rate_bytes_per_s"] = serde_json::json!(rate.round());
+            }
         }
         v
     }

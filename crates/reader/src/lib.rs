@@ -105,8 +105,8 @@ pub use stats::StatsSnapshot;
 pub use store::{BlockStore, Region, StoreProvider};
 pub use superblock::{ComprInfo, SuperInfo};
 pub use verified::{
-    enable_kernel_verity, kernel_verity_digest, SealInfo, VerifiedBlocks, VerifyStats,
-    READAHEAD_FETCHERS,
+    enable_kernel_verity, kernel_verity_digest, FillMode, FillState, SealInfo, VerifiedBlocks,
+    VerifyStats, READAHEAD_FETCHERS,
 };
 pub use walk::{join_path, show_path, ReadAhead, Visit, WalkEntry, WalkEvent};
 pub use xattr::{LongPrefix, XattrBody};

@@ -22,7 +22,7 @@ use crate::files::FileDigests;
 use crate::image::{Image, Options};
 use crate::seal::{find_seal, Found, OpenError, Seal};
 use crate::source::{ReadAt, SplitFile};
-use crate::verified::{kernel_verity_digest, VerifiedBlocks, DEFAULT_HASH_CACHE_BLOCKS};
+use crate::verified::{kernel_verity_digest, FillMode, VerifiedBlocks, DEFAULT_HASH_CACHE_BLOCKS};
 use sealfs_verity::Digest;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -258,6 +258,10 @@ pub struct OpenOptions {
     /// Fetch each read's hash blocks in a second request after its data instead of in the same
     /// batch: only for measuring what batching saves (off by default).
     pub dependent_hash_fetch: bool,
+    /// With a store and readahead: whether the rest of the image is fetched into the store in the
+    /// background ([`FillMode::Auto`] by default: once reads scatter over an image that fits the
+    /// store; see [`VerifiedBlocks::set_fill`]).
+    pub fill: FillMode,
 }
 
 impl Default for OpenOptions {
@@ -278,6 +282,7 @@ impl Default for OpenOptions {
             store: None,
             readahead_blocks: (16, 16384),
             dependent_hash_fetch: false,
+            fill: FillMode::Auto,
         }
     }
 }
@@ -619,9 +624,10 @@ pub fn open(source: impl Into<Source>, options: &OpenOptions) -> Result<OpenedIm
                 blocks = blocks.with_store(store);
             }
             let blocks = Arc::new(blocks);
+            blocks.set_fill(options.fill);
             if options.readahead_blocks.0 > 0 {
                 let (min, max) = options.readahead_blocks;
-                blocks.start_readahead(min, max, crate::verified::READAHEAD_FETCHERS);
+                blocks.start_readahead(min, max);
             }
             let image = Image::open_blocks(blocks.clone(), &reader_options).map_err(open_err)?;
             // The superblock, now verified, must claim the bytes the seal covers: a seal over fewer

@@ -34,6 +34,12 @@ pub trait BlockStore: Send + Sync {
 
     /// Which of the blocks `first..first + count` of `region` it holds (without reading them).
     fn has(&self, region: Region, first: u64, count: u64) -> Vec<bool>;
+
+    /// The most bytes it keeps, of all the images it serves (its bound), or `None` when unbounded:
+    /// an image larger than a share of it is not filled whole ([`crate::FillMode::Auto`]).
+    fn capacity(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Hands out the [`BlockStore`] of an image once its seal is known (a cache directory, say, with

@@ -15,7 +15,9 @@
 //! once. A read only ever waits for reads that planned before it, so waits cannot form a cycle.
 //!
 //! With a persistent store ([`crate::store`]), blocks are also fetched ahead of the reads
-//! (`readahead`: sequential streams, prefetch lists, filling the whole image).
+//! (`readahead`: sequential streams, prefetch lists, filling the whole image, at a pace the
+//! link's measured round trip and rate set, `link`), and the whole image is fetched once reads
+//! scatter over it (`autofill`, [`FillMode`]).
 
 use crate::cache::{Lru, Outcome};
 use crate::error::{Error, Location, Result};
@@ -24,13 +26,16 @@ use crate::store::{BlockStore, Region};
 use sealfs_verity::{BlockHasher, Digest, Params, TreeGeometry};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
+mod autofill;
+mod link;
 mod readahead;
 
+pub use autofill::{FillMode, FIT_DENOMINATOR, FIT_NUMERATOR, SCATTERED_READS, SCATTER_WINDOW};
 use readahead::Readahead;
-pub use readahead::READAHEAD_FETCHERS;
 pub(crate) use readahead::{no_readahead_on_this_thread, MetadataReads};
+pub use readahead::{FillState, READAHEAD_FETCHERS};
 
 /// A verified hash block from the cache: (tree block index, bytes).
 type CachedBlock = (u64, Arc<[u8]>);
@@ -138,6 +143,9 @@ pub struct VerifyStats {
     /// Blocks fetched beyond what reads asked for (the miss window and sequential readahead), into
     /// the store.
     pub readahead_blocks: AtomicU64,
+    /// Blocks a read took from a stream's readahead in memory, verified when they landed (not
+    /// read back from the store).
+    pub handed_over_blocks: AtomicU64,
 }
 
 /// What was read, in the order first read, for an access profile.
@@ -178,6 +186,8 @@ struct StoreUse {
     /// The read failed because a hash block another read was fetching failed there (bytes that
     /// read fetched, perhaps long before: they say nothing about what a fetch now would give).
     shared_failed: bool,
+    /// Bytes of data the read fetched (the store lacked them).
+    fetched: u64,
 }
 
 /// Runs of consecutive `true` (or `false`) entries of `mask`: (start, end) index pairs.
@@ -217,6 +227,10 @@ pub struct VerifiedBlocks {
     /// Fetch hash blocks in a second batch after the data (for measuring what batching saves).
     dependent_hash_fetch: bool,
     stats: VerifyStats,
+    /// The round trip and rate of a remote source, as its batches measured them.
+    link: Arc<link::Link>,
+    /// How the rest of the image is fetched into the store.
+    fill_mode: Mutex<FillMode>,
 }
 
 /// Default number of hash blocks kept verified: 1024 (4 MiB of hashes, which cover 512 MiB of data
@@ -278,6 +292,8 @@ impl VerifiedBlocks {
             recording: Mutex::new(None),
             dependent_hash_fetch: false,
             stats: VerifyStats::default(),
+            link: Arc::default(),
+            fill_mode: Mutex::new(FillMode::default()),
         })
     }
 
@@ -316,6 +332,12 @@ impl VerifiedBlocks {
     pub fn with_store(mut self, store: Arc<dyn BlockStore>) -> Self {
         self.store = Some(store);
         self
+    }
+
+    /// The round trip and rate (bytes per second) of the link to a remote source, as its reads
+    /// measured them (`None` until they have).
+    pub fn link_estimate(&self) -> Option<(std::time::Duration, f64)> {
+        self.link.estimate()
     }
 
     /// The counters.
@@ -434,14 +456,23 @@ impl BlockSource for VerifiedBlocks {
         };
         let n = (buf.len() / self.bs()) as u64;
         let _fetching = self.register_read(first, n);
-        if self.read_with_miss_window(first, buf, &**store) {
+        if self.take_handed_over(first, buf) {
             self.follow_stream(first, n);
+            return Ok(());
+        }
+        if self.read_with_miss_window(first, buf, &**store) {
+            if self.follow_stream(first, n) {
+                self.note_scattered();
+            }
             return Ok(());
         }
         let mut used = StoreUse::default();
         let result = self.read_own(first, buf, Some(&**store), &mut used);
         if result.is_ok() {
-            self.follow_stream(first, n);
+            // A read that had to fetch data and began no stream: it scattered.
+            if self.follow_stream(first, n) && used.fetched > 0 {
+                self.note_scattered();
+            }
         }
         match result {
             // A block from the store failed its check (a torn write, a damaged cache file): forget
@@ -575,6 +606,10 @@ impl VerifiedBlocks {
             if !hashes.is_empty() || !data_reqs.is_empty() {
                 self.stats.batches.fetch_add(1, Relaxed);
             }
+            // Timed, for the link's round trip and rate.
+            let timing = ((self.data.is_remote() || self.tree.is_remote())
+                && fetched_data + fetched_hashes > 0)
+                .then(|| self.link.begin((fetched_data + fetched_hashes * bs) as u64));
             if self.same_source && !self.dependent_hash_fetch {
                 hashes.append(&mut data_reqs);
                 if !hashes.is_empty() {
@@ -605,6 +640,10 @@ impl VerifiedBlocks {
                     self.tree.read_batch(&mut hashes).map_err(io)?;
                 }
             }
+            if let Some(t) = timing {
+                self.link.end(t);
+            }
+            used.fetched += fetched_data as u64;
             self.stats
                 .data_bytes
                 .fetch_add(fetched_data as u64, Relaxed);

@@ -1,10 +1,23 @@
-//! Readahead into the store of a [`VerifiedBlocks`]: the background fetchers, sequential streams
-//! and the windows fetched ahead of them, prefetch lists, the miss window, filling the whole image.
+//! Readahead into the store of a [`VerifiedBlocks`]: the background fetchers and what they fetch,
+//! in this order of priority:
+//! 1. pieces a read is waiting for (it asked for blocks that were queued, not yet fetched);
+//! 2. the windows kept ahead of sequential streams, and the metadata a walk fills ahead
+//!    ([`BlockSource::fill`]);
+//! 3. prefetch lists ([`BlockSource::prefetch`]: the files `cat` and `extract` will read, a
+//!    replayed access profile);
+//! 4. the rest of the image ([`FillMode`]), only when nothing else waits.
 //!
-//! Every block fetched here goes through [`VerifiedBlocks::read_checked`], so it is verified (and
-//! stored) like a block a read asked for; nothing here returns bytes to a reader.
+//! Everything is fetched in pieces of at most [`PIECE_BYTES`], and only so many pieces are in
+//! flight at once: about a bandwidth-delay product of the link ([`super::link`]) plus a piece for
+//! the streams (enough to keep the link busy), and no more than one bandwidth-delay product for
+//! the fill, so that a read that needs the link finds at most a request's worth of the fill's
+//! bytes queued ahead of its own. Every block fetched here goes through
+//! [`VerifiedBlocks::read_checked`], so it is verified (and stored) like a block a read asked for.
 
+use super::autofill::{fits, Scatter};
 use super::*;
+use std::collections::VecDeque;
+use std::time::Instant;
 
 /// A sequential stream of reads, for readahead.
 #[derive(Clone, Copy, Debug)]
@@ -17,39 +30,239 @@ pub(super) struct Stream {
     ahead_end: u64,
 }
 
-/// Readahead into the store: its settings, the streams seen, the background fetchers' queue.
+/// Streams tracked at once (a FUSE mount reads several files in parallel).
+pub(super) const STREAMS: usize = 16;
+
+/// What a stream's window is multiplied by at each read that follows on exactly: from 16 blocks
+/// to 64 MiB in five reads, each of which may wait a round trip for its blocks (doubling took
+/// ten; in three interleaved runs of `bench/remote.py seq`, 2.79, 2.46 and 3.02 s against 2.54,
+/// 2.46 and 2.47 s with this).
+const WINDOW_GROWTH: u64 = 4;
+
+/// Bytes of one piece, the unit of every background fetch (2 MiB, one request of a remote object):
+/// a read waits for the piece it needs, not for a whole window (which grows to 64 MiB, half a
+/// second of a 1 Gbit/s link), and a read that needs the link finds at most a few pieces of the
+/// background's queued ahead of it there.
+pub(super) const PIECE_BYTES: u64 = 2 << 20;
+
+/// Background fetchers a remote image's readahead uses: the most pieces ever in flight at once,
+/// 24 MiB. A sequential read of a 1.36 GB file over the emulated link (`bench/remote.py seq`:
+/// 20 ms, 1 Gbit/s, a bandwidth-delay product of 2.5 MB) used 81% of the link with 4 pieces in
+/// flight, 86% with 6, 80-89% with 8, 91% with 12 and 90% with 16 (single runs): a piece is
+/// verified and stored between its last byte and the next request, and a stream's reader
+/// decompresses while the link carries the next pieces.
+pub const READAHEAD_FETCHERS: usize = 12;
+
+/// The longest a stream's pieces in flight take to cross the link at its measured rate (so a
+/// read of something else waits behind them no longer than this): 200 ms, twelve pieces at
+/// 1 Gbit/s, two at 100 Mbit/s.
+const STREAM_IN_FLIGHT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// While the fill has no measure of the link's rate, and every this many fill pieces after, a fill
+/// piece waits until nothing else is in flight: alone on the link, its time gives the rate.
+const FILL_ALONE_EVERY: u64 = 32;
+
+/// What a job is for, in order of priority.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Class {
+    /// A read is waiting for it.
+    Waited,
+    /// A stream's window, or blocks a walk fills ahead and waits for.
+    Stream,
+    /// A prefetch list.
+    Prefetch,
+    /// The rest of the image.
+    Fill,
+}
+
+/// One job of the background fetchers: blocks `start..end` to fetch ahead.
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    start: u64,
+    end: u64,
+    class: Class,
+    /// Order of queueing, within a class.
+    seq: u64,
+    /// Registered as in flight when queued (a stream's window, which the stream's next reads wait
+    /// for) rather than when started (a long prefetch list, which reads must not queue behind).
+    registered: bool,
+    /// Handed over to the stream's reader in memory once verified ([`Handoff`]).
+    hand_over: bool,
+}
+
+/// The fill's progress.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FillState {
+    /// No fill: [`FillMode::Off`], or no store.
+    #[default]
+    Off,
+    /// [`FillMode::Auto`], waiting for reads to scatter.
+    Armed,
+    /// [`FillMode::Auto`], but the image would not fit the store's bound: never started.
+    TooLarge,
+    /// Fetching the blocks the store lacks, in order.
+    Running,
+    /// Every block was fetched (or found in the store), or readahead was settled.
+    Done,
+}
+
+impl std::fmt::Display for FillState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FillState::Off => "off",
+            FillState::Armed => "armed",
+            FillState::TooLarge => "too large for the cache",
+            FillState::Running => "running",
+            FillState::Done => "done",
+        })
+    }
+}
+
+/// The fetchers' queue, what they have in flight, and the fill.
+struct Sched {
+    /// The process whose fetchers these are (a forked child starts its own).
+    pid: u32,
+    queue: Vec<Job>,
+    running: usize,
+    seq: u64,
+    /// New jobs are refused, queued ones dropped ([`VerifiedBlocks::settle_readahead`]).
+    settling: bool,
+    /// The verifying source is gone: the fetchers end.
+    closed: bool,
+    fill: FillState,
+    /// The next block the fill looks at.
+    fill_next: u64,
+    /// Fill pieces started.
+    fill_pieces: u64,
+    /// The fill piece that is to wait until nothing else is in flight, if one is.
+    fill_alone: bool,
+}
+
+/// What the fetchers share with the [`Readahead`]: they hold no strong reference to the
+/// verifying source while they wait, so it can be dropped (and they end).
+struct Shared {
+    sched: Mutex<Sched>,
+    /// A job was queued, a slot freed, or the fill started.
+    work: Condvar,
+    /// A job ended (settling and fill waiters watch this).
+    ended: Condvar,
+    link: Arc<super::link::Link>,
+    /// Blocks of a piece ([`PIECE_BYTES`]).
+    piece: u64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Sched> {
+        lock_any(&self.sched)
+    }
+
+    /// Pieces that may be in flight for streams, prefetch lists and waited reads: all the
+    /// fetchers, or, once the link's rate is measured, what it carries in [`STREAM_IN_FLIGHT`]
+    /// (at least two).
+    fn stream_limit(&self) -> usize {
+        match self.link.estimate() {
+            Some((_, rate)) => ((rate * STREAM_IN_FLIGHT.as_secs_f64() / PIECE_BYTES as f64).ceil()
+                as usize)
+                .clamp(2, READAHEAD_FETCHERS),
+            None => READAHEAD_FETCHERS,
+        }
+    }
+
+    /// Pieces that may be in flight when one is the fill's: one, and as many more as the link's
+    /// bandwidth-delay product holds whole. A read that needs the link then waits behind at most
+    /// the fill's bytes in flight, which take no longer to cross it than one request of a piece
+    /// (a round trip and a piece's transfer).
+    fn fill_limit(&self) -> usize {
+        match self.link.bdp() {
+            Some(bdp) => (1 + (bdp / PIECE_BYTES as f64).floor() as usize).min(READAHEAD_FETCHERS),
+            None => 1,
+        }
+    }
+
+    /// The next job to start, if one may start now.
+    fn pick(&self, s: &mut Sched, whole: u64) -> Option<Job> {
+        if let Some(i) = (0..s.queue.len()).min_by_key(|&i| (s.queue[i].class, s.queue[i].seq)) {
+            if s.running >= self.stream_limit() {
+                return None;
+            }
+            return Some(s.queue.swap_remove(i));
+        }
+        if s.fill != FillState::Running || s.settling {
+            return None;
+        }
+        if s.fill_next >= whole {
+            s.fill = FillState::Done;
+            self.ended.notify_all();
+            return None;
+        }
+        let alone = s.fill_alone || !self.link.has_rate();
+        if s.running >= self.fill_limit() || (alone && s.running > 0) {
+            return None;
+        }
+        s.fill_alone = false;
+        s.fill_pieces += 1;
+        if s.fill_pieces.is_multiple_of(FILL_ALONE_EVERY) {
+            s.fill_alone = true;
+        }
+        let start = s.fill_next;
+        s.fill_next = (start + self.piece).min(whole);
+        s.seq += 1;
+        Some(Job {
+            start,
+            end: s.fill_next,
+            class: Class::Fill,
+            seq: s.seq,
+            registered: false,
+            hand_over: false,
+        })
+    }
+}
+
+/// Readahead into the store: its settings, the streams seen, the background fetchers.
 pub(super) struct Readahead {
     min: u64,
     max: u64,
     streams: Mutex<Vec<Stream>>,
-    /// The fetchers' queue, with the process that started them: a forked child (a mount daemon)
-    /// has none of its parent's threads, so it starts its own on first use.
-    queue: Mutex<(u32, mpsc::Sender<Job>)>,
+    shared: Arc<Shared>,
     /// The verifying source, for fetchers started later.
     me: Weak<VerifiedBlocks>,
-    threads: usize,
-    /// Ranges the background fetchers are fetching: a read that needs one waits for it rather
-    /// than fetching the same blocks again.
+    /// Ranges being fetched (by the fetchers, or by reads), and stream pieces queued: a read that
+    /// needs one waits for it rather than fetching the same blocks again.
     inflight: Mutex<Vec<(u64, u64)>>,
     landed: Condvar,
     /// Blocks queued for or being fetched by this process's fetchers, a bit each (given back when
     /// the job ends; what landed is then in the store): streams that overlap (a FUSE mount's reads
     /// of one file on several threads) and prefetch lists never fetch a block twice.
     claimed: Mutex<Vec<u64>>,
-    /// Jobs queued or running, and whether new ones are refused ([`VerifiedBlocks::settle_readahead`]).
-    outstanding: Mutex<(u64, bool)>,
-    idle: Condvar,
+    /// Pieces of streams' windows that landed, kept for their reader.
+    handoff: Mutex<Handoff>,
+    /// Scattered reads, for [`FillMode::Auto`].
+    scatter: Mutex<Scatter>,
 }
 
-/// Blocks `.0..1` to fetch ahead; `.2`: registered as in flight when queued (a stream's window,
-/// which the stream's next reads wait for) rather than when started (a long prefetch list, which
-/// reads must not queue behind).
-pub(super) type Job = (u64, u64, bool);
+impl Drop for Readahead {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.work.notify_all();
+    }
+}
+
+/// Pieces of streams' windows that landed, verified, kept in memory until the stream's reader
+/// takes them (they are in the store too): the reader neither reads them back from the store nor
+/// hashes them a second time, which was a third of a cold sequential read's CPU (`perf`, `cat`
+/// of a 1.36 GB file through a mount). At most the largest window is kept; the oldest piece goes
+/// first, and a reader that finds nothing here reads the store as before.
+#[derive(Default)]
+struct Handoff {
+    /// (first block, the blocks' bytes), oldest first.
+    pieces: VecDeque<(u64, Vec<u8>)>,
+    bytes: usize,
+}
 
 thread_local! {
     /// Reads on this thread start no readahead (the threads that fetch metadata ahead: their
     /// reads are not a reader's stream, and what follows the metadata is not theirs to fetch).
-    pub(super) static NO_READAHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static NO_READAHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Reads on the calling thread start no readahead from now on ([`NO_READAHEAD`]).
@@ -73,65 +286,57 @@ impl Drop for MetadataReads {
     }
 }
 
-/// Streams tracked at once (a FUSE mount reads several files in parallel).
-pub(super) const STREAMS: usize = 16;
-
-/// Blocks of one background fetch of a prefetch list (8 MiB of 4 KiB blocks): large enough that
-/// its requests fill a link with a long round trip, small enough that a read waiting for it does
-/// not wait long.
-pub(super) const PREFETCH_PIECE: u64 = 2048;
-
-/// Starts `threads` background fetchers for `me`; returns their queue. They end when the queue's
-/// sender is dropped or `me` is gone.
-pub(super) fn spawn_fetchers(me: &Weak<VerifiedBlocks>, threads: usize) -> mpsc::Sender<Job> {
-    let (tx, rx) = mpsc::channel::<Job>();
-    let rx = Arc::new(Mutex::new(rx));
-    for _ in 0..threads {
-        let me = me.clone();
-        let rx = rx.clone();
+/// Starts the fetchers of `shared` for `me`. They end when the verifying source is gone.
+fn spawn_fetchers(shared: &Arc<Shared>, me: &Weak<VerifiedBlocks>, whole: u64) {
+    for _ in 0..READAHEAD_FETCHERS {
+        let (shared, me) = (shared.clone(), me.clone());
         std::thread::spawn(move || loop {
-            let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-            let Ok((start, end, registered)) = job else {
-                return;
-            };
-            let Some(vb) = me.upgrade() else { return };
-            let Some(ra) = vb.readahead.get() else { return };
-            let settling = lock_any(&ra.outstanding).1;
-            if !settling {
-                if !registered {
-                    lock_any(&ra.inflight).push((start, end));
+            let job = {
+                let mut s = shared.lock();
+                loop {
+                    if s.closed {
+                        return;
+                    }
+                    if let Some(job) = shared.pick(&mut s, whole) {
+                        s.running += 1;
+                        break job;
+                    }
+                    // Woken by new work; the timeout only bounds how long an ended source's
+                    // fetchers linger.
+                    s = shared
+                        .work
+                        .wait_timeout(s, std::time::Duration::from_secs(5))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
-                vb.fetch_ahead(start, end);
+            };
+            if let Some(vb) = me.upgrade() {
+                vb.run(job);
             }
-            // Landed (or failed: the reads fetch it themselves).
-            ra.unclaim(start, end);
-            let mut inflight = lock_any(&ra.inflight);
-            if let Some(i) = inflight.iter().position(|&r| r == (start, end)) {
-                inflight.swap_remove(i);
-            }
-            ra.landed.notify_all();
-            let mut outstanding = lock_any(&ra.outstanding);
-            outstanding.0 = outstanding.0.saturating_sub(1);
-            if outstanding.0 == 0 {
-                ra.idle.notify_all();
-            }
+            let mut s = shared.lock();
+            s.running -= 1;
+            drop(s);
+            shared.work.notify_all();
+            shared.ended.notify_all();
         });
     }
-    tx
 }
 
 impl Readahead {
     /// Queues a job for the fetchers, starting them first in a process that has none of its own
-    /// (a forked child: what its parent had queued or had in flight is forgotten).
-    fn send(&self, job: Job) -> bool {
-        self.ensure_fetchers();
-        // Locks in this order only: the queue, then the count.
-        let queue = lock_any(&self.queue);
-        let mut outstanding = lock_any(&self.outstanding);
-        if outstanding.1 || queue.1.send(job).is_err() {
+    /// (a forked child: what its parent had queued or had in flight is forgotten). False when
+    /// readahead is settled.
+    fn send(&self, vb: &VerifiedBlocks, mut job: Job) -> bool {
+        self.ensure_fetchers(vb);
+        let mut s = self.shared.lock();
+        if s.settling {
             return false;
         }
-        outstanding.0 += 1;
+        s.seq += 1;
+        job.seq = s.seq;
+        s.queue.push(job);
+        drop(s);
+        self.shared.work.notify_one();
         true
     }
 
@@ -167,27 +372,46 @@ impl Readahead {
         }
     }
 
-    /// Whether the fetchers were started by this process (a forked child's are its parent's).
-    fn queue_is_this_process(&self) -> bool {
-        lock_any(&self.queue).0 == std::process::id()
+    fn unregister(&self, range: (u64, u64)) {
+        let mut inflight = lock_any(&self.inflight);
+        if let Some(i) = inflight.iter().position(|&r| r == range) {
+            inflight.swap_remove(i);
+        }
+        drop(inflight);
+        self.landed.notify_all();
     }
 
     /// Starts this process's fetchers if it has none (it is a forked child).
-    fn ensure_fetchers(&self) {
-        let mut q = lock_any(&self.queue);
+    fn ensure_fetchers(&self, vb: &VerifiedBlocks) {
+        let mut s = self.shared.lock();
         let pid = std::process::id();
-        if q.0 != pid {
+        if s.pid != pid {
             lock_any(&self.inflight).clear();
             lock_any(&self.claimed).clear();
-            lock_any(&self.outstanding).0 = 0;
-            *q = (pid, spawn_fetchers(&self.me, self.threads));
+            s.pid = pid;
+            s.queue.clear();
+            s.running = 0;
+            drop(s);
+            spawn_fetchers(&self.shared, &self.me, vb.whole_blocks());
+        }
+    }
+
+    /// Queued jobs overlapping `first..end` go first: a read waits for them.
+    fn hurry(&self, first: u64, end: u64) {
+        let mut s = self.shared.lock();
+        let mut any = false;
+        for j in s.queue.iter_mut() {
+            if j.start < end && first < j.end && j.class != Class::Waited {
+                j.class = Class::Waited;
+                any = true;
+            }
+        }
+        drop(s);
+        if any {
+            self.shared.work.notify_one();
         }
     }
 }
-
-/// Background fetchers a remote image's readahead uses: with jobs of a quarter window each, up to
-/// four are in flight, so the link stays busy while a reader waits for the nearest.
-pub const READAHEAD_FETCHERS: usize = 4;
 
 /// A read's blocks, registered as being fetched while it runs ([`VerifiedBlocks::read_blocks`]).
 pub(super) struct Fetching<'a> {
@@ -197,11 +421,7 @@ pub(super) struct Fetching<'a> {
 
 impl Drop for Fetching<'_> {
     fn drop(&mut self) {
-        let mut inflight = lock_any(&self.ra.inflight);
-        if let Some(i) = inflight.iter().position(|&r| r == self.range) {
-            inflight.swap_remove(i);
-        }
-        self.ra.landed.notify_all();
+        self.ra.unregister(self.range);
     }
 }
 
@@ -209,88 +429,202 @@ impl VerifiedBlocks {
     /// With a store: a read that misses fetches at least `min_blocks` blocks, the following ones
     /// the store lacks coming along in the same request (so neighbouring metadata arrives
     /// together: a cold `ls -lR` costs a request per `min_blocks` blocks of inodes, not one per
-    /// inode); and a sequential stream of reads has up to `max_blocks` fetched ahead of it into the
-    /// store by `threads` background fetchers, its window doubling while it stays sequential.
-    /// Blocks fetched ahead are verified and stored like any others, never returned unverified.
-    pub fn start_readahead(self: &Arc<Self>, min_blocks: u64, max_blocks: u64, threads: usize) {
+    /// inode); a sequential stream of reads has up to `max_blocks` fetched ahead of it into the
+    /// store by the background fetchers, its window doubling while it stays sequential; and the
+    /// rest of the image is fetched as [`VerifiedBlocks::set_fill`] says. Blocks fetched ahead are
+    /// verified and stored like any others, never returned unverified.
+    pub fn start_readahead(self: &Arc<Self>, min_blocks: u64, max_blocks: u64) {
         if self.store.is_none() {
             return;
         }
         let me = Arc::downgrade(self);
+        let shared = Arc::new(Shared {
+            sched: Mutex::new(Sched {
+                pid: std::process::id(),
+                queue: Vec::new(),
+                running: 0,
+                seq: 0,
+                settling: false,
+                closed: false,
+                fill: FillState::Off,
+                fill_next: 0,
+                fill_pieces: 0,
+                fill_alone: false,
+            }),
+            work: Condvar::new(),
+            ended: Condvar::new(),
+            link: self.link.clone(),
+            piece: (PIECE_BYTES / self.bs() as u64).max(1),
+        });
+        spawn_fetchers(&shared, &me, self.whole_blocks());
         let ra = Readahead {
             min: min_blocks.max(1),
             max: max_blocks.max(min_blocks.max(1)),
             streams: Mutex::new(Vec::new()),
-            queue: Mutex::new((std::process::id(), spawn_fetchers(&me, threads.max(1)))),
+            shared,
             me,
-            threads: threads.max(1),
             inflight: Mutex::new(Vec::new()),
             landed: Condvar::new(),
             claimed: Mutex::new(Vec::new()),
-            outstanding: Mutex::new((0, false)),
-            idle: Condvar::new(),
+            handoff: Mutex::new(Handoff::default()),
+            scatter: Mutex::new(Scatter::default()),
         };
-        let _ = self.readahead.set(ra);
+        if self.readahead.set(ra).is_ok() {
+            self.set_fill(self.fill_mode());
+        }
     }
 
-    /// Stops readahead: queued jobs are dropped, the ones running end, and this returns when none
-    /// is left, so that no request is cut off at exit and the counters describe settled work.
-    /// Reads go on without readahead afterwards.
-    pub fn settle_readahead(&self) {
+    /// How the rest of the image is fetched: [`FillMode::Auto`] unless set otherwise (the
+    /// setting is kept until readahead starts). With readahead running, `On` starts the fill now
+    /// and `Off` stops it; `Auto` arms it.
+    pub fn set_fill(&self, mode: FillMode) {
+        *lock_any(&self.fill_mode) = mode;
         let Some(ra) = self.readahead.get() else {
             return;
         };
-        let ours = ra.queue_is_this_process();
-        let mut outstanding = lock_any(&ra.outstanding);
-        outstanding.1 = true;
-        if ours {
-            while outstanding.0 > 0 {
-                outstanding = ra.idle.wait(outstanding).unwrap_or_else(|e| e.into_inner());
+        let mut s = ra.shared.lock();
+        s.fill = match (mode, s.fill) {
+            (_, FillState::Done) => FillState::Done,
+            (FillMode::Off, _) => FillState::Off,
+            (FillMode::On, _) => FillState::Running,
+            (FillMode::Auto, FillState::Running) => FillState::Running,
+            (FillMode::Auto, _) if !fits(self.image_bytes(), self.store_capacity()) => {
+                FillState::TooLarge
+            }
+            (FillMode::Auto, _) => FillState::Armed,
+        };
+        let running = s.fill == FillState::Running;
+        drop(s);
+        if running {
+            ra.ensure_fetchers(self);
+        }
+        ra.shared.work.notify_all();
+    }
+
+    /// The fill mode set ([`VerifiedBlocks::set_fill`]).
+    pub fn fill_mode(&self) -> FillMode {
+        *lock_any(&self.fill_mode)
+    }
+
+    /// Where the fill is.
+    pub fn fill_state(&self) -> FillState {
+        self.readahead
+            .get()
+            .map_or(FillState::Off, |ra| ra.shared.lock().fill)
+    }
+
+    /// Bytes the store keeps of this image at most: its EROFS bytes and its Merkle tree.
+    fn image_bytes(&self) -> u64 {
+        self.seal.data_length + self.geometry.tree_size()
+    }
+
+    fn store_capacity(&self) -> Option<u64> {
+        self.store.as_ref().and_then(|s| s.capacity())
+    }
+
+    /// A read fetched data and continued no stream: with [`FillMode::Auto`], enough of them start
+    /// the fill ([`super::autofill`]).
+    pub(super) fn note_scattered(&self) {
+        let Some(ra) = self.readahead.get() else {
+            return;
+        };
+        if ra.shared.lock().fill != FillState::Armed {
+            return;
+        }
+        if lock_any(&ra.scatter).note(Instant::now()) {
+            let mut s = ra.shared.lock();
+            if s.fill == FillState::Armed && !s.settling {
+                s.fill = FillState::Running;
+                drop(s);
+                ra.ensure_fetchers(self);
+                ra.shared.work.notify_all();
             }
         }
     }
 
-    /// Fetches every data block the store lacks into it, in order, a piece at a time on each of
-    /// `threads` threads (reads and their readahead go on with requests of their own), leaving
-    /// out what readahead or reads are fetching; stops when readahead is settled. Returns the
-    /// blocks fetched. Nothing without a store and readahead.
-    pub fn fill_all(&self, threads: usize) -> u64 {
+    /// Stops readahead: queued jobs are dropped, the fill stops, the jobs running end, and this
+    /// returns when none is left, so that no request is cut off at exit and the counters describe
+    /// settled work. Reads go on without readahead afterwards.
+    pub fn settle_readahead(&self) {
+        let Some(ra) = self.readahead.get() else {
+            return;
+        };
+        let mut s = ra.shared.lock();
+        s.settling = true;
+        if s.fill == FillState::Running {
+            s.fill = FillState::Done;
+        }
+        let dropped = std::mem::take(&mut s.queue);
+        let ours = s.pid == std::process::id();
+        drop(s);
+        for j in dropped {
+            ra.unclaim(j.start, j.end);
+            if j.registered {
+                ra.unregister((j.start, j.end));
+            }
+        }
+        ra.shared.ended.notify_all();
+        let mut s = ra.shared.lock();
+        while ours && s.running > 0 {
+            s = ra.shared.ended.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Fetches every data block the store lacks into it, in order, in pieces that wait behind
+    /// every other fetch (reads and their readahead go first); returns when the whole image has
+    /// been seen, or readahead is settled, with the blocks fetched meanwhile. Nothing without a
+    /// store and readahead.
+    pub fn fill_all(&self) -> u64 {
         let Some(ra) = self.readahead.get() else {
             return 0;
         };
         let before = self.stats.readahead_blocks.load(Relaxed);
-        let whole = self.whole_blocks();
-        let next = AtomicU64::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..threads.max(1) {
-                scope.spawn(|| loop {
-                    let s = next.fetch_add(PREFETCH_PIECE, Relaxed);
-                    if s >= whole || lock_any(&ra.outstanding).1 {
-                        return;
-                    }
-                    let e = (s + PREFETCH_PIECE).min(whole);
-                    for (a, b) in ra.claim(s, e) {
-                        let _fetching = {
-                            lock_any(&ra.inflight).push((a, b));
-                            Fetching { ra, range: (a, b) }
-                        };
-                        self.fetch_ahead(a, b);
-                        ra.unclaim(a, b);
-                    }
-                });
-            }
-        });
+        self.set_fill(FillMode::On);
+        let mut s = ra.shared.lock();
+        while s.fill == FillState::Running {
+            s = ra.shared.ended.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        while s.running > 0 && s.pid == std::process::id() {
+            s = ra.shared.ended.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(s);
         self.stats.readahead_blocks.load(Relaxed) - before
     }
 
+    /// Runs one job of the fetchers.
+    fn run(&self, job: Job) {
+        let Some(ra) = self.readahead.get() else {
+            return;
+        };
+        if job.class == Class::Fill {
+            // Its blocks, but not those a read or another job is bringing.
+            for (a, b) in ra.claim(job.start, job.end) {
+                lock_any(&ra.inflight).push((a, b));
+                self.fetch_ahead(a, b, false);
+                ra.unclaim(a, b);
+                ra.unregister((a, b));
+            }
+            return;
+        }
+        if !job.registered {
+            lock_any(&ra.inflight).push((job.start, job.end));
+        }
+        self.fetch_ahead(job.start, job.end, job.hand_over);
+        // Landed (or failed: the reads fetch it themselves).
+        ra.unclaim(job.start, job.end);
+        ra.unregister((job.start, job.end));
+    }
+
     /// Fetches the blocks of `start..end` the store lacks, verified, into the store: each run of
-    /// missing blocks as one read (one batch of concurrent requests).
-    fn fetch_ahead(&self, start: u64, end: u64) {
+    /// missing blocks as one read (one batch of concurrent requests); with `hand_over`, also into
+    /// the [`Handoff`] for a stream's reader.
+    fn fetch_ahead(&self, start: u64, end: u64, hand_over: bool) {
         let Some(store) = self.store.as_deref() else {
             return;
         };
         let bs = self.bs() as u64;
-        let mut has = store.has(Region::Data, start, end - start);
+        let stored = store.has(Region::Data, start, end - start);
+        let mut has = stored.clone();
         // Blocks a read is fetching itself are left to it.
         if let Some(ra) = self.readahead.get() {
             for &(a, b) in lock_any(&ra.inflight).iter() {
@@ -301,16 +635,90 @@ impl VerifiedBlocks {
                 }
             }
         }
+        // Runs of missing blocks, joined across blocks the store holds (read back from it, and
+        // checked again, in the same read): one batch for a piece that reads have dotted.
+        let mut spans: Vec<(usize, usize)> = Vec::new();
         for (a, b) in runs(&has, false) {
-            let (from, lead) = (start + a as u64, (b - a) as u64);
-            let mut scratch = vec![0u8; (lead * bs) as usize];
-            if self
-                .read_checked(from, &mut scratch, Some(store), &mut StoreUse::default())
-                .is_ok()
-            {
-                self.stats.readahead_blocks.fetch_add(lead, Relaxed);
+            match spans.last_mut() {
+                Some((_, e)) if stored[*e..a].iter().all(|&h| h) => *e = b,
+                _ => spans.push((a, b)),
             }
         }
+        for (a, b) in spans {
+            let (from, lead) = (start + a as u64, (b - a) as u64);
+            let mut scratch = vec![0u8; (lead * bs) as usize];
+            let mut used = StoreUse::default();
+            if self
+                .read_checked(from, &mut scratch, Some(store), &mut used)
+                .is_ok()
+            {
+                self.stats
+                    .readahead_blocks
+                    .fetch_add(used.fetched / bs, Relaxed);
+                if let (true, Some(ra)) = (hand_over, self.readahead.get()) {
+                    let mut h = lock_any(&ra.handoff);
+                    h.bytes += scratch.len();
+                    h.pieces.push_back((from, scratch));
+                    while h.bytes > (ra.max * bs) as usize {
+                        let Some((_, old)) = h.pieces.pop_front() else {
+                            break;
+                        };
+                        h.bytes -= old.len();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies blocks `first..` (as many as `buf` holds) from the pieces handed over, if they hold
+    /// them all; a piece whose last block this read takes is dropped (its stream has passed it).
+    /// Their bytes were verified when they landed.
+    pub(super) fn take_handed_over(&self, first: u64, buf: &mut [u8]) -> bool {
+        let Some(ra) = self.readahead.get() else {
+            return false;
+        };
+        let bs = self.bs();
+        let n = (buf.len() / bs) as u64;
+        if n == 0 || !buf.len().is_multiple_of(bs) {
+            return false;
+        }
+        let mut h = lock_any(&ra.handoff);
+        // Each block's piece, found before anything is copied: (piece, first block, count).
+        let mut found: Vec<(usize, u64, u64)> = Vec::new();
+        let mut b = first;
+        while b < first + n {
+            let Some(i) = h
+                .pieces
+                .iter()
+                .position(|(p, v)| *p <= b && b < *p + (v.len() / bs) as u64)
+            else {
+                return false;
+            };
+            let (p, v) = &h.pieces[i];
+            let count = (*p + (v.len() / bs) as u64).min(first + n) - b;
+            found.push((i, b, count));
+            b += count;
+        }
+        let mut done: Vec<usize> = Vec::new();
+        for &(i, b, count) in &found {
+            let (p, v) = &h.pieces[i];
+            let from = ((b - p) as usize) * bs;
+            let to = ((b - first) as usize) * bs;
+            let len = count as usize * bs;
+            buf[to..to + len].copy_from_slice(&v[from..from + len]);
+            if b + count == *p + (v.len() / bs) as u64 {
+                done.push(i);
+            }
+        }
+        done.sort_unstable();
+        for i in done.into_iter().rev() {
+            if let Some((_, v)) = h.pieces.remove(i) {
+                h.bytes -= v.len();
+            }
+        }
+        drop(h);
+        self.stats.handed_over_blocks.fetch_add(n, Relaxed);
+        true
     }
 
     /// Byte ranges as runs of whole blocks (the partial last one left out), adjacent ones merged.
@@ -377,21 +785,25 @@ impl VerifiedBlocks {
     }
 
     /// After a read of `first..first + n`: follow sequential streams, and queue what their windows
-    /// need fetched ahead.
-    pub(super) fn follow_stream(&self, first: u64, n: u64) {
+    /// need fetched ahead. Whether the read started a new stream (it continued none).
+    pub(super) fn follow_stream(&self, first: u64, n: u64) -> bool {
         let Some(ra) = self.readahead.get() else {
-            return;
+            return false;
         };
         if NO_READAHEAD.with(|q| q.get()) {
-            return;
+            return false;
         }
         let whole = self.whole_blocks();
         let mut streams = ra.streams.lock().unwrap_or_else(|e| e.into_inner());
         // A read within a window of the stream's end continues it: a FUSE mount's readahead
-        // arrives on several threads, not always in order.
+        // arrives on several threads, not always in order. Of several such streams, the one whose
+        // end is nearest: a stream's window reaches far back once it has grown (64 MiB), and a
+        // second stream (a compressed file's index, read as its data is) would otherwise take
+        // the reads of the first as its own, behind it, and the first would stop fetching ahead.
         let Some(s) = streams
             .iter_mut()
-            .find(|s| first + n > s.next.saturating_sub(s.window) && first <= s.next + s.window)
+            .filter(|s| first + n > s.next.saturating_sub(s.window) && first <= s.next + s.window)
+            .min_by_key(|s| s.next.abs_diff(first))
         else {
             if streams.len() == STREAMS {
                 streams.remove(0);
@@ -401,37 +813,50 @@ impl VerifiedBlocks {
                 window: ra.min,
                 ahead_end: first + n,
             });
-            return;
+            return true;
         };
         if first + n <= s.next {
-            return; // a read behind the stream's end, within what was fetched for it
+            return false; // a read behind the stream's end, within what was fetched for it
         }
         // The window grows only while reads follow on exactly; one that skips ahead moves the
         // stream on (the read it skipped arrives later, behind).
         if first == s.next {
-            s.window = (s.window * 2).min(ra.max);
+            s.window = (s.window * WINDOW_GROWTH).min(ra.max);
         }
         s.next = first + n;
-        // Keep the window fetched ahead, in jobs of at least a quarter window: several are in
-        // flight at once, so the link stays busy while the reader waits for the nearest.
+        // Keep the window fetched ahead, queued a quarter window at a time.
         if s.ahead_end.max(s.next) + s.window / 4 > s.next + s.window {
-            return;
+            return false;
         }
         let start = s.ahead_end.max(s.next);
         let end = (s.next + s.window).min(whole);
         if end <= start {
-            return;
+            return false;
         }
         s.ahead_end = end;
         drop(streams);
-        ra.ensure_fetchers();
         for (a, b) in ra.claim(start, end) {
-            lock_any(&ra.inflight).push((a, b));
-            if !ra.send((a, b, true)) {
-                lock_any(&ra.inflight).retain(|&r| r != (a, b));
-                ra.unclaim(a, b);
+            // In pieces, each its own job: a read waits for the piece it needs only.
+            let mut x = a;
+            while x < b {
+                let y = (x + ra.shared.piece).min(b);
+                lock_any(&ra.inflight).push((x, y));
+                let job = Job {
+                    start: x,
+                    end: y,
+                    class: Class::Stream,
+                    seq: 0,
+                    registered: true,
+                    hand_over: true,
+                };
+                if !ra.send(self, job) {
+                    ra.unregister((x, y));
+                    ra.unclaim(x, y);
+                }
+                x = y;
             }
         }
+        false
     }
 
     /// Queues the ranges (as whole blocks, in order, adjacent ones merged) for the background
@@ -444,9 +869,17 @@ impl VerifiedBlocks {
             // In pieces, so that reads never wait long behind one.
             let mut s = a;
             while s < b {
-                let e = (s + PREFETCH_PIECE).min(b);
+                let e = (s + ra.shared.piece).min(b);
                 for (x, y) in ra.claim(s, e) {
-                    if !ra.send((x, y, false)) {
+                    let job = Job {
+                        start: x,
+                        end: y,
+                        class: Class::Prefetch,
+                        seq: 0,
+                        registered: false,
+                        hand_over: false,
+                    };
+                    if !ra.send(self, job) {
                         ra.unclaim(x, y);
                     }
                 }
@@ -455,25 +888,31 @@ impl VerifiedBlocks {
         }
     }
 
-    /// Fetches the ranges into the store now: in pieces on the background fetchers (concurrently,
-    /// each piece's requests in parallel), registered so that reads of them wait rather than
-    /// fetch them again; returns when every piece has ended.
+    /// Fetches the ranges into the store now, in pieces on the background fetchers, registered so
+    /// that reads of them wait rather than fetch them again; returns when every piece has ended.
     pub(super) fn fill_ranges(&self, ranges: &[std::ops::Range<u64>]) {
         let Some(ra) = self.readahead.get() else {
             return;
         };
-        ra.ensure_fetchers();
         let mut mine: Vec<(u64, u64)> = Vec::new();
         for (a, b) in self.block_runs(ranges) {
             let mut s = a;
             while s < b {
-                let e = (s + PREFETCH_PIECE).min(b);
+                let e = (s + ra.shared.piece).min(b);
                 for (x, y) in ra.claim(s, e) {
                     lock_any(&ra.inflight).push((x, y));
-                    if ra.send((x, y, true)) {
+                    let job = Job {
+                        start: x,
+                        end: y,
+                        class: Class::Stream,
+                        seq: 0,
+                        registered: true,
+                        hand_over: false,
+                    };
+                    if ra.send(self, job) {
                         mine.push((x, y));
                     } else {
-                        lock_any(&ra.inflight).retain(|&r| r != (x, y));
+                        ra.unregister((x, y));
                         ra.unclaim(x, y);
                     }
                 }
@@ -487,12 +926,21 @@ impl VerifiedBlocks {
     }
 
     /// Waits for the blocks of a read that fetchers (or other reads) are fetching, instead of
-    /// fetching them twice; then registers this read's blocks (and its miss window) until the
-    /// returned guard is dropped, so that readahead jobs and other reads leave them to it.
+    /// fetching them twice (queued ones are started first); then registers this read's blocks
+    /// (and its miss window) until the returned guard is dropped, so that readahead jobs and
+    /// other reads leave them to it.
     pub(super) fn register_read(&self, first: u64, n: u64) -> Option<Fetching<'_>> {
         let ra = self.readahead.get()?;
         let mut inflight = lock_any(&ra.inflight);
+        let mut hurried = false;
         while inflight.iter().any(|&(a, b)| a < first + n && first < b) {
+            if !hurried {
+                drop(inflight);
+                ra.hurry(first, first + n);
+                hurried = true;
+                inflight = lock_any(&ra.inflight);
+                continue;
+            }
             inflight = ra.landed.wait(inflight).unwrap_or_else(|e| e.into_inner());
         }
         let range = (first, first + n.max(ra.min));
