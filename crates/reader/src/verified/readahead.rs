@@ -33,6 +33,21 @@ pub(super) struct Stream {
 /// Streams tracked at once (a FUSE mount reads several files in parallel).
 pub(super) const STREAMS: usize = 16;
 
+/// The stream a read of blocks `first..first + n` continues, if any: one whose end it is within a
+/// window of (a FUSE mount's readahead arrives on several threads, not always in order), the
+/// nearest of them. A stream's window reaches far once it has grown (64 MiB), and a read of a
+/// second stream nearby (a compressed file's index, read at the end of the image as the file's
+/// data is) taken as the first's moved the first's end past its next reads, which were then
+/// behind it: it stopped fetching ahead.
+fn nearest_stream(streams: &[Stream], first: u64, n: u64) -> Option<usize> {
+    (0..streams.len())
+        .filter(|&i| {
+            let s = &streams[i];
+            first + n > s.next.saturating_sub(s.window) && first <= s.next + s.window
+        })
+        .min_by_key(|&i| streams[i].next.abs_diff(first))
+}
+
 /// What a stream's window is multiplied by at each read that follows on exactly: from 16 blocks
 /// to 64 MiB in five reads, each of which may wait a round trip for its blocks (doubling took
 /// ten; in three interleaved runs of `bench/remote.py seq`, 2.79, 2.46 and 3.02 s against 2.54,
@@ -795,16 +810,7 @@ impl VerifiedBlocks {
         }
         let whole = self.whole_blocks();
         let mut streams = ra.streams.lock().unwrap_or_else(|e| e.into_inner());
-        // A read within a window of the stream's end continues it: a FUSE mount's readahead
-        // arrives on several threads, not always in order. Of several such streams, the one whose
-        // end is nearest: a stream's window reaches far back once it has grown (64 MiB), and a
-        // second stream (a compressed file's index, read as its data is) would otherwise take
-        // the reads of the first as its own, behind it, and the first would stop fetching ahead.
-        let Some(s) = streams
-            .iter_mut()
-            .filter(|s| first + n > s.next.saturating_sub(s.window) && first <= s.next + s.window)
-            .min_by_key(|s| s.next.abs_diff(first))
-        else {
+        let Some(s) = nearest_stream(&streams, first, n).map(|i| &mut streams[i]) else {
             if streams.len() == STREAMS {
                 streams.remove(0);
             }
@@ -946,5 +952,33 @@ impl VerifiedBlocks {
         let range = (first, first + n.max(ra.min));
         inflight.push(range);
         Some(Fetching { ra, range })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The regression seen on `cat` of a compressed file over the network: the file's data at
+    /// block 50,436 with a 64 MiB window, its index read at 66,264: each read continues its own
+    /// stream (the first in the list was taken before, and the data stream stopped there).
+    #[test]
+    fn a_read_continues_the_nearest_stream() {
+        let data = Stream {
+            next: 50_436,
+            window: 16_384,
+            ahead_end: 66_820,
+        };
+        let index = Stream {
+            next: 66_265,
+            window: 64,
+            ahead_end: 66_329,
+        };
+        let streams = [data, index];
+        assert_eq!(nearest_stream(&streams, 66_265, 1), Some(1));
+        assert_eq!(nearest_stream(&streams, 50_436, 16), Some(0));
+        // Behind the data stream, within its window: still it.
+        assert_eq!(nearest_stream(&streams, 40_000, 16), Some(0));
+        assert_eq!(nearest_stream(&streams, 10, 16), None);
     }
 }
