@@ -1,10 +1,11 @@
 //! The persistent cache against its promises, through the reader's public open: what is cached
 //! reads back with the network gone; a damaged or torn cached block is caught, forgotten and fetched
 //! again, never returned; a damaged response never enters the cache; the size bound holds under a
-//! workload larger than it. The expected bytes are the source files and the image file as written.
+//! workload larger than it; the rest of the image is fetched on its own once reads scatter over it,
+//! and only then. The expected bytes are the source files and the image file as written.
 
 use sealfs_cache::DiskCache;
-use sealfs_reader::{open, Follow, OpenOptions, ReadAt, Source};
+use sealfs_reader::{open, FillMode, FillState, Follow, OpenOptions, ReadAt, Source};
 use sealfs_testsupport::rng::Rng;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -19,6 +20,8 @@ struct Remote {
     damage_at: AtomicU64,
     /// Ranges read.
     requests: AtomicU64,
+    /// Bytes read.
+    bytes_read: AtomicU64,
     /// Batches (one round trip each, for a remote source that sends a batch's ranges at once).
     batches: AtomicU64,
 }
@@ -30,6 +33,7 @@ impl Remote {
             offline: AtomicBool::new(false),
             damage_at: AtomicU64::new(u64::MAX),
             requests: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
             batches: AtomicU64::new(0),
         })
     }
@@ -43,6 +47,7 @@ impl ReadAt for Remote {
         }
         self.requests.fetch_add(1, Relaxed);
         let n = self.bytes.as_slice().read_at(buf, offset)?;
+        self.bytes_read.fetch_add(n as u64, Relaxed);
         let d = self.damage_at.load(Relaxed);
         if (offset..offset + n as u64).contains(&d) {
             buf[(d - offset) as usize] ^= 0x20;
@@ -422,4 +427,121 @@ fn prefetched_files_and_a_replayed_profile_read_offline() {
         );
     }
     assert!(bad.iter().any(|b| b.starts_with("big:")), "{bad:?}");
+}
+
+/// Waits (up to a minute) until the fill of `opened` is no longer running; returns its state.
+fn fill_settled(opened: &sealfs_reader::OpenedImage) -> FillState {
+    let vb = opened.verified.as_ref().unwrap();
+    for _ in 0..600 {
+        if vb.fill_state() != FillState::Running {
+            quiesce(opened);
+            return vb.fill_state();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("the fill still runs after a minute");
+}
+
+/// Reads the files at `order` (indexes into `files`) whole through `opened`, checking their bytes.
+fn read_files(opened: &sealfs_reader::OpenedImage, files: &Files, order: &[usize]) {
+    for &i in order {
+        let (name, want) = &files[i];
+        let ino = opened
+            .image
+            .resolve(format!("/{name}"), Follow::All)
+            .unwrap();
+        assert!(
+            &opened.image.read_vec(&ino, 0, want.len() + 1).unwrap() == want,
+            "{name}"
+        );
+    }
+}
+
+/// [`FillMode::Auto`] (the default): reads that scatter (each fetching data and continuing no
+/// stream: every third small file, from the last) start the fill after 16 of them, and it brings
+/// the whole image, which then reads with the network gone; one sequential stream over the
+/// largest file never starts it, nor do the scattered reads when the image takes more than three
+/// quarters of the cache's bound, nor with [`FillMode::Off`]. Bytes fetched are counted at the
+/// source.
+#[test]
+fn the_image_is_filled_once_reads_scatter_over_it_and_only_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, image, digest) = build(dir.path());
+    let remote = Remote::new(image.clone());
+    let scattered: Vec<usize> = (0..48).rev().step_by(3).collect();
+    assert_eq!(scattered.len(), 16);
+    let open_with = |name: &str, bound: u64, fill: FillMode| {
+        let cache = DiskCache::open(dir.path().join(name), bound).unwrap();
+        let mut opts = options(&cache, digest);
+        opts.fill = fill;
+        // Streams fetch at most 1 MiB ahead (not 64 MiB: past this small image's end).
+        opts.readahead_blocks = (16, 256);
+        let opened = open(Source::reader(remote.clone(), "remote"), &opts).unwrap();
+        remote.bytes_read.store(0, Relaxed);
+        (opened, opts)
+    };
+    let big = files.len() - 1;
+    assert_eq!(files[big].0, "big");
+
+    // One stream over the 3 MiB file, read 128 KiB at a time: no fill.
+    let (opened, _) = open_with("stream", 1 << 30, FillMode::Auto);
+    let vb = opened.verified.clone().unwrap();
+    assert_eq!(vb.fill_state(), FillState::Armed);
+    let ino = opened.image.resolve("/big", Follow::All).unwrap();
+    let mut buf = vec![0u8; 128 << 10];
+    let mut at = 0;
+    while at < files[big].1.len() {
+        let n = opened.image.read(&ino, at as u64, &mut buf).unwrap();
+        assert!(buf[..n] == files[big].1[at..at + n]);
+        at += n;
+    }
+    quiesce(&opened);
+    let fetched = remote.bytes_read.load(Relaxed);
+    println!(
+        "one stream over 3 MiB: {fetched} bytes fetched of a {}-byte image",
+        image.len()
+    );
+    assert_eq!(vb.fill_state(), FillState::Armed);
+    assert!(fetched < (3 << 20) + (1 << 20), "{fetched}");
+    drop(opened);
+
+    // Scattered reads: 15 leave the fill armed, the 16th starts it; the rest of the image comes.
+    let (opened, opts) = open_with("scattered", 1 << 30, FillMode::Auto);
+    let vb = opened.verified.clone().unwrap();
+    read_files(&opened, &files, &scattered[..15]);
+    assert_eq!(vb.fill_state(), FillState::Armed);
+    read_files(&opened, &files, &scattered[15..]);
+    assert_eq!(fill_settled(&opened), FillState::Done);
+    let fetched = remote.bytes_read.load(Relaxed);
+    println!("16 scattered reads: {fetched} bytes fetched");
+    assert!(fetched >= image.len() as u64 * 9 / 10, "{fetched}");
+    drop(opened);
+    remote.offline.store(true, Relaxed);
+    assert_eq!(read_all(&remote, &opts, &files), Vec::<String>::new());
+    remote.offline.store(false, Relaxed);
+
+    // An image over three quarters of the bound, or the fill off: the same reads fetch only what
+    // they read.
+    for (name, bound, fill, state) in [
+        (
+            "bound",
+            image.len() as u64 * 4 / 3 - 4096,
+            FillMode::Auto,
+            FillState::TooLarge,
+        ),
+        ("off", 1 << 30, FillMode::Off, FillState::Off),
+    ] {
+        let (opened, _) = open_with(name, bound, fill);
+        read_files(&opened, &files, &scattered);
+        quiesce(&opened);
+        let fetched = remote.bytes_read.load(Relaxed);
+        let read: usize = scattered.iter().map(|&i| files[i].1.len()).sum();
+        println!("{name}: {fetched} bytes fetched for {read} read");
+        assert_eq!(
+            opened.verified.as_ref().unwrap().fill_state(),
+            state,
+            "{name}"
+        );
+        assert!(fetched < read as u64 * 3, "{name}: {fetched}");
+    }
 }
