@@ -12,6 +12,8 @@ CONTROL_FILE (JSON, absent or empty = no faults), e.g.
 
 - gen: a number the writer changes with every new setting (see below);
 - latency_ms: delay before answering every request;
+- rate_mb: answers share one link of this many MB/s, first come, first served (a response waits
+  for those before it to cross, then takes its own size over the rate);
 - fail: answer the next N requests with `status` (default 503) and no body;
 - drop: close the connection without an answer for the next N requests;
 - truncate: send the next N bodies cut in half (the headers promise the whole length);
@@ -42,6 +44,8 @@ UPSTREAM = int(sys.argv[1])
 CONTROL = sys.argv[2]
 PORT_FILE = sys.argv[3] if len(sys.argv) > 3 else None
 LOCK = threading.Lock()
+# When the shared link of `rate_mb` is next free (time.monotonic()).
+LINK = {"free": 0.0}
 # The setting in force: its `gen` and the faults left of it.
 CURRENT = {"gen": None, "faults": {}}
 
@@ -131,6 +135,7 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)
             return
+        cross_link(len(data))
         self.wfile.write(data)
 
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PATCH = forward
@@ -139,6 +144,18 @@ class Proxy(http.server.BaseHTTPRequestHandler):
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+
+def cross_link(n):
+    """Waits until `n` bytes have crossed the shared link (`rate_mb`), behind the answers before."""
+    with LOCK:
+        rate = CURRENT["faults"].get("rate_mb", 0)
+        if not rate or not n:
+            return
+        start = max(time.monotonic(), LINK["free"])
+        LINK["free"] = start + n / (rate * 1e6)
+        end = LINK["free"]
+    time.sleep(max(0.0, end - time.monotonic()))
 
 
 def main():
