@@ -1628,3 +1628,203 @@ fn a_forged_kept_tail_is_refused_or_changes_nothing() {
         "a forged size was accepted: {o:?}"
     );
 }
+
+/// The bytes nginx sent (`$body_bytes_sent`, the last field of each line of its access log).
+fn bytes_sent(http: &Server) -> u64 {
+    http.requests()
+        .iter()
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The fill's state a mount reports (`sealfs stats --json`: `verify.fill`).
+fn fill_state(mnt: &Path) -> String {
+    let o = sealfs_run(&["stats", "--json", s(mnt)], &[]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    v["verify"]["fill"].as_str().unwrap_or_default().to_string()
+}
+
+/// Reads each of `files` under `mnt` with `cat` (one process each, with a time limit), in order;
+/// returns how long each took.
+fn cat_each(mnt: &Path, files: &[String]) -> Vec<std::time::Duration> {
+    files
+        .iter()
+        .map(|f| {
+            let t = std::time::Instant::now();
+            let o = run(Command::new("timeout")
+                .args(["60", "cat"])
+                .arg(mnt.join(f))
+                .stdout(Stdio::null()));
+            assert!(o.status.success(), "cat {f}: {o:?}");
+            t.elapsed()
+        })
+        .collect()
+}
+
+/// `--fill=auto` (the default), seen from nginx's access log behind the fault proxy (10 ms before
+/// each answer): one `cat` of a 16 MiB file (one sequential stream) leaves the fill armed and
+/// fetches little more than the file; 16 `cat`s of small files here and there start it (the bytes
+/// sent go past what was read), and it stops when the mount is unmounted (no request after);
+/// over an image larger than three quarters of `--cache-size`, or with `--fill=off`, the same
+/// reads fetch only about what they read. With the fill running (`--fill=on`, answers sharing one
+/// link of 4 MB/s, nginx answering pieces of the fill meanwhile), each foreground read takes at
+/// most one request's time (the largest request nginx answered meanwhile, over the link's rate,
+/// and the latency) more than the median of the same reads without it (`--fill=off`).
+#[test]
+fn the_fill_starts_once_reads_scatter_and_holds_no_read_back() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let (src, www) = (w.join("src"), w.join("www"));
+    fs::create_dir_all(src.join("z")).unwrap();
+    fs::create_dir_all(&www).unwrap();
+    let small: Vec<String> = (0..48).map(|k| format!("f{k:02}")).collect();
+    for (k, f) in small.iter().enumerate() {
+        fs::write(src.join(f), pseudo_random(96 << 10, k as u64 + 100)).unwrap();
+    }
+    fs::write(src.join("z/big"), pseudo_random(16 << 20, 99)).unwrap();
+    // Laid out after the big file: the fill, in order from the image's start, reaches them last.
+    let timed: Vec<String> = (0..6).map(|k| format!("z/g{k}")).collect();
+    for (k, f) in timed.iter().enumerate() {
+        fs::write(src.join(f), pseudo_random(96 << 10, k as u64 + 200)).unwrap();
+    }
+    let image = www.join("img");
+    let digest = String::from_utf8(sealfs_ok(&["build", "-q", s(&src), s(&image)]).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let size = fs::metadata(&image).unwrap().len();
+    let http = match nginx(&www, &w.join("nginx")) {
+        Ok(h) => h,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let proxy = match FaultProxy::start(&http, w) {
+        Ok(p) => p,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    proxy.set(r#"{"latency_ms": 10}"#);
+    let url = proxy.url("img");
+    let mnt = w.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let _unmount = Unmount(&mnt);
+    // A fresh cache each time; the log emptied once the mount's metadata has come.
+    let mut caches = 0;
+    let mut mount = |extra: &[&str]| {
+        caches += 1;
+        let cache = w.join(format!("cache{caches}"));
+        let mut args = vec!["mount", "--digest", &digest, "--cache-dir", s(&cache)];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[&url, s(&mnt)]);
+        let o = sealfs_run(&args, &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        http.clear_requests();
+    };
+    let umount = || assert!(sealfs_run(&["umount", s(&mnt)], &[]).status.success());
+    // Every third small file from the last: no two in one request, no stream.
+    let scattered: Vec<String> = small.iter().rev().step_by(3).cloned().collect();
+    assert_eq!(scattered.len(), 16);
+    let read = 16 * (96 << 10);
+
+    // One sequential stream.
+    mount(&[]);
+    cat_each(&mnt, &["z/big".to_string()]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (state, sent) = (fill_state(&mnt), bytes_sent(&http));
+    umount();
+    println!("one stream over 16 MiB: fill {state}, {sent} bytes sent of a {size}-byte image");
+    assert_eq!(state, "armed");
+    assert!(sent < (16 << 20) + (3 << 20), "{sent}");
+
+    // Scattered reads start the fill; unmounting stops it.
+    proxy.set(r#"{"latency_ms": 10, "rate_mb": 8}"#);
+    mount(&[]);
+    cat_each(&mnt, &scattered);
+    let t = std::time::Instant::now();
+    while bytes_sent(&http) < 3 * read && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (state, sent) = (fill_state(&mnt), bytes_sent(&http));
+    umount();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let after = http.requests().len();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let (later, stopped_at) = (http.requests().len(), bytes_sent(&http));
+    println!(
+        "16 scattered reads: fill {state}, {sent} bytes sent; unmounted at {stopped_at} of \
+         {size}; {after} then {later} requests"
+    );
+    assert_eq!(state, "running");
+    assert!(sent >= 3 * read, "{sent}");
+    assert_eq!(after, later, "requests after the unmount");
+    assert!(stopped_at < size * 3 / 4, "{stopped_at}");
+
+    // Too large for the cache's bound, or off: only what is read.
+    proxy.set(r#"{"latency_ms": 10}"#);
+    let bound = (size * 4 / 3 - 4096).to_string();
+    for (extra, want) in [
+        (&["--cache-size", &bound][..], "too large for the cache"),
+        (&["--fill=off"][..], "off"),
+    ] {
+        mount(extra);
+        cat_each(&mnt, &scattered);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let (state, sent) = (fill_state(&mnt), bytes_sent(&http));
+        umount();
+        println!("{extra:?}: fill {state}, {sent} bytes sent for {read} read");
+        assert_eq!(state, want, "{extra:?}");
+        assert!(sent < 2 * read, "{extra:?}: {sent}");
+    }
+
+    // Foreground reads with the fill running and without it, over a link of 4 MB/s (the fill
+    // takes 5 s), of the files at the end of the image: the fill, in order from its start, has
+    // not brought them, so each read's request crosses the link beside the fill's.
+    proxy.set(r#"{"latency_ms": 10, "rate_mb": 4}"#);
+    let mut times = Vec::new();
+    for mode in ["--fill=off", "--fill=on"] {
+        mount(&[mode]);
+        let took = cat_each(&mnt, &timed);
+        let state = fill_state(&mnt);
+        let log = http.requests();
+        umount();
+        let sizes: Vec<u64> = log
+            .iter()
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .collect();
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        let pieces = sizes.iter().filter(|&&n| n >= 1 << 20).count();
+        println!(
+            "{mode}: reads took {took:?}; fill {state}; {} requests, {pieces} of 1 MiB or more, \
+             the largest {largest} bytes",
+            log.len()
+        );
+        times.push((took, state, largest, pieces));
+    }
+    let (off, on) = (&times[0], &times[1]);
+    assert_eq!(off.3, 0, "no request of 1 MiB without the fill");
+    assert_eq!(on.1, "running", "the fill ran through the timed reads");
+    assert!(
+        on.3 >= 2,
+        "the fill's requests during the timed reads: {}",
+        on.3
+    );
+    let mut base = off.0.clone();
+    base.sort();
+    let base = base[base.len() / 2];
+    // One request's time: the largest request's bytes over the link, and the latency.
+    let one = std::time::Duration::from_secs_f64(on.2 as f64 / 4e6 + 0.010);
+    for (f, t) in timed.iter().zip(&on.0) {
+        assert!(
+            *t <= base + one + std::time::Duration::from_millis(150),
+            "{f}: {t:?} with the fill, {base:?} without, one request {one:?}"
+        );
+    }
+}
