@@ -11,6 +11,7 @@ TABLE is any of seq, cat, ls (default: all):
         reported as MB/s used (decompressed) and as the link's use: bytes fetched per second, and
         their share of the link rate;
   cat   cold `cat` of 2,000 random files (fixed seed) of the `linux` tree image (uncompressed);
+        sealfs by default (`--fill=auto`), with `--fill=on` and with `--fill=off` (the lazy path);
   catz  the same files from a compressed image of the tree (`--preset small`: zstd 12 in 1 MiB
         clusters, fragments, compressed metadata and directories; CATZ_ARGS to change it);
   ls    cold `ls -lR` of the `linux` tree image.
@@ -265,9 +266,13 @@ def main():
     try:
         def tools(image, fill=False):
             url = f"http://127.0.0.1:{link.port}/{image}.sealfs"
+            # The default is `--fill=auto`; with `fill`, the rows of `--fill=on` and of `--fill=off`
+            # (the lazy path: each block fetched when first read) too.
+            modes = [Tool(f"sealfs --fill={m}", "sealfs", url, digests[image], args=[f"--fill={m}"])
+                     for m in ("on", "off")] if fill else []
             return [
                 Tool("sealfs", "sealfs", url, digests[image]),
-            ] + ([Tool("sealfs --fill", "sealfs", url, digests[image], args=["--fill"])] if fill else []) + [
+            ] + modes + [
                 Tool("sealfs, dependent hash fetches", "sealfs", url, digests[image],
                      {"SEALFS_DEPENDENT_HASH_FETCH": "1"}),
                 Tool("rclone + kernel (unverified)", "rclone", url),
