@@ -1085,3 +1085,65 @@ fn redirects_to_presigned_storage_urls_are_followed() {
         "no blob bytes came from the registry itself: {log:?}"
     );
 }
+
+/// The fill is the verifying source's, whatever it reads from: a mount of a reference with
+/// `--fill=on` brings the whole blob into the cache (the registry's own log counts the bytes it
+/// sent), reports the fill done, and then serves a tree equal to the source.
+#[test]
+fn a_mount_of_a_reference_is_filled_like_a_url() {
+    if !need()
+        || !oracle_guard(mount::root_env().and_then(|()| {
+            Path::new("/dev/fuse")
+                .exists()
+                .then_some(())
+                .ok_or_else(|| "/dev/fuse missing".to_string())
+        }))
+    {
+        return;
+    }
+    let fx = Fixture::new(21);
+    let reg = Registry::start(&RegistrySetup::default());
+    let target = reg.reference("fill/img:latest");
+    ok(sealfs(&["push", s(&fx.image("z")), &target]), "push");
+    let size = fs::metadata(fx.image("z")).unwrap().len();
+    let (mnt, cache) = (fx.dir.path().join("mnt"), fx.dir.path().join("cache"));
+    fs::create_dir(&mnt).unwrap();
+    let key = s(&fx.public_key).to_string();
+    let sent_before = reg.server.registry_blob_bytes();
+    ok(
+        sealfs(&[
+            "mount",
+            "--key",
+            &key,
+            "--fill=on",
+            "--cache-dir",
+            s(&cache),
+            &target,
+            s(&mnt),
+        ]),
+        "mount",
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(mnt.clone());
+    let fill = || {
+        let o = sealfs(&["stats", "--json", s(&mnt)]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v["verify"]["fill"].as_str().unwrap_or_default().to_string()
+    };
+    let t = std::time::Instant::now();
+    while fill() != "done" && t.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (state, sent) = (fill(), reg.server.registry_blob_bytes() - sent_before);
+    println!("--fill=on from a registry: fill {state}, {sent} blob bytes sent for {size}");
+    assert_eq!(state, "done");
+    assert!(sent >= size * 9 / 10, "{sent} of {size}");
+    let diffs = compare_trees(&fx.src, &mnt, &Expect::default());
+    ok(sealfs(&["umount", s(&mnt)]), "umount");
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
