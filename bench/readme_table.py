@@ -139,7 +139,7 @@ ROWS = [
     ),
     dict(
         what="remote (20 ms, 1 Gbit/s): read `big` (lz4hc) through a mount, cold",
-        file="remote-20261126T221643Z.csv",
+        file="remote-20261128T050230Z.csv",
         where={"table": "seq"},
         tool="tool", value="seconds",
         ours="sealfs",
@@ -148,7 +148,7 @@ ROWS = [
     ),
     dict(
         what=f"remote: `ls -lR` of {LINUX} through a mount, cold",
-        file="remote-20261126T232542Z.csv",
+        file="remote-20261128T050230Z.csv",
         where={"table": "ls"},
         tool="tool", value="seconds",
         ours="sealfs",
@@ -157,7 +157,7 @@ ROWS = [
     ),
     dict(
         what=f"remote: `cat` 2,000 random files of {LINUX} through a mount, cold",
-        file="remote-20261126T232542Z.csv",
+        file="remote-20261128T050230Z.csv",
         where={"table": "cat"},
         tool="tool", value="seconds",
         ours="sealfs",
@@ -165,11 +165,11 @@ ROWS = [
         machine="AMD EPYC",
     ),
     dict(
-        what="remote: the same, `mount --fill`",
-        file="remote-20261126T232542Z.csv",
+        what="remote: the same, lazy only (`mount --fill=off`)",
+        file="remote-20261128T050230Z.csv",
         where={"table": "cat"},
         tool="tool", value="seconds",
-        ours="sealfs --fill",
+        ours="sealfs --fill=off",
         peers={"rclone + kernel (unverified)": "`rclone mount` 1.60 + kernel EROFS, unverified"},
         machine="AMD EPYC",
     ),
