@@ -4,10 +4,10 @@
 //! root, on tmpfs; the small one otherwise), images of it built by the `sealfs` binary (plain, and
 //! lz4hc with fragments, signed with an `openssl`-made Ed25519 key), nginx and versitygw (S3)
 //! serving them on loopback; the wheel built once by maturin and installed into a fresh virtual
-//! environment (`python3 -m venv`) with pytest, fsspec, pandas and pyarrow from PyPI. The suite
+//! environment (`python3 -m venv`) with pytest, fsspec, pandas, pyarrow and DuckDB from PyPI. The suite
 //! compares every file of the tree read through the Python API with the source as Python's `os`
 //! reads it, for each image and each server; it also checks damaged blocks, concurrency (threads,
-//! forked and spawned workers), fsspec with pandas and pyarrow, and the README's example.
+//! forked and spawned workers), fsspec with pandas, pyarrow and DuckDB, and the README's example.
 
 use sealfs_testsupport::fixture::make_full_fixture;
 use sealfs_testsupport::servers::{nginx, versitygw, versitygw_bin};
@@ -181,7 +181,7 @@ fn python_bindings_against_the_fixture_tree() {
     };
     if !pip(
         "the test dependencies",
-        &["maturin>=1.9.4,<2", "pytest", "fsspec", "pandas", "pyarrow"],
+        &["maturin>=1.9.4,<2", "pytest", "fsspec", "pandas", "pyarrow", "duckdb"],
     ) {
         return;
     }

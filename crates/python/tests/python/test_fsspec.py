@@ -1,5 +1,5 @@
-"""The ``sealfs`` fsspec protocol (registered by the package's entry point): pandas and pyarrow
-read a CSV and a Parquet file inside a local and a remote image (nginx) as they were written;
+"""The ``sealfs`` fsspec protocol (registered by the package's entry point): pandas, pyarrow and
+DuckDB read a CSV and a Parquet file inside a local and a remote image (nginx) as they were written;
 ``zipfile`` and ``tarfile`` read archives inside an image through ``Image.open``."""
 
 from __future__ import annotations
@@ -97,6 +97,27 @@ def test_pandas_and_pyarrow_read_from_an_image(data, where, tmp_path):
     # The file system pickles by its options: the copy opens the same image.
     again = pickle.loads(pickle.dumps(fs))
     assert again.cat_file("data/train.csv") == raw
+
+
+@pytest.mark.parametrize("where", ["local", "http"])
+def test_duckdb_queries_files_in_an_image(data, where, tmp_path):
+    import duckdb
+
+    image = dict(locations(data))[where]
+    fs = fsspec.filesystem(
+        "sealfs", image=image, digest=data["digest"], cache_dir=str(tmp_path / "cache")
+    )
+    con = duckdb.connect()
+    con.register_filesystem(fs)
+    df = data["df"]
+    n, total, cats = con.execute(
+        "SELECT count(*), sum(id), count(*) FILTER (WHERE label = 'cat') "
+        "FROM read_parquet('sealfs://data/nested/train.parquet')"
+    ).fetchone()
+    assert (n, total, cats) == (len(df), int(df["id"].sum()), int((df["label"] == "cat").sum()))
+    got = con.execute("SELECT * FROM read_csv('sealfs://data/train.csv') ORDER BY id").df()
+    pd.testing.assert_frame_equal(got, df, check_dtype=False)
+    con.close()
 
 
 def test_zipfile_and_tarfile_read_through_image_open(data):
