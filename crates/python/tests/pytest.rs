@@ -181,7 +181,14 @@ fn python_bindings_against_the_fixture_tree() {
     };
     if !pip(
         "the test dependencies",
-        &["maturin>=1.9.4,<2", "pytest", "fsspec", "pandas", "pyarrow", "duckdb"],
+        &[
+            "maturin>=1.9.4,<2",
+            "pytest",
+            "fsspec",
+            "pandas",
+            "pyarrow",
+            "duckdb",
+        ],
     ) {
         return;
     }
