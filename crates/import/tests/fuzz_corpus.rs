@@ -87,15 +87,18 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
     d
 }
 
-#[test]
-fn tar_corpus_and_mutations_never_panic() {
+/// Replays `seeds` and `mutations` of each (made by `mutate`, seeded from `salt`) through `run`,
+/// catching panics; a panicking input is kept under target/tmp/`what`_fuzz-failure-N. Fails
+/// listing at most five. `SEALFS_FUZZ_SCALE` multiplies the mutations.
+fn replay(
+    what: &str,
+    seeds: &[(String, Vec<u8>)],
+    salt: u64,
+    mutations: u64,
+    mutate: impl Fn(&mut Rng, &[u8]) -> Vec<u8>,
+    run: impl Fn(&Path, &[u8]),
+) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut seeds = inputs(&root.join("../../fuzz/corpus/tar_build"));
-    assert!(
-        seeds.len() >= 8,
-        "the seed corpus is missing (fuzz/make_tar_corpus.sh)"
-    );
-    seeds.extend(inputs(&root.join("tests/fuzz_regressions")));
     let scale: u64 = std::env::var("SEALFS_FUZZ_SCALE")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -103,20 +106,17 @@ fn tar_corpus_and_mutations_never_panic() {
     let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     let mut runs = 0;
-    for (name, seed) in &seeds {
-        let mut rng = Rng::new(seed.len() as u64 ^ 0x7a72);
+    for (name, seed) in seeds {
+        let mut rng = Rng::new(seed.len() as u64 ^ salt);
         let mut cases = vec![seed.clone()];
-        for _ in 0..MUTATIONS * scale {
+        for _ in 0..mutations * scale {
             cases.push(mutate(&mut rng, seed));
         }
         for (i, case) in cases.iter().enumerate() {
             runs += 1;
-            let r = catch_unwind(AssertUnwindSafe(|| {
-                tar_harness::tar_build_in(dir.path(), case)
-            }));
-            if r.is_err() {
+            if catch_unwind(AssertUnwindSafe(|| run(dir.path(), case))).is_err() {
                 let keep = root.join(format!(
-                    "../../target/tmp/tar_fuzz-failure-{}",
+                    "../../target/tmp/{what}_fuzz-failure-{}",
                     failures.len()
                 ));
                 let _ = fs::create_dir_all(keep.parent().unwrap());
@@ -128,8 +128,22 @@ fn tar_corpus_and_mutations_never_panic() {
             }
         }
     }
-    println!("{runs} inputs built, {} panicked", failures.len());
+    println!("{what}: {runs} inputs, {} panicked", failures.len());
     assert!(failures.is_empty(), "panics: {failures:#?}");
+}
+
+#[test]
+fn tar_corpus_and_mutations_never_panic() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seeds = inputs(&root.join("../../fuzz/corpus/tar_build"));
+    assert!(
+        seeds.len() >= 8,
+        "the seed corpus is missing (fuzz/make_tar_corpus.sh)"
+    );
+    seeds.extend(inputs(&root.join("tests/fuzz_regressions")));
+    replay("tar", &seeds, 0x7a72, MUTATIONS, mutate, |dir, case| {
+        tar_harness::tar_build_in(dir, case)
+    });
 }
 
 #[test]
@@ -140,47 +154,24 @@ fn oci_corpus_and_mutations_never_panic() {
         seeds.len() >= 8,
         "the seed corpus is missing (fuzz/make_oci_corpus.sh)"
     );
-    let scale: u64 = std::env::var("SEALFS_FUZZ_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
-    let dir = tempfile::tempdir().unwrap();
-    let mut failures = Vec::new();
-    let mut runs = 0;
-    for (name, seed) in &seeds {
-        let mut rng = Rng::new(seed.len() as u64 ^ 0x0c1);
-        let mut cases = vec![seed.clone()];
-        // (Each input is read through a layout on disk: fewer mutations keep the test short.)
-        for _ in 0..MUTATIONS / 3 * scale {
-            let mut case = mutate(&mut rng, seed);
-            // JSON's own bytes where they change its shape.
-            let at = rng.below(case.len().max(1) as u64) as usize;
-            if at < case.len() {
-                case[at] = b"\"{}[],:-0e"[rng.below(10) as usize];
-            }
-            cases.push(case);
+    // (Each input is read through a layout on disk: fewer mutations keep the test short.)
+    let mutate_json = |rng: &mut Rng, seed: &[u8]| {
+        let mut case = mutate(rng, seed);
+        // JSON's own bytes where they change its shape.
+        let at = rng.below(case.len().max(1) as u64) as usize;
+        if at < case.len() {
+            case[at] = b"\"{}[],:-0e"[rng.below(10) as usize];
         }
-        for (i, case) in cases.iter().enumerate() {
-            runs += 1;
-            let r = catch_unwind(AssertUnwindSafe(|| {
-                oci_harness::oci_spec_in(dir.path(), case)
-            }));
-            if r.is_err() {
-                let keep = root.join(format!(
-                    "../../target/tmp/oci_fuzz-failure-{}",
-                    failures.len()
-                ));
-                let _ = fs::create_dir_all(keep.parent().unwrap());
-                let _ = fs::write(&keep, case);
-                failures.push(format!("{name} mutation {i}: kept at {}", keep.display()));
-                if failures.len() >= 5 {
-                    break;
-                }
-            }
-        }
-    }
-    println!("{runs} inputs read, {} panicked", failures.len());
-    assert!(failures.is_empty(), "panics: {failures:#?}");
+        case
+    };
+    replay(
+        "oci",
+        &seeds,
+        0x0c1,
+        MUTATIONS / 3,
+        mutate_json,
+        |dir, case| oci_harness::oci_spec_in(dir, case),
+    );
 }
 
 /// A mutation of a SquashFS image: half of them in the superblock or the tables (which
@@ -242,38 +233,12 @@ fn squashfs_corpus_and_mutations_never_panic() {
         "the seed corpus is missing (fuzz/make_squashfs_corpus.sh)"
     );
     seeds.extend(inputs(&root.join("tests/fuzz_regressions/squashfs")));
-    let scale: u64 = std::env::var("SEALFS_FUZZ_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
-    let dir = tempfile::tempdir().unwrap();
-    let mut failures = Vec::new();
-    let mut runs = 0;
-    for (name, seed) in &seeds {
-        let mut rng = Rng::new(seed.len() as u64 ^ 0x5173);
-        let mut cases = vec![seed.clone()];
-        for _ in 0..MUTATIONS * scale {
-            cases.push(mutate_image(&mut rng, seed));
-        }
-        for (i, case) in cases.iter().enumerate() {
-            runs += 1;
-            let r = catch_unwind(AssertUnwindSafe(|| {
-                squashfs_harness::squashfs_build_in(dir.path(), case)
-            }));
-            if r.is_err() {
-                let keep = root.join(format!(
-                    "../../target/tmp/squashfs_fuzz-failure-{}",
-                    failures.len()
-                ));
-                let _ = fs::create_dir_all(keep.parent().unwrap());
-                let _ = fs::write(&keep, case);
-                failures.push(format!("{name} mutation {i}: kept at {}", keep.display()));
-                if failures.len() >= 5 {
-                    break;
-                }
-            }
-        }
-    }
-    println!("{runs} images built, {} panicked", failures.len());
-    assert!(failures.is_empty(), "panics: {failures:#?}");
+    replay(
+        "squashfs",
+        &seeds,
+        0x5173,
+        MUTATIONS,
+        mutate_image,
+        |dir, case| squashfs_harness::squashfs_build_in(dir, case),
+    );
 }
