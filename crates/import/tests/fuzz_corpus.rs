@@ -141,9 +141,14 @@ fn tar_corpus_and_mutations_never_panic() {
         "the seed corpus is missing (fuzz/make_tar_corpus.sh)"
     );
     seeds.extend(inputs(&root.join("tests/fuzz_regressions")));
-    replay("tar", &seeds, 0x7a72, MUTATIONS, mutate, |dir, case| {
-        tar_harness::tar_build_in(dir, case)
-    });
+    replay(
+        "tar",
+        &seeds,
+        0x7a72,
+        MUTATIONS,
+        mutate,
+        tar_harness::tar_build_in,
+    );
 }
 
 #[test]
@@ -170,7 +175,7 @@ fn oci_corpus_and_mutations_never_panic() {
         0x0c1,
         MUTATIONS / 3,
         mutate_json,
-        |dir, case| oci_harness::oci_spec_in(dir, case),
+        oci_harness::oci_spec_in,
     );
 }
 
@@ -239,6 +244,6 @@ fn squashfs_corpus_and_mutations_never_panic() {
         0x5173,
         MUTATIONS,
         mutate_image,
-        |dir, case| squashfs_harness::squashfs_build_in(dir, case),
+        squashfs_harness::squashfs_build_in,
     );
 }
