@@ -38,6 +38,7 @@ WEIGHTS = {
 }
 # A program still running after this long is stopped and counted as failed.
 TIMEOUT = 20 * 60
+TAIL_LINES = 40  # of each failed program's output, printed again after the summary
 
 
 def build(cargo_args):
@@ -84,7 +85,7 @@ def run_one(job, results, lock):
         sys.stdout.flush()
         sys.stdout.buffer.write(out)
         sys.stdout.flush()
-        results.append((label, secs, proc.returncode == 0))
+        results.append((label, secs, proc.returncode == 0, out))
 
 
 def main():
@@ -121,12 +122,18 @@ def main():
 
     print("\n==== doc tests", flush=True)
     doc = subprocess.run(["cargo", "test", "--doc", *args.cargo_args])
-    results.append(("doc tests", 0.0, doc.returncode == 0))
+    results.append(("doc tests", 0.0, doc.returncode == 0, b""))
 
     print(f"\n==== {len(jobs)} programs in {wall:.0f} s with {args.jobs} at a time:")
-    for label, secs, ok in sorted(results, key=lambda r: -r[1]):
+    for label, secs, ok, _ in sorted(results, key=lambda r: -r[1]):
         print(f"  {secs:7.1f} s  {'ok    ' if ok else 'FAILED'}  {label}")
-    failed = [label for label, _, ok in results if not ok]
+    failed = [label for label, _, ok, _ in results if not ok]
+    # A log is often read from its end: each failure's last lines again, after the summary.
+    for label, _, ok, out in results:
+        if not ok and out:
+            tail = out.decode(errors="replace").splitlines()[-TAIL_LINES:]
+            print(f"\n==== the end of {label}'s output:")
+            print("\n".join(tail))
     if failed:
         print("FAILED: " + ", ".join(failed))
         return 1
