@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build from a tar archive: `sealfs build --tar` against mkfs.erofs 1.9 `--tar=f`, `tar -x` alone
+# Build from a tar archive: `sealfs build --tar` against mkfs.erofs 1.9 `--tar=f`, sqfstar 4.7, `tar -x` alone
 # and `tar -x` + `sealfs build DIR`, on the `linux` tarball (bench/corpus.sh big), interleaved
 # (A B C ... A B C ...), median of RUNS after one untimed warm-up of each, with min, max and peak
 # RSS (GNU time).
@@ -8,10 +8,11 @@
 #
 # Environment:
 #   RUNS=5            timed runs per tool
-#   TOOLS="sealfs sealfs-noseal sealfs-stdin mkfs.erofs tar-x tar-x+build sealfs-lz4hc mkfs.erofs-lz4hc"
+#   TOOLS="sealfs sealfs-noseal sealfs-stdin mkfs.erofs sqfstar tar-x tar-x+build sealfs-lz4hc mkfs.erofs-lz4hc sqfstar-lz4hc"
 #                     what to run (each name below)
 #   SEALFS=target/release/sealfs
 #   MKFS_EROFS=target/oracles/erofs-utils-1.9/bin/mkfs.erofs   (scripts/build-oracles.sh)
+#   SQFSTAR=target/oracles/squashfs-tools-4.7/bin/sqfstar      (scripts/build-oracles.sh)
 #   CORPUS_DIR=bench/.corpus   (bench/corpus.sh big fills it: $CORPUS_DIR/big/linux.tar)
 #   WORK_DIR=$CORPUS_DIR       where images and extractions go (a real disk, not tmpfs)
 #
@@ -20,10 +21,12 @@
 #   sealfs-noseal   sealfs build -q -T 0 --no-seal --tar linux.tar OUT  (plain EROFS, as mkfs.erofs)
 #   sealfs-stdin    sealfs build -q -T 0 --no-seal --tar - OUT < linux.tar (read once, data spilled)
 #   mkfs.erofs      mkfs.erofs -T0 --quiet --tar=f OUT linux.tar
+#   sqfstar         sqfstar -no-compression -mkfs-time 0 -all-time 0 -quiet -no-progress OUT < linux.tar
 #   tar-x           tar -xf linux.tar -C DIR
 #   tar-x+build     tar -xf linux.tar -C DIR && sealfs build -q -T 0 --no-seal DIR OUT
 #   sealfs-lz4hc    sealfs build -q -T 0 --no-seal -z lz4hc -C 65536 --tar linux.tar OUT
 #   mkfs.erofs-lz4hc mkfs.erofs -T0 --quiet -zlz4hc -C65536 --tar=f OUT linux.tar
+#   sqfstar-lz4hc   sqfstar -comp lz4 -Xhc -b 65536 -mkfs-time 0 -all-time 0 -quiet -no-progress OUT < linux.tar
 # Extraction directories are removed between runs, untimed.
 #
 # Writes bench/results/tar-<UTC date>.csv (raw runs) and prints the table; docs are not touched.
@@ -32,9 +35,10 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 RUNS="${RUNS:-5}"
-TOOLS="${TOOLS:-sealfs sealfs-noseal sealfs-stdin mkfs.erofs tar-x tar-x+build sealfs-lz4hc mkfs.erofs-lz4hc}"
+TOOLS="${TOOLS:-sealfs sealfs-noseal sealfs-stdin mkfs.erofs sqfstar tar-x tar-x+build sealfs-lz4hc mkfs.erofs-lz4hc sqfstar-lz4hc}"
 SEALFS="${SEALFS:-$repo/target/release/sealfs}"
 MKFS_EROFS="${MKFS_EROFS:-$repo/target/oracles/erofs-utils-1.9/bin/mkfs.erofs}"
+SQFSTAR="${SQFSTAR:-$repo/target/oracles/squashfs-tools-4.7/bin/sqfstar}"
 CORPUS_DIR="${CORPUS_DIR:-$here/.corpus}"
 WORK_DIR="${WORK_DIR:-$CORPUS_DIR}"
 
@@ -47,6 +51,7 @@ read -r -a tools <<<"$TOOLS"
 for t in "${tools[@]}"; do
     case "$t" in
         mkfs.erofs*) [[ -x "$MKFS_EROFS" ]] || die "mkfs.erofs '$MKFS_EROFS' not found (scripts/build-oracles.sh, or set MKFS_EROFS)" ;;
+        sqfstar*) [[ -x "$SQFSTAR" ]] || die "sqfstar '$SQFSTAR' not found (scripts/build-oracles.sh, or set SQFSTAR)" ;;
         sealfs|sealfs-noseal|sealfs-stdin|sealfs-lz4hc|tar-x|tar-x+build) ;;
         *) die "unknown tool '$t'" ;;
     esac
@@ -63,6 +68,7 @@ x="$work/x"
 log "archive: $TAR ($(stat -c %s "$TAR") bytes)"
 log "sealfs: $("$SEALFS" --version 2>&1 | head -n1)"
 [[ -x "$MKFS_EROFS" ]] && log "mkfs.erofs: $("$MKFS_EROFS" --version 2>&1 | head -n1)"
+[[ -x "$SQFSTAR" ]] && log "sqfstar: $("$SQFSTAR" -version 2>&1 | head -n1)"
 log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
 cat "$TAR" >/dev/null # warm
 
@@ -77,6 +83,8 @@ run_one() {
         sealfs-lz4hc) /usr/bin/time -o "$tf" -f '%e %M' "$SEALFS" build -q -T 0 --no-seal -z lz4hc -C 65536 --tar "$TAR" "$out" ;;
         mkfs.erofs) /usr/bin/time -o "$tf" -f '%e %M' "$MKFS_EROFS" -T0 --quiet --tar=f "$out" "$TAR" ;;
         mkfs.erofs-lz4hc) /usr/bin/time -o "$tf" -f '%e %M' "$MKFS_EROFS" -T0 --quiet -zlz4hc -C65536 --tar=f "$out" "$TAR" ;;
+        sqfstar) /usr/bin/time -o "$tf" -f '%e %M' "$SQFSTAR" -no-compression -mkfs-time 0 -all-time 0 -quiet -no-progress "$out" <"$TAR" ;;
+        sqfstar-lz4hc) /usr/bin/time -o "$tf" -f '%e %M' "$SQFSTAR" -comp lz4 -Xhc -b 65536 -mkfs-time 0 -all-time 0 -quiet -no-progress "$out" <"$TAR" ;;
         tar-x) mkdir "$x"; /usr/bin/time -o "$tf" -f '%e %M' tar -xf "$TAR" -C "$x" ;;
         tar-x+build)
             mkdir "$x"
@@ -116,7 +124,8 @@ for t in tools:
     b = max(int(r["image_bytes"]) for r in rows if r["tool"] == t)
     med[t] = statistics.median(s)
     print(f"{t:18} {med[t]:9.2f} {min(s):7.2f} {max(s):7.2f} {m/1024:9.1f} {b/1e6:9.1f}")
-for a, b in [("sealfs-noseal", "mkfs.erofs"), ("sealfs-stdin", "mkfs.erofs"), ("sealfs-noseal", "tar-x"),
+for a, b in [("sealfs-noseal", "mkfs.erofs"), ("sealfs-stdin", "mkfs.erofs"), ("sealfs-noseal", "sqfstar"),
+             ("sealfs-lz4hc", "sqfstar-lz4hc"), ("sealfs-noseal", "tar-x"),
              ("sealfs", "tar-x"), ("sealfs-noseal", "tar-x+build"), ("sealfs-lz4hc", "mkfs.erofs-lz4hc")]:
     if a in med and b in med and med[b] > 0:
         print(f"{a} / {b}: {med[a] / med[b]:.2f}x")
