@@ -188,6 +188,7 @@ fn python_bindings_against_the_fixture_tree() {
             "pandas",
             "pyarrow",
             "duckdb",
+            "datasets",
         ],
     ) {
         return;
