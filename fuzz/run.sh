@@ -66,15 +66,25 @@ for target in $targets; do
     rc=$?
     # "stat::number_of_executed_units: N", "#N DONE cov: ... exec/s: ..."
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    slowest=$(sed -n 's/^stat::slowest_unit_time_sec: *//p' "$log")
     done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1)
     if [ $rc -eq 0 ]; then
-        echo "  $target: ok, ${runs:-?} executions; ${done_line:-no summary}"
+        echo "  $target: ok, ${runs:-?} executions, slowest input ${slowest:-?} s; ${done_line:-no summary}"
     else
         status=1
         echo "  $target: CRASHED (exit $rc); the log's end:"
         tail -60 "$log" | sed 's/^/    /'
         echo "  the input is in $here/artifacts/$target/; minimize it with"
         echo "  (cd fuzz && cargo +nightly fuzz tmin $target artifacts/$target/<file>)"
+        # What crashed, said again at the end: a log is often read from its end.
+        { echo "  $target (exit $rc):"
+          grep -m6 -E 'panicked at|ERROR: libFuzzer|SUMMARY: libFuzzer|==[0-9]+==ERROR|Test unit written|out-of-memory|timeout' "$log" |
+              sed 's/^/    /'
+          grep -A1 -m1 -E 'panicked at' "$log" | tail -1 | sed 's/^/    /'; } >>"$scratch/crashes"
     fi
 done
+if [ $status -ne 0 ]; then
+    echo "FAIL: targets crashed:"
+    cat "$scratch/crashes"
+fi
 exit $status
