@@ -4,6 +4,8 @@
 # directory, so the committed corpus is never modified.
 #
 # Usage: fuzz/run.sh [SECONDS]
+#        fuzz/run.sh build        only build the targets (scripts/test.sh does it beforehand, so that
+#                                 the timed fuzz job only fuzzes)
 #   FUZZ_SANITIZER=address   build with AddressSanitizer (default: none; the reader is safe Rust,
 #                            where an out-of-bounds access is a panic, and runs ~5x faster without)
 #   FUZZ_TARGETS="open_walk" run only these targets
@@ -13,8 +15,10 @@
 # timeout): the input is under fuzz/artifacts/<target>/ and the log's end is printed.
 set -uo pipefail
 
+mode=fuzz
+[ "${1:-}" = build ] && { mode=build; shift; }
 secs=${1:-30}
-case $secs in '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
+case $secs in '' | *[!0-9]*) echo "usage: $0 [build] [SECONDS]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 sanitizer=${FUZZ_SANITIZER:-none}
 targets=${FUZZ_TARGETS:-open_walk verified_open_walk seal_trailer file_digests file_table signatures sealed_open tar_build manifest oci_spec squashfs_build}
@@ -43,6 +47,7 @@ if ! cargo +nightly fuzz build --sanitizer "$sanitizer" >"$scratch/build.log" 2>
     echo "FAIL: the fuzz targets do not build"
     exit 1
 fi
+[ "$mode" = build ] && { echo "the fuzz targets are built"; exit 0; }
 status=0
 for target in $targets; do
     seeds=("$here/corpus/$target")

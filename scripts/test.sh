@@ -32,6 +32,10 @@ install_packages "${missing[@]}"
 mkdir -p target
 ./scripts/build-oracles.sh >/dev/null 2>target/oracles.log &
 oracles=$!
+# The fuzz targets (and cargo-fuzz, where missing) are built here too, not in the fuzz job below:
+# on a clean checkout that build takes longer than the job's fuzzing, and a job has a time limit.
+./fuzz/run.sh build >target/fuzz-build.log 2>&1 &
+fuzz_build=$!
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
 cargo fmt --all -- --check
@@ -46,6 +50,7 @@ if ! wait "$oracles"; then
   echo "scripts/build-oracles.sh failed" >&2
   exit 1
 fi
+wait "$fuzz_build" || cat target/fuzz-build.log >&2 # the fuzz job reports it again, and fails
 # Every test program (each one's tests one at a time), two programs at once, the longest first; with
 # them a short coverage-guided fuzz run of the image reader (the long runs are in fuzz/README.md; it
 # prints "SKIP: ..." where no nightly toolchain exists, and the corpus replay runs everywhere).
