@@ -90,6 +90,16 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+
+    /// Writing tree blocks failed.
+    #[error("writing the Merkle tree at byte offset {offset}")]
+    Write {
+        /// Offset in the tree (from its first block) where the failed write started.
+        offset: u64,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

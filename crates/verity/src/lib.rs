@@ -97,6 +97,6 @@ pub use hasher::BlockHasher;
 pub use params::{Params, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, MAX_SALT_SIZE, MIN_BLOCK_SIZE};
 pub use root::RootHasher;
 pub use seal::seal_params;
-pub use tree::{build_tree, Tree, TreeBuilder};
+pub use tree::{build_tree, write_tree_from_leaves, Tree, TreeBuilder};
 #[cfg(unix)]
 pub use tree::{build_tree_from_file, leaf_hashes_from_file, leaf_hashes_from_reader};

@@ -25,7 +25,8 @@ pub struct Tree {
     pub geometry: TreeGeometry,
     /// The tree blocks in stored order (top level first, level 0 last):
     /// byte-identical to `fsverity digest --out-merkle-tree` and to what
-    /// `FS_IOC_READ_VERITY_METADATA` returns. Empty for at most one data block.
+    /// `FS_IOC_READ_VERITY_METADATA` returns. Empty for at most one data block, and when the
+    /// blocks were written elsewhere ([`write_tree_from_leaves`]).
     pub bytes: Vec<u8>,
     /// The Merkle root hash (all zeros for empty data).
     pub root: Digest,
@@ -197,6 +198,94 @@ pub fn leaf_hashes_from_reader(
     leaves.resize(leaves_len, 0);
     hash_into(&hasher, read_exact_at, len, &mut leaves, progress)?;
     Ok(leaves)
+}
+
+/// Builds the tree over `data_size` bytes whose level-0 hashes `read_leaves(buf, at)` reads
+/// (`data_blocks × digest_size` bytes from offset 0, as [`Tree::from_leaf_hashes`] takes them) and
+/// hands its blocks, in stored order, to `write(bytes, at)` (`at` counted from the tree's first
+/// block), without holding level 0 in memory: it passes through in 4 MiB pieces and only the
+/// levels above it (1/128 of it with SHA-256 and 4 KiB blocks) are kept. For trees over data
+/// larger than memory should hold (level 0 of a 10 GB image is 80 MB).
+///
+/// Returns the tree with `bytes` empty: its blocks went to `write`. The same tree as
+/// [`Tree::from_leaf_hashes`] builds, byte for byte.
+pub fn write_tree_from_leaves(
+    params: &Params,
+    data_size: u64,
+    read_leaves: &mut dyn FnMut(&mut [u8], u64) -> io::Result<()>,
+    write: &mut dyn FnMut(&[u8], u64) -> io::Result<()>,
+) -> Result<Tree> {
+    let geometry = TreeGeometry::new(params, data_size);
+    let (bs, d) = (params.block_size(), params.digest_size());
+    let leaves_len = geometry.data_blocks() * d as u64;
+    if geometry.num_levels() == 0 {
+        // At most one data block: its hash (if any) is the root, and there are no tree blocks.
+        let mut leaf = [0u8; crate::MAX_DIGEST_SIZE];
+        let leaf = &mut leaf[..leaves_len as usize];
+        read_leaves(leaf, 0).map_err(|source| Error::Read { offset: 0, source })?;
+        return Tree::from_leaf_hashes(params, data_size, leaf);
+    }
+    let hasher = BlockHasher::new(params);
+    let too_large = || Error::TooLarge(data_size);
+    // The levels above level 0, in stored order (they come first), with room for level 1's hashes.
+    let upper_len =
+        usize::try_from(geometry.level_start(0) * bs as u64).map_err(|_| too_large())?;
+    let mut upper = Vec::new();
+    upper
+        .try_reserve_exact(upper_len)
+        .map_err(|_| too_large())?;
+    upper.resize(upper_len, 0);
+    // Level 0, a piece at a time: written through, its blocks hashed into level 1 (or, when it
+    // is the top level, its one block hashed into the root).
+    let l0_start = geometry.level_start(0) * bs as u64;
+    let l0_len = geometry.level_blocks(0) * bs as u64;
+    let mut buf = vec![0u8; CHUNK.min(l0_len as usize)];
+    let mut l1 = vec![0u8; geometry.level_blocks(0) as usize * d];
+    let mut pos = 0u64;
+    while pos < l0_len {
+        let n = ((l0_len - pos) as usize).min(buf.len());
+        let piece = &mut buf[..n];
+        // The level's last block is zero-padded past the last leaf.
+        let have = leaves_len.saturating_sub(pos).min(n as u64) as usize;
+        piece[have..].fill(0);
+        read_leaves(&mut piece[..have], pos).map_err(|source| Error::Read {
+            offset: pos,
+            source,
+        })?;
+        write(piece, l0_start + pos).map_err(|source| Error::Write {
+            offset: l0_start + pos,
+            source,
+        })?;
+        let first = (pos / bs as u64) as usize * d;
+        hasher.par_hash_blocks_into(piece, &mut l1[first..first + n / bs * d]);
+        pos += n as u64;
+    }
+    let top = geometry.num_levels() - 1;
+    let root = if top == 0 {
+        Digest::new(params.alg(), &l1)?
+    } else {
+        let dst = geometry.level_start(1) as usize * bs;
+        upper[dst..dst + l1.len()].copy_from_slice(&l1);
+        drop(l1);
+        // As build_with: level k+1 lies before level k.
+        for k in 1..top {
+            let src = geometry.level_start(k) as usize * bs;
+            let src_len = geometry.level_blocks(k) as usize * bs;
+            let dst = geometry.level_start(k + 1) as usize * bs;
+            let dst_len = geometry.level_blocks(k) as usize * d;
+            let (left, right) = upper.split_at_mut(src);
+            hasher.par_hash_blocks_into(&right[..src_len], &mut left[dst..dst + dst_len]);
+        }
+        debug_assert_eq!(geometry.level_start(top), 0);
+        write(&upper, 0).map_err(|source| Error::Write { offset: 0, source })?;
+        hasher.hash_block(&upper[..bs])
+    };
+    Ok(Tree {
+        params: *params,
+        geometry,
+        bytes: Vec::new(),
+        root,
+    })
 }
 
 /// Hashes the `len` bytes `read_exact_at` reads into `leaves` (exactly one digest per block),
