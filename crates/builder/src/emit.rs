@@ -590,8 +590,7 @@ thread_local! {
     static COPY_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Level-0 Merkle hashes of data blocks, computed while copying: `(first image block, digests)`.
-pub(crate) type DataLeaves = Vec<(u64, Vec<u8>)>;
+pub(crate) use crate::seal::DataLeaves;
 
 /// Where file data goes, and the hashers that run over it while it passes through memory.
 pub(crate) struct Copier<'a> {
@@ -601,6 +600,8 @@ pub(crate) struct Copier<'a> {
     pub out_path: &'a Path,
     /// Level-0 hashes of image blocks, when the seal's blocks are the image's.
     pub image_hasher: Option<&'a BlockHasher>,
+    /// Where those hashes go (there when `image_hasher` is).
+    pub leaves: Option<&'a DataLeaves>,
     /// Per-file fs-verity digests (4 KiB blocks, no salt); shares the image hashes when its parameters
     /// are the image hasher's.
     pub file_hasher: Option<&'a BlockHasher>,
@@ -611,6 +612,8 @@ pub(crate) struct Copier<'a> {
 pub(crate) struct Hashers<'a> {
     /// Level-0 hashes of image blocks (the seal's blocks must be the image's).
     pub image: Option<&'a BlockHasher>,
+    /// Where those hashes go (there when `image` is).
+    pub leaves: Option<&'a DataLeaves>,
     /// Per-file fs-verity digests.
     pub file: Option<&'a BlockHasher>,
 }
@@ -681,7 +684,8 @@ impl Copier<'_> {
     }
 
     /// Copies one regular file's data to its planned blocks and inline tail, checking it did not change.
-    /// Returns the level-0 image hashes of its blocks and its own fs-verity digest.
+    /// Stores the level-0 image hashes of its blocks ([`Copier::leaves`]); returns its own fs-verity
+    /// digest.
     ///
     /// `known` is its content digest (by the file hasher, if there is one) when another file has
     /// the same: a file whose blocks are another's ([`InodePlan::blocks_of`]) has only its inline
@@ -691,9 +695,9 @@ impl Copier<'_> {
         inode: &Inode,
         p: &InodePlan,
         known: Option<&Digest>,
-    ) -> Result<(DataLeaves, Option<Digest>)> {
+    ) -> Result<Option<Digest>> {
         let Kind::File(f) = &inode.kind else {
-            return Ok((Vec::new(), None));
+            return Ok(None);
         };
         let path = inode.path.as_path();
         let mut src = open_file(self.source, inode)?;
@@ -708,17 +712,16 @@ impl Copier<'_> {
             }
             src.finish()?;
             let known = known.expect("files sharing blocks have content digests");
-            return Ok((Vec::new(), self.file_hasher.map(|_| *known)));
+            return Ok(self.file_hasher.map(|_| *known));
         }
-        let mut image_leaves = DataLeaves::new();
         // The file's own digest, streamed: a few KiB whatever its size, its holes in
         // logarithmic time (a 1 TiB hole would be 2^28 leaf hashes).
         let mut file_leaves = self.file_hasher.map(|h| RootHasher::new(h.params()));
-        let mut run = |src: &mut dyn SourceFile,
-                       src_off: u64,
-                       blk: u64,
-                       len: u64,
-                       file_leaves: Option<&mut RootHasher>|
+        let run = |src: &mut dyn SourceFile,
+                   src_off: u64,
+                   blk: u64,
+                   len: u64,
+                   file_leaves: Option<&mut RootHasher>|
          -> Result<()> {
             let mut leaves = self.image_hasher.map(|_| Vec::new());
             self.copy(
@@ -731,8 +734,8 @@ impl Copier<'_> {
                     file: file_leaves,
                 },
             )?;
-            if let Some(l) = leaves {
-                image_leaves.push((blk, l));
+            if let (Some(l), Some(store)) = (leaves, self.leaves) {
+                store.put(blk, &l)?;
             }
             Ok(())
         };
@@ -787,13 +790,14 @@ impl Copier<'_> {
                 });
             }
         }
-        Ok((image_leaves, digest))
+        Ok(digest)
     }
 }
 
 /// Writes the metadata and file data of an uncompressed image to `file` (already sized); the
 /// superblock is the caller's ([`finish`], after the per-file digest table). Returns the metadata's
-/// hash (for a derived UUID), the data's level-0 hashes and the per-file digests.
+/// hash (for a derived UUID) and the per-file digests; the data's level-0 hashes go to
+/// `hashers.leaves`.
 #[allow(
     clippy::too_many_arguments,
     reason = "each is a distinct input of the step"
@@ -807,7 +811,7 @@ pub(crate) fn write_image(
     opts: &BuildOptions,
     hashers: Hashers<'_>,
     progress: &dyn Progress,
-) -> Result<(u128, DataLeaves, FileDigests)> {
+) -> Result<(u128, FileDigests)> {
     let (file, path) = (out.file, out.path);
     let meta_hash = write_metadata(file, path, tree, plan, shared, opts)?;
     let total: u64 = tree
@@ -827,34 +831,27 @@ pub(crate) fn write_image(
         out: file,
         out_path: path,
         image_hasher: hashers.image,
+        leaves: hashers.leaves,
         file_hasher: hashers.file,
     };
-    let copied: Vec<(u64, DataLeaves, Option<Digest>)> = tree
+    let mut digests: FileDigests = tree
         .inodes
         .par_iter()
         .zip(plan.inodes.par_iter())
         .enumerate()
         .filter(|(_, (inode, _))| matches!(&inode.kind, Kind::File(_)))
         .map(|(id, (inode, p))| {
-            let (l, digest) = copier.copy_file(inode, p, plan.alike.get(&id))?;
+            let digest = copier.copy_file(inode, p, plan.alike.get(&id))?;
             if let Kind::File(f) = &inode.kind {
                 progress.advance(f.size);
             }
-            Ok((p.nid(), l, digest))
+            Ok(digest.map(|d| (p.nid(), d)))
         })
+        .filter_map(Result::transpose)
         .collect::<Result<_>>()?;
     progress.end();
-
-    let mut leaves = DataLeaves::new();
-    let mut digests = FileDigests::new();
-    for (nid, l, digest) in copied {
-        leaves.extend(l);
-        if let Some(d) = digest {
-            digests.push((nid, d));
-        }
-    }
     digests.sort_unstable_by_key(|(nid, _)| *nid);
-    Ok((meta_hash, leaves, digests))
+    Ok((meta_hash, digests))
 }
 
 /// Writes the superblock (and compression records) and its checksum, last; returns the UUID used.
@@ -889,7 +886,11 @@ pub(crate) fn finish(
     } else {
         0
     };
-    let zmaps: Vec<&ZPlan> = plan.inodes.iter().filter_map(|p| p.zmap.as_ref()).collect();
+    let zmaps: Vec<&ZPlan> = plan
+        .inodes
+        .iter()
+        .filter_map(|p| p.zmap.as_deref())
+        .collect();
     let mut algs = 0u16;
     let mut max_blocks = 1u32;
     for z in &zmaps {

@@ -32,10 +32,11 @@ pub(crate) struct InodePlan {
     pub inline_len: u64,
     /// First data block (FLAT layouts), or `EROFS_NULL_ADDR`.
     pub startblk: u32,
-    /// Block map of a chunk-based inode.
-    pub chunks: Option<ChunkPlan>,
+    /// Block map of a chunk-based inode (boxed, as `zmap`: most inodes have neither, and a plan
+    /// has an `InodePlan` per inode).
+    pub chunks: Option<Box<ChunkPlan>>,
     /// Extents of a compressed inode (COMPRESSED_FULL), placed by the data phase.
-    pub zmap: Option<ZPlan>,
+    pub zmap: Option<Box<ZPlan>>,
     /// Inline tail bytes already read by the data phase, in the plan's spill (otherwise the copy
     /// phase writes them).
     pub inline_bytes: Option<Spilled>,
@@ -492,7 +493,7 @@ pub(crate) fn plan(
                 };
                 p.inline_len = z.idata.len();
                 meta_len = z.meta_len_of(isize, ibody_len, size);
-                p.zmap = Some(z);
+                p.zmap = Some(Box::new(z));
             }
             Some(Placed::Flat {
                 startblk,
@@ -515,7 +516,7 @@ pub(crate) fn plan(
                 chunked = true;
                 meta_len = ChunkPlan::map_offset(isize, ibody_len)
                     + c.map.len() as u64 * fmt::EROFS_BLOCK_MAP_ENTRY_SIZE;
-                p.chunks = Some(c);
+                p.chunks = Some(Box::new(c));
             }
             None => {
                 if let Some((bits, mapped)) = &chunk {
@@ -523,10 +524,10 @@ pub(crate) fn plan(
                     chunked = true;
                     meta_len = ChunkPlan::map_offset(isize, ibody_len)
                         + mapped.len() as u64 * fmt::EROFS_BLOCK_MAP_ENTRY_SIZE;
-                    p.chunks = Some(ChunkPlan {
+                    p.chunks = Some(Box::new(ChunkPlan {
                         chunkbits: *bits,
                         map: Vec::new(),
-                    });
+                    }));
                 } else if size % BLKSZ != 0 && meta_len + size % BLKSZ <= BLKSZ {
                     p.layout = DataLayout::FlatInline;
                     p.inline_len = size % BLKSZ;
@@ -677,7 +678,7 @@ pub(crate) fn metabox_inode_plan(
         inline_len: 0,
         startblk: EROFS_NULL_ADDR,
         chunks: None,
-        zmap: Some(z),
+        zmap: Some(Box::new(z)),
         inline_bytes: None,
         fragment: None,
         in_metabox: false,

@@ -195,11 +195,17 @@ fn build_in_pool(
             .expect("4 KiB blocks are valid");
         sealfs_verity::BlockHasher::new(&p)
     });
+    // Their hashes wait for the seal in a temporary file, not in memory.
+    let data_leaves = image_hasher
+        .as_ref()
+        .map(|h| seal::DataLeaves::beside(out, h.params()))
+        .transpose()?;
     let hashers = emit::Hashers {
         image: image_hasher.as_ref(),
+        leaves: data_leaves.as_ref(),
         file: file_hasher.as_ref(),
     };
-    let (mut plan, meta_hash, data_leaves, file_digests) = match &opts.compress {
+    let (mut plan, meta_hash, file_digests) = match &opts.compress {
         None => {
             // Identical files are stored once: the files that share their size with another are
             // named by their content first (by their per-file digests, when the build makes them).
@@ -229,7 +235,7 @@ fn build_in_pool(
             tmp.as_file()
                 .set_len(image_bytes)
                 .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
-            let (meta_hash, leaves, digests) = emit::write_image(
+            let (meta_hash, digests) = emit::write_image(
                 seal::Target::of(&tmp),
                 source,
                 &tree,
@@ -239,7 +245,7 @@ fn build_in_pool(
                 hashers,
                 progress,
             )?;
-            (plan, meta_hash, leaves, digests)
+            (plan, meta_hash, digests)
         }
         Some(c) => {
             c.validate().map_err(BuildError::InvalidOption)?;
@@ -279,7 +285,7 @@ fn build_in_pool(
                 let id = plan
                     .packed
                     .expect("compressed directories make a packed inode");
-                plan.inodes[id].zmap = Some(z);
+                plan.inodes[id].zmap = Some(Box::new(z));
                 plan.total_blocks = next_blk;
             }
             let mut metabox_hash = 0;
@@ -319,7 +325,7 @@ fn build_in_pool(
                 .map(|(id, d)| (plan.inodes[id as usize].nid(), d))
                 .collect();
             digests.sort_unstable_by_key(|(nid, _)| *nid);
-            (plan, meta_hash, data.leaves, digests)
+            (plan, meta_hash, digests)
         }
     };
     // A sealed image carries its per-file digests in its own bytes, after everything else, where
@@ -341,21 +347,28 @@ fn build_in_pool(
         Some(s) => {
             progress.begin("sealing", None);
             let image = seal::Target::of(&tmp);
-            let tree = match image_hasher {
-                Some(_) => seal::tree_from_data_leaves(image, image_bytes, &s.params, data_leaves)?,
+            // The tree goes after the EROFS bytes, or at the start of a sidecar.
+            let st = s.sidecar.as_deref().map(seal::temp_beside).transpose()?;
+            let (dest, dest_offset) = match &st {
+                Some(st) => (seal::Target::of(st), 0),
+                None => (image, image_bytes),
+            };
+            let tree = match data_leaves {
+                Some(leaves) => seal::write_tree_from_data_leaves(
+                    image,
+                    image_bytes,
+                    &s.params,
+                    leaves,
+                    dest,
+                    dest_offset,
+                )?,
                 None => seal::tree_from_image(image, image_bytes, &s.params)?,
             };
-            let info = match &s.sidecar {
-                None => seal::write_seal(tree, image_bytes, image, image_bytes, false)?,
-                Some(path) => {
-                    let st = seal::temp_beside(path)?;
-                    let mut info =
-                        seal::write_seal(tree, image_bytes, seal::Target::of(&st), 0, true)?;
-                    info.sidecar = Some(path.clone());
-                    sidecar_tmp = Some((st, path));
-                    info
-                }
-            };
+            let mut info = seal::write_seal(tree, image_bytes, dest, dest_offset, st.is_some())?;
+            if let (Some(st), Some(path)) = (st, &s.sidecar) {
+                info.sidecar = Some(path.clone());
+                sidecar_tmp = Some((st, path));
+            }
             progress.end();
             Some(info)
         }

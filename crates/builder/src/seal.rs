@@ -5,7 +5,6 @@
 //! kernel still mounts the file, it ignores what follows the EROFS blocks) or into a sidecar file
 //! (detached form: the EROFS file stays byte-identical to what another tool made).
 
-use crate::emit::DataLeaves;
 use crate::error::{BuildError, Result};
 use rayon::prelude::*;
 use sealfs_format::{self as fmt, IntoBytes, SealHeader};
@@ -13,6 +12,7 @@ use sealfs_verity::{build_tree_from_file, BlockHasher, Digest, Params, Tree};
 use std::fs::{self, File};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 pub use sealfs_verity::{HashAlg, Params as VerityParams};
 
@@ -76,58 +76,110 @@ pub(crate) fn tree_from_image(
         .map_err(|e| BuildError::io(image.path, "hash image", std::io::Error::other(e)))
 }
 
-/// The tree of a freshly written image whose file-data blocks were hashed while copying (`data`, in
-/// image blocks, which must be the Merkle tree's blocks): only the other blocks (metadata, directories)
-/// are read back and hashed.
-pub(crate) fn tree_from_data_leaves(
+/// Level-0 Merkle hashes of the image's file-data blocks, made while the data is copied (from
+/// several threads), kept in an unnamed temporary file beside the output at `block × digest size`,
+/// not in memory (80 MB for a 10 GB image), with a bit per image block saying which are there.
+#[derive(Debug)]
+pub(crate) struct DataLeaves {
+    file: File,
+    dir: std::path::PathBuf,
+    digest_size: usize,
+    /// Bit `b % 64` of word `b / 64`: block `b`'s hash is in `file`.
+    covered: Mutex<Vec<u64>>,
+}
+
+impl DataLeaves {
+    /// An empty store beside `out`, for hashes of `params`.
+    pub fn beside(out: &Path, params: &Params) -> Result<Self> {
+        let dir = out
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let file = tempfile::tempfile_in(dir)
+            .map_err(|e| BuildError::io(dir, "create a temporary file for Merkle hashes", e))?;
+        Ok(DataLeaves {
+            file,
+            dir: dir.to_path_buf(),
+            digest_size: params.digest_size(),
+            covered: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Stores the hashes of the image blocks from `first` on (`hashes` holds whole digests).
+    pub fn put(&self, first: u64, hashes: &[u8]) -> Result<()> {
+        let d = self.digest_size;
+        self.file
+            .write_all_at(hashes, first * d as u64)
+            .map_err(|e| BuildError::io(&self.dir, "write Merkle hashes to a temporary file", e))?;
+        let mut covered = self.covered.lock().unwrap_or_else(|e| e.into_inner());
+        let end = first + (hashes.len() / d) as u64;
+        if covered.len() < end.div_ceil(64) as usize {
+            covered.resize(end.div_ceil(64) as usize, 0);
+        }
+        for b in first..end {
+            covered[(b / 64) as usize] |= 1 << (b % 64);
+        }
+        Ok(())
+    }
+}
+
+/// Seals a freshly written image whose file-data blocks were hashed while copying (`data`, in
+/// image blocks, which must be the Merkle tree's blocks): only the other blocks (metadata,
+/// directories) are read back and hashed, into `data`'s file; then the tree is written to `out`
+/// at `out_offset` with level 0 passed from that file through a bounded buffer
+/// ([`sealfs_verity::write_tree_from_leaves`]). Returns the tree (its `bytes` empty).
+pub(crate) fn write_tree_from_data_leaves(
     image: Target<'_>,
     erofs_length: u64,
     params: &Params,
     data: DataLeaves,
+    out: Target<'_>,
+    out_offset: u64,
 ) -> Result<Tree> {
     let (bs, d) = (params.block_size() as u64, params.digest_size());
-    let blocks = erofs_length.div_ceil(bs) as usize;
-    let mut leaves = vec![0u8; blocks * d];
-    let mut covered = vec![false; blocks];
-    for (first, hashes) in data {
-        let (first, n) = (first as usize, hashes.len() / d);
-        leaves[first * d..(first + n) * d].copy_from_slice(&hashes);
-        covered[first..first + n].fill(true);
-    }
+    let blocks = erofs_length.div_ceil(bs);
+    let covered = data.covered.into_inner().unwrap_or_else(|e| e.into_inner());
+    let is_covered = |b: u64| {
+        covered
+            .get((b / 64) as usize)
+            .is_some_and(|w| w & (1 << (b % 64)) != 0)
+    };
     // The uncovered blocks, in pieces of at most 1 MiB, hashed in parallel.
-    const PIECE: usize = 256;
+    const PIECE: u64 = 256;
     let mut pieces = Vec::new();
     let mut b = 0;
     while b < blocks {
-        if covered[b] {
+        if is_covered(b) {
             b += 1;
             continue;
         }
         let start = b;
-        while b < blocks && !covered[b] && b - start < PIECE {
+        while b < blocks && !is_covered(b) && b - start < PIECE {
             b += 1;
         }
         pieces.push((start, b));
     }
     let hasher = BlockHasher::new(params);
-    let hashed: Vec<(usize, Vec<u8>)> = pieces
-        .into_par_iter()
-        .map(|(start, end)| {
-            let mut buf = vec![0u8; (end - start) * bs as usize];
-            image
-                .file
-                .read_exact_at(&mut buf, start as u64 * bs)
-                .map_err(|e| BuildError::io(image.path, "read back", e))?;
-            let mut out = vec![0u8; (end - start) * d];
-            hasher.hash_blocks_into(&buf, &mut out);
-            Ok((start, out))
-        })
-        .collect::<Result<_>>()?;
-    for (start, h) in hashed {
-        leaves[start * d..start * d + h.len()].copy_from_slice(&h);
-    }
-    Tree::from_leaf_hashes(params, erofs_length, &leaves)
-        .map_err(|e| BuildError::io(image.path, "hash image", std::io::Error::other(e)))
+    let (leaves, dir) = (&data.file, data.dir.as_path());
+    pieces.into_par_iter().try_for_each(|(start, end)| {
+        let mut buf = vec![0u8; ((end - start) * bs) as usize];
+        image
+            .file
+            .read_exact_at(&mut buf, start * bs)
+            .map_err(|e| BuildError::io(image.path, "read back", e))?;
+        let mut out = vec![0u8; (end - start) as usize * d];
+        hasher.hash_blocks_into(&buf, &mut out);
+        leaves
+            .write_all_at(&out, start * d as u64)
+            .map_err(|e| BuildError::io(dir, "write Merkle hashes to a temporary file", e))
+    })?;
+    sealfs_verity::write_tree_from_leaves(
+        params,
+        erofs_length,
+        &mut |buf, at| leaves.read_exact_at(buf, at),
+        &mut |bytes, at| out.file.write_all_at(bytes, out_offset + at),
+    )
+    .map_err(|e| BuildError::io(out.path, "write seal", std::io::Error::other(e)))
 }
 
 /// Writes the per-file digest table of a sealed build and its locator at byte 0 (docs/format.md
@@ -171,7 +223,8 @@ pub(crate) fn write_file_table(
 }
 
 /// Writes `tree`, the header and the footer to `out` at `out_offset` (`out` is the image itself for an
-/// attached seal, or a sidecar starting at 0). The trailer carries no per-file digests: they are in
+/// attached seal, or a sidecar starting at 0); a tree whose `bytes` are empty is already there
+/// ([`write_tree_from_data_leaves`]). The trailer carries no per-file digests: they are in
 /// the EROFS bytes ([`write_file_table`]), or, for images other tools made, not recorded.
 pub(crate) fn write_seal(
     tree: Tree,
@@ -187,15 +240,17 @@ pub(crate) fn write_seal(
         digest: digest.as_bytes(),
         detached,
         tree_offset: out_offset,
-        tree_length: tree.bytes.len() as u64,
+        tree_length: tree.geometry.tree_size(),
         files_section: &[],
     };
     let tail = SealHeader::new(&layout).with_footer(layout.header_offset());
+    let tree_length = tree.geometry.tree_size();
+    // The tree's blocks, or nothing when they are there already.
     let mut trailer = tree.bytes;
-    let tree_length = trailer.len() as u64;
+    let at = out_offset + tree_length - trailer.len() as u64;
     trailer.extend_from_slice(&tail);
-    out.set_len(out_offset + trailer.len() as u64)
-        .and_then(|_| out.write_all_at(&trailer, out_offset))
+    out.set_len(at + trailer.len() as u64)
+        .and_then(|_| out.write_all_at(&trailer, at))
         .map_err(|e| BuildError::io(out_path, "write seal", e))?;
     Ok(SealInfo {
         digest,

@@ -27,7 +27,7 @@
 
 use crate::compress::{self, CompressOptions, Fragments, ZExtent};
 use crate::dedupe;
-use crate::emit::{Copier, DataLeaves, FileDigests, Hashers};
+use crate::emit::{Copier, FileDigests, Hashers};
 use crate::error::{BuildError, Result};
 use crate::layout::{self, ChunkPlan, InodePlan, Placed, PreData, ZPlaced, ZPlan};
 use crate::seal::Target;
@@ -79,7 +79,6 @@ fn dedupe_key(d: &Digest) -> DedupeKey {
 /// What the data phase produced.
 pub(crate) struct DataPhase {
     pub pre: PreData,
-    pub leaves: DataLeaves,
     pub digests: FileDigests,
     /// The packed inode (fragments), to add to the tree: its id is the tree's inode count.
     pub packed: Option<Inode>,
@@ -396,7 +395,6 @@ struct Placer<'a> {
     seen: HashMap<DedupeKey, usize>,
     /// Bytes of a block that encoded extents filled only partly, written with the next batch.
     carry: Vec<u8>,
-    leaves: DataLeaves,
     digests: FileDigests,
     /// Inline tails, kept out of memory until the metadata is written.
     spill: Spill,
@@ -687,10 +685,10 @@ impl Placer<'_> {
             .file
             .write_all_at(&outb.buf, outb.first_blk * BLKSZ)
             .map_err(|e| BuildError::io(self.out.path, "write image", e))?;
-        if let Some(h) = self.ctx.hashers.image {
+        if let (Some(h), Some(store)) = (self.ctx.hashers.image, self.ctx.hashers.leaves) {
             let mut l = vec![0u8; outb.buf.len() / BLKSZ as usize * h.params().digest_size()];
             h.hash_blocks_into(&outb.buf, &mut l);
-            self.leaves.push((outb.first_blk, l));
+            store.put(outb.first_blk, &l)?;
         }
         self.next_blk = outb.next_blk();
         Ok(())
@@ -923,7 +921,6 @@ pub(crate) fn write_data(
     let n = tree.inodes.len();
     // One more slot for the packed inode.
     let mut files: Vec<Option<Placed>> = (0..=n).map(|_| None).collect();
-    let mut leaves = DataLeaves::new();
     // One digest per regular file, the packed inode's excepted: reserved, not grown by doubling.
     let mut digests = match hashers.file {
         Some(_) => FileDigests::with_capacity(
@@ -982,6 +979,7 @@ pub(crate) fn write_data(
         out: out.file,
         out_path: out.path,
         image_hasher: hashers.image,
+        leaves: hashers.leaves,
         file_hasher: hashers.file,
     };
     let mut units: Vec<(usize, u64, u64)> = Vec::new(); // (id, segment, bytes)
@@ -1019,15 +1017,14 @@ pub(crate) fn write_data(
                 ibody_len: 0,
                 inline_len: 0,
                 startblk: fmt::EROFS_NULL_ADDR,
-                chunks: Some(chunks.clone()),
+                chunks: Some(Box::new(chunks.clone())),
                 zmap: None,
                 inline_bytes: None,
                 fragment: None,
                 in_metabox: false,
                 blocks_of: None,
             };
-            let (l, digest) = copier.copy_file(inode, &p, None)?;
-            leaves.extend(l);
+            let digest = copier.copy_file(inode, &p, None)?;
             digests.extend(digest.map(|d| (id as u64, d)));
             files[id] = Some(Placed::Chunks(chunks));
             progress.advance(f.size);
@@ -1119,7 +1116,6 @@ pub(crate) fn write_data(
         state: HashMap::new(),
         seen: HashMap::new(),
         carry: Vec::new(),
-        leaves,
         digests,
         spill: Spill::beside(out.path)?,
         tails: packed
@@ -1167,7 +1163,6 @@ pub(crate) fn write_data(
     let Placer {
         next_blk,
         files,
-        leaves,
         mut digests,
         spill,
         ..
@@ -1181,7 +1176,6 @@ pub(crate) fn write_data(
             packed: (packed_len > 0).then_some(n),
             spill,
         },
-        leaves,
         digests,
         packed: (packed_len > 0).then(packed_inode),
         deferred: match packed {
