@@ -15,8 +15,8 @@
 #   ARGS=                      more build options (e.g. --no-seal)
 #
 # Disk: the build reads the stream once and spills file data beside the output (the archive's
-# data, 10.9 GB for 8 copies) while the image is written; the copies are identical, so the image
-# holds one copy of the data (whole-file dedupe: 1.3 GB) and about 12 GB are needed at the peak.
+# data, 10.9 GB for 8 copies) while the image is written; the copies' files are identical, so the
+# image stores most data once (whole-file dedupe; 2.3 GB for 8 copies): about 13 GB at the peak.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
