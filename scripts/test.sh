@@ -45,6 +45,10 @@ python3 bench/readme_table.py --check
 # compiled by zstd-sys, lz4-sys, liblzma-sys, libdeflate) and proc-macros rather than building them twice.
 cargo clippy --workspace --all-targets --release --quiet -- -D warnings
 cargo test --workspace --release --no-run --quiet
+# What the tests of other crates run (the sealfs binary, libsealfs), built as they ask for it
+# (crates/testsupport/src/workspace.rs, ARTIFACT_PACKAGES): cargo unifies features per command, so
+# this is a build of its own, better done here than inside a timed test program.
+cargo build --release --quiet -p sealfs-capi -p sealfs-cli
 if ! wait "$oracles"; then
   cat target/oracles.log >&2
   echo "scripts/build-oracles.sh failed" >&2

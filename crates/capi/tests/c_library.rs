@@ -48,8 +48,7 @@ fn a_c_program_reads_the_fixture_image_under_valgrind() {
             return;
         }
     }
-    let built = workspace::cargo_build(&["sealfs-capi", "sealfs-cli"])
-        .unwrap_or_else(|e| panic!("cargo build: {e}"));
+    let built = workspace::cargo_build().unwrap_or_else(|e| panic!("cargo build: {e}"));
     let work = tempfile::Builder::new()
         .prefix("sealfs-capi-")
         .tempdir_in("/var/tmp")

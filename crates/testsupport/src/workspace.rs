@@ -24,9 +24,16 @@ pub fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds `packages` (`cargo build -p ...`) in the running test's profile; returns the profile
-/// directory, where their binaries and libraries are.
-pub fn cargo_build(packages: &[&str]) -> Result<PathBuf, String> {
+/// The packages other crates' tests need built: always asked for together, so that every caller
+/// (and scripts/test.sh, which builds them before the tests run) gets one and the same feature
+/// set. Cargo unifies features over the packages of one command: `-p sealfs-cli` alone and
+/// `-p sealfs-capi -p sealfs-cli` are two builds of most of the workspace (on a clean checkout of
+/// a loaded 2-core machine, the second took 14 minutes inside a test program's time limit).
+pub const ARTIFACT_PACKAGES: [&str; 2] = ["sealfs-capi", "sealfs-cli"];
+
+/// Builds [`ARTIFACT_PACKAGES`] (`cargo build -p ...`) in the running test's profile; returns the
+/// profile directory, where their binaries and libraries are.
+pub fn cargo_build() -> Result<PathBuf, String> {
     let dir = profile_dir();
     let profile = dir
         .file_name()
@@ -46,7 +53,7 @@ pub fn cargo_build(packages: &[&str]) -> Result<PathBuf, String> {
             cmd.args(["--profile", other]);
         }
     }
-    for p in packages {
+    for p in ARTIFACT_PACKAGES {
         cmd.args(["-p", p]);
     }
     crate::run_ok(&mut cmd)?;
@@ -55,7 +62,7 @@ pub fn cargo_build(packages: &[&str]) -> Result<PathBuf, String> {
 
 /// The `sealfs` binary of this workspace, built if needed.
 pub fn sealfs_bin() -> PathBuf {
-    let dir = cargo_build(&["sealfs-cli"]).unwrap_or_else(|e| panic!("building sealfs: {e}"));
+    let dir = cargo_build().unwrap_or_else(|e| panic!("building sealfs: {e}"));
     dir.join("sealfs")
 }
 
