@@ -1454,10 +1454,15 @@ fn ordered_pipeline<T: Send, P: Send>(
         }
     };
     std::thread::scope(|s| {
-        for _ in 1..threads.max(1) {
-            s.spawn(worker);
-        }
+        let others: Vec<_> = (1..threads.max(1)).map(|_| s.spawn(worker)).collect();
         worker();
+        // A worker's panic goes on with its own message (the scope's would be "a scoped thread
+        // panicked", whichever thread ran the unit).
+        for other in others {
+            if let Err(panic) = other.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
     });
     let st = state.into_inner().unwrap_or_else(|e| e.into_inner());
     if let Some((_, e)) = st.error {
