@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use sealfs_format::{
     self as fmt, Dirent, InodeCompact, InodeExtended, IntoBytes, SuperBlock, BLKSZ,
 };
-use sealfs_verity::{BlockHasher, Digest, RootHasher};
+use sealfs_verity::{BlockHasher, Digest, HashAlg, RootHasher};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io;
@@ -618,8 +618,76 @@ pub(crate) struct Hashers<'a> {
     pub file: Option<&'a BlockHasher>,
 }
 
-/// Per-file fs-verity digests by nid, sorted.
-pub(crate) type FileDigests = Vec<(u64, Digest)>;
+/// Per-file fs-verity digests by inode id, kept as their bytes: one digest-size slot per inode,
+/// written in place (by parallel copies too), so a build of many files holds 32 bytes for each
+/// (with SHA-256) rather than a [`Digest`] and its nid, twice over while they are collected.
+pub(crate) struct FileDigests {
+    /// Their algorithm; `None` when the build makes no per-file digests.
+    alg: Option<HashAlg>,
+    bytes: Vec<u8>,
+    /// Which slots hold a digest.
+    set: Vec<bool>,
+}
+
+impl FileDigests {
+    /// Empty slots for `inodes` inodes, with the file hasher's algorithm (none without one).
+    pub(crate) fn new(hasher: Option<&BlockHasher>, inodes: usize) -> Self {
+        let alg = hasher.map(|h| h.params().alg());
+        let size = alg.map_or(0, HashAlg::digest_size);
+        Self {
+            alg,
+            bytes: vec![0; inodes * size],
+            set: vec![false; if alg.is_some() { inodes } else { 0 }],
+        }
+    }
+
+    fn size(&self) -> usize {
+        self.alg.map_or(0, HashAlg::digest_size)
+    }
+
+    /// Records inode `id`'s digest.
+    pub(crate) fn put(&mut self, id: usize, digest: &Digest) {
+        let size = self.size();
+        debug_assert_eq!(Some(digest.alg()), self.alg);
+        self.bytes[id * size..(id + 1) * size].copy_from_slice(digest.as_bytes());
+        self.set[id] = true;
+    }
+
+    /// The slots, one per inode, to fill in parallel ([`Slot::put`]); none without a hasher.
+    fn slots_mut(&mut self) -> impl IndexedParallelIterator<Item = Slot<'_>> {
+        let size = self.size().max(1);
+        self.bytes
+            .par_chunks_mut(size)
+            .zip(self.set.par_iter_mut())
+            .map(|(bytes, set)| Slot { bytes, set })
+    }
+
+    /// The algorithm and the ids of the inodes that have a digest, in order; `None` without a
+    /// hasher.
+    pub(crate) fn ids(&self) -> Option<(HashAlg, impl Iterator<Item = usize> + '_)> {
+        let ids = (self.set.iter().enumerate()).filter_map(|(id, &set)| set.then_some(id));
+        Some((self.alg?, ids))
+    }
+
+    /// Inode `id`'s digest (zeros if it has none).
+    pub(crate) fn get(&self, id: usize) -> &[u8] {
+        let size = self.size();
+        &self.bytes[id * size..(id + 1) * size]
+    }
+}
+
+/// One inode's slot of [`FileDigests`].
+struct Slot<'a> {
+    bytes: &'a mut [u8],
+    set: &'a mut bool,
+}
+
+impl Slot<'_> {
+    fn put(self, digest: &Digest) {
+        self.bytes.copy_from_slice(digest.as_bytes());
+        *self.set = true;
+    }
+}
 
 /// Hashes to collect while copying one range.
 struct Leaves<'v> {
@@ -834,23 +902,34 @@ pub(crate) fn write_image(
         leaves: hashers.leaves,
         file_hasher: hashers.file,
     };
-    let mut digests: FileDigests = tree
-        .inodes
-        .par_iter()
-        .zip(plan.inodes.par_iter())
-        .enumerate()
-        .filter(|(_, (inode, _))| matches!(&inode.kind, Kind::File(_)))
-        .map(|(id, (inode, p))| {
-            let digest = copier.copy_file(inode, p, plan.alike.get(&id))?;
-            if let Kind::File(f) = &inode.kind {
-                progress.advance(f.size);
-            }
-            Ok(digest.map(|d| (p.nid(), d)))
-        })
-        .filter_map(Result::transpose)
-        .collect::<Result<_>>()?;
+    let copy = |id: usize, inode: &Inode, p: &InodePlan| -> Result<Option<Digest>> {
+        let Kind::File(f) = &inode.kind else {
+            return Ok(None);
+        };
+        let digest = copier.copy_file(inode, p, plan.alike.get(&id))?;
+        progress.advance(f.size);
+        Ok(digest)
+    };
+    let mut digests = FileDigests::new(hashers.file, tree.inodes.len());
+    if hashers.file.is_some() {
+        // Each file's digest straight into its slot: nothing collected, nothing sorted.
+        (tree.inodes.par_iter())
+            .zip(plan.inodes.par_iter())
+            .zip(digests.slots_mut())
+            .enumerate()
+            .try_for_each(|(id, ((inode, p), slot))| {
+                if let Some(d) = copy(id, inode, p)? {
+                    slot.put(&d);
+                }
+                Ok::<_, BuildError>(())
+            })?;
+    } else {
+        (tree.inodes.par_iter())
+            .zip(plan.inodes.par_iter())
+            .enumerate()
+            .try_for_each(|(id, (inode, p))| copy(id, inode, p).map(drop))?;
+    }
     progress.end();
-    digests.sort_unstable_by_key(|(nid, _)| *nid);
     Ok((meta_hash, digests))
 }
 

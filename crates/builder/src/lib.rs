@@ -319,19 +319,12 @@ fn build_in_pool(
             let meta_hash =
                 emit::write_metadata(tmp.as_file(), tmp.path(), &tree, &plan, &shared, opts)?
                     ^ metabox_hash;
-            let mut digests: Vec<_> = data
-                .digests
-                .into_iter()
-                .map(|(id, d)| (plan.inodes[id as usize].nid(), d))
-                .collect();
-            digests.sort_unstable_by_key(|(nid, _)| *nid);
-            (plan, meta_hash, digests)
+            (plan, meta_hash, data.digests)
         }
     };
     // A sealed image carries its per-file digests in its own bytes, after everything else, where
     // the image digest covers them (docs/format.md §8); the superblock, written last, counts them.
-    plan.total_blocks =
-        seal::write_file_table(seal::Target::of(&tmp), plan.total_blocks, &file_digests)?;
+    plan.total_blocks = seal::write_file_table(seal::Target::of(&tmp), &plan, &file_digests)?;
     let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
     tmp.as_file()
         .set_len(image_bytes)

@@ -5,7 +5,9 @@
 //! kernel still mounts the file, it ignores what follows the EROFS blocks) or into a sidecar file
 //! (detached form: the EROFS file stays byte-identical to what another tool made).
 
+use crate::emit::FileDigests;
 use crate::error::{BuildError, Result};
+use crate::layout::Plan;
 use rayon::prelude::*;
 use sealfs_format::{self as fmt, IntoBytes, SealHeader};
 use sealfs_verity::{build_tree_from_file, BlockHasher, Digest, Params, Tree};
@@ -184,23 +186,26 @@ pub(crate) fn write_tree_from_data_leaves(
 
 /// Writes the per-file digest table of a sealed build and its locator at byte 0 (docs/format.md
 /// §8): the table right after the locator when it fits in the boot area, else at block
-/// `total_blocks` (after every block the file system uses); returns the image's new block count.
+/// `plan.total_blocks` (after every block the file system uses); returns the image's new block count.
 /// Writes nothing when there are no digests (no regular file, or an unsealed build).
-pub(crate) fn write_file_table(
-    out: Target<'_>,
-    total_blocks: u64,
-    digests: &[(u64, Digest)],
-) -> Result<u64> {
-    let Some((_, first)) = digests.first() else {
+pub(crate) fn write_file_table(out: Target<'_>, plan: &Plan, digests: &FileDigests) -> Result<u64> {
+    let total_blocks = plan.total_blocks;
+    let Some((alg, ids)) = digests.ids() else {
         return Ok(total_blocks);
     };
+    // Their inodes by nid (4 bytes each), the order of the table.
+    let mut by_nid: Vec<u32> = ids
+        .map(|id| u32::try_from(id).expect("inode ids fit in 32 bits"))
+        .collect();
+    by_nid.sort_unstable_by_key(|&id| plan.inodes[id as usize].nid());
     let blocks_offset = total_blocks * fmt::BLKSZ;
-    let (locator, table) = fmt::encode_file_table(
-        first.alg().id(),
+    let Some((locator, table)) = fmt::encode_file_table(
+        alg.id(),
         blocks_offset,
-        digests.iter().map(|(nid, d)| (*nid, d.as_bytes())),
-    )
-    .expect("there are entries");
+        (by_nid.iter()).map(|&id| (plan.inodes[id as usize].nid(), digests.get(id as usize))),
+    ) else {
+        return Ok(total_blocks);
+    };
     let offset = locator.table_offset.get();
     let blocks = if offset == fmt::FILE_TABLE_INLINE_OFFSET {
         total_blocks

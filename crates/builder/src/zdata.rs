@@ -661,7 +661,7 @@ impl Placer<'_> {
                 let st = self.state.remove(&id).unwrap_or_default();
                 let packed = id == ctx.sources.tree.inodes.len();
                 if let Some(root) = st.root.filter(|_| !packed) {
-                    self.digests.push((id as u64, root.finish()));
+                    self.digests.put(id, &root.finish());
                 }
             }
             for u in &done[k..e] {
@@ -822,7 +822,7 @@ impl FragPlacer<'_> {
                     .map_err(|e| {
                     BuildError::io(&inode.path, "hash", std::io::Error::other(e))
                 })?;
-                self.digests.push((u.id as u64, t.digest()));
+                self.digests.put(u.id, &t.digest());
             }
         }
         Ok(())
@@ -921,16 +921,8 @@ pub(crate) fn write_data(
     let n = tree.inodes.len();
     // One more slot for the packed inode.
     let mut files: Vec<Option<Placed>> = (0..=n).map(|_| None).collect();
-    // One digest per regular file, the packed inode's excepted: reserved, not grown by doubling.
-    let mut digests = match hashers.file {
-        Some(_) => FileDigests::with_capacity(
-            tree.inodes
-                .iter()
-                .filter(|i| matches!(i.kind, Kind::File(_)))
-                .count(),
-        ),
-        None => FileDigests::new(),
-    };
+    // One digest per regular file, the packed inode's excepted.
+    let mut digests = FileDigests::new(hashers.file, n);
     let mut next_blk = 1u64;
     let alg = copts.algorithm.id();
     let total: u64 = tree
@@ -1025,7 +1017,9 @@ pub(crate) fn write_data(
                 blocks_of: None,
             };
             let digest = copier.copy_file(inode, &p, None)?;
-            digests.extend(digest.map(|d| (id as u64, d)));
+            if let Some(d) = digest {
+                digests.put(id, &d);
+            }
             files[id] = Some(Placed::Chunks(chunks));
             progress.advance(f.size);
             continue;
@@ -1035,7 +1029,7 @@ pub(crate) fn write_data(
             if let Some(h) = hashers.file {
                 let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), 0, &[])
                     .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?;
-                digests.push((id as u64, t.digest()));
+                digests.put(id, &t.digest());
             }
             files[id] = Some(Placed::Flat {
                 startblk: fmt::EROFS_NULL_ADDR,
@@ -1163,12 +1157,11 @@ pub(crate) fn write_data(
     let Placer {
         next_blk,
         files,
-        mut digests,
+        digests,
         spill,
         ..
     } = placer;
     progress.end();
-    digests.sort_unstable_by_key(|(id, _)| *id);
     Ok(DataPhase {
         pre: PreData {
             files,
