@@ -906,7 +906,7 @@ pub(crate) fn write_image(
         let Kind::File(f) = &inode.kind else {
             return Ok(None);
         };
-        let digest = copier.copy_file(inode, p, plan.alike.get(&id))?;
+        let digest = copier.copy_file(inode, p, plan.alike.get(id).as_ref())?;
         progress.advance(f.size);
         Ok(digest)
     };

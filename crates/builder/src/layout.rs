@@ -14,7 +14,6 @@ use crate::spill::{Spill, Spilled};
 use crate::tree::{Inode, InodeId, Kind, Tree};
 use crate::xattrs::{self, SharedXattrs};
 use sealfs_format::{self as fmt, round_up, DataLayout, BLKSZ, EROFS_DIRENT_SIZE, EROFS_NULL_ADDR};
-use sealfs_verity::Digest;
 use std::collections::{BTreeSet, HashMap};
 
 /// Where one inode goes and how its data is laid out.
@@ -357,8 +356,8 @@ pub(crate) fn plan_chunks(size: u64, ranges: &[(u64, u64)]) -> Option<(u8, Vec<b
 /// blocks: those of the first of them stored without an inline tail (its last block holds the tail,
 /// so it has all the blocks any of them needs), or else of the first of them.
 fn share_blocks(inodes: &mut [InodePlan], digests: &ContentDigests) {
-    let mut alike: HashMap<&Digest, Vec<InodeId>> = HashMap::new();
-    for (&id, d) in digests {
+    let mut alike: HashMap<&[u8], Vec<InodeId>> = HashMap::new();
+    for (id, d) in digests.iter() {
         let p = &inodes[id];
         if matches!(p.layout, DataLayout::FlatPlain | DataLayout::FlatInline) && p.full_blocks() > 0
         {

@@ -1080,8 +1080,13 @@ pub(crate) fn write_data(
     // they may have a twin: their first segments are placed before their last is read. (A
     // one-segment file's key comes with its only unit.)
     ctx.multi_keys = dedupe::same_size_digests(source, tree, &multi, key_hasher)?
-        .into_iter()
-        .map(|(id, d)| (id, dedupe_key(&d)))
+        .iter()
+        .map(|(id, d)| {
+            (
+                id,
+                d[..32].try_into().expect("digests are at least 256 bits"),
+            )
+        })
         .collect();
     // With fragments: whole small files packed first; tails are added as files are placed.
     // (Compressed directories alone need the packed inode too.)
