@@ -11,7 +11,7 @@
 //! the whole blob does not serve ranges: that is an error naming it, never a silent download of
 //! the whole image.
 
-use crate::client::{chain, clients, transient, Registry};
+use crate::client::{blob_client, chain, transient, Registry};
 use crate::manifest::Descriptor;
 use crate::reference::ImageRef;
 use crate::RegistryError;
@@ -126,7 +126,7 @@ impl BlobStore {
             return Ok(c);
         }
         let inner = &self.registry.inner;
-        let (made, _) = clients(&inner.repo, &inner.options, &self.options).map_err(|e| {
+        let made = blob_client(&inner.repo, &inner.options, &self.options).map_err(|e| {
             object_store::Error::Generic {
                 store: "registry",
                 source: boxed(e.to_string()),
@@ -415,11 +415,44 @@ impl BlobStore {
 /// is resumed from where it stopped with a range request (if the registry serves ranges), up to
 /// the retries of [`RemoteOptions`]. The bytes returned before the end are not yet checked: a
 /// consumer keeps nothing it made from them unless the read reaches the end without an error.
+///
+/// A blob of [`PUMP_MIN_BYTES`] or more is received (and hashed) by a thread of its own, up to
+/// [`PUMP_BYTES`] ahead of the reader, so that the download goes on while the consumer
+/// decompresses what came before (a layer streamed into a build).
 pub struct BlobReader {
     registry: Registry,
     desc: Descriptor,
-    stream: Option<BoxStream<'static, std::io::Result<Bytes>>>,
+    /// The stream, until it is handed to the thread (or for a small blob, throughout).
+    fetch: Option<Fetch>,
+    /// What the thread receives: a chunk, the end (digest checked), or the error it met.
+    pump: Option<std::sync::mpsc::Receiver<std::io::Result<Option<Bytes>>>>,
+    /// The bytes in the channel (see [`Budget`]).
+    budget: Budget,
     pending: Bytes,
+    /// Bytes given to the consumer.
+    given: u64,
+    /// The end was reached, its digest checked; or the error every later read returns.
+    end: Option<Result<(), (std::io::ErrorKind, String)>>,
+    /// An error the thread sent while a read was already returning bytes: the next read
+    /// returns it as it came (later ones, [`BlobReader::end`]'s copy).
+    failure: Option<std::io::Error>,
+}
+
+/// Blobs at least this large are received by a thread ahead of the reader: 4 MiB.
+pub const PUMP_MIN_BYTES: u64 = 4 << 20;
+
+/// How many bytes the receiving thread keeps ready before it waits for the reader: 8 MiB.
+pub const PUMP_BYTES: u64 = 8 << 20;
+
+/// The bytes the receiving thread has sent and the reader not yet taken, and whether the reader
+/// is gone; the thread waits on the condition while the bytes reach [`PUMP_BYTES`].
+type Budget = Arc<(std::sync::Mutex<(u64, bool)>, std::sync::Condvar)>;
+
+/// The stream of one blob, its digest computed as it comes, resumed by range after a break.
+struct Fetch {
+    registry: Registry,
+    desc: Descriptor,
+    stream: Option<BoxStream<'static, std::io::Result<Bytes>>>,
     read: u64,
     hasher: Hasher,
     done: bool,
@@ -451,7 +484,7 @@ impl std::fmt::Debug for BlobReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BlobReader")
             .field("digest", &self.desc.digest)
-            .field("read", &self.read)
+            .field("read", &self.given)
             .finish_non_exhaustive()
     }
 }
@@ -459,7 +492,7 @@ impl std::fmt::Debug for BlobReader {
 impl BlobReader {
     /// Bytes read so far.
     pub fn bytes_read(&self) -> u64 {
-        self.read
+        self.given
     }
 
     /// The descriptor checked against.
@@ -467,6 +500,144 @@ impl BlobReader {
         &self.desc
     }
 
+    /// The next chunk: from the thread, else from the stream directly (a small blob), starting
+    /// the thread first for a large one. `None`: the end, the digest checked.
+    fn next_chunk(&mut self) -> std::io::Result<Option<Bytes>> {
+        if self.pump.is_none() && self.desc.size >= PUMP_MIN_BYTES {
+            if let Some(mut fetch) = self.fetch.take() {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let budget = self.budget.clone();
+                let started = std::thread::Builder::new()
+                    .name("sealfs-blob".into())
+                    .spawn(move || loop {
+                        let next = fetch.next_chunk();
+                        let last = !matches!(next, Ok(Some(_)));
+                        if let Ok(Some(chunk)) = &next {
+                            let (lock, cv) = &*budget;
+                            let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+                            while state.0 >= PUMP_BYTES && !state.1 {
+                                state = cv.wait(state).unwrap_or_else(|e| e.into_inner());
+                            }
+                            state.0 += chunk.len() as u64;
+                        }
+                        // The reader gone (dropped early): nothing more to fetch for.
+                        if tx.send(next).is_err() || last {
+                            return;
+                        }
+                    });
+                match started {
+                    Ok(_) => self.pump = Some(rx),
+                    Err(e) => {
+                        return Err(std::io::Error::new(
+                            e.kind(),
+                            format!("{}: starting its reader thread: {e}", self.name()),
+                        ))
+                    }
+                }
+            }
+        }
+        match (&self.pump, &mut self.fetch) {
+            (Some(rx), _) => {
+                let next = rx.recv().unwrap_or_else(|_| {
+                    Err(std::io::Error::other(format!(
+                        "{}: its reader thread stopped",
+                        self.name()
+                    )))
+                });
+                if let Ok(Some(chunk)) = &next {
+                    self.taken(chunk.len());
+                }
+                next
+            }
+            (None, Some(fetch)) => fetch.next_chunk(),
+            (None, None) => Ok(None),
+        }
+    }
+
+    fn name(&self) -> String {
+        blob_name(&self.registry.inner.repo, &self.desc.digest)
+    }
+
+    /// A chunk of `n` bytes taken from the channel: the thread may receive more.
+    fn taken(&self, n: usize) {
+        let (lock, cv) = &*self.budget;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 = state.0.saturating_sub(n as u64);
+        cv.notify_one();
+    }
+}
+
+impl Drop for BlobReader {
+    /// Lets a thread waiting for room go (and end: its next send fails).
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.budget;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        cv.notify_one();
+    }
+}
+
+impl Read for BlobReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if let Some(e) = self.failure.take() {
+            return Err(e);
+        }
+        if self.pending.is_empty() {
+            if let Some(end) = &self.end {
+                return match end {
+                    Ok(()) => Ok(0),
+                    Err((kind, text)) => Err(std::io::Error::new(*kind, text.clone())),
+                };
+            }
+            match self.next_chunk() {
+                Ok(Some(chunk)) => self.pending = chunk,
+                Ok(None) => {
+                    self.end = Some(Ok(()));
+                    return Ok(0);
+                }
+                Err(e) => {
+                    self.end = Some(Err((e.kind(), e.to_string())));
+                    return Err(e);
+                }
+            }
+        }
+        // What is there, without waiting for more: the chunk at hand, then those the thread
+        // has ready.
+        let mut n = 0;
+        loop {
+            let k = self.pending.len().min(buf.len() - n);
+            buf[n..n + k].copy_from_slice(&self.pending[..k]);
+            self.pending = self.pending.slice(k..);
+            n += k;
+            if n == buf.len() {
+                break;
+            }
+            match self.pump.as_ref().map(|rx| rx.try_recv()) {
+                Some(Ok(Ok(Some(chunk)))) => {
+                    self.taken(chunk.len());
+                    self.pending = chunk;
+                }
+                // The end or an error: said at the next read.
+                Some(Ok(Ok(None))) => {
+                    self.end = Some(Ok(()));
+                    break;
+                }
+                Some(Ok(Err(e))) => {
+                    self.end = Some(Err((e.kind(), e.to_string())));
+                    self.failure = Some(e);
+                    break;
+                }
+                _ => break,
+            }
+        }
+        self.given += n as u64;
+        Ok(n)
+    }
+}
+
+impl Fetch {
     fn name(&self) -> String {
         blob_name(&self.registry.inner.repo, &self.desc.digest)
     }
@@ -479,14 +650,53 @@ impl BlobReader {
         .into_io()
     }
 
-    /// Opens (or, after a break, resumes) the stream at `self.read`.
+    /// Opens (or, after a break, resumes) the stream at `self.read`. From the first byte, the
+    /// request is this crate's own (on the connection the manifest came by; `oci-client`'s
+    /// whole-blob stream would hash every byte a second time); a resumption is `oci-client`'s
+    /// range request.
     fn start(&mut self) -> std::io::Result<()> {
         let registry = self.registry.clone();
         let inner = &registry.inner;
-        let reference = inner.repo.to_oci();
-        let desc = self.desc.to_oci();
         let offset = self.read;
         let name = self.name();
+        if offset == 0 {
+            let url = registry.url(&format!("blobs/{}", self.desc.digest));
+            let what = format!("GET {name}");
+            let stream = registry.block_on(async {
+                let resp = registry
+                    .send(
+                        oci_client::RegistryOperation::Pull,
+                        &what,
+                        inner.options.remote.retries,
+                        &|c| c.get(&url),
+                    )
+                    .await?;
+                let status = resp.status();
+                if status.is_success() {
+                    return Ok(resp
+                        .bytes_stream()
+                        .map_err(|e| std::io::Error::other(chain(&e)))
+                        .boxed());
+                }
+                let body = resp.bytes().await.unwrap_or_default();
+                let reason = format!("{status} {}", crate::client::envelope(&body));
+                Err(if status == reqwest::StatusCode::NOT_FOUND {
+                    RegistryError::NotFound {
+                        what: name.clone(),
+                        reason,
+                    }
+                } else {
+                    RegistryError::Request {
+                        what: what.clone(),
+                        reason,
+                    }
+                })
+            });
+            self.stream = Some(stream.map_err(RegistryError::into_io)?);
+            return Ok(());
+        }
+        let reference = inner.repo.to_oci();
+        let desc = self.desc.to_oci();
         let answer = registry.block_on(async {
             if registry
                 .challenge()
@@ -497,22 +707,18 @@ impl BlobReader {
                     .store_auth_if_needed(reference.resolve_registry(), &inner.credentials.to_oci())
                     .await;
             }
-            if offset == 0 {
-                inner.oci.pull_blob_stream(&reference, &desc).await.map(|s| (s, true))
-            } else {
-                match inner
-                    .oci
-                    .pull_blob_stream_partial(&reference, &desc, offset, None)
-                    .await?
-                {
-                    BlobResponse::Partial(s) => Ok((s, false)),
-                    BlobResponse::Full(_) => Err(oci_client::errors::OciDistributionError::GenericError(Some(
-                        "the connection broke off and the registry does not serve ranges to resume from".into(),
-                    ))),
-                }
+            match inner
+                .oci
+                .pull_blob_stream_partial(&reference, &desc, offset, None)
+                .await?
+            {
+                BlobResponse::Partial(s) => Ok(s),
+                BlobResponse::Full(_) => Err(oci_client::errors::OciDistributionError::GenericError(Some(
+                    "the connection broke off and the registry does not serve ranges to resume from".into(),
+                ))),
             }
         });
-        let (stream, _) = answer.map_err(|e| {
+        let stream = answer.map_err(|e| {
             let not_found = matches!(&e, oci_client::errors::OciDistributionError::ServerError { code: 404, .. })
                 || matches!(&e, oci_client::errors::OciDistributionError::RegistryError { envelope, .. }
                     if envelope.errors.iter().any(|x| matches!(x.code, oci_client::errors::OciErrorCode::BlobUnknown)));
@@ -529,23 +735,16 @@ impl BlobReader {
             };
             err.into_io()
         })?;
-        // oci-client's own digest check is left to this reader, which names the blob.
         self.stream = Some(stream.stream.boxed());
         Ok(())
     }
-}
 
-impl Read for BlobReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+    /// The next chunk of the blob, counted and hashed; `None` at the end, once the digest
+    /// matches.
+    fn next_chunk(&mut self) -> std::io::Result<Option<Bytes>> {
         loop {
-            if !self.pending.is_empty() {
-                let n = self.pending.len().min(buf.len());
-                buf[..n].copy_from_slice(&self.pending[..n]);
-                self.pending = self.pending.slice(n..);
-                return Ok(n);
-            }
-            if self.done || buf.is_empty() {
-                return Ok(0);
+            if self.done {
+                return Ok(None);
             }
             if self.stream.is_none() {
                 self.start()?;
@@ -556,6 +755,7 @@ impl Read for BlobReader {
                 None => None,
             };
             match next {
+                Some(Ok(chunk)) if chunk.is_empty() => {}
                 Some(Ok(chunk)) => {
                     if self.read + chunk.len() as u64 > self.desc.size {
                         return Err(self.content_err(format!(
@@ -565,12 +765,10 @@ impl Read for BlobReader {
                     }
                     self.hasher.update(&chunk);
                     self.read += chunk.len() as u64;
-                    self.pending = chunk;
+                    return Ok(Some(chunk));
                 }
                 Some(Err(e)) => {
                     self.stream = None;
-                    // oci-client's verifying stream fails at the end on a digest mismatch: with
-                    // the size reached, this reader's own check says it, naming the blob.
                     if self.read == self.desc.size {
                         return self.finish();
                     }
@@ -596,11 +794,9 @@ impl Read for BlobReader {
             }
         }
     }
-}
 
-impl BlobReader {
-    /// The end: the digest compared; `Ok(0)` when it matches.
-    fn finish(&mut self) -> std::io::Result<usize> {
+    /// The end: the digest compared; `None` when it matches.
+    fn finish(&mut self) -> std::io::Result<Option<Bytes>> {
         let actual = self.hasher.finish();
         if actual != self.desc.digest {
             return Err(self.content_err(format!(
@@ -609,7 +805,7 @@ impl BlobReader {
         }
         self.done = true;
         self.stream = None;
-        Ok(0)
+        Ok(None)
     }
 }
 
@@ -643,12 +839,21 @@ impl Registry {
         Ok(BlobReader {
             registry: self.clone(),
             desc: desc.clone(),
-            stream: None,
+            fetch: Some(Fetch {
+                registry: self.clone(),
+                desc: desc.clone(),
+                stream: None,
+                read: 0,
+                hasher,
+                done: false,
+                resumes: 0,
+            }),
+            pump: None,
+            budget: Arc::default(),
             pending: Bytes::new(),
-            read: 0,
-            hasher,
-            done: false,
-            resumes: 0,
+            given: 0,
+            end: None,
+            failure: None,
         })
     }
 

@@ -152,8 +152,41 @@ pub(crate) fn clients(
     options: &RegistryOptions,
     remote: &RemoteOptions,
 ) -> Result<(oci_client::Client, reqwest::Client), RegistryError> {
-    install_crypto_provider();
     let certs = certificates(&options.ca_certificates)?;
+    let oci = oci_client(repo, &certs, remote)?;
+    let setup = |reason: String| RegistryError::Setup {
+        what: format!("{}: the HTTP client", repo.registry),
+        reason,
+    };
+    let mut http = reqwest::Client::builder()
+        .user_agent(concat!("sealfs/", env!("CARGO_PKG_VERSION")))
+        .read_timeout(remote.stall_timeout)
+        .connect_timeout(remote.connect_timeout.min(remote.timeout));
+    for (_, pem) in &certs {
+        let parsed =
+            reqwest::Certificate::from_pem_bundle(pem).map_err(|e| setup(e.to_string()))?;
+        http = http.tls_certs_merge(parsed);
+    }
+    Ok((oci, http.build().map_err(|e| setup(e.to_string()))?))
+}
+
+/// The `oci-client` alone (what blob reads use: a forked child makes only this one, since
+/// each client loads the system's certificate authorities, which costs more than a round trip
+/// on a LAN).
+pub(crate) fn blob_client(
+    repo: &ImageRef,
+    options: &RegistryOptions,
+    remote: &RemoteOptions,
+) -> Result<oci_client::Client, RegistryError> {
+    oci_client(repo, &certificates(&options.ca_certificates)?, remote)
+}
+
+fn oci_client(
+    repo: &ImageRef,
+    certs: &[(PathBuf, Vec<u8>)],
+    remote: &RemoteOptions,
+) -> Result<oci_client::Client, RegistryError> {
+    install_crypto_provider();
     let setup = |reason: String| RegistryError::Setup {
         what: format!("{}: the HTTP client", repo.registry),
         reason,
@@ -176,17 +209,7 @@ pub(crate) fn clients(
         user_agent: concat!("sealfs/", env!("CARGO_PKG_VERSION")),
         ..Default::default()
     };
-    let oci = oci_client::Client::try_from(config).map_err(|e| setup(e.to_string()))?;
-    let mut http = reqwest::Client::builder()
-        .user_agent(concat!("sealfs/", env!("CARGO_PKG_VERSION")))
-        .read_timeout(remote.stall_timeout)
-        .connect_timeout(remote.connect_timeout.min(remote.timeout));
-    for (_, pem) in &certs {
-        let parsed =
-            reqwest::Certificate::from_pem_bundle(pem).map_err(|e| setup(e.to_string()))?;
-        http = http.tls_certs_merge(parsed);
-    }
-    Ok((oci, http.build().map_err(|e| setup(e.to_string()))?))
+    oci_client::Client::try_from(config).map_err(|e| setup(e.to_string()))
 }
 
 /// Whether a reqwest failure is worth another try (the connection, a timeout, a body broken off).

@@ -36,7 +36,7 @@
 //! |---|---|---|
 //! | token flow (`WWW-Authenticate`, token endpoint with or without credentials, cache until expiry) | yes | used (`Client::auth`, and its token cache for its own requests) |
 //! | ranged blob reads that tell a 206 from a whole blob | yes (`pull_blob_stream_partial`) | used by the blob store under `RemoteObject` |
-//! | whole blob streams | yes (`pull_blob_stream`) | used by [`BlobReader`], which checks size and digest itself (to name the blob) and resumes by range |
+//! | whole blob streams | yes (`pull_blob_stream`, which hashes the blob itself) | own GET instead (one hash, on the manifest's connection): [`BlobReader`] checks size and digest (naming the blob), receives a large blob on a thread ahead of its reader, and resumes with `oci-client`'s ranged call |
 //! | redirects to storage, credentials dropped | yes (reqwest drops `Authorization` on another host) | used; tested against docker-registry on S3 storage |
 //! | referrers with the tag-schema fallback (read) | yes (`pull_referrers`) | used |
 //! | manifests and indexes (types) | yes | used for parsing ([`manifest`]) |
@@ -68,7 +68,7 @@ pub mod push;
 pub mod reference;
 
 pub use auth::Credentials;
-pub use blob::BlobReader;
+pub use blob::{BlobReader, PUMP_BYTES, PUMP_MIN_BYTES};
 pub use client::{FetchedManifest, Registry, RegistryOptions};
 pub use error::RegistryError;
 pub use open::{locate, open, registry_error, Opened, RegistryImage, MAX_SIGNATURE_BYTES};

@@ -150,3 +150,72 @@ fn an_index_resolves_to_a_platform_and_layers_stream_with_their_digest_checked()
         .unwrap_err();
     assert!(err.is_content_fault(), "{err}");
 }
+
+/// A blob large enough to be received by a thread ahead of the reader ([`PUMP_MIN_BYTES`]), and
+/// more than it keeps ready ([`PUMP_BYTES`]): read in small pieces by a reader slower than the
+/// loopback, its bytes are docker-registry's; with other bytes in the registry's storage the
+/// read fails at the end naming the blob, as a content fault; a reader dropped early returns.
+#[test]
+fn a_large_blob_is_received_ahead_of_its_reader_and_checked() {
+    use sealfs_registry::{registry_error, PUMP_BYTES, PUMP_MIN_BYTES};
+    if !oracle_guard(sealfs_testsupport::servers::docker_registry_bin().map(|_| ())) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let server = docker_registry(work.path(), &RegistrySetup::default()).unwrap();
+    let reference: ImageRef = format!("oci+http://127.0.0.1:{}/lib/big:v1", server.port)
+        .parse()
+        .unwrap();
+    let registry = Registry::connect(&reference, &RegistryOptions::default()).unwrap();
+    let size = (PUMP_BYTES + PUMP_MIN_BYTES) as usize + 12_345;
+    let blob = pseudo_random(size, 7);
+    let desc = descriptor("application/vnd.oci.image.layer.v1.tar", &blob);
+    registry
+        .push_bytes(&desc, blob.clone().into(), &[])
+        .unwrap();
+
+    let mut reader = registry.blob_reader(&desc).unwrap();
+    let mut got = Vec::with_capacity(size);
+    let mut buf = vec![0u8; 7_000];
+    loop {
+        let n = reader.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        if got.len() < 2 * PUMP_BYTES as usize && got.len() % 70_000 < 7_000 {
+            // Slower than the sender for a while: the thread waits for room.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    assert!(got == blob, "the blob's bytes");
+    assert_eq!(reader.bytes_read(), size as u64);
+    assert_eq!(reader.read(&mut buf).unwrap(), 0, "the end, again");
+
+    // Dropped after its first bytes: the drop returns (the thread is let go).
+    let mut early = registry.blob_reader(&desc).unwrap();
+    early.read_exact(&mut buf).unwrap();
+    assert_eq!(buf[..], blob[..buf.len()]);
+    drop(early);
+
+    let stored = Server::registry_blob(work.path(), &desc.digest);
+    let mut spoiled = blob.clone();
+    spoiled[size - 5] ^= 0x01;
+    std::fs::write(&stored, &spoiled).unwrap();
+    let mut sink = Vec::new();
+    let err = registry
+        .blob_reader(&desc)
+        .unwrap()
+        .read_to_end(&mut sink)
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+    assert!(
+        registry_error(&err).is_some_and(|e| e.is_content_fault()),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&desc.digest) && text.contains("hash to"),
+        "{text}"
+    );
+}
