@@ -122,6 +122,8 @@ version: 0.1
 log:
   level: error
 storage:
+  cache:
+    blobdescriptor: inmemory
   filesystem:
     rootdirectory: $work/registry/storage
 http:
