@@ -267,15 +267,7 @@ pub fn write_tree_from_leaves(
         let dst = geometry.level_start(1) as usize * bs;
         upper[dst..dst + l1.len()].copy_from_slice(&l1);
         drop(l1);
-        // As build_with: level k+1 lies before level k.
-        for k in 1..top {
-            let src = geometry.level_start(k) as usize * bs;
-            let src_len = geometry.level_blocks(k) as usize * bs;
-            let dst = geometry.level_start(k + 1) as usize * bs;
-            let dst_len = geometry.level_blocks(k) as usize * d;
-            let (left, right) = upper.split_at_mut(src);
-            hasher.par_hash_blocks_into(&right[..src_len], &mut left[dst..dst + dst_len]);
-        }
+        hash_levels(&geometry, &hasher, &mut upper, 1..top, true);
         debug_assert_eq!(geometry.level_start(top), 0);
         write(&upper, 0).map_err(|source| Error::Write { offset: 0, source })?;
         hasher.hash_block(&upper[..bs])
@@ -439,6 +431,32 @@ impl fmt::Debug for TreeBuilder {
 /// Common driver: allocates the tree, lets `fill_leaves` write the level-0
 /// hashes (`data_blocks × digest_size` bytes) and hashes the upper levels (on the current rayon
 /// pool if `parallel`, else on this thread).
+/// Hashes each level k of `levels` into level k+1, in `bytes` laid out as the tree is stored
+/// (from its start; level k+1 lies before level k): split there, read level k's blocks from the
+/// right part, write their hashes on the left.
+fn hash_levels(
+    geometry: &TreeGeometry,
+    hasher: &BlockHasher,
+    bytes: &mut [u8],
+    levels: std::ops::Range<usize>,
+    parallel: bool,
+) {
+    let (bs, d) = (geometry.block_size(), geometry.digest_size());
+    for k in levels {
+        let src = geometry.level_start(k) as usize * bs;
+        let src_len = geometry.level_blocks(k) as usize * bs;
+        let dst = geometry.level_start(k + 1) as usize * bs;
+        let dst_len = geometry.level_blocks(k) as usize * d;
+        let (left, right) = bytes.split_at_mut(src);
+        let (src, out) = (&right[..src_len], &mut left[dst..dst + dst_len]);
+        if parallel {
+            hasher.par_hash_blocks_into(src, out);
+        } else {
+            hasher.hash_blocks_into(src, out);
+        }
+    }
+}
+
 fn build_with(
     params: &Params,
     data_size: u64,
@@ -480,22 +498,8 @@ fn build_with(
     let leaves_len = geometry.data_blocks() as usize * d;
     fill_leaves(&hasher, &mut bytes[l0..l0 + leaves_len])?;
 
-    // Level k+1 lies before level k in stored order: split there, read
-    // level k's blocks from the right part, write their hashes on the left.
     let top = geometry.num_levels() - 1;
-    for k in 0..top {
-        let src = geometry.level_start(k) as usize * bs;
-        let src_len = geometry.level_blocks(k) as usize * bs;
-        let dst = geometry.level_start(k + 1) as usize * bs;
-        let dst_len = geometry.level_blocks(k) as usize * d;
-        let (left, right) = bytes.split_at_mut(src);
-        let (src, out) = (&right[..src_len], &mut left[dst..dst + dst_len]);
-        if parallel {
-            hasher.par_hash_blocks_into(src, out);
-        } else {
-            hasher.hash_blocks_into(src, out);
-        }
-    }
+    hash_levels(&geometry, &hasher, &mut bytes, 0..top, parallel);
     debug_assert_eq!(geometry.level_start(top), 0);
     let root = hasher.hash_block(&bytes[..bs]);
     Ok(Tree {
