@@ -77,6 +77,21 @@ http:
         self.proc.wait()
 
 
+def serve(src, work):
+    """`src` built into `work`/www/tree.sealfs, served by nginx behind the link and pushed to a
+    registry (as bench/tree:v1) behind a second proxy of it; returns (image, digest, nginx,
+    registry, link, the registry proxy's port)."""
+    www = os.path.join(work, "www")
+    os.makedirs(www)
+    image = os.path.join(www, "tree.sealfs")
+    digest = sh([SEALFS, "build", "-q", "-T", "0", src, image]).strip()
+    nginx = Nginx(www, work)
+    registry = Registry(work)
+    sh([SEALFS, "push", image, f"oci+http://127.0.0.1:{registry.port}/bench/tree:v1"])
+    link = Link(nginx.port)
+    return image, digest, nginx, registry, link, add_proxy(link, "registry", registry.port)
+
+
 def add_proxy(link, name, upstream):
     """A second proxy on the link's toxiproxy, its traffic to clients in the link's HTB class."""
     port = free_port()
@@ -150,22 +165,8 @@ def main():
         sys.exit(f"registry.py: no toxiproxy at {remote.TOXIPROXY} (scripts/build-oracles.sh toxiproxy)")
     src = os.path.join(CORPUS, TREE)
     work = tempfile.mkdtemp(prefix="sealfs-registry-bench-", dir=CORPUS)
-    www = os.path.join(work, "www")
-    os.makedirs(www)
-    image = os.path.join(www, "tree.sealfs")
-    digest = sh([SEALFS, "build", "-q", "-T", "0", src, image]).strip()
-    nginx = Nginx(www, work)
-    registry = Registry(work)
-    sh([SEALFS, "push", image, f"oci+http://127.0.0.1:{registry.port}/bench/tree:v1"])
-    link = Link(nginx.port)
-    reg_port = add_proxy(link, "registry", registry.port)
-    files = []
-    for root, _, names in os.walk(src):
-        for n in names:
-            p = os.path.join(root, n)
-            if os.path.isfile(p) and not os.path.islink(p):
-                files.append(os.path.relpath(p, src))
-    files.sort()
+    image, digest, nginx, registry, link, reg_port = serve(src, work)
+    files = remote.regular_files(src)
     pick = random.Random(42).sample(files, min(200, len(files)))
     first = pick[0]
     try:

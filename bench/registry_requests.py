@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import registry as bench  # noqa: E402
 import remote  # noqa: E402
-from remote import Link, Nginx, drop_caches, read_all, sh  # noqa: E402
+from remote import drop_caches, read_all, sh  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 HDR = re.compile(r"^(\d+\.\d+) IP 127\.0\.0\.1\.(\d+) > 127\.0\.0\.1\.(\d+): Flags \[([^\]]*)\]")
@@ -69,22 +69,8 @@ def main():
         sys.exit("registry_requests.py: tcpdump not found (apt-get install tcpdump)")
     src = os.path.join(remote.CORPUS, bench.TREE)
     work = tempfile.mkdtemp(prefix="sealfs-registry-requests-", dir=remote.CORPUS)
-    www = os.path.join(work, "www")
-    os.makedirs(www)
-    image = os.path.join(www, "tree.sealfs")
-    digest = sh([remote.SEALFS, "build", "-q", "-T", "0", src, image]).strip()
-    nginx = Nginx(www, work)
-    registry = bench.Registry(work)
-    sh([remote.SEALFS, "push", image, f"oci+http://127.0.0.1:{registry.port}/bench/tree:v1"])
-    link = Link(nginx.port)
-    reg_port = bench.add_proxy(link, "registry", registry.port)
-    files = []
-    for root, _, names in os.walk(src):
-        for n in names:
-            p = os.path.join(root, n)
-            if os.path.isfile(p) and not os.path.islink(p):
-                files.append(os.path.relpath(p, src))
-    files.sort()
+    _, digest, nginx, registry, link, reg_port = bench.serve(src, work)
+    files = remote.regular_files(src)
     pick = random.Random(42).sample(files, min(200, len(files)))
     mp, cache = tempfile.mkdtemp(), tempfile.mkdtemp()
     ways = [("registry", f"oci+http://127.0.0.1:{reg_port}/bench/tree:v1", reg_port, registry.port),

@@ -73,6 +73,17 @@ def free_port():
     return port
 
 
+def regular_files(src):
+    """The regular files under `src` (symbolic links left out), relative to it, sorted."""
+    files = []
+    for root, _, names in os.walk(src):
+        for n in names:
+            p = os.path.join(root, n)
+            if os.path.isfile(p) and not os.path.islink(p):
+                files.append(os.path.relpath(p, src))
+    return sorted(files)
+
+
 def drop_caches():
     subprocess.run(["sync"])
     with open("/proc/sys/vm/drop_caches", "w") as f:
@@ -280,15 +291,7 @@ def main():
         if "seq" in tables:
             run("seq", tools("big"), lambda t: read_all(os.path.join(t.mp, "linux.tar")), nginx)
         if "cat" in tables or "catz" in tables or "ls" in tables:
-            src = os.path.join(CORPUS, "linux")
-            files = []
-            for root, _, names in os.walk(src):
-                for n in names:
-                    p = os.path.join(root, n)
-                    if os.path.isfile(p) and not os.path.islink(p):
-                        files.append(os.path.relpath(p, src))
-            files.sort()
-            pick = random.Random(42).sample(files, 2000)
+            pick = random.Random(42).sample(regular_files(os.path.join(CORPUS, "linux")), 2000)
         if "cat" in tables:
             run("cat", tools("linux", fill=True), lambda t: sum(read_all(os.path.join(t.mp, f)) for f in pick), nginx)
         if "catz" in tables:
