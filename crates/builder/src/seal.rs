@@ -93,15 +93,11 @@ pub(crate) struct DataLeaves {
 impl DataLeaves {
     /// An empty store beside `out`, for hashes of `params`.
     pub fn beside(out: &Path, params: &Params) -> Result<Self> {
-        let dir = out
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let file = tempfile::tempfile_in(dir)
-            .map_err(|e| BuildError::io(dir, "create a temporary file for Merkle hashes", e))?;
+        let (file, dir) =
+            crate::spill::temp_beside(out, "create a temporary file for Merkle hashes")?;
         Ok(DataLeaves {
             file,
-            dir: dir.to_path_buf(),
+            dir,
             digest_size: params.digest_size(),
             covered: Mutex::new(Vec::new()),
         })

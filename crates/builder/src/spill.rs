@@ -37,20 +37,26 @@ pub(crate) struct Spill {
     written: u64,
 }
 
+/// An unnamed temporary file (gone when closed, whatever happens) in the directory of `out`;
+/// returns it and that directory. `op` names it in an error ("create a temporary file for ...").
+pub(crate) fn temp_beside(out: &Path, op: &'static str) -> Result<(File, PathBuf)> {
+    let dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file = tempfile::tempfile_in(dir).map_err(|e| BuildError::io(dir, op, e))?;
+    Ok((file, dir.to_path_buf()))
+}
+
 impl Spill {
     const BUF: usize = 1 << 20;
 
     /// A store in an unnamed temporary file in the directory of `out`.
     pub fn beside(out: &Path) -> Result<Spill> {
-        let dir = out
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let file = tempfile::tempfile_in(dir)
-            .map_err(|e| BuildError::io(dir, "create a temporary file for inline data", e))?;
+        let (file, dir) = temp_beside(out, "create a temporary file for inline data")?;
         Ok(Spill {
             file,
-            dir: dir.to_path_buf(),
+            dir,
             buf: Vec::new(),
             written: 0,
         })
