@@ -17,7 +17,8 @@ TABLE is any of files, pool, parquet (default: all). Each is one run with the wa
   pool     the same with a pool of 8 threads (concurrent.futures), the image shared by all
   parquet  `pyarrow.parquet.read_table` of a 1 GB Parquet file (generated once with pyarrow:
            random int64, float64 and string columns) inside an image: through fsspec
-           (`sealfs://`, verified), from the kernel mount, from `sealfs mount`
+           (`sealfs://`, verified), from the kernel mount, from `sealfs mount`; and, as the floor,
+           `plain`: the same file read from the directory the image was built from (page cache)
 
 States (STATES=warm-image,warm; say which one every number is):
   warm-image  the image file is in the page cache (read before every run); every run is a fresh
@@ -190,9 +191,11 @@ class Mount:
 
 def one(py, way, image, digest, script, args, mounted):
     """One timed run of `script` for `way`; returns seconds. `mounted`: the way's mount point when
-    it stays mounted (state warm), else None."""
+    it stays mounted (state warm), else None; for `plain`, the directory the image was built from."""
     subprocess.run(["cat", image], stdout=subprocess.DEVNULL, check=True)
-    if way == "sealfs.py":
+    if way == "plain":
+        out = sh([py, "-c", script, way, mounted, *args])
+    elif way == "sealfs.py":
         out = sh([py, "-c", script, way, image, *args, digest])
     elif mounted is not None:
         out = sh([py, "-c", script, way, mounted, *args])
@@ -202,10 +205,11 @@ def one(py, way, image, digest, script, args, mounted):
     return float(out.split()[0])
 
 
-def table(name, py, image, digest, script, args):
-    ways = ["sealfs.py", "kernel", "fuse"]
+def table(name, py, image, digest, script, args, plain=None):
+    """Runs the ways interleaved; `plain`: the source directory, for a `plain` way (the floor)."""
+    ways = ["sealfs.py", "kernel", "fuse"] + (["plain"] if plain else [])
     for state in STATES:
-        mounts = {}
+        mounts = {"plain": (None, plain)} if plain else {}
         if state == "warm":
             for w in ways[1:]:
                 m = Mount("kernel" if w == "kernel" else "fuse", image)
@@ -220,7 +224,8 @@ def table(name, py, image, digest, script, args):
                     print(f"{name} {state} round {r} {w}: {s:.3f} s", flush=True)
         finally:
             for m, _ in mounts.values():
-                m.__exit__(None, None, None)
+                if m is not None:
+                    m.__exit__(None, None, None)
 
 
 def report():
@@ -244,6 +249,9 @@ def report():
             cell[way] = f"{med[way]:.2f} ({min(v):.2f}-{max(v):.2f})"
         print(f"| {t} | {cell['sealfs.py']} | {cell['kernel']} | {cell['fuse']} | "
               f"{med['fuse'] / med['sealfs.py']:.2f}x | {med['sealfs.py'] / med['kernel']:.2f}x |")
+    for t in sorted({r[0] for r in ROWS if r[2] == "plain"}):
+        v = [r[3] for r in ROWS if r[0] == t and r[2] == "plain"]
+        print(f"\n{t}, plain file (the floor): {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}) s")
 
 
 def main():
@@ -277,7 +285,7 @@ def main():
         make_parquet(py, os.path.join(src, "data", "big.parquet"))
         image = os.path.join(WORK, "parquet.img")
         digest = build(src, image)
-        table("parquet", py, image, digest, PARQUET, ["/data/big.parquet"])
+        table("parquet", py, image, digest, PARQUET, ["/data/big.parquet"], plain=src)
     report()
 
 

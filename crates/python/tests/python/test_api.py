@@ -195,6 +195,14 @@ def test_paths_names_and_attributes(small, tmp_path):
         f.seek(0)
         assert f.readinto(memoryview(buf)[2:6]) == 4 and bytes(buf[2:6]) == b"\x7fELF"
         assert f.pread(4, 0) == b"\x7fELF" and f.tell() == 4
+        # At the end: what is left, then 0, the buffer past it untouched.
+        tool = (small["src"] / "bin" / "tool").read_bytes()
+        f.seek(5000)
+        buf = bytearray(b"x" * 10)
+        assert f.readinto(buf) == 4 and bytes(buf) == tool[5000:] + b"xxxxxx"
+        assert f.readinto(buf) == 0 and f.tell() == 5004
+        f.seek(6000)
+        assert f.readinto(buf) == 0 and f.read() == b"" and f.tell() == 6000
         with pytest.raises(io_unsupported()):
             f.fileno()
     assert img.stats["verified_blocks"] > 0

@@ -75,6 +75,17 @@ def test_a_damaged_block_fails_that_read_only(tmp_path, build_args):
             assert f.pread(BLOCK, 11 * BLOCK) == victim[11 * BLOCK : 12 * BLOCK]
             with pytest.raises(sealfs.VerificationError):
                 f.pread(1, 10 * BLOCK + 5)
+            # readinto: the bytes before the damaged block, then EIO for it, the position kept.
+            buf = bytearray(3 * BLOCK)
+            f.seek(7 * BLOCK)
+            assert f.readinto(buf) == 3 * BLOCK and bytes(buf) == victim[7 * BLOCK : 10 * BLOCK]
+            with pytest.raises(OSError) as caught:
+                f.readinto(buf)
+            assert caught.value.errno == errno.EIO and f.tell() == 10 * BLOCK
+            # A read of many blocks across the damage fails too (whatever runs it is split into).
+            f.seek(0)
+            with pytest.raises(sealfs.VerificationError):
+                f.read()
         for other, data in files.items():
             if other != "victim.bin":
                 assert img.read_bytes(other) == data, other
