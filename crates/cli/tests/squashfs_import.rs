@@ -365,9 +365,19 @@ fn bad_images_fail_naming_what_and_where_and_leave_nothing() {
     fs::write(tree.join("big"), &text.as_bytes()[..300_000]).unwrap();
     std::os::unix::fs::symlink("a/f", tree.join("link")).unwrap();
     let (plain, gz) = (w.img.join("u.sqfs"), w.img.join("g.sqfs"));
-    let raw = ["-noI", "-noD", "-noF", "-noX", "-no-xattrs", "-all-root"];
+    // Fixed times make the images the same every run, so each flipped byte below always
+    // damages the same bits (a flip inside a deflate stream can leave its output unchanged).
+    let fixed = [
+        "-all-time",
+        "0",
+        "-mkfs-time",
+        "0",
+        "-no-xattrs",
+        "-all-root",
+    ];
+    let raw = [&["-noI", "-noD", "-noF", "-noX"][..], &fixed].concat();
     mksquashfs(t, &tree, &plain, &raw);
-    mksquashfs(t, &tree, &gz, &["-no-xattrs", "-all-root"]);
+    mksquashfs(t, &tree, &gz, &fixed);
     let (plain, gz) = (fs::read(&plain).unwrap(), fs::read(&gz).unwrap());
     // The images are sound to begin with.
     for (name, bytes) in [("u", &plain), ("g", &gz)] {
