@@ -3,6 +3,10 @@
 
     bench/extract.py            (RUNS=5, SEALFS=target/release/sealfs, CORPUS_DIR=bench/.corpus)
 
+The peers are the newest built by scripts/build-oracles.sh where present (erofs-utils 1.9 and
+squashfs-tools 4.7 under target/oracles), else those on PATH; EROFS_BIN=DIR or SQUASHFS_BIN=DIR
+name others. The table says which versions ran.
+
 Images of the same tree, uncompressed: a sealed sealfs image, a mkfs.erofs image, a mksquashfs image.
 Interleaves, after one untimed warm-up round, RUNS timed rounds of:
     sealfs extract IMG DEST                  every block verified against the seal (default)
@@ -28,6 +32,20 @@ REPO = os.path.dirname(HERE)
 RUNS = int(os.environ.get("RUNS", "5"))
 SEALFS = os.environ.get("SEALFS", os.path.join(REPO, "target/release/sealfs"))
 CORPUS = os.environ.get("CORPUS_DIR", os.path.join(HERE, ".corpus"))
+
+
+def newest(env, built, name):
+    """`name` from $env, else from the oracle build at `built`, else from PATH."""
+    for d in (os.environ.get(env), os.path.join(REPO, "target/oracles", built, "bin")):
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    return name
+
+
+MKFS_EROFS = newest("EROFS_BIN", "erofs-utils-1.9", "mkfs.erofs")
+FSCK_EROFS = newest("EROFS_BIN", "erofs-utils-1.9", "fsck.erofs")
+MKSQUASHFS = newest("SQUASHFS_BIN", "squashfs-tools-4.7", "mksquashfs")
+UNSQUASHFS = newest("SQUASHFS_BIN", "squashfs-tools-4.7", "unsquashfs")
 HEADING = "## Extract: linux corpus, warm cache"
 
 
@@ -42,8 +60,8 @@ def main():
     work = tempfile.mkdtemp(prefix="sealfs-extract-", dir=CORPUS)
     img, mk, sq = (os.path.join(work, n) for n in ("sealfs.img", "mkfs.img", "squash.img"))
     digest = sh([SEALFS, "build", "-q", "-T", "0", src, img]).strip()
-    sh(["mkfs.erofs", "-T0", "--quiet", mk, src])
-    sh(["mksquashfs", src, sq, "-noappend", "-noI", "-noId", "-noD", "-noF", "-noX", "-quiet", "-no-progress"])
+    sh([MKFS_EROFS, "-T0", "--quiet", mk, src])
+    sh([MKSQUASHFS, src, sq, "-noappend", "-noI", "-noId", "-noD", "-noF", "-noX", "-quiet", "-no-progress"])
     for f in (img, mk, sq):
         subprocess.run(["cat", f], stdout=subprocess.DEVNULL, check=True)
     # The destination is a tmpfs, so the figures are the tools' work, not the disk's writeback (on the
@@ -58,8 +76,8 @@ def main():
     tools = {
         "sealfs extract": lambda d: [SEALFS, "extract", "-q", "--digest", digest, img, d],
         "sealfs extract --verify=none": lambda d: [SEALFS, "extract", "-q", "--verify=none", img, d],
-        "fsck.erofs --extract": lambda d: ["fsck.erofs", f"--extract={d}", mk],
-        "unsquashfs": lambda d: ["unsquashfs", "-q", "-n", "-d", d, sq],
+        "fsck.erofs --extract": lambda d: [FSCK_EROFS, f"--extract={d}", mk],
+        "unsquashfs": lambda d: [UNSQUASHFS, "-q", "-n", "-d", d, sq],
     }
     rows = []
     for rnd in range(RUNS + 1):
@@ -93,7 +111,8 @@ def main():
     cpu_med = {n: statistics.median([c for _, m, _, c in rows if m == n]) for n in tools}
     load = os.getloadavg()
     cpu = sh(["grep", "-m1", "model name", "/proc/cpuinfo"]).split(":", 1)[1].strip()
-    ver = {p: sh(["dpkg-query", "-W", "-f", "${Version}", p]) for p in ("erofs-utils", "squashfs-tools")}
+    ver = {"erofs-utils": sh([FSCK_EROFS, "-V"]).split("\n")[0].strip() + f" ({FSCK_EROFS})",
+           "squashfs-tools": sh([UNSQUASHFS, "-version"]).split("\n")[0].strip() + f" ({UNSQUASHFS})"}
     ours = st["sealfs extract"][0]
     r_fsck = st["fsck.erofs --extract"][0] / ours
     r_sq = st["unsquashfs"][0] / ours

@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import registry as bench  # noqa: E402
 import remote  # noqa: E402
-from remote import drop_caches, read_all, sh  # noqa: E402
+from remote import read_all, sh  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 HDR = re.compile(r"^(\d+\.\d+) IP 127\.0\.0\.1\.(\d+) > 127\.0\.0\.1\.(\d+): Flags \[([^\]]*)\]")
@@ -81,7 +81,7 @@ def main():
                 for name, location, cport, sport in ways:
                     shutil.rmtree(cache)
                     os.makedirs(cache)
-                    drop_caches()
+                    bench.cold_client([(registry.port, "/v2/"), (nginx.port, "/")])
                     pcap = os.path.join(work, "trace.pcap")
                     dump = subprocess.Popen(["tcpdump", "-i", "lo", "-s", "600", "-U", "-w", pcap,
                                              f"tcp port {cport} or tcp port {sport}"], stderr=subprocess.DEVNULL)
