@@ -183,6 +183,47 @@ fn assert_files_match(img: &Path, src: &Path, extra: &[&str]) {
         "digest --files vs fsverity digest of each source file"
     );
     assert!(!ours.stdout.is_empty());
+
+    // `--format=ipe`: one IPE rule per distinct digest `fsverity digest` gives, in the syntax of
+    // the kernel's IPE documentation (admin-guide/LSM/ipe.rst: `fsverity_digest=ALG:HEX`), and
+    // comments. (IPE itself is not run: it came with Linux 6.12, the guest kernel is 6.1.)
+    let ipe = run(Command::new(sealfs_bin())
+        .args(["digest", "--files", "--format=ipe"])
+        .args(extra)
+        .arg(img));
+    assert!(
+        ipe.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ipe.stderr)
+    );
+    // Each line of the oracle starts with a digest; a name holding a newline continues on a
+    // line of its own, which does not.
+    let want: std::collections::BTreeSet<String> = String::from_utf8_lossy(&oracle.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(d, _)| d))
+        .filter(|d| d.starts_with("sha256:") || d.starts_with("sha512:"))
+        .map(str::to_string)
+        .collect();
+    let mut got = std::collections::BTreeSet::new();
+    for line in String::from_utf8_lossy(&ipe.stdout).lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let digest = line
+            .strip_prefix("op=EXECUTE fsverity_digest=")
+            .and_then(|r| r.strip_suffix(" action=ALLOW"))
+            .unwrap_or_else(|| panic!("not an IPE rule: {line:?}"));
+        let (alg, hex) = digest.split_once(':').expect("ALG:HEX");
+        assert!(
+            ["sha256", "sha512"].contains(&alg) && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{line:?}"
+        );
+        assert!(got.insert(digest.to_string()), "rule repeated: {line:?}");
+    }
+    assert_eq!(
+        got, want,
+        "IPE rules vs fsverity digest of each source file"
+    );
 }
 
 /// Words drawn at random from a small vocabulary: compressible, and different for each seed.
