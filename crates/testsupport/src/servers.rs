@@ -97,14 +97,15 @@ impl Server {
     fn wait_ready(mut self, what: &str, log: &Path) -> Result<Server, String> {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(15) {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return Ok(self);
-            }
+            // Whether it exited first: another process may hold the port it could not take.
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!(
                     "{what} exited ({status}): {}",
                     fs::read_to_string(log).unwrap_or_default()
                 ));
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(self);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -453,7 +454,6 @@ pub fn docker_registry_bin() -> Result<PathBuf, String> {
 pub fn docker_registry(work: &Path, setup: &RegistrySetup) -> Result<Server, String> {
     let bin = docker_registry_bin()?;
     fs::create_dir_all(work.join("storage")).map_err(|e| e.to_string())?;
-    let port = free_port();
     let tls = match &setup.tls {
         Some((cert, key)) => format!(
             "  tls:\n    certificate: {}\n    key: {}\n",
@@ -546,6 +546,9 @@ pub fn docker_registry(work: &Path, setup: &RegistrySetup) -> Result<Server, Str
             work.join("storage").display()
         ),
     };
+    // The port is picked after the token server has bound its own: picked before, it was free
+    // for the token server's bind to take (seen once), and then the registry could not listen.
+    let port = free_port();
     let conf = format!(
         "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n{storage}  delete:\n    \
          enabled: true\n  maintenance:\n    uploadpurging:\n      enabled: false\nhttp:\n  addr: \
