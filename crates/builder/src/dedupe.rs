@@ -114,7 +114,7 @@ pub(crate) fn same_size_digests(
             let digest =
                 sealfs_verity::Tree::from_leaf_hashes_serial(hasher.params(), size, &leaves)
                     .map_err(|e| {
-                        let path = &tree.inodes[id].path;
+                        let path = tree.path(&tree.inodes[id]);
                         BuildError::io(path, "hash", std::io::Error::other(e))
                     })?
                     .digest();
@@ -144,7 +144,7 @@ fn read_file(
     mut each: impl FnMut(&[u8]),
 ) -> Result<()> {
     let (inode, size) = (&tree.inodes[id], size_of(tree, id));
-    let mut src = open_file(source, inode)?;
+    let mut src = open_file(source, tree, inode)?;
     let mut buf = vec![0u8; size.min(READ) as usize];
     for start in (0..size).step_by(READ as usize) {
         let len = (size - start).min(READ) as usize;

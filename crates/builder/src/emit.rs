@@ -596,6 +596,8 @@ pub(crate) use crate::seal::DataLeaves;
 pub(crate) struct Copier<'a> {
     /// Where file data is read.
     pub source: &'a dyn Source,
+    /// The tree the files are of.
+    pub tree: &'a Tree,
     pub out: &'a File,
     pub out_path: &'a Path,
     /// Level-0 hashes of image blocks, when the seal's blocks are the image's.
@@ -767,8 +769,7 @@ impl Copier<'_> {
         let Kind::File(f) = &inode.kind else {
             return Ok(None);
         };
-        let path = inode.path.as_path();
-        let mut src = open_file(self.source, inode)?;
+        let mut src = open_file(self.source, self.tree, inode)?;
         if p.blocks_of.is_some() {
             if p.inline_len > 0 {
                 let leaves = Leaves {
@@ -846,14 +847,14 @@ impl Copier<'_> {
         }
         src.finish()?;
         let digest = file_leaves.map(|r| {
-            debug_assert_eq!(r.data_size(), f.size, "{}", path.display());
+            debug_assert_eq!(r.data_size(), f.size, "{}", self.tree.path(inode).display());
             r.finish()
         });
         // What was copied is what the files sharing it were found equal to.
         if let (Some(d), Some(k)) = (&digest, known) {
             if d != k {
                 return Err(BuildError::Changed {
-                    path: inode.path.clone(),
+                    path: self.tree.path(inode),
                     what: "content".into(),
                 });
             }
@@ -896,6 +897,7 @@ pub(crate) fn write_image(
     progress.begin("copying file data", Some(total));
     let copier = Copier {
         source,
+        tree,
         out: file,
         out_path: path,
         image_hasher: hashers.image,

@@ -171,12 +171,13 @@ pub(crate) struct PreData {
 
 /// Inode core size and xattr body size of an inode of `size` bytes, as the plan will choose them.
 pub(crate) fn inode_lens(
+    tree: &Tree,
     inode: &Inode,
     size: u64,
     epoch: (i64, u32),
     shared: &SharedXattrs,
 ) -> Result<(bool, u64, u64)> {
-    let ibody_len = xattrs::ibody_size(inode, shared)?;
+    let ibody_len = xattrs::ibody_size(tree, inode, shared)?;
     let extended = size > u32::MAX as u64
         || inode.uid > u16::MAX as u32
         || inode.gid > u16::MAX as u32
@@ -272,12 +273,13 @@ pub(crate) struct DirBlocks<'a> {
 
 /// Sorts a directory's entries with "." and ".." in their byte order and splits them into blocks.
 pub(crate) fn dir_blocks(id: InodeId, inode: &Inode) -> DirBlocks<'_> {
-    let Kind::Dir { entries, parent } = &inode.kind else {
+    let Kind::Dir { entries } = &inode.kind else {
         unreachable!("dir_blocks on a non-directory")
     };
     let mut all: Vec<(&[u8], InodeId)> = Vec::with_capacity(entries.len() + 2);
     all.push((b".", id));
-    all.push((b"..", *parent));
+    // The root is its own parent.
+    all.push((b"..", inode.origin.dir().unwrap_or(id)));
     all.extend(entries.iter().map(|(n, c)| (n.as_slice(), *c)));
     all.sort_unstable_by(|a, b| a.0.cmp(b.0));
     let mut block_starts = vec![0];
@@ -461,7 +463,8 @@ pub(crate) fn plan(
             Kind::Symlink(t) => (t.len() as u64, None),
             Kind::Device(_) | Kind::Special => (0, None),
         };
-        let (extended, isize, ibody_len) = inode_lens(inode, size, (epoch, fixed_nsec), shared)?;
+        let (extended, isize, ibody_len) =
+            inode_lens(tree, inode, size, (epoch, fixed_nsec), shared)?;
         let mut p = InodePlan {
             offset: 0,
             extended,
@@ -655,6 +658,7 @@ pub(crate) fn plan(
 /// The plan of the metabox inode `inode` with extents `z` (encoded extents or compact indexes, no
 /// inline data), and the bytes it takes in the metadata area; placed by [`place_outside_metabox`].
 pub(crate) fn metabox_inode_plan(
+    tree: &Tree,
     inode: &Inode,
     z: ZPlan,
     shared: &SharedXattrs,
@@ -663,7 +667,7 @@ pub(crate) fn metabox_inode_plan(
     let Kind::File(f) = &inode.kind else {
         unreachable!("the metabox inode is a regular file")
     };
-    let (extended, isize, ibody_len) = inode_lens(inode, f.size, epoch, shared)?;
+    let (extended, isize, ibody_len) = inode_lens(tree, inode, f.size, epoch, shared)?;
     let item_len = z.meta_len_of(isize, ibody_len, f.size);
     let p = InodePlan {
         offset: 0,

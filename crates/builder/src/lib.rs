@@ -127,29 +127,25 @@ pub fn build_from(
 /// file's path relative to the source's base); empty without rules.
 fn codecs_by_rule(
     tree: &tree::Tree,
-    src: &Path,
     copts: &CompressOptions,
     rules: &[CompressRule],
 ) -> Vec<zdata::Codec> {
-    use std::os::unix::ffi::OsStrExt;
     if rules.is_empty() {
         return Vec::new();
     }
     tree.inodes
         .iter()
         .map(|inode| {
-            let rel = inode.path.strip_prefix(src).unwrap_or(&inode.path);
-            match rules
-                .iter()
-                .find(|r| r.pattern.is_match(rel.as_os_str().as_bytes()))
-            {
-                Some(r) if matches!(inode.kind, tree::Kind::File(_)) => {
-                    r.algorithm.map(|algorithm| CompressOptions {
-                        algorithm,
-                        ..*copts
-                    })
-                }
-                _ => Some(*copts),
+            let tree::Kind::File(_) = inode.kind else {
+                return Some(*copts);
+            };
+            let rel = tree.rel_path(inode);
+            match rules.iter().find(|r| r.pattern.is_match(&rel)) {
+                Some(r) => r.algorithm.map(|algorithm| CompressOptions {
+                    algorithm,
+                    ..*copts
+                }),
+                None => Some(*copts),
             }
         })
         .collect()
@@ -181,7 +177,6 @@ fn build_in_pool(
     source.scan(&mut sink, &cx)?;
     let mut tree = sink.finish(opts)?;
     let source: &dyn Source = source;
-    let src = source.base();
     let shared = xattrs::SharedXattrs::plan(&tree);
     // With the seal's blocks equal to the image's, file data is hashed while it is copied, and so are
     // the per-file digests (sharing those hashes when their parameters are the seal's).
@@ -250,7 +245,7 @@ fn build_in_pool(
         Some(c) => {
             c.validate().map_err(BuildError::InvalidOption)?;
             // Data first (sizes are known only once it is compressed), then the metadata after it.
-            let codecs = codecs_by_rule(&tree, src, c, &opts.compress_rules);
+            let codecs = codecs_by_rule(&tree, c, &opts.compress_rules);
             let data = zdata::write_data(
                 seal::Target::of(&tmp),
                 source,
@@ -308,7 +303,7 @@ fn build_in_pool(
                 let id = tree.inodes.len() - 1;
                 plan.total_blocks = next_blk;
                 let (p, item_len) =
-                    layout::metabox_inode_plan(&tree.inodes[id], z, &shared, epoch)?;
+                    layout::metabox_inode_plan(&tree, &tree.inodes[id], z, &shared, epoch)?;
                 plan.inodes.push(p);
                 plan.item_lens.push(item_len);
                 layout::place_outside_metabox(&mut plan, id)?;

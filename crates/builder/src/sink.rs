@@ -13,7 +13,7 @@
 use crate::error::{BuildError, Result};
 use crate::options::BuildOptions;
 use crate::source::{DataId, Entry, EntryKind};
-use crate::tree::{FileData, Inode, InodeId, Kind, Tree, Xattr};
+use crate::tree::{FileData, Inode, InodeId, Kind, Origin, Tree, Xattr};
 use sealfs_format::{self as fmt, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK};
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
@@ -457,11 +457,7 @@ impl Sink {
 
     /// The path messages give for `rel`.
     fn display(&self, rel: &[u8]) -> PathBuf {
-        if rel.is_empty() {
-            self.base.clone()
-        } else {
-            self.base.join(Path::new(std::ffi::OsStr::from_bytes(rel)))
-        }
+        display(&self.base, rel)
     }
 
     /// Numbers the tree (breadth first, names sorted, the root first) and applies the options
@@ -470,13 +466,10 @@ impl Sink {
         let mut tree = Tree {
             inodes: Vec::new(),
             warnings: std::mem::take(&mut self.warnings),
+            base: std::mem::take(&mut self.base),
         };
         let mut ids: Vec<InodeId> = vec![InodeId::MAX; self.nodes.len()];
-        let root = self.take(0, 0, opts);
-        tree.inodes.push(Inode {
-            path: self.base.clone(),
-            ..root
-        });
+        tree.inodes.push(self.take(0, Origin::Root, opts));
         ids[0] = 0;
         // (directory inode, its node, its path relative to the root)
         let mut level: Vec<(InodeId, NodeId, Vec<u8>)> = vec![(0, 0, Vec::new())];
@@ -500,7 +493,7 @@ impl Sink {
                     }
                     if name.len() > fmt::EROFS_NAME_LEN {
                         return Err(BuildError::Unsupported {
-                            path: self.display(&child_rel),
+                            path: display(&tree.base, &child_rel),
                             what: "name longer than 255 bytes".into(),
                         });
                     }
@@ -511,15 +504,18 @@ impl Sink {
                     }
                     let id = tree.inodes.len();
                     ids[child as usize] = id;
-                    let mut inode = self.take(child, dir, opts);
-                    inode.path = self.display(&child_rel);
+                    let origin = Origin::Entry {
+                        dir: dir as u32,
+                        index: entries.len() as u32,
+                    };
+                    let inode = self.take(child, origin, opts);
                     if inode.is_dir() {
                         next.push((id, child, child_rel));
                     }
                     tree.inodes.push(inode);
                     entries.push((name, id));
                 }
-                if let Kind::Dir { entries: e, .. } = &mut tree.inodes[dir].kind {
+                if let Kind::Dir { entries: e } = &mut tree.inodes[dir].kind {
                     *e = entries;
                 }
             }
@@ -532,9 +528,9 @@ impl Sink {
         Ok(tree)
     }
 
-    /// Turns node `id` (a child of inode `parent`) into an inode, the options applied; its
-    /// directory entries are filled by [`Sink::finish`].
-    fn take(&mut self, id: NodeId, parent: InodeId, opts: &BuildOptions) -> Inode {
+    /// Turns node `id` (named at `origin`) into an inode, the options applied; its directory
+    /// entries are filled by [`Sink::finish`].
+    fn take(&mut self, id: NodeId, origin: Origin, opts: &BuildOptions) -> Inode {
         let node = &mut self.nodes[id as usize];
         let kind = match std::mem::replace(&mut node.kind, NodeKind::Special) {
             NodeKind::Dir(c) => {
@@ -542,7 +538,6 @@ impl Sink {
                 node.kind = NodeKind::Dir(c);
                 Kind::Dir {
                     entries: Vec::new(),
-                    parent,
                 }
             }
             NodeKind::File(f) => Kind::File(f),
@@ -576,7 +571,7 @@ impl Sink {
             mtime_nsec,
             nlink: 0,
             xattrs: std::mem::take(&mut node.xattrs),
-            path: PathBuf::new(),
+            origin,
         }
     }
 }
@@ -590,6 +585,15 @@ fn set_meta(to: &mut Node, from: Node) {
     to.mtime_nsec = from.mtime_nsec;
     to.xattrs = from.xattrs;
     to.layer = from.layer;
+}
+
+/// The path messages give for `rel` (relative to the root) of a tree from `base`.
+fn display(base: &Path, rel: &[u8]) -> PathBuf {
+    if rel.is_empty() {
+        base.to_path_buf()
+    } else {
+        base.join(Path::new(std::ffi::OsStr::from_bytes(rel)))
+    }
 }
 
 fn split_last(path: &[u8]) -> (&[u8], &[u8]) {
@@ -703,7 +707,7 @@ mod tests {
                     Kind::File(f) => f.data.0,
                     _ => i.nlink as u64,
                 };
-                (i.path.display().to_string(), i.mode, d)
+                (tree.path(i).display().to_string(), i.mode, d)
             })
             .collect()
     }
@@ -731,6 +735,33 @@ mod tests {
         let link = entries.remove(6);
         entries.push(link);
         assert_eq!(shape(&build(&entries).unwrap()), first);
+    }
+
+    #[test]
+    fn paths_are_rebuilt_from_first_names_and_ranked_as_paths_compare() {
+        let tree = build(&[
+            file("a/b", 1),
+            file("a-b", 2),
+            file("a/c/d", 3),
+            file("b", 4),
+            entry("a/c/e", EntryKind::HardLink(b"b".to_vec())),
+            entry("a0", EntryKind::HardLink(b"a/c/d".to_vec())),
+        ])
+        .unwrap();
+        let paths: Vec<PathBuf> = tree.inodes.iter().map(|i| tree.path(i)).collect();
+        // A file with several names is at its first breadth first: "a0" before "a/c/d", "b"
+        // before "a/c/e".
+        let names: Vec<&str> = paths.iter().map(|p| p.to_str().unwrap()).collect();
+        assert_eq!(names, ["", "a", "a-b", "a0", "b", "a/b", "a/c"]);
+        // Depth first is the order of the paths compared component by component ("a/b" before
+        // "a-b", though '/' sorts after '-' as bytes).
+        let ranks = tree.depth_first_ranks();
+        let mut by_rank: Vec<usize> = (0..tree.inodes.len()).collect();
+        by_rank.sort_by_key(|&id| ranks[id]);
+        let mut by_path: Vec<usize> = (0..tree.inodes.len()).collect();
+        by_path.sort_by(|&a, &b| paths[a].cmp(&paths[b]));
+        assert_eq!(by_rank, by_path);
+        assert_eq!(by_rank, [0, 1, 5, 6, 2, 3, 4]);
     }
 
     #[test]

@@ -184,16 +184,17 @@ pub trait Source: Send + Sync {
     fn open(&self, file: &FileRef<'_>) -> Result<Box<dyn SourceFile + '_>>;
 }
 
-/// Opens the data of `inode` (a regular file of the tree) through `source`.
+/// Opens the data of `inode` (a regular file of `tree`) through `source`.
 pub(crate) fn open_file<'s>(
     source: &'s dyn Source,
+    tree: &crate::tree::Tree,
     inode: &crate::tree::Inode,
 ) -> Result<Box<dyn SourceFile + 's>> {
     let crate::tree::Kind::File(f) = &inode.kind else {
         unreachable!("only regular files have data")
     };
     source.open(&FileRef {
-        path: &inode.path,
+        path: &tree.path(inode),
         size: f.size,
         data: f.data,
     })

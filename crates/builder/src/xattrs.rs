@@ -78,7 +78,7 @@ fn split<'a>(inode: &'a Inode, shared: &SharedXattrs) -> (Vec<u32>, Vec<&'a Xatt
 }
 
 /// Size of an inode's xattr body (0 without xattrs); fails where `i_xattr_icount` would overflow.
-pub(crate) fn ibody_size(inode: &Inode, shared: &SharedXattrs) -> Result<u64> {
+pub(crate) fn ibody_size(tree: &Tree, inode: &Inode, shared: &SharedXattrs) -> Result<u64> {
     if inode.xattrs.is_empty() {
         return Ok(0);
     }
@@ -88,7 +88,7 @@ pub(crate) fn ibody_size(inode: &Inode, shared: &SharedXattrs) -> Result<u64> {
         + inline.iter().map(|x| entry_size(x)).sum::<u64>();
     if fmt::xattr_icount(size) > u16::MAX as u64 {
         return Err(BuildError::Unsupported {
-            path: inode.path.clone(),
+            path: tree.path(inode),
             what: format!("xattrs take {size} bytes; an inode holds at most 262148"),
         });
     }

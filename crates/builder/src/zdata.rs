@@ -33,7 +33,7 @@ use crate::layout::{self, ChunkPlan, InodePlan, Placed, PreData, ZPlaced, ZPlan}
 use crate::seal::Target;
 use crate::source::{open_file, Source};
 use crate::spill::{Spill, Spilled};
-use crate::tree::{FileData, Inode, Kind, Tree};
+use crate::tree::{FileData, Inode, Kind, Origin, Special, Tree};
 use crate::xattrs::SharedXattrs;
 use crate::Progress;
 use sealfs_format::{self as fmt, DataLayout, BLKSZ};
@@ -41,7 +41,7 @@ use sealfs_verity::{BlockHasher, Digest};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -149,10 +149,10 @@ impl Sources<'_> {
         if let Some(p) = self.packed.filter(|_| id == self.tree.inodes.len()) {
             p.file
                 .read_exact_at(&mut raw, start)
-                .map_err(|e| BuildError::io(&inode.path, "read", e))?;
+                .map_err(|e| BuildError::io(self.tree.path(inode), "read", e))?;
             return Ok(raw);
         }
-        let mut src = open_file(self.source, inode)?;
+        let mut src = open_file(self.source, self.tree, inode)?;
         src.read_at(&mut raw, start)?;
         src.finish()?;
         Ok(raw)
@@ -224,7 +224,10 @@ fn read_unit(ctx: &UnitCtx<'_>, id: usize, seg: u64) -> Result<Unit> {
         match named {
             Some((hasher, leaves)) => Some(dedupe_key(
                 &sealfs_verity::Tree::from_leaf_hashes_serial(hasher.params(), f.size, &leaves)
-                    .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?
+                    .map_err(|e| {
+                        let path = ctx.sources.tree.path(inode);
+                        BuildError::io(path, "hash", std::io::Error::other(e))
+                    })?
                     .digest(),
             )),
             None => None,
@@ -481,7 +484,8 @@ impl Placer<'_> {
             }
             // A file whose twin was placed (whole, as it has a lower id) shares the twin's data,
             // when the twin's inline part (if any) fits this inode too (its xattrs may be larger).
-            let (_, isize, ibody) = layout::inode_lens(inode, f.size, epoch, shared)?;
+            let (_, isize, ibody) =
+                layout::inode_lens(ctx.sources.tree, inode, f.size, epoch, shared)?;
             let key = done[k].key;
             let twin = key
                 .and_then(|key| self.seen.get(&key).copied())
@@ -739,12 +743,8 @@ fn segments(id: usize, size: u64) -> impl Iterator<Item = (usize, u64, u64)> {
 /// and breadth-first order are within 0.2% of each other; grouping by extension, then name, made
 /// the image 2.5% larger.
 fn fragment_order(tree: &Tree, ids: &mut [usize]) {
-    ids.sort_by(|&a, &b| {
-        tree.inodes[a]
-            .path
-            .cmp(&tree.inodes[b].path)
-            .then(a.cmp(&b))
-    });
+    let rank = tree.depth_first_ranks();
+    ids.sort_by_key(|&id| rank[id]);
 }
 
 /// The serial part of packing fragments: appends each file's bytes to the packed file (identical
@@ -820,7 +820,11 @@ impl FragPlacer<'_> {
             if let Some(h) = self.ctx.hashers.file {
                 let t = sealfs_verity::Tree::from_leaf_hashes_serial(h.params(), f.size, &leaves)
                     .map_err(|e| {
-                    BuildError::io(&inode.path, "hash", std::io::Error::other(e))
+                    BuildError::io(
+                        self.ctx.sources.tree.path(inode),
+                        "hash",
+                        std::io::Error::other(e),
+                    )
                 })?;
                 self.digests.put(u.id, &t.digest());
             }
@@ -882,7 +886,7 @@ fn pack_fragments(
 
 /// An inode of the image that no directory names (the packed inode, the metabox inode): a regular
 /// file of `size` bytes, mode 0644, owned by root, with the image's common time.
-fn special_inode(size: u64, epoch: (i64, u32), what: &str) -> Inode {
+fn special_inode(size: u64, epoch: (i64, u32), what: Special) -> Inode {
     Inode {
         kind: Kind::File(FileData {
             size,
@@ -896,7 +900,7 @@ fn special_inode(size: u64, epoch: (i64, u32), what: &str) -> Inode {
         mtime_nsec: epoch.1,
         nlink: 1,
         xattrs: Vec::new(),
-        path: PathBuf::from(what),
+        origin: Origin::Special(what),
     }
 }
 
@@ -968,6 +972,7 @@ pub(crate) fn write_data(
     // Sparse files: chunk-based, copied as in uncompressed builds.
     let copier = Copier {
         source,
+        tree,
         out: out.file,
         out_path: out.path,
         image_hasher: hashers.image,
@@ -1025,10 +1030,11 @@ pub(crate) fn write_data(
             continue;
         }
         if f.size == 0 {
-            open_file(source, inode)?.finish()?;
+            open_file(source, tree, inode)?.finish()?;
             if let Some(h) = hashers.file {
-                let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), 0, &[])
-                    .map_err(|e| BuildError::io(&inode.path, "hash", std::io::Error::other(e)))?;
+                let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), 0, &[]).map_err(|e| {
+                    BuildError::io(tree.path(inode), "hash", std::io::Error::other(e))
+                })?;
                 digests.put(id, &t.digest());
             }
             files[id] = Some(Placed::Flat {
@@ -1149,7 +1155,7 @@ pub(crate) fn write_data(
         placer.files[n] = Some(Placed::Compressed(packed_placeholder(copts)));
     }
     // Then the packed inode, complete, compressed like any file (if it holds anything).
-    let packed_inode = || special_inode(packed_len, ctx.epoch, "(packed inode)");
+    let packed_inode = || special_inode(packed_len, ctx.epoch, Special::Packed);
     match packed.as_ref().filter(|_| packed_len > 0 && !deferred) {
         Some(p) => {
             p.inode.set(packed_inode()).expect("set once");
@@ -1336,7 +1342,7 @@ pub(crate) fn write_metabox(
         extents_48bit: bits48,
         fragment_tail: None,
     };
-    let inode = special_inode(size, epoch, "(metabox inode)");
+    let inode = special_inode(size, epoch, Special::Metabox);
     Ok((inode, z, outb.next_blk()))
 }
 
