@@ -72,9 +72,9 @@ impl<'a> Stream<'a> {
 
 /// Encodes the inode core of `inode` as planned.
 fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_len: u64) -> Vec<u8> {
-    let i_u = match (&inode.kind, &p.chunks) {
-        _ if p.zmap.is_some() => p.zmap.as_ref().map_or(0, |z| z.blocks() as u32),
-        _ if p.fragment.is_some() => 0,
+    let i_u = match (&inode.kind, p.chunks()) {
+        _ if p.zmap().is_some() => p.zmap().map_or(0, |z| z.blocks() as u32),
+        _ if p.fragment().is_some() => 0,
         (_, Some(c)) => (c.chunkbits - fmt::BLKSZBITS) as u32,
         (Kind::Device(rdev), _) => *rdev,
         (Kind::Special, _) => 0,
@@ -345,7 +345,7 @@ fn encode_zmap(item: &mut Vec<u8>, p: &InodePlan, z: &ZPlan) {
 
 /// Encodes a directory's data: whole blocks, the last one cut to the directory size.
 fn encode_dir(id: InodeId, tree: &Tree, plan: &Plan) -> Vec<u8> {
-    let blocks = dir_blocks(id, &tree.inodes[id]);
+    let blocks = dir_blocks(tree, id);
     let mut out = Vec::with_capacity(blocks.size as usize);
     let mut bounds = blocks.block_starts.clone();
     bounds.push(blocks.entries.len());
@@ -378,7 +378,7 @@ fn encode_dir(id: InodeId, tree: &Tree, plan: &Plan) -> Vec<u8> {
 /// inode's data `packed`, at its offset there.
 pub(crate) fn write_dir_fragments(packed: &File, tree: &Tree, plan: &Plan) -> Result<()> {
     let dirs: Vec<InodeId> = (0..tree.inodes.len())
-        .filter(|&id| tree.inodes[id].is_dir() && plan.inodes[id].fragment.is_some())
+        .filter(|&id| tree.inodes[id].is_dir() && plan.inodes[id].fragment().is_some())
         .collect();
     for chunk in dirs.chunks(PARTS_AT_ONCE) {
         let encoded: Vec<Vec<u8>> = chunk
@@ -386,7 +386,7 @@ pub(crate) fn write_dir_fragments(packed: &File, tree: &Tree, plan: &Plan) -> Re
             .map(|&id| encode_dir(id, tree, plan))
             .collect();
         for (&id, bytes) in chunk.iter().zip(encoded) {
-            let offset = plan.inodes[id].fragment.expect("filtered on fragments");
+            let offset = plan.inodes[id].fragment().expect("filtered on fragments");
             packed
                 .write_all_at(&bytes, offset)
                 .map_err(|e| BuildError::io(Path::new("(packed inode)"), "write", e))?;
@@ -426,7 +426,7 @@ fn parts(
         }
         items.push((p.offset, Part::Item(Some(id))));
         let dir_or_symlink = matches!(tree.inodes[id].kind, Kind::Dir { .. } | Kind::Symlink(_));
-        if dir_or_symlink && p.size > p.inline_len && p.fragment.is_none() {
+        if dir_or_symlink && p.size > p.inline_len && p.fragment().is_none() {
             blocks.push((p.startblk as u64 * BLKSZ, Part::Block(id)));
         }
     }
@@ -495,23 +495,23 @@ fn encode_part(
     let ibody = xattrs::encode_ibody(inode, shared, shared_base_id, opts.xattr_filter);
     let mut item = encode_inode(id, inode, p, plan, ibody.len() as u64);
     item.extend_from_slice(&ibody);
-    if let Some(z) = &p.zmap {
+    if let Some(z) = p.zmap() {
         encode_zmap(&mut item, p, z);
         if !z.idata.is_empty() {
             item.extend_from_slice(&spill_of(plan).read(z.idata)?);
         }
     }
-    if let Some(offset) = p.fragment {
+    if let Some(offset) = p.fragment() {
         item.resize(zmap_header_offset(p.isize(), p.ibody_len) as usize, 0);
         let header = fmt::fragment_inode_header(offset)
             .expect("fragment offsets are below 2^63 (the packed inode's size)");
         item.extend_from_slice(&header);
         item.resize(item.len() + fmt::Z_EROFS_FULL_INDEX_START as usize, 0);
     }
-    if let Some(tail) = p.inline_bytes {
+    if let Some(tail) = p.inline_bytes() {
         item.extend_from_slice(&spill_of(plan).read(tail)?);
     }
-    if let Some(chunks) = &p.chunks {
+    if let Some(chunks) = p.chunks() {
         item.resize(
             crate::layout::ChunkPlan::map_offset(p.isize(), p.ibody_len) as usize,
             0,
@@ -808,7 +808,7 @@ impl Copier<'_> {
             }
             Ok(())
         };
-        if let Some(chunks) = &p.chunks {
+        if let Some(chunks) = p.chunks() {
             let cs = 1u64 << chunks.chunkbits;
             for (c, &blk) in chunks.map.iter().enumerate() {
                 let start = c as u64 * cs;
@@ -967,11 +967,7 @@ pub(crate) fn finish(
     } else {
         0
     };
-    let zmaps: Vec<&ZPlan> = plan
-        .inodes
-        .iter()
-        .filter_map(|p| p.zmap.as_deref())
-        .collect();
+    let zmaps: Vec<&ZPlan> = plan.inodes.iter().filter_map(|p| p.zmap()).collect();
     let mut algs = 0u16;
     let mut max_blocks = 1u32;
     for z in &zmaps {

@@ -31,20 +31,31 @@ pub(crate) struct InodePlan {
     pub inline_len: u64,
     /// First data block (FLAT layouts), or `EROFS_NULL_ADDR`.
     pub startblk: u32,
-    /// Block map of a chunk-based inode (boxed, as `zmap`: most inodes have neither, and a plan
-    /// has an `InodePlan` per inode).
-    pub chunks: Option<Box<ChunkPlan>>,
-    /// Extents of a compressed inode (COMPRESSED_FULL), placed by the data phase.
-    pub zmap: Option<Box<ZPlan>>,
-    /// Inline tail bytes already read by the data phase, in the plan's spill (otherwise the copy
-    /// phase writes them).
-    pub inline_bytes: Option<Spilled>,
-    /// The whole file is a fragment at this offset of the packed inode (COMPRESSED_FULL).
-    pub fragment: Option<u64>,
+    /// The rest of where its data is, by layout.
+    pub map: DataMap,
     /// `offset` is in the metabox's data (the nid gets the metabox bit).
     pub in_metabox: bool,
-    /// Its whole blocks are those of this identical file (whole-file dedupe, FLAT layouts).
-    pub blocks_of: Option<InodeId>,
+    /// Its whole blocks are those of this identical file (whole-file dedupe, FLAT layouts): an
+    /// inode id (32 bits, as the sink numbers nodes: a plan has an `InodePlan` per inode).
+    pub blocks_of: Option<u32>,
+}
+
+/// Where an inode's data is beyond `startblk` and `inline_len`: at most one of these applies to
+/// an inode, so they share one field (a plan has an `InodePlan` per inode; the large ones are
+/// boxed, as most inodes have none).
+#[derive(Debug, Clone)]
+pub(crate) enum DataMap {
+    /// Nothing more (FLAT layouts: whole blocks from `startblk`, the tail copied with them).
+    Flat,
+    /// FLAT_INLINE, its inline tail bytes already read by the data phase, in the plan's spill
+    /// (otherwise the copy phase writes them).
+    Tail(Spilled),
+    /// Block map of a chunk-based inode.
+    Chunks(Box<ChunkPlan>),
+    /// Extents of a compressed inode (COMPRESSED_*), placed by the data phase.
+    Extents(Box<ZPlan>),
+    /// The whole file is a fragment at this offset of the packed inode (COMPRESSED_FULL).
+    Fragment(u64),
 }
 
 /// A compressed file's extents, as the data phase of a compressed build placed them.
@@ -210,6 +221,38 @@ impl InodePlan {
         self.offset + self.isize() + self.ibody_len
     }
 
+    /// Block map of a chunk-based inode.
+    pub fn chunks(&self) -> Option<&ChunkPlan> {
+        match &self.map {
+            DataMap::Chunks(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Extents of a compressed inode.
+    pub fn zmap(&self) -> Option<&ZPlan> {
+        match &self.map {
+            DataMap::Extents(z) => Some(z),
+            _ => None,
+        }
+    }
+
+    /// The offset in the packed inode of a file that is a fragment whole.
+    pub fn fragment(&self) -> Option<u64> {
+        match self.map {
+            DataMap::Fragment(offset) => Some(offset),
+            _ => None,
+        }
+    }
+
+    /// Inline tail bytes the data phase read, in the plan's spill.
+    pub fn inline_bytes(&self) -> Option<Spilled> {
+        match self.map {
+            DataMap::Tail(tail) => Some(tail),
+            _ => None,
+        }
+    }
+
     /// Whole data blocks in the data area (FLAT layouts).
     pub fn full_blocks(&self) -> u64 {
         match self.layout {
@@ -272,7 +315,8 @@ pub(crate) struct DirBlocks<'a> {
 }
 
 /// Sorts a directory's entries with "." and ".." in their byte order and splits them into blocks.
-pub(crate) fn dir_blocks(id: InodeId, inode: &Inode) -> DirBlocks<'_> {
+pub(crate) fn dir_blocks(tree: &Tree, id: InodeId) -> DirBlocks<'_> {
+    let inode = &tree.inodes[id];
     let Kind::Dir { entries } = &inode.kind else {
         unreachable!("dir_blocks on a non-directory")
     };
@@ -280,7 +324,7 @@ pub(crate) fn dir_blocks(id: InodeId, inode: &Inode) -> DirBlocks<'_> {
     all.push((b".", id));
     // The root is its own parent.
     all.push((b"..", inode.origin.dir().unwrap_or(id)));
-    all.extend(entries.iter().map(|(n, c)| (n.as_slice(), *c)));
+    all.extend(tree.entries(entries));
     all.sort_unstable_by(|a, b| a.0.cmp(b.0));
     let mut block_starts = vec![0];
     let mut used = 0u64;
@@ -374,7 +418,7 @@ fn share_blocks(inodes: &mut [InodePlan], digests: &ContentDigests) {
             .find(|&id| inodes[id].layout == DataLayout::FlatPlain)
             .unwrap_or(ids[0]);
         for id in ids.into_iter().filter(|&id| id != owner) {
-            inodes[id].blocks_of = Some(owner);
+            inodes[id].blocks_of = Some(owner as u32);
         }
     }
 }
@@ -445,7 +489,8 @@ pub(crate) fn plan(
     let (epoch, fixed_nsec) = choose_epoch(tree);
     let mut chunked = false;
     let mut inodes = Vec::with_capacity(tree.inodes.len());
-    let mut chunk_masks: Vec<Option<Vec<bool>>> = Vec::with_capacity(tree.inodes.len());
+    // The chunks each chunk-based file stores, by id (few files have holes).
+    let mut chunk_masks: Vec<(InodeId, Vec<bool>)> = Vec::new();
     // Bytes each inode takes in the metadata area, tail included.
     let mut item_lens = Vec::with_capacity(tree.inodes.len());
 
@@ -454,7 +499,7 @@ pub(crate) fn plan(
             .as_mut()
             .and_then(|p| p.files.get_mut(id).and_then(Option::take));
         let (size, chunk) = match &inode.kind {
-            Kind::Dir { .. } => (dir_blocks(id, inode).size, None),
+            Kind::Dir { .. } => (dir_blocks(tree, id).size, None),
             Kind::File(f) if placed.is_none() => {
                 let chunk = f.data_ranges.as_ref().and_then(|r| plan_chunks(f.size, r));
                 (f.size, chunk)
@@ -473,10 +518,7 @@ pub(crate) fn plan(
             ibody_len,
             inline_len: 0,
             startblk: EROFS_NULL_ADDR,
-            chunks: None,
-            zmap: None,
-            inline_bytes: None,
-            fragment: None,
+            map: DataMap::Flat,
             in_metabox: false,
             blocks_of: None,
         };
@@ -484,7 +526,7 @@ pub(crate) fn plan(
         match placed {
             Some(Placed::Fragment { offset }) => {
                 p.layout = DataLayout::CompressedFull;
-                p.fragment = Some(offset);
+                p.map = DataMap::Fragment(offset);
                 meta_len =
                     zmap_header_offset(isize, ibody_len) + fmt::Z_EROFS_LEGACY_MAP_HEADER_SIZE;
             }
@@ -495,7 +537,7 @@ pub(crate) fn plan(
                 };
                 p.inline_len = z.idata.len();
                 meta_len = z.meta_len_of(isize, ibody_len, size);
-                p.zmap = Some(Box::new(z));
+                p.map = DataMap::Extents(Box::new(z));
             }
             Some(Placed::Flat {
                 startblk,
@@ -510,7 +552,7 @@ pub(crate) fn plan(
                 if let Some(tail) = tail {
                     p.layout = DataLayout::FlatInline;
                     p.inline_len = tail.len();
-                    p.inline_bytes = Some(tail);
+                    p.map = DataMap::Tail(tail);
                 }
             }
             Some(Placed::Chunks(c)) => {
@@ -518,7 +560,7 @@ pub(crate) fn plan(
                 chunked = true;
                 meta_len = ChunkPlan::map_offset(isize, ibody_len)
                     + c.map.len() as u64 * fmt::EROFS_BLOCK_MAP_ENTRY_SIZE;
-                p.chunks = Some(Box::new(c));
+                p.map = DataMap::Chunks(Box::new(c));
             }
             None => {
                 if let Some((bits, mapped)) = &chunk {
@@ -526,7 +568,7 @@ pub(crate) fn plan(
                     chunked = true;
                     meta_len = ChunkPlan::map_offset(isize, ibody_len)
                         + mapped.len() as u64 * fmt::EROFS_BLOCK_MAP_ENTRY_SIZE;
-                    p.chunks = Some(Box::new(ChunkPlan {
+                    p.map = DataMap::Chunks(Box::new(ChunkPlan {
                         chunkbits: *bits,
                         map: Vec::new(),
                     }));
@@ -537,7 +579,9 @@ pub(crate) fn plan(
             }
         }
         item_lens.push(meta_len + p.inline_len);
-        chunk_masks.push(chunk.map(|(_, mapped)| mapped));
+        if let Some((_, mapped)) = chunk {
+            chunk_masks.push((id, mapped));
+        }
         inodes.push(p);
     }
 
@@ -595,17 +639,22 @@ pub(crate) fn plan(
         None => meta_len / BLKSZ,
     };
     share_blocks(&mut inodes, &alike);
-    for (p, mask) in inodes.iter_mut().zip(chunk_masks) {
+    let mut chunk_masks = chunk_masks.into_iter().peekable();
+    for (id, p) in inodes.iter_mut().enumerate() {
+        let mask = chunk_masks
+            .next_if(|(of, _)| *of == id)
+            .map(|(_, mask)| mask);
         if p.blocks_of.is_some() {
             continue; // placed with the file it shares its blocks with
         }
-        if p.zmap.is_some()
+        if p.zmap().is_some()
             || (pre.is_some() && p.startblk != EROFS_NULL_ADDR)
-            || (pre.is_some() && p.chunks.as_ref().is_some_and(|c| !c.map.is_empty()))
+            || (pre.is_some() && p.chunks().is_some_and(|c| !c.map.is_empty()))
         {
             continue; // placed by the data phase
         }
-        if let (Some(chunks), Some(mask)) = (p.chunks.as_mut(), mask) {
+        let size = p.size;
+        if let (DataMap::Chunks(chunks), Some(mask)) = (&mut p.map, mask) {
             let cs = 1u64 << chunks.chunkbits;
             chunks.map = mask
                 .iter()
@@ -615,7 +664,7 @@ pub(crate) fn plan(
                         return Ok(EROFS_NULL_ADDR);
                     }
                     let blk = block_addr(next_blk)?;
-                    next_blk += round_up(cs.min(p.size - c as u64 * cs), BLKSZ) / BLKSZ;
+                    next_blk += round_up(cs.min(size - c as u64 * cs), BLKSZ) / BLKSZ;
                     Ok(blk)
                 })
                 .collect::<Result<_>>()?;
@@ -626,7 +675,7 @@ pub(crate) fn plan(
     }
     for id in 0..inodes.len() {
         if let Some(owner) = inodes[id].blocks_of {
-            inodes[id].startblk = inodes[owner].startblk;
+            inodes[id].startblk = inodes[owner as usize].startblk;
         }
     }
     let meta_base = match &pre {
@@ -680,10 +729,7 @@ pub(crate) fn metabox_inode_plan(
         ibody_len,
         inline_len: 0,
         startblk: EROFS_NULL_ADDR,
-        chunks: None,
-        zmap: Some(Box::new(z)),
-        inline_bytes: None,
-        fragment: None,
+        map: DataMap::Extents(Box::new(z)),
         in_metabox: false,
         blocks_of: None,
     };

@@ -280,7 +280,7 @@ fn build_in_pool(
                 let id = plan
                     .packed
                     .expect("compressed directories make a packed inode");
-                plan.inodes[id].zmap = Some(Box::new(z));
+                plan.inodes[id].map = layout::DataMap::Extents(Box::new(z));
                 plan.total_blocks = next_blk;
             }
             let mut metabox_hash = 0;

@@ -13,7 +13,7 @@
 use crate::error::{BuildError, Result};
 use crate::options::BuildOptions;
 use crate::source::{DataId, Entry, EntryKind};
-use crate::tree::{FileData, Inode, InodeId, Kind, Origin, Tree, Xattr};
+use crate::tree::{Entries, FileData, Inode, InodeId, Kind, Origin, Tree, Xattr};
 use sealfs_format::{self as fmt, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK};
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
@@ -204,7 +204,7 @@ impl Sink {
                         data_ranges,
                     } => NodeKind::File(FileData {
                         size: *size,
-                        data_ranges: data_ranges.clone(),
+                        data_ranges: data_ranges.as_deref().map(Box::from),
                         data: *data,
                     }),
                     EntryKind::Symlink(target) => {
@@ -463,11 +463,13 @@ impl Sink {
     /// Numbers the tree (breadth first, names sorted, the root first) and applies the options
     /// that change entries: `timestamp`, `clamp_mtime`, owners, exclusions.
     pub(crate) fn finish(mut self, opts: &BuildOptions) -> Result<Tree> {
-        let mut tree = Tree {
-            inodes: Vec::new(),
-            warnings: std::mem::take(&mut self.warnings),
-            base: std::mem::take(&mut self.base),
-        };
+        // At most one inode per node, and the two a build may add (the packed inode, the
+        // metabox inode).
+        let mut tree = Tree::new(
+            std::mem::take(&mut self.base),
+            std::mem::take(&mut self.warnings),
+            self.nodes.len() + 2,
+        );
         let mut ids: Vec<InodeId> = vec![InodeId::MAX; self.nodes.len()];
         tree.inodes.push(self.take(0, Origin::Root, opts));
         ids[0] = 0;
@@ -480,7 +482,7 @@ impl Sink {
                     NodeKind::Dir(c) => std::mem::take(c),
                     _ => unreachable!("levels hold directories"),
                 };
-                let mut entries = Vec::with_capacity(kids.len());
+                let mut entries = tree.begin_entries();
                 for (name, child) in kids {
                     let mut child_rel = Vec::with_capacity(rel.len() + 1 + name.len());
                     if !rel.is_empty() {
@@ -498,8 +500,15 @@ impl Sink {
                         });
                     }
                     let seen = ids[child as usize];
+                    let push = |tree: &mut Tree, entries: &mut Entries, id| {
+                        tree.push_entry(entries, &name, id)
+                            .ok_or_else(|| BuildError::Unsupported {
+                                path: display(&tree.base, &rel),
+                                what: "a directory whose names take 4 GiB or more".into(),
+                            })
+                    };
                     if seen != InodeId::MAX {
-                        entries.push((name, seen));
+                        push(&mut tree, &mut entries, seen)?;
                         continue;
                     }
                     let id = tree.inodes.len();
@@ -513,7 +522,7 @@ impl Sink {
                         next.push((id, child, child_rel));
                     }
                     tree.inodes.push(inode);
-                    entries.push((name, id));
+                    push(&mut tree, &mut entries, id)?;
                 }
                 if let Kind::Dir { entries: e } = &mut tree.inodes[dir].kind {
                     *e = entries;
@@ -521,9 +530,9 @@ impl Sink {
             }
             level = next;
         }
-        // The vector grew by doubling; room for the two inodes a build may add (the packed
-        // inode, the metabox inode), so that adding them does not double it again.
+        // Fewer when some nodes were left out or removed.
         tree.inodes.shrink_to(tree.inodes.len() + 2);
+        tree.shrink_entries();
         count_links(&mut tree);
         Ok(tree)
     }
@@ -537,7 +546,7 @@ impl Sink {
                 // Put back: the caller takes the children.
                 node.kind = NodeKind::Dir(c);
                 Kind::Dir {
-                    entries: Vec::new(),
+                    entries: Entries::default(),
                 }
             }
             NodeKind::File(f) => Kind::File(f),
@@ -570,7 +579,7 @@ impl Sink {
             mtime,
             mtime_nsec,
             nlink: 0,
-            xattrs: std::mem::take(&mut node.xattrs),
+            xattrs: std::mem::take(&mut node.xattrs).into_boxed_slice(),
             origin,
         }
     }
@@ -640,16 +649,16 @@ fn count_links(tree: &mut Tree) {
     let mut nlink = vec![0u32; tree.inodes.len()];
     for inode in &tree.inodes {
         if let Kind::Dir { entries, .. } = &inode.kind {
-            for (_, child) in entries {
-                nlink[*child] += 1;
+            for (_, child) in tree.entries(entries) {
+                nlink[child] += 1;
             }
         }
     }
     for (id, inode) in tree.inodes.iter().enumerate() {
         if let Kind::Dir { entries, .. } = &inode.kind {
-            nlink[id] = 2 + entries
-                .iter()
-                .filter(|(_, c)| tree.inodes[*c].is_dir())
+            nlink[id] = 2 + tree
+                .entries(entries)
+                .filter(|&(_, c)| tree.inodes[c].is_dir())
                 .count() as u32;
         }
     }

@@ -29,7 +29,7 @@ use crate::compress::{self, CompressOptions, Fragments, ZExtent};
 use crate::dedupe;
 use crate::emit::{Copier, FileDigests, Hashers};
 use crate::error::{BuildError, Result};
-use crate::layout::{self, ChunkPlan, InodePlan, Placed, PreData, ZPlaced, ZPlan};
+use crate::layout::{self, ChunkPlan, DataMap, InodePlan, Placed, PreData, ZPlaced, ZPlan};
 use crate::seal::Target;
 use crate::source::{open_file, Source};
 use crate::spill::{Spill, Spilled};
@@ -899,7 +899,7 @@ fn special_inode(size: u64, epoch: (i64, u32), what: Special) -> Inode {
         mtime: epoch.0,
         mtime_nsec: epoch.1,
         nlink: 1,
-        xattrs: Vec::new(),
+        xattrs: Box::default(),
         origin: Origin::Special(what),
     }
 }
@@ -1014,10 +1014,7 @@ pub(crate) fn write_data(
                 ibody_len: 0,
                 inline_len: 0,
                 startblk: fmt::EROFS_NULL_ADDR,
-                chunks: Some(Box::new(chunks.clone())),
-                zmap: None,
-                inline_bytes: None,
-                fragment: None,
+                map: DataMap::Chunks(Box::new(chunks.clone())),
                 in_metabox: false,
                 blocks_of: None,
             };
@@ -1149,7 +1146,7 @@ pub(crate) fn write_data(
         for (id, inode) in tree.inodes.iter().enumerate() {
             if inode.is_dir() {
                 placer.files[id] = Some(Placed::Fragment { offset: packed_len });
-                packed_len += layout::dir_blocks(id, inode).size;
+                packed_len += layout::dir_blocks(tree, id).size;
             }
         }
         placer.files[n] = Some(Placed::Compressed(packed_placeholder(copts)));

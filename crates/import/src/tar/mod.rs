@@ -271,6 +271,8 @@ impl Source for TarSource {
                 .map_err(|e| BuildError::io_error(&self.store_name, "write", e.into_error()))?;
             self.store = Some(file);
         }
+        // Held while the image is written; the vector grew by doubling.
+        self.files.shrink_to_fit();
         progress.end();
         Ok(())
     }
