@@ -35,7 +35,12 @@ impl ContentDigests {
 
     /// `(inode id, digest bytes)`, by id.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, &[u8])> {
-        (self.ids.iter().enumerate()).map(|(at, &id)| (id, self.bytes_at(at)))
+        (0..self.ids.len()).map(|at| self.at(at))
+    }
+
+    /// The `at`-th file (by id): `(inode id, digest bytes)`.
+    pub(crate) fn at(&self, at: usize) -> (usize, &[u8]) {
+        (self.ids[at], self.bytes_at(at))
     }
 }
 

@@ -402,22 +402,26 @@ pub(crate) fn plan_chunks(size: u64, ranges: &[(u64, u64)]) -> Option<(u8, Vec<b
 /// blocks: those of the first of them stored without an inline tail (its last block holds the tail,
 /// so it has all the blocks any of them needs), or else of the first of them.
 fn share_blocks(inodes: &mut [InodePlan], digests: &ContentDigests) {
-    let mut alike: HashMap<&[u8], Vec<InodeId>> = HashMap::new();
-    for (id, d) in digests.iter() {
-        let p = &inodes[id];
-        if matches!(p.layout, DataLayout::FlatPlain | DataLayout::FlatInline) && p.full_blocks() > 0
-        {
-            alike.entry(d).or_default().push(id);
-        }
-    }
-    for mut ids in alike.into_values().filter(|ids| ids.len() > 1) {
-        ids.sort_unstable();
-        let owner = ids
-            .iter()
-            .copied()
+    // The files that may share, by digest then id (indexes into `digests`, 4 bytes each: in an
+    // archive of many identical files nearly every file is one).
+    let mut alike: Vec<u32> = (digests.iter().enumerate())
+        .filter(|(_, (id, _))| {
+            let p = &inodes[*id];
+            matches!(p.layout, DataLayout::FlatPlain | DataLayout::FlatInline)
+                && p.full_blocks() > 0
+        })
+        .map(|(at, _)| u32::try_from(at).expect("inode ids fit in 32 bits"))
+        .collect();
+    alike.sort_unstable_by(|&a, &b| {
+        let (a, b) = (digests.at(a as usize), digests.at(b as usize));
+        a.1.cmp(b.1).then(a.0.cmp(&b.0))
+    });
+    for group in alike.chunk_by(|&a, &b| digests.at(a as usize).1 == digests.at(b as usize).1) {
+        let ids = || group.iter().map(|&at| digests.at(at as usize).0);
+        let owner = ids()
             .find(|&id| inodes[id].layout == DataLayout::FlatPlain)
-            .unwrap_or(ids[0]);
-        for id in ids.into_iter().filter(|&id| id != owner) {
+            .unwrap_or(digests.at(group[0] as usize).0);
+        for id in ids().filter(|&id| id != owner) {
             inodes[id].blocks_of = Some(owner as u32);
         }
     }

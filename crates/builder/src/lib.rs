@@ -151,6 +151,25 @@ fn codecs_by_rule(
         .collect()
 }
 
+/// Gives the memory freed so far back to the system, between the steps of a build that each
+/// hold something for every inode (the sink's nodes and maps, then the tree, the plan and what
+/// planning needed). glibc keeps freed memory in the holes it leaves among what is still in
+/// use, and the next step's large vectors do not fit those holes, so without this the peak adds
+/// up the steps' leftovers: measured with `bench/tar-10g.sh`'s stream of 2 copies of `linux`
+/// (157k entries), peak RSS 80 MiB without, 67 with (see docs/benchmarks.md, issue 30).
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(
+        unsafe_code,
+        reason = "glibc's malloc_trim, which no safe binding offers"
+    )]
+    // SAFETY: malloc_trim takes no pointer and only hands free pages back to the system; glibc
+    // allows it from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn build_in_pool(
     source: &mut dyn Source,
     out: &Path,
@@ -176,6 +195,7 @@ fn build_in_pool(
     };
     source.scan(&mut sink, &cx)?;
     let mut tree = sink.finish(opts)?;
+    release_freed_memory();
     let source: &dyn Source = source;
     let shared = xattrs::SharedXattrs::plan(&tree);
     // With the seal's blocks equal to the image's, file data is hashed while it is copied, and so are
@@ -226,6 +246,7 @@ fn build_in_pool(
             let alike = dedupe::same_size_digests(source, &tree, &candidates, key_hasher)?;
             progress.end();
             let plan = layout::plan(&tree, &shared, None, false, alike)?;
+            release_freed_memory();
             let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
             tmp.as_file()
                 .set_len(image_bytes)
@@ -317,14 +338,33 @@ fn build_in_pool(
             (plan, meta_hash, data.digests)
         }
     };
+    // What each step holds for every inode goes as soon as the step is done (the tree and the
+    // plan before the seal): a build of many files is bound by these.
+    drop(std::mem::take(&mut plan.alike));
     // A sealed image carries its per-file digests in its own bytes, after everything else, where
     // the image digest covers them (docs/format.md §8); the superblock, written last, counts them.
     plan.total_blocks = seal::write_file_table(seal::Target::of(&tmp), &plan, &file_digests)?;
+    drop(file_digests);
     let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
     tmp.as_file()
         .set_len(image_bytes)
         .map_err(|e| BuildError::io(tmp.path(), "size output", e))?;
     let uuid = emit::finish(seal::Target::of(&tmp), &tree, &plan, opts, meta_hash)?;
+    drop(plan);
+    let dirs = tree.inodes.iter().filter(|i| i.is_dir()).count() as u64;
+    let data_bytes = tree
+        .inodes
+        .iter()
+        .map(|i| {
+            if let tree::Kind::File(f) = &i.kind {
+                f.size
+            } else {
+                0
+            }
+        })
+        .sum();
+    let (inodes, warnings) = (tree.inodes.len() as u64, std::mem::take(&mut tree.warnings));
+    drop(tree);
 
     let mut sidecar_tmp = None;
     let seal = match &opts.seal {
@@ -373,26 +413,14 @@ fn build_in_pool(
         seal::persist(st, path)?;
     }
 
-    let dirs = tree.inodes.iter().filter(|i| i.is_dir()).count() as u64;
-    let data_bytes = tree
-        .inodes
-        .iter()
-        .map(|i| {
-            if let tree::Kind::File(f) = &i.kind {
-                f.size
-            } else {
-                0
-            }
-        })
-        .sum();
     Ok(BuildSummary {
-        inodes: tree.inodes.len() as u64,
-        files: tree.inodes.len() as u64 - dirs,
+        inodes,
+        files: inodes - dirs,
         dirs,
         image_bytes,
         data_bytes,
         uuid,
-        warnings: tree.warnings,
+        warnings,
         seal,
     })
 }
