@@ -156,7 +156,7 @@ fn codecs_by_rule(
 /// planning needed). glibc keeps freed memory in the holes it leaves among what is still in
 /// use, and the next step's large vectors do not fit those holes, so without this the peak adds
 /// up the steps' leftovers: measured with `bench/tar-10g.sh`'s stream of 2 copies of `linux`
-/// (157k entries), peak RSS 80 MiB without, 67 with (see docs/benchmarks.md, issue 30).
+/// (157k entries), peak RSS 80 MiB without, 69 with (see docs/benchmarks.md, issue 30).
 fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[allow(

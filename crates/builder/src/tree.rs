@@ -48,10 +48,9 @@ pub(crate) enum Kind {
 }
 
 /// Where a directory's entries are in its tree ([`Tree::entries`]). A tree keeps every
-/// directory's names in one buffer and its entries in one vector, not a vector per directory and
-/// an allocation per name: a name apart costs its 24-byte vector and 32 bytes of heap for the 13
-/// bytes of the median name in `linux`, and small allocations kept among the sink's freed ones
-/// keep the allocator from reusing or returning that memory.
+/// directory's names back to back in one buffer and its entries in one vector (8 bytes and the
+/// name's bytes an entry), not a vector per directory and an allocation per name (a name apart
+/// costs its 24-byte vector and 32 bytes of heap for the 13 bytes of the median name in `linux`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Entries {
     /// Index of its first entry in the tree's entries.
