@@ -111,8 +111,11 @@ def main():
     cpu_med = {n: statistics.median([c for _, m, _, c in rows if m == n]) for n in tools}
     load = os.getloadavg()
     cpu = sh(["grep", "-m1", "model name", "/proc/cpuinfo"]).split(":", 1)[1].strip()
-    ver = {"erofs-utils": sh([FSCK_EROFS, "-V"]).split("\n")[0].strip() + f" ({FSCK_EROFS})",
-           "squashfs-tools": sh([UNSQUASHFS, "-version"]).split("\n")[0].strip() + f" ({UNSQUASHFS})"}
+    def version(tool, flag):  # unsquashfs -version exits 1
+        out = subprocess.run([tool, flag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+        return f"{out.splitlines()[0].strip()} ({tool})"
+
+    ver = {"erofs-utils": version(FSCK_EROFS, "-V"), "squashfs-tools": version(UNSQUASHFS, "-version")}
     ours = st["sealfs extract"][0]
     r_fsck = st["fsck.erofs --extract"][0] / ours
     r_sq = st["unsquashfs"][0] / ours
