@@ -73,12 +73,11 @@ ROWS = [
     ),
     dict(
         what=f"extract {LINUX}, every block verified, to tmpfs",
-        file="extract-2026-11-25T084916Z.csv",
+        file="extract-2026-11-28T123108Z.csv",
         tool="tool", value="seconds",
         ours="sealfs extract",
-        # fsck.erofs --extract was Debian's 1.5 in this run: not a current peer.
-        peers={"unsquashfs": "`unsquashfs` 4.5.1"},
-        machine="Intel Xeon",
+        peers={"unsquashfs": "`unsquashfs` 4.7.5", "fsck.erofs --extract": "`fsck.erofs` 1.9.4 `--extract`"},
+        machine="AMD EPYC",
     ),
     dict(
         what="FUSE: read `big`, lz4hc 64 KiB, fresh mount, image in page cache",
