@@ -159,15 +159,21 @@ fn digest_equals_fsverity_and_seal_equals_build() {
 
 /// `digest --files` must equal `fsverity digest` run on every file of the source tree.
 fn assert_files_match(img: &Path, src: &Path, extra: &[&str]) {
-    let ours = run(Command::new(sealfs_bin())
-        .args(["digest", "--files"])
-        .args(extra)
-        .arg(img));
-    assert!(
-        ours.status.success(),
-        "digest --files: {}",
-        String::from_utf8_lossy(&ours.stderr)
-    );
+    // `sealfs digest --files ARGS EXTRA IMG`, which must succeed.
+    let digest_files = |args: &[&str]| {
+        let o = run(Command::new(sealfs_bin())
+            .args(["digest", "--files"])
+            .args(args)
+            .args(extra)
+            .arg(img));
+        assert!(
+            o.status.success(),
+            "digest --files {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o
+    };
+    let ours = digest_files(&[]);
     let oracle = run(Command::new("sh")
         .arg("-c")
         .arg("find . -type f -printf '%P\\0' | sort -z | xargs -0 fsverity digest --")
@@ -187,15 +193,7 @@ fn assert_files_match(img: &Path, src: &Path, extra: &[&str]) {
     // `--format=ipe`: one IPE rule per distinct digest `fsverity digest` gives, in the syntax of
     // the kernel's IPE documentation (admin-guide/LSM/ipe.rst: `fsverity_digest=ALG:HEX`), and
     // comments. (IPE itself is not run: it came with Linux 6.12, the guest kernel is 6.1.)
-    let ipe = run(Command::new(sealfs_bin())
-        .args(["digest", "--files", "--format=ipe"])
-        .args(extra)
-        .arg(img));
-    assert!(
-        ipe.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ipe.stderr)
-    );
+    let ipe = digest_files(&["--format=ipe"]);
     // Each line of the oracle starts with a digest; a name holding a newline continues on a
     // line of its own, which does not.
     let want: std::collections::BTreeSet<String> = String::from_utf8_lossy(&oracle.stdout)
