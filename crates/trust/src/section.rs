@@ -92,7 +92,7 @@ pub enum Refusal {
     Section(String),
     /// Signatures by given keys bind this seal, but none vouches for a version at or above the
     /// floor: an older image, validly signed (a rollback), or a statement without a version.
-    #[error("signed by {fingerprint} {}, below the minimum version {minimum}: refused as a possible rollback", match .version { Some(v) => format!("as version {v}"), None => "without a version".into() })]
+    #[error("{}", rollback_text(.fingerprint, .version.as_deref(), .minimum))]
     Rollback {
         /// The signer of the newest such statement.
         fingerprint: Fingerprint,
@@ -101,6 +101,24 @@ pub enum Refusal {
         /// The floor given.
         minimum: Version,
     },
+}
+
+/// [`Refusal::Rollback`] in words: a version below the floor, none, or text that is no version
+/// (which no floor can be compared with: it is not "below" one).
+fn rollback_text(fingerprint: &Fingerprint, version: Option<&str>, minimum: &Version) -> String {
+    match version {
+        None => format!(
+            "signed by {fingerprint} without a version, below the minimum version {minimum}: refused as a possible rollback"
+        ),
+        Some(v) => match v.parse::<Version>() {
+            Ok(_) => format!(
+                "signed by {fingerprint} as version {v}, below the minimum version {minimum}: refused as a possible rollback"
+            ),
+            Err(e) => format!(
+                "signed by {fingerprint} with a version that cannot be compared with the minimum version {minimum}: {e}"
+            ),
+        },
+    }
 }
 
 fn list(f: &[Fingerprint]) -> String {
