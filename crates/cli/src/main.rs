@@ -39,7 +39,8 @@ enum Command {
     /// Print the statement `sign` signs for an image (to sign it with another tool).
     #[command(disable_version_flag = true)]
     Statement(sign::StatementCmd),
-    /// Print the image digest (fs-verity digest of the EROFS bytes), computed from the bytes.
+    /// Print the image digest (fs-verity digest of the EROFS bytes), computed from the bytes; with
+    /// --digest, --key or --min-version, only for an image they vouch for (exit 1 otherwise).
     Digest(verify::DigestArgs),
     /// Re-hash every block and check the Merkle tree, the trailer and optionally the digest.
     /// Exit 0 verified, 1 mismatch, 2 could not run.
@@ -84,7 +85,7 @@ fn main() -> ExitCode {
         Command::Keygen(args) => sign::run_keygen(args),
         Command::Sign(args) => sign::run_sign(args),
         Command::Statement(args) => sign::run_statement(args),
-        Command::Digest(args) => verify::run_digest(args),
+        Command::Digest(args) => read::finish(verify::run_digest(args)),
         Command::Verify(args) => verify::run_verify(args),
         Command::Ls(args) => read::finish(read::ls::run(args)),
         Command::Cat(args) => read::finish(read::cat::run(args)),

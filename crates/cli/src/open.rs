@@ -81,8 +81,9 @@ pub struct KeyArgs {
     #[arg(long, value_name = "PATH", global = true)]
     pub signatures: Option<PathBuf>,
     /// Refuse the image unless a signature by a given key carries a version at or above this one
-    /// (`sealfs sign --version`; versions compare as dot-separated numbers, 1.10 after 1.9):
-    /// rollback protection against older, validly signed images. Needs --key or --keyring.
+    /// (`sealfs sign --version`; versions compare as dot-separated numbers, 1.10 after 1.9, at
+    /// most 16 numbers of at most 19 digits): rollback protection against older, validly signed
+    /// images. Needs --key or --keyring.
     #[arg(long, value_name = "VERSION", global = true)]
     pub min_version: Option<String>,
 }

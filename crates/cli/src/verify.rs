@@ -11,6 +11,8 @@ use sealfs_verity::{Digest, HashAlg};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::read::{EXIT_CANNOT_RUN, EXIT_IMAGE};
+
 /// Arguments of `sealfs verify`.
 #[derive(Args)]
 pub struct VerifyArgs {
@@ -36,44 +38,68 @@ pub struct VerifyArgs {
     max_problems: usize,
 }
 
-/// Runs `sealfs verify`: exit 0 verified, 1 mismatch, 2 could not run.
-pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
-    let progress = TermProgress::new(args.json);
-    let expected: Option<Digest> =
-        match args.digest.as_deref().map(str::parse::<Digest>).transpose() {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("sealfs: error: --digest: {e}");
-                return Ok(ExitCode::from(2));
-            }
-        };
-    let (keys, min_version) = match args
-        .keys
+/// What an image must be checked against (`verify`'s options, and `digest`'s when it is given
+/// any): the expected digest, the keys and their version floor, and where the seal and the
+/// detached signatures are read from.
+struct Expected<'a> {
+    image: &'a std::path::Path,
+    digest: Option<Digest>,
+    keys: Vec<sealfs_trust::PublicKey>,
+    min_version: Option<sealfs_trust::Version>,
+    sidecar: Option<&'a std::path::Path>,
+    signatures: Option<&'a std::path::Path>,
+    tls: &'a crate::open::TlsArgs,
+    max_problems: usize,
+}
+
+/// Parses `--digest`, `--key`/`--keyring` and `--min-version`; a malformed one is a usage error
+/// (printed; exit 2).
+fn parse_expected(
+    digest: Option<&str>,
+    keys: &crate::open::KeyArgs,
+) -> Result<
+    (
+        Option<Digest>,
+        Vec<sealfs_trust::PublicKey>,
+        Option<sealfs_trust::Version>,
+    ),
+    ExitCode,
+> {
+    let expected = digest.map(str::parse::<Digest>).transpose().map_err(|e| {
+        eprintln!("sealfs: error: --digest: {e}");
+        ExitCode::from(EXIT_CANNOT_RUN)
+    })?;
+    let (keys, min_version) = keys
         .load()
-        .and_then(|k| Ok((k, args.keys.min_version()?)))
-    {
-        Ok(k) => k,
-        Err(e) => {
+        .and_then(|k| Ok((k, keys.min_version()?)))
+        .map_err(|e| {
             eprintln!("sealfs: error: {}", ErrorChain(e.as_ref()));
-            return Ok(ExitCode::from(2));
-        }
-    };
+            ExitCode::from(EXIT_CANNOT_RUN)
+        })?;
+    Ok((expected, keys, min_version))
+}
+
+/// Checks every byte of the image (a path, URL or registry reference) as [`check::check`] does,
+/// against `e`; an image in a registry is resolved once, its signatures found through its
+/// referrers, and a reference pinned by digest expects the image digest its manifest states
+/// (unless a digest or keys are given). `Err` is the exit code, the error printed: 1 when the
+/// registry served content other than what names it, else 2 (the check could not run).
+fn check_image(e: Expected<'_>, progress: &TermProgress) -> Result<Report, ExitCode> {
     // An image in a registry: its manifest resolved once, the blob read by range, the signatures
     // from its referrers, and (named by digest) the image digest the manifest states.
     let registry = (|| -> Result<_> {
-        let Some((image, found_sidecar, found)) =
-            crate::open::registry_sources(&args.image, &args.tls)?
+        let Some((image, found_sidecar, found)) = crate::open::registry_sources(e.image, e.tls)?
         else {
             return Ok(None);
         };
         let name = found.reference().to_string();
-        let sidecar = match args.sidecar.as_deref() {
-            Some(p) => Some(location(p, &args.tls)?),
+        let sidecar = match e.sidecar {
+            Some(p) => Some(location(p, e.tls)?),
             None => found_sidecar,
         };
-        let signatures = match args.keys.signatures.as_deref() {
-            Some(p) => Some(location(p, &args.tls)?),
-            None if !keys.is_empty() => found.signatures()?.map(|b| {
+        let signatures = match e.signatures {
+            Some(p) => Some(location(p, e.tls)?),
+            None if !e.keys.is_empty() => found.signatures()?.map(|b| {
                 sealfs_reader::Source::reader(std::sync::Arc::new(b), format!("{name} (referrers)"))
             }),
             None => None,
@@ -82,21 +108,25 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
     })();
     let registry = match registry {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("sealfs: error: {}", ErrorChain(e.as_ref()));
-            let content = e
+        Err(err) => {
+            eprintln!("sealfs: error: {}", ErrorChain(err.as_ref()));
+            let content = err
                 .downcast_ref::<sealfs_registry::RegistryError>()
                 .is_some_and(|r| r.is_content_fault());
-            return Ok(ExitCode::from(if content { 1 } else { 2 }));
+            return Err(ExitCode::from(if content {
+                EXIT_IMAGE
+            } else {
+                EXIT_CANNOT_RUN
+            }));
         }
     };
     let pinned = registry.as_ref().and_then(|r| r.3);
-    let expected = expected.or(if keys.is_empty() { pinned } else { None });
+    let digest = e.digest.or(if e.keys.is_empty() { pinned } else { None });
     let options = CheckOptions {
-        digest: expected,
-        keys,
-        min_version,
-        max_problems: args.max_problems,
+        digest,
+        keys: e.keys,
+        min_version: e.min_version,
+        max_problems: e.max_problems,
         ..CheckOptions::default()
     };
     let checked = match registry {
@@ -106,28 +136,52 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
                 signatures,
                 ..options
             };
-            check::check(image, &options, &progress)
+            check::check(image, &options, progress)
         }
         None => {
             let sources = sealfs_remote::CheckSources {
-                sidecar: args.sidecar.as_deref(),
-                signatures: args.keys.signatures.as_deref(),
+                sidecar: e.sidecar,
+                signatures: e.signatures,
             };
             sealfs_remote::check(
-                &args.image,
+                e.image,
                 sources,
                 &options,
-                &args.tls.remote_options(),
-                &progress,
+                &e.tls.remote_options(),
+                progress,
             )
         }
     };
-    let outcome = match checked {
+    checked.map_err(|err| {
+        eprintln!("sealfs: error: {}", ErrorChain(&err));
+        ExitCode::from(if err.is_image_fault() {
+            EXIT_IMAGE
+        } else {
+            EXIT_CANNOT_RUN
+        })
+    })
+}
+
+/// Runs `sealfs verify`: exit 0 verified, 1 mismatch, 2 could not run.
+pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
+    let progress = TermProgress::new(args.json);
+    let (digest, keys, min_version) = match parse_expected(args.digest.as_deref(), &args.keys) {
+        Ok(x) => x,
+        Err(code) => return Ok(code),
+    };
+    let expected = Expected {
+        image: &args.image,
+        digest,
+        keys,
+        min_version,
+        sidecar: args.sidecar.as_deref(),
+        signatures: args.keys.signatures.as_deref(),
+        tls: &args.tls,
+        max_problems: args.max_problems,
+    };
+    let outcome = match check_image(expected, &progress) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("sealfs: error: {}", ErrorChain(&e));
-            return Ok(ExitCode::from(2));
-        }
+        Err(code) => return Ok(code),
     };
     for note in &outcome.notes {
         eprintln!("sealfs: note: {note}");
@@ -136,7 +190,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
     Ok(if outcome.is_verified() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(EXIT_IMAGE)
     })
 }
 
@@ -162,7 +216,11 @@ fn report(args: &VerifyArgs, o: &Report) {
             o.signed_by.expect("checked"),
             if args.digest.is_some() { " (and matches --digest)" } else { "" }
         ),
-        (true, true) => println!("{}: verified {digest}: authenticated (matches --digest)", args.image.display()),
+        (true, true) => println!(
+            "{}: verified {digest}: authenticated (matches {})",
+            args.image.display(),
+            if args.digest.is_some() { "--digest" } else { "the image digest the manifest named by digest states" }
+        ),
         (true, false) => println!(
             "{}: self-consistent {digest}: every block matches the seal, but the seal is not authenticated (give --digest)",
             args.image.display()
@@ -208,13 +266,19 @@ pub const EXIT_UNAUTHENTICATED_FILES: u8 = 4;
 
 /// Runs `sealfs digest`: computes the fs-verity digest of the EROFS bytes (what `fsverity digest` prints
 /// for them) from the bytes themselves; for a sealed image, a digest different from the seal's is an error.
-/// With `--files`, the per-file digests (see [`DigestArgs::files`]).
+/// Given `--digest`, `--key`/`--keyring` or `--min-version` (or a registry reference pinned by
+/// digest), the image is checked against them as `verify` checks it, and the digest printed only
+/// when it passes (exit 1 otherwise). With `--files`, the per-file digests (see
+/// [`DigestArgs::files`]).
 pub fn run_digest(args: DigestArgs) -> Result<ExitCode> {
     let plain_alg: HashAlg = args.hash_alg.as_deref().unwrap_or("sha256").parse()?;
     if args.files {
         return run_file_digests(&args, plain_alg);
     }
     let progress = TermProgress::new(false);
+    if trust_given(&args.image) {
+        return digest_checked(&args, &progress);
+    }
     let given = args
         .image
         .sidecar
@@ -236,7 +300,7 @@ pub fn run_digest(args: DigestArgs) -> Result<ExitCode> {
                     args.image.image.display(),
                     r.digest
                 );
-                ExitCode::from(1)
+                ExitCode::from(EXIT_IMAGE)
             }
             _ => ExitCode::SUCCESS,
         }
@@ -245,9 +309,67 @@ pub fn run_digest(args: DigestArgs) -> Result<ExitCode> {
         Ok(code) => Ok(code),
         Err(OpenError::Seal(what)) => {
             eprintln!("sealfs: error: {what}");
-            Ok(ExitCode::from(1))
+            Ok(ExitCode::from(EXIT_IMAGE))
         }
         Err(e) => Err(anyhow::Error::new(e)),
+    }
+}
+
+/// Whether `digest` was told what the image must be: `--digest`, `--key`, `--keyring`,
+/// `--min-version`, or a registry reference pinned by digest (`@sha256:...`).
+fn trust_given(image: &crate::open::ImageArgs) -> bool {
+    let pinned = image
+        .registry_ref()
+        .and_then(|r| r.parse::<sealfs_registry::ImageRef>().ok())
+        .is_some_and(|r| r.digest.is_some());
+    image.digest.is_some()
+        || !image.keys.key.is_empty()
+        || image.keys.keyring.is_some()
+        || image.keys.min_version.is_some()
+        || pinned
+}
+
+/// `sealfs digest` with trust options: every byte checked as `verify` checks it; the digest is
+/// printed only for an image that is what the options say (exit 0), else each problem is named
+/// (exit 1).
+fn digest_checked(args: &DigestArgs, progress: &TermProgress) -> Result<ExitCode> {
+    let (digest, keys, min_version) =
+        match parse_expected(args.image.digest.as_deref(), &args.image.keys) {
+            Ok(x) => x,
+            Err(code) => return Ok(code),
+        };
+    let expected = Expected {
+        image: &args.image.image,
+        digest,
+        keys,
+        min_version,
+        sidecar: args.image.sidecar.as_deref(),
+        signatures: args.image.keys.signatures.as_deref(),
+        tls: &args.image.tls,
+        max_problems: 20,
+    };
+    let outcome = match check_image(expected, progress) {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    let name = args.image.image.display();
+    match (outcome.is_verified(), outcome.digest) {
+        (true, Some(d)) => {
+            println!("{d}");
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => {
+            for p in &outcome.problems {
+                match p {
+                    Problem::Trailer(what) => eprintln!("sealfs: error: {what}"),
+                    _ => eprintln!("sealfs: error: {name}: {p}"),
+                }
+            }
+            if outcome.problems.is_empty() {
+                eprintln!("sealfs: error: {name}: no digest could be computed");
+            }
+            Ok(ExitCode::from(EXIT_IMAGE))
+        }
     }
 }
 

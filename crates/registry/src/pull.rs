@@ -77,7 +77,7 @@ pub fn pull(
             return Err(RegistryError::Image {
                 path: out.display().to_string(),
                 reason: "the image is detached (a plain EROFS image and its seal): name a file \
-                         for its seal too (--sidecar)"
+                         for its seal too (--sidecar-out)"
                     .into(),
             })
         }

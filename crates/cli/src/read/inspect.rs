@@ -178,8 +178,9 @@ fn count(img: &Image) -> Result<Counts> {
     Ok(c)
 }
 
-/// The trust level, in one sentence.
-fn trust_text(trust: &Trust) -> (&'static str, String) {
+/// The trust level, in one sentence. `pinned`: the manifest digest of a registry reference named
+/// by digest, when that (not `--digest`) is what vouched for the image digest.
+fn trust_text(trust: &Trust, pinned: Option<&str>) -> (&'static str, String) {
     match trust {
         Trust::Authenticated {
             digest: d,
@@ -191,7 +192,10 @@ fn trust_text(trust: &Trust) -> (&'static str, String) {
         ),
         Trust::Authenticated { digest: d, .. } => (
             "authenticated",
-            format!("authenticated: the seal's digest equals --digest {d}, and every block read is checked against it"),
+            match pinned {
+                Some(manifest) => format!("authenticated: the seal's digest equals {d}, the image digest stated by the manifest the reference names by digest ({manifest}), and every block read is checked against it"),
+                None => format!("authenticated: the seal's digest equals --digest {d}, and every block read is checked against it"),
+            },
         ),
         Trust::SelfConsistent { digest: d, .. } => (
             "self-consistent",
@@ -234,7 +238,13 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
             None
         }
     };
-    let (trust_key, mut trust_line) = trust_text(&opened.trust);
+    // A reference named by digest vouches for the image digest its manifest states, unless
+    // --digest was given too.
+    let pinned = located
+        .as_ref()
+        .filter(|l| l.found.pinned && args.image.digest.is_none())
+        .map(|l| l.found.manifest.digest.as_str());
+    let (trust_key, mut trust_line) = trust_text(&opened.trust, pinned);
     let offloaded = opened.trust.checker() == Some(Checker::Kernel);
     let verified_by = match (&opened.trust, offloaded) {
         (Trust::Unverified, _) => "none",

@@ -58,7 +58,17 @@ pub fn exit_code(e: &anyhow::Error) -> Option<u8> {
                 return None;
             }
         }
-        if cause.is::<sealfs_reader::Error>() || cause.is::<ImageFault>() {
+        let open_fault = cause
+            .downcast_ref::<sealfs_reader::OpenError>()
+            .is_some_and(|o| o.is_image_fault());
+        let registry_fault = cause
+            .downcast_ref::<sealfs_registry::RegistryError>()
+            .is_some_and(|r| r.is_content_fault());
+        if cause.is::<sealfs_reader::Error>()
+            || cause.is::<ImageFault>()
+            || open_fault
+            || registry_fault
+        {
             code = EXIT_IMAGE;
         }
     }
