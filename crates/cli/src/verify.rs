@@ -52,19 +52,16 @@ struct Expected<'a> {
     max_problems: usize,
 }
 
+/// What vouches for an image: the expected digest, the keys, the version floor.
+type Anchors = (
+    Option<Digest>,
+    Vec<sealfs_trust::PublicKey>,
+    Option<sealfs_trust::Version>,
+);
+
 /// Parses `--digest`, `--key`/`--keyring` and `--min-version`; a malformed one is a usage error
 /// (printed; exit 2).
-fn parse_expected(
-    digest: Option<&str>,
-    keys: &crate::open::KeyArgs,
-) -> Result<
-    (
-        Option<Digest>,
-        Vec<sealfs_trust::PublicKey>,
-        Option<sealfs_trust::Version>,
-    ),
-    ExitCode,
-> {
+fn parse_expected(digest: Option<&str>, keys: &crate::open::KeyArgs) -> Result<Anchors, ExitCode> {
     let expected = digest.map(str::parse::<Digest>).transpose().map_err(|e| {
         eprintln!("sealfs: error: --digest: {e}");
         ExitCode::from(EXIT_CANNOT_RUN)
