@@ -199,16 +199,25 @@ fn commands(with_mount: bool, with_pull: bool) -> Vec<(&'static str, Vec<&'stati
     c
 }
 
-/// Runs `command` on `image` with `options`; returns (exit code, stdout, stderr). A mount that
-/// succeeded is unmounted again (and must be, by `sealfs umount`); a refused `pull` must leave
-/// nothing at OUT.
+/// What a command run gave: its exit code, stdout, stderr, and what it made of the image's
+/// `/etc/hostname` (`cat`'s output, the file `extract` wrote, the file read through the mount),
+/// or, for `pull`, the file it wrote.
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    made: Option<Vec<u8>>,
+}
+
+/// Runs `command` on `image` with `options`. A mount that succeeded is read and unmounted again
+/// (and must be, by `sealfs umount`); a refused `pull` must leave nothing at OUT.
 fn run_command(
     scratch: &Path,
     cache: &Path,
     command: &[&str],
     image: &str,
     options: &[String],
-) -> (Option<i32>, String, String) {
+) -> Ran {
     let work = tempfile::tempdir_in(scratch).unwrap();
     let out = work.path().join("out");
     let mnt = work.path().join("mnt");
@@ -230,6 +239,13 @@ fn run_command(
     }
     let o = sealfs_in(cache, &args);
     let code = o.status.code();
+    let made = match command[0] {
+        "cat" => Some(o.stdout.clone()),
+        "extract" => fs::read(out.join("etc/hostname")).ok(),
+        "mount" => fs::read(mnt.join("etc/hostname")).ok(),
+        "pull" => fs::read(&out).ok(),
+        _ => None,
+    };
     if command[0] == "mount" && code == Some(0) {
         let u = sealfs_in(cache, &["umount".to_string(), s(&mnt).to_string()]);
         assert!(u.status.success(), "umount: {}", text(&u.stderr));
@@ -237,7 +253,12 @@ fn run_command(
     if code != Some(0) && command[0] == "pull" {
         assert!(!out.exists(), "a refused pull left {}", out.display());
     }
-    (code, text(&o.stdout), text(&o.stderr))
+    Ran {
+        code,
+        stdout: text(&o.stdout),
+        stderr: text(&o.stderr),
+        made,
+    }
 }
 
 /// Runs every command × every trust case on the images `locate` names; returns the mismatches,
@@ -255,17 +276,31 @@ fn matrix(
     if !with_mount {
         println!("SKIP (mount only): {}", fuse_env().unwrap_err());
     }
+    let a_image = fs::read(w.path("a.img")).unwrap();
     let mut wrong = Vec::new();
     for (name, command) in commands(with_mount, with_pull) {
         for (case, image, options, want) in w.cases() {
-            let (code, stdout, stderr) =
-                run_command(&scratch, &cache, &command, &locate(image), &options);
+            let Ran {
+                code,
+                stdout,
+                stderr,
+                made,
+            } = run_command(&scratch, &cache, &command, &locate(image), &options);
             println!("{source}: {name} [{case}] -> {code:?}: {}", stderr.trim());
             if code != Some(want) {
                 wrong.push(format!(
                     "{source}: {name} [{case}]: exit {code:?}, want {want}: {}",
                     stderr.trim()
                 ));
+            }
+            // What it read when it vouched for the image is the image's: the source file, or
+            // (pull) the image pushed.
+            let expect: &[u8] = if name == "pull" { &a_image } else { b"alpha\n" };
+            if want == 0 && made.as_ref().is_some_and(|m| m != expect) {
+                wrong.push(format!("{source}: {name} [{case}]: read other bytes"));
+            }
+            if want == 0 && made.is_none() && matches!(name, "cat" | "extract" | "mount" | "pull") {
+                wrong.push(format!("{source}: {name} [{case}]: read nothing"));
             }
             // `digest` prints the oracle's digest exactly when it vouches for the image.
             if name == "digest" {
@@ -493,7 +528,8 @@ fn digest_files_exited_2_when_the_image_was_at_fault() {
             if !concerns(name) {
                 continue;
             }
-            let (code, _, stderr) = run_command(&scratch, &cache, &command, s(image), options);
+            let Ran { code, stderr, .. } =
+                run_command(&scratch, &cache, &command, s(image), options);
             println!("{name} [{case}] -> {code:?}: {}", stderr.trim());
             if code != Some(*want) {
                 wrong.push(format!(
@@ -540,7 +576,9 @@ fn non_numeric_version_was_reported_below_the_minimum() {
             "--min-version".into(),
             "1".into(),
         ];
-        let (code, _, err) = run_command(&scratch, &cache, &command, s(&texty), &floor);
+        let Ran {
+            code, stderr: err, ..
+        } = run_command(&scratch, &cache, &command, s(&texty), &floor);
         println!("{name} [2-beta, floor 1] -> {code:?}: {}", err.trim());
         if code != Some(1)
             || err.contains("below the minimum version")
@@ -554,7 +592,9 @@ fn non_numeric_version_was_reported_below_the_minimum() {
             "--min-version".into(),
             "10000000000000000000".into(),
         ];
-        let (code, _, err) = run_command(&scratch, &cache, &command, s(&w.path("a.img")), &floor);
+        let Ran {
+            code, stderr: err, ..
+        } = run_command(&scratch, &cache, &command, s(&w.path("a.img")), &floor);
         println!("{name} [floor of 20 digits] -> {code:?}: {}", err.trim());
         if code != Some(2) || !err.contains("more than 19 digits") {
             wrong.push(format!("{name} [20 digits]: exit {code:?}: {}", err.trim()));
@@ -614,6 +654,12 @@ fn inspect_of_a_pinned_reference_said_equals_digest() {
     );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["trust_text"].as_str().unwrap().contains("--digest"));
+    // `digest` of the pinned reference checks the image against the digest its manifest states.
+    let o = ok(
+        sealfs_in(&cache, &["digest".into(), pinned.clone()]),
+        "digest",
+    );
+    assert_eq!(text(&o.stdout).trim(), w.a_digest);
     let o = ok(
         sealfs_in(&cache, &["verify".into(), pinned.clone()]),
         "verify",
