@@ -249,19 +249,19 @@ pub(crate) fn envelope(body: &[u8]) -> String {
             .errors
             .iter()
             .map(|e| {
-                format!(
-                    "{} {}",
-                    e.code.as_deref().unwrap_or("?"),
-                    e.message.as_deref().unwrap_or("")
+                sealfs_text::escape_prose(
+                    format!(
+                        "{} {}",
+                        e.code.as_deref().unwrap_or("?"),
+                        e.message.as_deref().unwrap_or("")
+                    )
+                    .trim()
+                    .as_bytes(),
                 )
-                .trim()
-                .to_string()
             })
             .collect::<Vec<_>>()
             .join("; "),
-        _ => String::from_utf8_lossy(&body[..body.len().min(200)])
-            .trim()
-            .to_string(),
+        _ => sealfs_text::escape_prose(body[..body.len().min(200)].trim_ascii()),
     }
 }
 

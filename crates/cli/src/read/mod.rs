@@ -265,9 +265,9 @@ mod tests {
 
     #[test]
     fn names_are_shown_escaped() {
-        assert_eq!(show(b"a\xffb\n"), "a\\xffb\\n");
-        assert_eq!(show(b"n\0ul\\"), "n\\x00ul\\\\");
-        assert_eq!(show("café".as_bytes()), "café");
+        assert_eq!(show(b"a\xffb\n"), "a\\377b\\n");
+        assert_eq!(show(b"n\0ul\\"), "n\\000ul\\\\");
+        assert_eq!(show("café".as_bytes()), "caf\\303\\251");
     }
 
     #[test]
