@@ -471,6 +471,19 @@ fn table_ranges(img: &Image) -> Vec<Range<u64>> {
     }
 }
 
+/// Whether the union of `ranges` covers all of `r`.
+fn covers(ranges: &mut [Range<u64>], r: &Range<u64>) -> bool {
+    ranges.sort_by_key(|x| x.start);
+    let mut at = r.start;
+    for x in ranges.iter() {
+        if x.start > at {
+            break;
+        }
+        at = at.max(x.end);
+    }
+    at >= r.end
+}
+
 /// Whether `r` overlaps any of `damaged`.
 fn overlaps(damaged: &[Range<u64>], r: &Range<u64>) -> bool {
     damaged.iter().any(|d| d.start < r.end && r.start < d.end)
@@ -635,13 +648,21 @@ fn name_owners(
     // Damaged block -> the files whose data it holds (several when Merkle blocks are larger than
     // EROFS blocks).
     let mut owners: HashMap<usize, Vec<&[u8]>> = HashMap::new();
+    // Damaged block -> the bytes of it that are named (file data, superblock, table).
+    let mut named: HashMap<usize, Vec<Range<u64>>> = HashMap::new();
     for (nid, paths) in files {
         let Ok(storage) = img.inode(*nid).and_then(|i| img.file_storage(&i)) else {
             continue;
         };
         for (i, r) in &bad {
-            if storage.iter().any(|s| s.start < r.end && r.start < s.end) {
+            let inside: Vec<Range<u64>> = storage
+                .iter()
+                .filter(|s| s.start < r.end && r.start < s.end)
+                .cloned()
+                .collect();
+            if !inside.is_empty() {
                 owners.entry(*i).or_default().push(&paths[0]);
+                named.entry(*i).or_default().extend(inside);
             }
         }
     }
@@ -651,12 +672,17 @@ fn name_owners(
     for (i, r) in bad {
         if let Problem::DataBlock { owner: o, .. } = &mut problems[i] {
             let mut held = Vec::new();
+            let named = named.entry(i).or_default();
             if overlaps(std::slice::from_ref(&superblock), &r) {
                 held.push("the superblock".to_string());
+                named.push(superblock.clone());
             }
             if overlaps(&table, &r) {
                 held.push("the per-file digest table".to_string());
+                named.extend(table.iter().cloned());
             }
+            // A block with the superblock or the table says when it holds more than it names.
+            let special = !held.is_empty();
             match owners.remove(&i).as_deref() {
                 None | Some([]) => {}
                 Some([one]) => held.push(format!("data of {}", path_text(one))),
@@ -668,8 +694,13 @@ fn name_owners(
             }
             *o = Some(if held.is_empty() {
                 "metadata (inodes, directories, xattrs) or tails".into()
-            } else {
+            } else if !special || covers(named, &r) {
                 held.join(", ")
+            } else {
+                format!(
+                    "{}, and other bytes (metadata: inodes, directories, xattrs; tails; padding)",
+                    held.join(", ")
+                )
             });
         }
     }

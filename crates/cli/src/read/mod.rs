@@ -18,7 +18,7 @@ pub mod inspect;
 pub mod ls;
 pub mod stat;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sealfs_reader::{DataLayout, FileType, Follow, Image, Inode};
 use std::ffi::OsStr;
 use std::fmt;
@@ -107,9 +107,17 @@ pub fn arg_bytes(arg: &OsStr) -> &[u8] {
     arg.as_bytes()
 }
 
-/// Resolves `path` in the image; the error names the path.
+/// Resolves `path` in the image; the error names the path (once: not again when the reader's
+/// error ends with it, as "not found: PATH" does).
 pub fn resolve(img: &Image, path: &[u8], follow: Follow) -> Result<Inode> {
-    img.resolve(path, follow).with_context(|| show(path))
+    img.resolve(path, follow).map_err(|e| {
+        let shown = show(path);
+        if e.to_string().ends_with(&format!(": {shown}")) {
+            anyhow::Error::new(e)
+        } else {
+            anyhow::Error::new(e).context(shown)
+        }
+    })
 }
 
 /// `path` joined with `name` (no doubled '/').
