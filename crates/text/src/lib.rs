@@ -100,6 +100,9 @@ mod tests {
     fn output_is_one_printable_ascii_token() {
         let all: Vec<u8> = (0..=255).collect();
         let e = escape(&all);
-        assert!(e.bytes().all(|b| (0x21..=0x7e).contains(&b)), "{e}");
+        assert!(e.bytes().all(|b| (0x20..=0x7e).contains(&b)), "{e}");
+        // A space only ever follows the backslash that escapes it: the name is one token.
+        assert!(!e.contains("  ") && !e.starts_with(' '), "{e}");
+        assert_eq!(e.matches(' ').count(), e.matches("\\ ").count(), "{e}");
     }
 }
