@@ -17,7 +17,10 @@ pub enum BuildError {
         err: io::Error,
     },
     /// A source file changed between scanning and copying.
-    #[error("{}: changed while being read ({what}); the image would not match the tree", sealfs_text::escape_path(path))]
+    #[error(
+        "{}: changed while being read ({what}); the image would not match the tree",
+        sealfs_text::escape_path(path)
+    )]
     Changed {
         /// The file.
         path: PathBuf,

@@ -187,10 +187,7 @@ impl Sink {
                 if self.is_dir(target_id) {
                     return Err(EntryError::new(
                         path,
-                        format!(
-                            "hard link to {}, a directory",
-                            sealfs_text::escape(target)
-                        ),
+                        format!("hard link to {}, a directory", sealfs_text::escape(target)),
                     ));
                 }
                 target_id
@@ -293,10 +290,7 @@ impl Sink {
         let (index, suffix) = fmt::split_xattr_name(name).ok_or_else(|| {
             EntryError::new(
                 path,
-                format!(
-                    "xattr {} has no EROFS prefix",
-                    sealfs_text::escape(name)
-                ),
+                format!("xattr {} has no EROFS prefix", sealfs_text::escape(name)),
             )
         })?;
         let dir = self

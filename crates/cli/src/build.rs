@@ -8,9 +8,9 @@ use regex::bytes::Regex;
 use sealfs_builder::{
     Algorithm, BuildOptions, CompressOptions, CompressRule, Fragments, Preset, UuidChoice,
 };
+use sealfs_text::escape as show;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use sealfs_text::escape as show;
 
 /// Arguments of `sealfs build`.
 #[derive(Args)]
@@ -257,13 +257,9 @@ impl BuildArgs {
 
     fn options(&self) -> Result<BuildOptions> {
         let clamp_mtime = match std::env::var("SOURCE_DATE_EPOCH") {
-            Ok(v) if !v.is_empty() => Some(
-                v.trim()
-                    .parse()
-                    .with_context(|| {
-                        format!("SOURCE_DATE_EPOCH={} is not a number", show(v.as_bytes()))
-                    })?,
-            ),
+            Ok(v) if !v.is_empty() => Some(v.trim().parse().with_context(|| {
+                format!("SOURCE_DATE_EPOCH={} is not a number", show(v.as_bytes()))
+            })?),
             _ => None,
         };
         let src = match (&self.tar, &self.oci, &self.squashfs) {

@@ -57,7 +57,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     num.parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(mul))
-        .ok_or_else(|| format!("{}: expected bytes, with an optional K, M, G or T suffix", sealfs_text::escape(s.as_bytes())))
+        .ok_or_else(|| {
+            format!(
+                "{}: expected bytes, with an optional K, M, G or T suffix",
+                sealfs_text::escape(s.as_bytes())
+            )
+        })
 }
 
 /// Arguments of `sealfs cache`.

@@ -55,7 +55,11 @@ pub fn mount(
     })
     .map_err(kernel_error)?;
     let how = match &chain.verity {
-        Some(v) => format!("dm-verity {} ({})", sealfs_text::escape_path(&v.device), v.name),
+        Some(v) => format!(
+            "dm-verity {} ({})",
+            sealfs_text::escape_path(&v.device),
+            v.name
+        ),
         None => "fs-verity on the image file".to_string(),
     };
     eprintln!(
@@ -97,7 +101,10 @@ pub fn chain_text(c: &Chain) -> String {
     line("mount point", sealfs_text::escape_path(&c.mountpoint));
     line(
         "mounted",
-        format!("kernel EROFS, read-only, from {}", sealfs_text::escape_path(&c.source)),
+        format!(
+            "kernel EROFS, read-only, from {}",
+            sealfs_text::escape_path(&c.source)
+        ),
     );
     let verified_by = match (&c.verity, c.loops.iter().find_map(|l| l.fs_verity.as_ref())) {
         (Some(_), _) => {
@@ -110,7 +117,12 @@ pub fn chain_text(c: &Chain) -> String {
     if let Some(v) = &c.verity {
         line(
             "dm-verity device",
-            format!("{} ({}, uuid {})", sealfs_text::escape_path(&v.device), v.name, v.uuid),
+            format!(
+                "{} ({}, uuid {})",
+                sealfs_text::escape_path(&v.device),
+                v.name,
+                v.uuid
+            ),
         );
         line("  hash algorithm", v.alg.clone());
         line("  root hash", v.root.clone());

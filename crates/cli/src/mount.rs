@@ -322,7 +322,8 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         .record_profile
         .as_deref()
         .map(|p| {
-            std::path::absolute(p).with_context(|| format!("--record-profile {}", sealfs_text::escape_path(&p)))
+            std::path::absolute(p)
+                .with_context(|| format!("--record-profile {}", sealfs_text::escape_path(&p)))
         })
         .transpose()?;
     // A daemon serves many lookups over time: keep the metadata of a large tree verified in memory.
@@ -395,7 +396,10 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
                 .and_then(|mut f| f.write_all(text.as_bytes()).map(|()| f))
                 .and_then(|f| f.persist(path).map_err(|e| e.error));
             if let Err(e) = written {
-                eprintln!("sealfs: writing the profile {}: {e}", sealfs_text::escape_path(&path));
+                eprintln!(
+                    "sealfs: writing the profile {}: {e}",
+                    sealfs_text::escape_path(&path)
+                );
             }
         }
     };
@@ -658,7 +662,9 @@ pub fn run_umount(args: UmountArgs) -> Result<ExitCode> {
             unmount(&mp, args.lazy)?;
             Ok(ExitCode::SUCCESS)
         }
-        Some(t) if t.starts_with("fuse") => bail!("{}: a {t} mount, not sealfs", sealfs_text::escape_path(&mp)),
+        Some(t) if t.starts_with("fuse") => {
+            bail!("{}: a {t} mount, not sealfs", sealfs_text::escape_path(&mp))
+        }
         // A kernel mount, or what one left behind.
         _ => crate::kernel::umount(&mp, args.lazy),
     }

@@ -240,7 +240,10 @@ impl ImageArgs {
                 if let Some(c) = &cache {
                     let store =
                         sealfs_cache::DiskCache::open(&c.dir, c.max_bytes).map_err(|e| {
-                            anyhow!("{}: open the cache directory: {e}", sealfs_text::escape_path(&c.dir))
+                            anyhow!(
+                                "{}: open the cache directory: {e}",
+                                sealfs_text::escape_path(&c.dir)
+                            )
                         })?;
                     options.store = Some(Arc::new(store));
                     remote_options.tail_cache = Some(c.dir.clone());

@@ -177,7 +177,8 @@ pub fn run_sign(args: SignArgs) -> Result<ExitCode> {
         }
         (None, Some(sig), Some(public)) => {
             let public = PublicKey::read(public).map_err(|e| anyhow!("--pubkey: {e}"))?;
-            let bytes = std::fs::read(sig).with_context(|| format!("{}: read", sealfs_text::escape_path(&sig)))?;
+            let bytes = std::fs::read(sig)
+                .with_context(|| format!("{}: read", sealfs_text::escape_path(&sig)))?;
             let signature: [u8; 64] = bytes.try_into().map_err(|b: Vec<u8>| {
                 anyhow!(
                     "{}: {} bytes, not a raw 64-byte Ed25519 signature",

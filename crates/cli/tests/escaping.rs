@@ -73,7 +73,8 @@ fn ls_b(dir: &Path, path: &[u8]) -> String {
 fn assert_inert(what: &str, out: &[u8]) {
     for line in out.split(|&b| b == b'\n') {
         assert!(
-            line.iter().all(|&b| (0x20..0x7f).contains(&b) || b == b'\t'),
+            line.iter()
+                .all(|&b| (0x20..0x7f).contains(&b) || b == b'\t'),
             "{what}: a raw byte in the line {}\nwhole output:\n{}",
             show(line),
             show(out)
@@ -153,7 +154,11 @@ fn ls_b_abs(p: &Path) -> String {
 
 #[test]
 fn untrusted_names_are_escaped_as_ls_b_in_every_read_command() {
-    if !oracle_guard(mount_env().and(need_tool("fsverity")).and(need_tool("setfattr"))) {
+    if !oracle_guard(
+        mount_env()
+            .and(need_tool("fsverity"))
+            .and(need_tool("setfattr")),
+    ) {
         return;
     }
     let c = case();
@@ -168,9 +173,17 @@ fn untrusted_names_are_escaped_as_ls_b_in_every_read_command() {
     // of the kernel's mount with -b.
     for (ours, theirs, dir) in [
         (&["ls", "-A"][..], &["-A", "-b"][..], &b"/"[..]),
-        (&["ls", "-lA"], &["-lA", "-b", "-n", "--time-style=long-iso"], b"/"),
+        (
+            &["ls", "-lA"],
+            &["-lA", "-b", "-n", "--time-style=long-iso"],
+            b"/",
+        ),
         (&["ls", "-A"], &["-A", "-b"], &[b"/", DIR].concat()),
-        (&["ls", "-lA"], &["-lA", "-b", "-n", "--time-style=long-iso"], &[b"/", DIR].concat()),
+        (
+            &["ls", "-lA"],
+            &["-lA", "-b", "-n", "--time-style=long-iso"],
+            &[b"/", DIR].concat(),
+        ),
     ] {
         let o = run(sealfs().args(ours).arg(&c.image).arg(os(dir)));
         let (stdout, _) = inert(&format!("sealfs {ours:?} {}", show(dir)), &o);
@@ -196,7 +209,10 @@ fn untrusted_names_are_escaped_as_ls_b_in_every_read_command() {
         let (stdout, stderr) = inert(&format!("stat {}", show(&path)), &o);
         assert!(o.status.success(), "{stderr}");
         let want = format!("/{}", ls_b(m, name));
-        assert!(stdout.contains(&want), "stat does not show {want}: {stdout}");
+        assert!(
+            stdout.contains(&want),
+            "stat does not show {want}: {stdout}"
+        );
         if *name == LINK {
             // The target does not exist: ls -b shows a file of that name made for it.
             let names = c.dir.join("names");
@@ -271,7 +287,10 @@ fn untrusted_names_are_escaped_as_ls_b_in_every_read_command() {
         .arg(&c.image));
     let (stdout, stderr) = inert("digest --files --format=ipe", &o);
     assert!(o.status.success(), "{stderr}");
-    assert!(stdout.lines().next().unwrap().contains(&shown_image), "{stdout}");
+    assert!(
+        stdout.lines().next().unwrap().contains(&shown_image),
+        "{stdout}"
+    );
     let rules: std::collections::BTreeSet<String> = stdout
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -339,9 +358,15 @@ fn damaged_files_are_named_escaped_by_verify_cat_and_extract() {
     let (stdout, stderr) = inert("verify of a damaged image", &o);
     assert_eq!(o.status.code(), Some(1), "{stdout}{stderr}");
     assert!(stderr.contains(&format!("data of {victim}")), "{stderr}");
-    assert!(stdout.starts_with(&format!("{shown_bad}: FAILED")), "{stdout}");
+    assert!(
+        stdout.starts_with(&format!("{shown_bad}: FAILED")),
+        "{stdout}"
+    );
 
-    let o = run(sealfs().arg("cat").arg(&bad).arg(os(&[b"/", VICTIM].concat())));
+    let o = run(sealfs()
+        .arg("cat")
+        .arg(&bad)
+        .arg(os(&[b"/", VICTIM].concat())));
     let (_, stderr) = inert("cat of a damaged file", &o);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(&victim), "{stderr}");
@@ -395,10 +420,12 @@ fn python_tar(out: &Path, entries: &[(&[u8], &str, &[u8])]) {
 /// GNU tar's own listing of `archive` with `--quoting-style=escape` (the rule, but for spaces,
 /// which the names here do not hold).
 fn tar_listing(archive: &Path) -> String {
-    run_ok(Command::new("tar")
-        .args(["--quoting-style=escape", "-tvf"])
-        .arg(archive)
-        .env("LC_ALL", "C"))
+    run_ok(
+        Command::new("tar")
+            .args(["--quoting-style=escape", "-tvf"])
+            .arg(archive)
+            .env("LC_ALL", "C"),
+    )
     .unwrap()
 }
 
@@ -448,7 +475,10 @@ fn import_errors_name_entries_as_tar_quotes_them() {
     let d = tmp.path();
     // A hard link to a file the archive does not hold; a name that climbs out of the tree.
     let cases: [(&str, (&[u8], &str, &[u8])); 2] = [
-        ("hard", (b"hl\x1b[31m\nx", "hard", b"missing\x1b]0;t\x07\xff")),
+        (
+            "hard",
+            (b"hl\x1b[31m\nx", "hard", b"missing\x1b]0;t\x07\xff"),
+        ),
         ("dotdot", (b"up\x1b[2J/../../\nx", "file", b"")),
     ];
     for (what, entry) in cases {
@@ -461,11 +491,7 @@ fn import_errors_name_entries_as_tar_quotes_them() {
         let name = line.split(' ').nth(5).unwrap().to_string();
         let target = line.rsplit_once(" link to ").map(|(_, t)| t.to_string());
         let out = d.join("out.img");
-        let o = run(sealfs()
-            .arg("build")
-            .arg("--tar")
-            .arg(&archive)
-            .arg(&out));
+        let o = run(sealfs().arg("build").arg("--tar").arg(&archive).arg(&out));
         let (_, stderr) = inert(&format!("build --tar ({what})"), &o);
         assert_ne!(o.status.code(), Some(0), "{what}: {stderr}");
         // tar lists the name without its leading "./" or "/"; sealfs names it from the root
@@ -495,10 +521,13 @@ fn import_errors_name_entries_as_tar_quotes_them() {
     let name: &[u8] = b"sq\x1b[31m\nfile\xff";
     fs::write(src.join(os(name)), b"squash ".repeat(20000)).unwrap();
     let sq = d.join(os(b"image\x1b[2J.sqfs"));
-    let o = run(Command::new("mksquashfs")
-        .arg(&src)
-        .arg(&sq)
-        .args(["-comp", "gzip", "-noappend", "-no-fragments", "-quiet"]));
+    let o = run(Command::new("mksquashfs").arg(&src).arg(&sq).args([
+        "-comp",
+        "gzip",
+        "-noappend",
+        "-no-fragments",
+        "-quiet",
+    ]));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // The data blocks follow the 96-byte superblock.
     let f = fs::OpenOptions::new().write(true).open(&sq).unwrap();

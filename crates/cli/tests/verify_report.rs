@@ -14,10 +14,14 @@ use std::process::Command;
 
 /// `fsverity digest` of `path`: its raw bytes and its `sha256:HEX` text.
 fn fsverity(path: &Path) -> (Vec<u8>, String) {
-    let hex = run_ok(Command::new("fsverity").args(["digest", "--compact"]).arg(path))
-        .unwrap()
-        .trim()
-        .to_string();
+    let hex = run_ok(
+        Command::new("fsverity")
+            .args(["digest", "--compact"])
+            .arg(path),
+    )
+    .unwrap()
+    .trim()
+    .to_string();
     let raw = (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())

@@ -531,6 +531,6 @@ mod tests {
         assert_eq!(join(b"/", b"a"), b"/a");
         assert_eq!(join(b"/a", b"b"), b"/a/b");
         assert_eq!(join(b"/a/", b"b"), b"/a/b");
-        assert_eq!(show(b"a\xffb\n"), "a\\xffb\\n");
+        assert_eq!(show(b"a\xffb\n"), "a\\377b\\n");
     }
 }

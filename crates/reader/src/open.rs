@@ -444,9 +444,10 @@ pub fn gather_signatures(
     use sealfs_trust::Refusal;
     let mut all = seal.signatures()?;
     let detached_bytes = match (detached, source) {
-        (Some(Source::Path(p)), _) => {
-            Some(std::fs::read(p).map_err(|e| Refusal::Section(format!("{}: {e}", sealfs_text::escape_path(p))))?)
-        }
+        (Some(Source::Path(p)), _) => Some(
+            std::fs::read(p)
+                .map_err(|e| Refusal::Section(format!("{}: {e}", sealfs_text::escape_path(p))))?,
+        ),
         (Some(Source::Reader { reader, name }), _) => {
             let mut b = vec![0u8; reader.len() as usize];
             reader
@@ -459,7 +460,12 @@ pub fn gather_signatures(
             match std::fs::read(&sig) {
                 Ok(b) => Some(b),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(Refusal::Section(format!("{}: {e}", sealfs_text::escape_path(&sig)))),
+                Err(e) => {
+                    return Err(Refusal::Section(format!(
+                        "{}: {e}",
+                        sealfs_text::escape_path(&sig)
+                    )))
+                }
             }
         }
         (None, Source::Reader { .. }) => None,

@@ -93,7 +93,10 @@ mod tests {
 
     #[test]
     fn prose_keeps_its_spaces_only() {
-        assert_eq!(escape_prose(b"denied: no\nway \x1b[2J"), "denied: no\\nway \\033[2J");
+        assert_eq!(
+            escape_prose(b"denied: no\nway \x1b[2J"),
+            "denied: no\\nway \\033[2J"
+        );
     }
 
     #[test]

@@ -265,7 +265,10 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
         None => Ok(Vec::new()),
     };
     if let Err(e) = &signatures {
-        status.error(&fault(format!("{}: {e}", sealfs_text::escape_path(&args.image.image))));
+        status.error(&fault(format!(
+            "{}: {e}",
+            sealfs_text::escape_path(&args.image.image)
+        )));
     }
     let signatures = signatures.unwrap_or_default();
 

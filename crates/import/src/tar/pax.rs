@@ -111,12 +111,7 @@ pub(crate) fn url_decode(s: &[u8]) -> Result<Vec<u8>, String> {
                 .get(i + 1..i + 3)
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| {
-                    format!(
-                        "bad %-escape in xattr name {}",
-                        sealfs_text::escape(s)
-                    )
-                })?;
+                .ok_or_else(|| format!("bad %-escape in xattr name {}", sealfs_text::escape(s)))?;
             out.push(hex);
             i += 3;
         } else {

@@ -609,12 +609,8 @@ fn check_sparse(s: &Sparse, stored: u64) -> Result<(), String> {
 }
 
 fn u32_of(key: &[u8], v: u64) -> Result<u32, String> {
-    u32::try_from(v).map_err(|_| {
-        format!(
-            "PAX {}={v} does not fit 32 bits",
-            sealfs_text::escape(key)
-        )
-    })
+    u32::try_from(v)
+        .map_err(|_| format!("PAX {}={v} does not fit 32 bits", sealfs_text::escape(key)))
 }
 
 /// The bytes before the first NUL.
