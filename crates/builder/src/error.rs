@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// An I/O operation on a source or output path failed.
-    #[error("{}: {op}: {}", path.display(), os_error_text(err))]
+    #[error("{}: {op}: {}", sealfs_text::escape_path(path), os_error_text(err))]
     Io {
         /// The path the operation was on.
         path: PathBuf,
@@ -17,7 +17,10 @@ pub enum BuildError {
         err: io::Error,
     },
     /// A source file changed between scanning and copying.
-    #[error("{}: changed while being read ({what}); the image would not match the tree", path.display())]
+    #[error(
+        "{}: changed while being read ({what}); the image would not match the tree",
+        sealfs_text::escape_path(path)
+    )]
     Changed {
         /// The file.
         path: PathBuf,
@@ -25,13 +28,13 @@ pub enum BuildError {
         what: String,
     },
     /// A source path vanished during the build.
-    #[error("{}: vanished during the build", path.display())]
+    #[error("{}: vanished during the build", sealfs_text::escape_path(path))]
     Vanished {
         /// The path.
         path: PathBuf,
     },
     /// The source holds something EROFS cannot represent.
-    #[error("{}: {what}", path.display())]
+    #[error("{}: {what}", sealfs_text::escape_path(path))]
     Unsupported {
         /// The path.
         path: PathBuf,
@@ -39,13 +42,13 @@ pub enum BuildError {
         what: String,
     },
     /// The source is not a directory.
-    #[error("{}: source is not a directory", path.display())]
+    #[error("{}: source is not a directory", sealfs_text::escape_path(path))]
     NotADirectory {
         /// The source path.
         path: PathBuf,
     },
     /// The input is not an EROFS image this can seal.
-    #[error("{}: not a plain EROFS image: {what}", path.display())]
+    #[error("{}: not a plain EROFS image: {what}", sealfs_text::escape_path(path))]
     NotAnImage {
         /// The path.
         path: PathBuf,
@@ -53,7 +56,7 @@ pub enum BuildError {
         what: String,
     },
     /// The image already carries a seal.
-    #[error("{}: already sealed", path.display())]
+    #[error("{}: already sealed", sealfs_text::escape_path(path))]
     AlreadySealed {
         /// The path.
         path: PathBuf,

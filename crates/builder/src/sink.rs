@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 /// An entry the sink cannot take, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {what}", String::from_utf8_lossy(path))]
+#[error("{}: {what}", sealfs_text::escape(path))]
 pub struct EntryError {
     /// The entry's path (relative to the root).
     pub path: Vec<u8>,
@@ -180,17 +180,14 @@ impl Sink {
                         path,
                         format!(
                             "hard link to {}, which is not in the tree",
-                            String::from_utf8_lossy(target)
+                            sealfs_text::escape(target)
                         ),
                     )
                 })?;
                 if self.is_dir(target_id) {
                     return Err(EntryError::new(
                         path,
-                        format!(
-                            "hard link to {}, a directory",
-                            String::from_utf8_lossy(target)
-                        ),
+                        format!("hard link to {}, a directory", sealfs_text::escape(target)),
                     ));
                 }
                 target_id
@@ -293,10 +290,7 @@ impl Sink {
         let (index, suffix) = fmt::split_xattr_name(name).ok_or_else(|| {
             EntryError::new(
                 path,
-                format!(
-                    "xattr {} has no EROFS prefix",
-                    String::from_utf8_lossy(name)
-                ),
+                format!("xattr {} has no EROFS prefix", sealfs_text::escape(name)),
             )
         })?;
         let dir = self
@@ -418,8 +412,8 @@ impl Sink {
                 let Some((index, suffix)) = fmt::split_xattr_name(name) else {
                     self.warnings.push(format!(
                         "{}: xattr {} has no EROFS prefix; left out",
-                        self.display(&entry.path).display(),
-                        String::from_utf8_lossy(name)
+                        sealfs_text::escape_path(&self.display(&entry.path)),
+                        sealfs_text::escape(name)
                     ));
                     continue;
                 };
@@ -428,7 +422,7 @@ impl Sink {
                         &entry.path,
                         format!(
                             "xattr {} has a {}-byte value; EROFS stores at most {} bytes",
-                            String::from_utf8_lossy(name),
+                            sealfs_text::escape(name),
                             value.len(),
                             fmt::EROFS_XATTR_VALUE_MAX
                         ),

@@ -8,6 +8,7 @@ use regex::bytes::Regex;
 use sealfs_builder::{
     Algorithm, BuildOptions, CompressOptions, CompressRule, Fragments, Preset, UuidChoice,
 };
+use sealfs_text::escape as show;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -175,7 +176,10 @@ fn parse_uuid(s: &str) -> Result<UuidChoice> {
         _ => {
             let hex: String = s.chars().filter(|c| *c != '-').collect();
             if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-                bail!("--uuid {s:?}: expected a UUID like 01234567-89ab-cdef-0123-456789abcdef, \"clear\" or \"random\"");
+                bail!(
+                    "--uuid {}: expected a UUID like 01234567-89ab-cdef-0123-456789abcdef, \"clear\" or \"random\"",
+                    show(s.as_bytes())
+                );
             }
             let mut u = [0u8; 16];
             for (i, b) in u.iter_mut().enumerate() {
@@ -253,11 +257,9 @@ impl BuildArgs {
 
     fn options(&self) -> Result<BuildOptions> {
         let clamp_mtime = match std::env::var("SOURCE_DATE_EPOCH") {
-            Ok(v) if !v.is_empty() => Some(
-                v.trim()
-                    .parse()
-                    .with_context(|| format!("SOURCE_DATE_EPOCH={v:?} is not a number"))?,
-            ),
+            Ok(v) if !v.is_empty() => Some(v.trim().parse().with_context(|| {
+                format!("SOURCE_DATE_EPOCH={} is not a number", show(v.as_bytes()))
+            })?),
             _ => None,
         };
         let src = match (&self.tar, &self.oci, &self.squashfs) {
@@ -282,7 +284,9 @@ impl BuildArgs {
         let exclude_regexes = self
             .exclude_regex
             .iter()
-            .map(|r| Regex::new(r).with_context(|| format!("--exclude-regex {r:?}")))
+            .map(|r| {
+                Regex::new(r).with_context(|| format!("--exclude-regex {}", show(r.as_bytes())))
+            })
             .collect::<Result<_>>()?;
         let label = self.label.clone().unwrap_or_default().into_bytes();
         if label.len() > 15 {
@@ -336,7 +340,7 @@ impl BuildArgs {
         self.compress_rule
             .iter()
             .map(|rule| {
-                let what = || format!("--compress-rule {rule:?}");
+                let what = || format!("--compress-rule {}", show(rule.as_bytes()));
                 let (pattern, alg) = rule
                     .rsplit_once('=')
                     .with_context(|| format!("{}: expected REGEX=ALG", what()))?;
@@ -434,7 +438,7 @@ pub fn run(args: BuildArgs) -> Result<ExitCode> {
         }
         eprintln!(
             "{}: {} inodes ({} directories), {} bytes of file data, image {} bytes",
-            out.display(),
+            sealfs_text::escape_path(&out),
             summary.inodes,
             summary.dirs,
             summary.data_bytes,

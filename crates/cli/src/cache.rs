@@ -41,7 +41,7 @@ impl CacheArgs {
             &dir,
             self.cache_size.unwrap_or(sealfs_cache::DEFAULT_MAX_BYTES),
         )
-        .with_context(|| format!("cache directory {}", dir.display()))
+        .with_context(|| format!("cache directory {}", sealfs_text::escape_path(&dir)))
     }
 }
 
@@ -57,7 +57,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     num.parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(mul))
-        .ok_or_else(|| format!("{s:?}: expected bytes, with an optional K, M, G or T suffix"))
+        .ok_or_else(|| {
+            format!(
+                "{}: expected bytes, with an optional K, M, G or T suffix",
+                sealfs_text::escape(s.as_bytes())
+            )
+        })
 }
 
 /// Arguments of `sealfs cache`.
@@ -109,7 +114,7 @@ pub fn run(args: CacheCmd) -> Result<ExitCode> {
             } else {
                 println!(
                     "cache {}: {total} of {} bytes",
-                    cache.dir().display(),
+                    sealfs_text::escape_path(cache.dir()),
                     cache.max_bytes()
                 );
                 for i in images {

@@ -55,13 +55,17 @@ pub fn mount(
     })
     .map_err(kernel_error)?;
     let how = match &chain.verity {
-        Some(v) => format!("dm-verity {} ({})", v.device.display(), v.name),
+        Some(v) => format!(
+            "dm-verity {} ({})",
+            sealfs_text::escape_path(&v.device),
+            v.name
+        ),
         None => "fs-verity on the image file".to_string(),
     };
     eprintln!(
         "sealfs: {} mounted on {}: kernel EROFS over {how}; {}",
-        image.image.display(),
-        chain.mountpoint.display(),
+        sealfs_text::escape_path(&image.image),
+        sealfs_text::escape_path(&chain.mountpoint),
         opened.trust
     );
     Ok(ExitCode::SUCCESS)
@@ -73,14 +77,14 @@ pub fn umount(mountpoint: &Path, lazy: bool) -> Result<ExitCode> {
     if !down.unmounted {
         eprintln!(
             "sealfs: {}: nothing was mounted; removed what a mount left behind",
-            mountpoint.display()
+            sealfs_text::escape_path(&mountpoint)
         );
     }
     if !down.pending.is_empty() {
         let names: Vec<String> = down
             .pending
             .iter()
-            .map(|p| p.display().to_string())
+            .map(|p| sealfs_text::escape_path(&p))
             .collect();
         eprintln!(
             "sealfs: {} still in use; released when the last open file is closed",
@@ -94,10 +98,13 @@ pub fn umount(mountpoint: &Path, lazy: bool) -> Result<ExitCode> {
 pub fn chain_text(c: &Chain) -> String {
     let mut t = String::new();
     let mut line = |k: &str, v: String| t.push_str(&format!("{k:<23}{v}\n"));
-    line("mount point", c.mountpoint.display().to_string());
+    line("mount point", sealfs_text::escape_path(&c.mountpoint));
     line(
         "mounted",
-        format!("kernel EROFS, read-only, from {}", c.source.display()),
+        format!(
+            "kernel EROFS, read-only, from {}",
+            sealfs_text::escape_path(&c.source)
+        ),
     );
     let verified_by = match (&c.verity, c.loops.iter().find_map(|l| l.fs_verity.as_ref())) {
         (Some(_), _) => {
@@ -110,7 +117,12 @@ pub fn chain_text(c: &Chain) -> String {
     if let Some(v) = &c.verity {
         line(
             "dm-verity device",
-            format!("{} ({}, uuid {})", v.device.display(), v.name, v.uuid),
+            format!(
+                "{} ({}, uuid {})",
+                sealfs_text::escape_path(&v.device),
+                v.name,
+                v.uuid
+            ),
         );
         line("  hash algorithm", v.alg.clone());
         line("  root hash", v.root.clone());
@@ -144,8 +156,8 @@ pub fn chain_text(c: &Chain) -> String {
             role,
             format!(
                 "{} -> {} ({})",
-                l.device.display(),
-                l.backing_file.display(),
+                sealfs_text::escape_path(&l.device),
+                sealfs_text::escape_path(&l.backing_file),
                 flags.join(", ")
             ),
         );
@@ -192,7 +204,7 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
     let Some(chain) = sealfs_kernel::chain(&mountpoint).map_err(kernel_error)? else {
         bail!(
             "{}: a directory, neither an image nor a kernel (EROFS) mount of one",
-            dir.display()
+            sealfs_text::escape_path(&dir)
         );
     };
     if json {

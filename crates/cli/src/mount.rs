@@ -185,13 +185,13 @@ fn source_name(image: &Path) -> String {
 fn check_mountpoint(mp: &Path) -> Result<()> {
     match std::fs::metadata(mp) {
         Ok(md) if md.is_dir() => Ok(()),
-        Ok(_) => bail!("{}: not a directory", mp.display()),
+        Ok(_) => bail!("{}: not a directory", sealfs_text::escape_path(&mp)),
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => bail!(
             "{}: a FUSE mount whose daemon is gone (stale); run `sealfs umount {}` first",
-            mp.display(),
-            mp.display()
+            sealfs_text::escape_path(&mp),
+            sealfs_text::escape_path(&mp)
         ),
-        Err(e) => Err(anyhow!("{}: {e}", mp.display())),
+        Err(e) => Err(anyhow!("{}: {e}", sealfs_text::escape_path(&mp))),
     }
 }
 
@@ -202,7 +202,7 @@ fn open_log(path: &Path) -> Result<std::fs::File> {
         .create(true)
         .append(true)
         .open(path)
-        .with_context(|| format!("--log {}", path.display()))
+        .with_context(|| format!("--log {}", sealfs_text::escape_path(&path)))
 }
 
 /// Where log lines go: the `--log` file, else stderr in the foreground, else syslog.
@@ -252,7 +252,7 @@ fn unmount(mp: &Path, lazy: bool) -> Result<()> {
     }
     let err = std::io::Error::last_os_error();
     if err.raw_os_error() != Some(libc::EPERM) {
-        bail!("unmounting {}: {err}", mp.display());
+        bail!("unmounting {}: {err}", sealfs_text::escape_path(&mp));
     }
     let mut cmd = std::process::Command::new("fusermount3");
     cmd.arg("-u");
@@ -266,8 +266,8 @@ fn unmount(mp: &Path, lazy: bool) -> Result<()> {
     if !out.status.success() {
         bail!(
             "fusermount3 -u {}: {}",
-            mp.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            sealfs_text::escape_path(&mp),
+            sealfs_text::escape_prose(out.stderr.trim_ascii())
         );
     }
     Ok(())
@@ -322,7 +322,8 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         .record_profile
         .as_deref()
         .map(|p| {
-            std::path::absolute(p).with_context(|| format!("--record-profile {}", p.display()))
+            std::path::absolute(p)
+                .with_context(|| format!("--record-profile {}", sealfs_text::escape_path(&p)))
         })
         .transpose()?;
     // A daemon serves many lookups over time: keep the metadata of a large tree verified in memory.
@@ -338,7 +339,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     let opened = args.image.open_any()?;
     check_mountpoint(&args.mountpoint)?;
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
-        .with_context(|| args.mountpoint.display().to_string())?;
+        .with_context(|| sealfs_text::escape_path(&args.mountpoint))?;
     let config = fuse_config(&args, source_name(&args.image.image))?;
     let trust = match &opened.trust {
         Trust::Authenticated {
@@ -359,7 +360,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         Some(d) if d.origin() == sealfs_reader::DigestOrigin::Trailer => {
             eprintln!(
                 "sealfs: warning: {}: the per-file digests --verify=double checks files against come from the seal's trailer, which no digest or signature covers (a seal written before they moved into the image): a forged one can make a file fail, not return other bytes",
-                args.image.image.display()
+                sealfs_text::escape_path(&args.image.image)
             );
             format!("{trust}, and each file against its recorded digest (double; UNAUTHENTICATED digests)")
         }
@@ -370,9 +371,9 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     let replay = match (&args.profile, &digest) {
         (None, _) => None,
         (Some(p), Some(d)) => {
-            let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+            let text = std::fs::read_to_string(p).with_context(|| sealfs_text::escape_path(&p))?;
             let ranges = sealfs_reader::profile::parse_profile(&text, d)
-                .map_err(|e| anyhow!("--profile {}: {e}", p.display()))?;
+                .map_err(|e| anyhow!("--profile {}: {e}", sealfs_text::escape_path(&p)))?;
             Some(ranges)
         }
         (Some(_), None) => bail!("--profile: the image is not sealed (nothing to warm)"),
@@ -395,7 +396,10 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
                 .and_then(|mut f| f.write_all(text.as_bytes()).map(|()| f))
                 .and_then(|f| f.persist(path).map_err(|e| e.error));
             if let Err(e) = written {
-                eprintln!("sealfs: writing the profile {}: {e}", path.display());
+                eprintln!(
+                    "sealfs: writing the profile {}: {e}",
+                    sealfs_text::escape_path(&path)
+                );
             }
         }
     };
@@ -583,7 +587,7 @@ fn serve(
     let session = match fuser::Session::new(fs, mountpoint, config) {
         Ok(s) => s,
         Err(e) => {
-            let msg = format!("mounting on {}: {e}", mountpoint.display());
+            let msg = format!("mounting on {}: {e}", sealfs_text::escape_path(&mountpoint));
             if let Some(wr) = &status {
                 report_to_parent(wr, &msg);
             }
@@ -614,7 +618,7 @@ fn serve(
         .context("starting the signal thread")?;
     session
         .run()
-        .with_context(|| format!("serving {}", mountpoint.display()))?;
+        .with_context(|| format!("serving {}", sealfs_text::escape_path(&mountpoint)))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -639,13 +643,13 @@ fn absolute_mountpoint(mp: &Path) -> Result<PathBuf> {
     }
     let name = mp
         .file_name()
-        .ok_or_else(|| anyhow!("{}: not a mount point", mp.display()))?;
+        .ok_or_else(|| anyhow!("{}: not a mount point", sealfs_text::escape_path(&mp)))?;
     let parent = match mp.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     Ok(std::fs::canonicalize(parent)
-        .with_context(|| mp.display().to_string())?
+        .with_context(|| sealfs_text::escape_path(&mp))?
         .join(name))
 }
 
@@ -658,7 +662,9 @@ pub fn run_umount(args: UmountArgs) -> Result<ExitCode> {
             unmount(&mp, args.lazy)?;
             Ok(ExitCode::SUCCESS)
         }
-        Some(t) if t.starts_with("fuse") => bail!("{}: a {t} mount, not sealfs", mp.display()),
+        Some(t) if t.starts_with("fuse") => {
+            bail!("{}: a {t} mount, not sealfs", sealfs_text::escape_path(&mp))
+        }
         // A kernel mount, or what one left behind.
         _ => crate::kernel::umount(&mp, args.lazy),
     }
@@ -666,7 +672,7 @@ pub fn run_umount(args: UmountArgs) -> Result<ExitCode> {
 
 /// Asks the daemon serving `path` for its statistics.
 pub fn query_stats(path: &Path) -> Result<serde_json::Value> {
-    let file = std::fs::File::open(path).with_context(|| path.display().to_string())?;
+    let file = std::fs::File::open(path).with_context(|| sealfs_text::escape_path(&path))?;
     let mut buf = vec![0u8; STATS_IOCTL_SIZE];
     // SAFETY: the buffer holds the STATS_IOCTL_SIZE bytes the ioctl number encodes.
     let r = unsafe { libc::ioctl(file.as_raw_fd(), STATS_IOCTL as _, buf.as_mut_ptr()) };
@@ -674,7 +680,7 @@ pub fn query_stats(path: &Path) -> Result<serde_json::Value> {
         let e = std::io::Error::last_os_error();
         bail!(
             "{}: not on a sealfs mount (statistics ioctl: {e})",
-            path.display()
+            sealfs_text::escape_path(&path)
         );
     }
     let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());

@@ -241,7 +241,10 @@ impl ImageArgs {
                 if let Some(c) = &cache {
                     let store =
                         sealfs_cache::DiskCache::open(&c.dir, c.max_bytes).map_err(|e| {
-                            anyhow!("{}: open the cache directory: {e}", c.dir.display())
+                            anyhow!(
+                                "{}: open the cache directory: {e}",
+                                sealfs_text::escape_path(&c.dir)
+                            )
                         })?;
                     options.store = Some(Arc::new(store));
                     remote_options.tail_cache = Some(c.dir.clone());
@@ -271,7 +274,7 @@ impl ImageArgs {
         if self.is_remote() && !opened.trust.is_authenticated() {
             eprintln!(
                 "sealfs: note: {}: {} (no --digest or --key)",
-                self.image.display(),
+                sealfs_text::escape_path(&self.image),
                 opened.trust
             );
         }

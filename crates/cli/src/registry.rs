@@ -137,7 +137,7 @@ pub fn run_pull(args: PullArgs) -> Result<ExitCode> {
     if args.image.registry_ref().is_none() {
         return Err(anyhow!(
             "{}: `sealfs pull` reads an image in a registry (oci://HOST/REPO:TAG)",
-            args.image.image.display()
+            sealfs_text::escape_path(&args.image.image)
         ));
     }
     args.image.refuse_double()?;
@@ -166,7 +166,7 @@ pub fn run_pull(args: PullArgs) -> Result<ExitCode> {
         Ok(report) => {
             println!(
                 "{} {} ({} bytes, {})",
-                report.out.display(),
+                sealfs_text::escape_path(&report.out),
                 report.check.digest.map_or("-".into(), |d| d.to_string()),
                 report.bytes,
                 opened.trust

@@ -26,7 +26,10 @@ pub struct SealArgs {
 /// Decodes a hex string.
 pub fn parse_hex(s: &str) -> Result<Vec<u8>> {
     if !s.len().is_multiple_of(2) || !s.chars().all(|c| c.is_ascii_hexdigit()) {
-        bail!("{s:?} is not an even-length hex string");
+        bail!(
+            "{} is not an even-length hex string",
+            sealfs_text::escape(s.as_bytes())
+        );
     }
     (0..s.len())
         .step_by(2)
@@ -73,11 +76,11 @@ pub fn run(args: SealCmd) -> Result<ExitCode> {
     // per-file digest table is added (docs/format.md §8): readers compute those digests from the
     // verified content.
     let file = std::fs::File::open(&args.image)
-        .with_context(|| format!("{}: open", args.image.display()))?;
+        .with_context(|| format!("{}: open", sealfs_text::escape_path(&args.image)))?;
     if let Err(e) = sealfs_reader::Image::open_unverified(file) {
         return Err(anyhow::Error::new(e).context(format!(
             "{}: not a readable EROFS image",
-            args.image.display()
+            sealfs_text::escape_path(&args.image)
         )));
     }
     let info = sealfs_builder::seal_image(&args.image, &opts)?;
@@ -85,13 +88,13 @@ pub fn run(args: SealCmd) -> Result<ExitCode> {
     match &info.sidecar {
         Some(s) => eprintln!(
             "{}: sealed into {} (root {})",
-            args.image.display(),
-            s.display(),
+            sealfs_text::escape_path(&args.image),
+            sealfs_text::escape_path(&s),
             info.root
         ),
         None => eprintln!(
             "{}: sealed (root {}, tree {} bytes)",
-            args.image.display(),
+            sealfs_text::escape_path(&args.image),
             info.root,
             info.tree_length
         ),

@@ -23,10 +23,10 @@ fn create_new(path: &Path, mode: u32, text: &str) -> Result<()> {
         .create_new(true)
         .mode(mode)
         .open(path)
-        .with_context(|| format!("{}: create", path.display()))?;
+        .with_context(|| format!("{}: create", sealfs_text::escape_path(&path)))?;
     f.write_all(text.as_bytes())
         .and_then(|_| f.sync_all())
-        .with_context(|| format!("{}: write", path.display()))
+        .with_context(|| format!("{}: write", sealfs_text::escape_path(&path)))
 }
 
 /// Runs `sealfs keygen`: prints the new key's fingerprint.
@@ -36,7 +36,7 @@ pub fn run_keygen(args: KeygenArgs) -> Result<ExitCode> {
     public.push(".pub");
     let public = PathBuf::from(public);
     if public.exists() {
-        bail!("{}: exists already", public.display());
+        bail!("{}: exists already", sealfs_text::escape_path(&public));
     }
     create_new(&args.out, 0o600, &key.to_pem())?;
     create_new(&public, 0o644, &key.public().to_pem())?;
@@ -156,11 +156,11 @@ pub fn run_sign(args: SignArgs) -> Result<ExitCode> {
     .map_err(|e| anyhow!(e))?;
     if !report.is_verified() {
         for p in &report.problems {
-            eprintln!("{}: {p}", args.image.display());
+            eprintln!("{}: {p}", sealfs_text::escape_path(&args.image));
         }
         eprintln!(
             "sealfs: error: {}: does not match its seal ({} problem(s)); not signed",
-            args.image.display(),
+            sealfs_text::escape_path(&args.image),
             report.problems.len()
         );
         return Ok(ExitCode::from(1));
@@ -177,11 +177,12 @@ pub fn run_sign(args: SignArgs) -> Result<ExitCode> {
         }
         (None, Some(sig), Some(public)) => {
             let public = PublicKey::read(public).map_err(|e| anyhow!("--pubkey: {e}"))?;
-            let bytes = std::fs::read(sig).with_context(|| format!("{}: read", sig.display()))?;
+            let bytes = std::fs::read(sig)
+                .with_context(|| format!("{}: read", sealfs_text::escape_path(&sig)))?;
             let signature: [u8; 64] = bytes.try_into().map_err(|b: Vec<u8>| {
                 anyhow!(
                     "{}: {} bytes, not a raw 64-byte Ed25519 signature",
-                    sig.display(),
+                    sealfs_text::escape_path(&sig),
                     b.len()
                 )
             })?;
@@ -202,16 +203,16 @@ pub fn run_sign(args: SignArgs) -> Result<ExitCode> {
     };
     if let Some(p) = &args.statement_out {
         std::fs::write(p, &signed.signature.statement)
-            .with_context(|| format!("{}: write", p.display()))?;
+            .with_context(|| format!("{}: write", sealfs_text::escape_path(&p)))?;
     }
     if let Some(p) = &args.signature_out {
         std::fs::write(p, signed.signature.signature)
-            .with_context(|| format!("{}: write", p.display()))?;
+            .with_context(|| format!("{}: write", sealfs_text::escape_path(&p)))?;
     }
     println!("{} signed by {}", signed.digest, signed.fingerprint);
     eprintln!(
         "sealfs: {}: {} signature(s)",
-        signed.written.display(),
+        sealfs_text::escape_path(&signed.written),
         signed.count
     );
     Ok(ExitCode::SUCCESS)

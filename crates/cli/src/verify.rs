@@ -201,28 +201,28 @@ fn report(args: &VerifyArgs, o: &Report) {
     for p in &o.problems {
         match p {
             Problem::Trailer(what) => eprintln!("{what}"),
-            Problem::Signature(_) => eprintln!("{}: {p}", args.image.display()),
-            _ => eprintln!("{}: {p}", args.image.display()),
+            Problem::Signature(_) => eprintln!("{}: {p}", sealfs_text::escape_path(&args.image)),
+            _ => eprintln!("{}: {p}", sealfs_text::escape_path(&args.image)),
         }
     }
     let digest = o.digest.map_or("-".to_string(), |d| d.to_string());
     match (ok, o.authenticated) {
         (true, true) if o.signed_by.is_some() => println!(
             "{}: verified {digest}: authenticated: signed by {}{}",
-            args.image.display(),
+            sealfs_text::escape_path(&args.image),
             o.signed_by.expect("checked"),
             if args.digest.is_some() { " (and matches --digest)" } else { "" }
         ),
         (true, true) => println!(
             "{}: verified {digest}: authenticated (matches {})",
-            args.image.display(),
+            sealfs_text::escape_path(&args.image),
             if args.digest.is_some() { "--digest" } else { "the image digest the manifest named by digest states" }
         ),
         (true, false) => println!(
             "{}: self-consistent {digest}: every block matches the seal, but the seal is not authenticated (give --digest)",
-            args.image.display()
+            sealfs_text::escape_path(&args.image)
         ),
-        (false, _) => println!("{}: FAILED: {} problem(s)", args.image.display(), o.problems.len()),
+        (false, _) => println!("{}: FAILED: {} problem(s)", sealfs_text::escape_path(&args.image), o.problems.len()),
     }
 }
 
@@ -294,7 +294,7 @@ pub fn run_digest(args: DigestArgs) -> Result<ExitCode> {
             Some(claimed) if claimed != r.digest => {
                 eprintln!(
                     "sealfs: error: {}: the seal names {claimed}, but the bytes hash to {}",
-                    args.image.image.display(),
+                    sealfs_text::escape_path(&args.image.image),
                     r.digest
                 );
                 ExitCode::from(EXIT_IMAGE)
@@ -377,11 +377,11 @@ fn run_file_digests(args: &DigestArgs, plain_alg: HashAlg) -> Result<ExitCode> {
     let opened = args.image.open()?;
     let list = check::file_digests(&opened, plain_alg, args.from_content)
         .map_err(crate::open::open_error)?;
-    let name = args.image.image.display().to_string();
+    let name = sealfs_text::escape_path(&args.image.image);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         let v = serde_json::json!({
-            "image": name,
+            "image": args.image.image.display().to_string(),
             "trust": list.trust.to_string(),
             "authenticated": list.trust.is_authenticated(),
             "file_digests": list.origin.name(),
@@ -413,10 +413,9 @@ fn run_file_digests(args: &DigestArgs, plain_alg: HashAlg) -> Result<ExitCode> {
             }
         }
     } else {
+        // One line per path, the path escaped so that no name can end a line or spoof one.
         for (path, d) in &list.lines {
-            write!(out, "{d} ")?;
-            out.write_all(path)?;
-            out.write_all(b"\n")?;
+            writeln!(out, "{d} {}", sealfs_text::Escaped(path))?;
         }
     }
     out.flush().map_err(|e| anyhow!(e))?;

@@ -44,7 +44,7 @@ pub enum ExtractError {
     },
     /// The destination exists, is not empty, and [`ExtractOptions::overwrite`](crate::ExtractOptions::overwrite)
     /// was not given.
-    #[error("{}: not empty", .0.display())]
+    #[error("{}: not empty", sealfs_reader::show_path(std::os::unix::ffi::OsStrExt::as_bytes(.0.as_os_str())))]
     DestNotEmpty(PathBuf),
     /// The request cannot be carried out as given (a path that cannot name a file in the
     /// destination, a destination path with a NUL byte).

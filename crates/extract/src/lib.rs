@@ -332,7 +332,7 @@ fn run(
 /// Opens (creating it if missing) the destination directory; it must be empty unless `overwrite`.
 fn open_dest(dest: &Path, overwrite: bool) -> Result<OwnedFd, ExtractError> {
     let at = |what: &'static str| {
-        let d = dest.display();
+        let d = show(std::os::unix::ffi::OsStrExt::as_bytes(dest.as_os_str()));
         move |e| ExtractError::local(format!("{d}{what}"), e)
     };
     match std::fs::symlink_metadata(dest) {
@@ -345,7 +345,7 @@ fn open_dest(dest: &Path, overwrite: bool) -> Result<OwnedFd, ExtractError> {
     if std::os::unix::ffi::OsStrExt::as_bytes(dest.as_os_str()).contains(&0) {
         return Err(ExtractError::Invalid(format!(
             "{}: NUL in the path",
-            dest.display()
+            show(std::os::unix::ffi::OsStrExt::as_bytes(dest.as_os_str()))
         )));
     }
     let fd = sys::open_dir_path(dest).map_err(at(": open as a directory"))?;
@@ -531,6 +531,6 @@ mod tests {
         assert_eq!(join(b"/", b"a"), b"/a");
         assert_eq!(join(b"/a", b"b"), b"/a/b");
         assert_eq!(join(b"/a/", b"b"), b"/a/b");
-        assert_eq!(show(b"a\xffb\n"), "a\\xffb\\n");
+        assert_eq!(show(b"a\xffb\n"), "a\\377b\\n");
     }
 }

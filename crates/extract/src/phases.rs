@@ -71,7 +71,9 @@ impl Ctx<'_> {
             }
             cur = n.parent;
         }
-        comps.push(self.dest_path.display().to_string());
+        comps.push(show(std::os::unix::ffi::OsStrExt::as_bytes(
+            self.dest_path.as_os_str(),
+        )));
         comps.reverse();
         comps.join("/")
     }

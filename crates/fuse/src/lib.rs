@@ -366,7 +366,7 @@ fn path_of(image: &Image, root_nid: u64, nid: u64) -> String {
         };
         visited += 1;
         if entry.nid == nid {
-            found = Some(format!("/{}", String::from_utf8_lossy(path)));
+            found = Some(sealfs_reader::show_path(&[b"/", path].concat()));
             return Err(());
         }
         if visited > MAX_VISITED {

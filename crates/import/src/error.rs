@@ -15,7 +15,8 @@ pub struct TarError {
     /// Offset in the tar stream (after decompression) of the header of the entry, or of the
     /// bytes that are wrong.
     pub offset: u64,
-    /// The entry's name as archived, when one was being read.
+    /// The entry's name as archived, when one was being read, escaped for messages
+    /// ([`sealfs_text::escape`]).
     pub entry: Option<String>,
     /// What is wrong.
     pub what: String,
@@ -34,7 +35,7 @@ impl TarError {
         TarError {
             archive: archive.to_string(),
             offset,
-            entry: entry.map(|e| String::from_utf8_lossy(e).into_owned()),
+            entry: entry.map(sealfs_text::escape),
             what,
             io,
         }

@@ -151,11 +151,11 @@ pub fn mount(req: &MountRequest<'_>) -> Result<Chain, Error> {
         .as_deref()
         .ok_or(Error::NotAuthenticated("unsealed"))?;
     let mountpoint = std::fs::canonicalize(req.mountpoint)
-        .map_err(sys(format!("mount point {}", req.mountpoint.display())))?;
+        .map_err(sys(format!("mount point {}", shown(&req.mountpoint))))?;
     if !mountpoint.is_dir() {
         return Err(Error::Unsupported(format!(
             "{}: not a directory",
-            mountpoint.display()
+            shown(&mountpoint)
         )));
     }
     match req.method {
@@ -206,16 +206,16 @@ fn mount_dm_verity(
     let id = DevId::Name(dm_name_);
     if dm.device_info(&id).is_ok() {
         return Err(Error::Busy {
-            mountpoint: mountpoint.display().to_string(),
+            mountpoint: shown(&mountpoint),
             name,
         });
     }
 
-    let data = File::open(req.image).map_err(sys(req.image.display().to_string()))?;
+    let data = File::open(req.image).map_err(sys(shown(&req.image)))?;
     let data_loop = attach_loop(&data, req.image)?;
     let hash_loop = match hash_file {
         Some(path) => {
-            let f = File::open(path).map_err(sys(path.display().to_string()));
+            let f = File::open(path).map_err(sys(shown(&path)));
             match f.and_then(|f| attach_loop(&f, path)) {
                 Ok(l) => Some(l),
                 Err(e) => {
@@ -266,9 +266,9 @@ fn mount_dm_verity(
                 |e| Error::Sys {
                     what: format!(
                         "mounting {} (dm-verity over {}) on {}",
-                        node.display(),
-                        req.image.display(),
-                        mountpoint.display()
+                        shown(&node),
+                        shown(&req.image),
+                        shown(&mountpoint)
                     ),
                     source: e.into(),
                 },
@@ -330,19 +330,16 @@ fn mount_fs_verity(
         return Err(Error::Unsupported(format!(
             "{}: the seal is attached, so the kernel's fs-verity of the file would cover the seal too; \
              use dm-verity, or a detached image (--sidecar)",
-            image.display()
+            shown(&image)
         ))
         .into());
     }
-    let file = File::open(image).map_err(sys(image.display().to_string()))?;
-    let len = file
-        .metadata()
-        .map_err(sys(image.display().to_string()))?
-        .len();
+    let file = File::open(image).map_err(sys(shown(&image)))?;
+    let len = file.metadata().map_err(sys(shown(&image)))?.len();
     if len != seal.erofs_length() {
         return Err(Error::Unsupported(format!(
             "{}: the file is {len} bytes, the seal covers {}",
-            image.display(),
+            shown(&image),
             seal.erofs_length()
         ))
         .into());
@@ -362,12 +359,12 @@ fn mount_fs_verity(
                 {
                     return Err(FsVerityError::NotSupported(Error::Unsupported(format!(
                         "{}: the file system has no fs-verity ({e})",
-                        image.display()
+                        shown(&image)
                     ))))
                 }
                 Err(e) => {
                     return Err(Error::Sys {
-                        what: format!("enabling fs-verity on {}", image.display()),
+                        what: format!("enabling fs-verity on {}", shown(&image)),
                         source: e,
                     }
                     .into())
@@ -376,7 +373,7 @@ fn mount_fs_verity(
             sealfs_reader::kernel_verity_digest(&file).ok_or_else(|| {
                 Error::Unsupported(format!(
                     "{}: fs-verity was turned on but the kernel reports no digest",
-                    image.display()
+                    shown(&image)
                 ))
             })?
         }
@@ -402,9 +399,9 @@ fn mount_fs_verity(
         return Err(Error::Sys {
             what: format!(
                 "mounting {} (fs-verity file {}) on {}",
-                node.display(),
-                image.display(),
-                mountpoint.display()
+                shown(&node),
+                shown(&image),
+                shown(&mountpoint)
             ),
             source: e.into(),
         }
@@ -416,7 +413,7 @@ fn mount_fs_verity(
 
 /// Binds a free loop device to `file`, read-only, clearing itself when its last user lets go.
 fn attach_loop(file: &File, path: &Path) -> Result<LoopDevice, Error> {
-    let what = || format!("setting up a loop device for {}", path.display());
+    let what = || format!("setting up a loop device for {}", shown(&path));
     let control = LoopControl::open().map_err(sys(format!("{}: /dev/loop-control", what())))?;
     let mut last = None;
     // Another process may take the free device between asking and binding: ask again.
@@ -660,7 +657,7 @@ pub struct Teardown {
 /// finish when its last file is closed.
 pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<Teardown, Error> {
     let mountpoint = std::fs::canonicalize(mountpoint)
-        .map_err(sys(format!("mount point {}", mountpoint.display())))?;
+        .map_err(sys(format!("mount point {}", shown(&mountpoint))))?;
     let mut down = Teardown::default();
     let mut mapping: Option<(u32, u32)> = None;
     let mut loops: Vec<String> = Vec::new();
@@ -672,7 +669,7 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<Teardown, Error> {
                 if !uuid.is_some_and(|u| u.starts_with(UUID_PREFIX)) {
                     return Err(Error::Foreign(format!(
                         "{}: an EROFS mount on /dev/{node}, a device sealfs did not set up; use umount(8)",
-                        mountpoint.display()
+                        shown(&mountpoint)
                     )));
                 }
                 mapping = Some(m.dev);
@@ -686,7 +683,7 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<Teardown, Error> {
                 UnmountFlags::empty()
             };
             rustix::mount::unmount(&mountpoint, flags).map_err(|e| Error::Sys {
-                what: format!("unmounting {}", mountpoint.display()),
+                what: format!("unmounting {}", shown(&mountpoint)),
                 source: e.into(),
             })?;
             down.unmounted = true;
@@ -694,7 +691,7 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<Teardown, Error> {
         Some(m) => {
             return Err(Error::Foreign(format!(
                 "{}: a {} mount, not a sealfs kernel mount",
-                mountpoint.display(),
+                shown(&mountpoint),
                 m.fstype
             )))
         }
@@ -763,4 +760,11 @@ fn leftover_mapping(mountpoint: &Path, loops: &mut Vec<String>) -> Result<Option
     }
     loops.extend(sysfs::slaves(dev).into_iter().map(|(n, _)| n));
     Ok(Some(name))
+}
+
+/// A path as messages show it: escaped by the one rule ([`sealfs_reader::show_path`]).
+fn shown(path: &(impl AsRef<Path> + ?Sized)) -> String {
+    sealfs_reader::show_path(std::os::unix::ffi::OsStrExt::as_bytes(
+        path.as_ref().as_os_str(),
+    ))
 }

@@ -53,8 +53,9 @@ pub enum Problem {
     },
     /// A file's recorded fs-verity digest disagrees with its content (or a file has none).
     FileDigest {
-        /// The file (its first path, from the root).
-        path: String,
+        /// The file (its first path, from the root, as raw bytes; text output escapes it with
+        /// [`sealfs_text::escape`]).
+        path: Vec<u8>,
         /// What is wrong.
         what: String,
     },
@@ -107,7 +108,9 @@ impl std::fmt::Display for Problem {
                     None => Ok(()),
                 }
             }
-            Problem::FileDigest { path, what } => write!(f, "{path}: {what}"),
+            Problem::FileDigest { path, what } => {
+                write!(f, "{}: {what}", sealfs_text::Escaped(path))
+            }
             Problem::TreeBlock { level, index } => {
                 write!(f, "Merkle tree level {level} block {index} is damaged")
             }
@@ -218,6 +221,7 @@ impl Problem {
                 "offset": index * block_size, "owner": owner, "message": message,
             }),
             Problem::FileDigest { path, .. } => {
+                let path = String::from_utf8_lossy(path);
                 serde_json::json!({"kind": "file_digest", "path": path, "message": message})
             }
             Problem::TreeBlock { level, index } => serde_json::json!({
@@ -256,7 +260,7 @@ fn open_for_check(source: Source, sidecar: Option<&Source>) -> Result<Checked, O
 fn reader_of(source: &Source) -> Result<Arc<dyn ReadAt>, OpenError> {
     Ok(match source {
         Source::Path(p) => Arc::new(std::fs::File::open(p).map_err(|e| OpenError::Io {
-            name: p.display().to_string(),
+            name: sealfs_text::escape_path(p),
             what: "open",
             source: e,
         })?),
@@ -438,8 +442,51 @@ fn tree_digest(params: &Params, len: u64, leaves: &[u8], name: &str) -> Result<D
         .digest())
 }
 
+/// A path relative to the root, as text output shows it: `/` and the path, escaped.
 fn path_text(p: &[u8]) -> String {
-    String::from_utf8_lossy(p).into_owned()
+    let mut rooted = b"/".to_vec();
+    rooted.extend_from_slice(p);
+    sealfs_text::escape(&rooted)
+}
+
+/// The rooted raw path of a file, as [`Problem::FileDigest`] holds it.
+fn rooted(p: &[u8]) -> Vec<u8> {
+    let mut rooted = b"/".to_vec();
+    rooted.extend_from_slice(p);
+    rooted
+}
+
+/// The bytes of the image's per-file digest table and of its locator, when the (unverified)
+/// locator names one.
+fn table_ranges(img: &Image) -> Vec<Range<u64>> {
+    use sealfs_format::{FILE_TABLE_LOCATOR_OFFSET, FILE_TABLE_LOCATOR_SIZE};
+    let locator =
+        FILE_TABLE_LOCATOR_OFFSET..FILE_TABLE_LOCATOR_OFFSET + FILE_TABLE_LOCATOR_SIZE as u64;
+    match img.file_table_locator() {
+        Ok(Some(l)) => {
+            let at = l.table_offset.get();
+            vec![locator, at..at.saturating_add(l.table_length.get())]
+        }
+        _ => vec![locator],
+    }
+}
+
+/// Whether the union of `ranges` covers all of `r`.
+fn covers(ranges: &mut [Range<u64>], r: &Range<u64>) -> bool {
+    ranges.sort_by_key(|x| x.start);
+    let mut at = r.start;
+    for x in ranges.iter() {
+        if x.start > at {
+            break;
+        }
+        at = at.max(x.end);
+    }
+    at >= r.end
+}
+
+/// Whether `r` overlaps any of `damaged`.
+fn overlaps(damaged: &[Range<u64>], r: &Range<u64>) -> bool {
+    damaged.iter().any(|d| d.start < r.end && r.start < d.end)
 }
 
 /// Names the owners of damaged blocks and checks the per-file digests against the image content
@@ -501,14 +548,22 @@ fn check_files(
     };
     let origin = recorded.origin();
     let alg = recorded.alg();
+    // The damaged data blocks: what was read from them is no fact.
+    let damaged: Vec<Range<u64>> = problems.iter().filter_map(Problem::byte_range).collect();
+    let table_damaged =
+        origin == DigestOrigin::Image && table_ranges(&img).iter().any(|t| overlaps(&damaged, t));
     let fparams = crate::files::file_params(alg);
     let share = seal.params == fparams;
     let hasher = BlockHasher::new(&fparams);
     let recorded_nids: BTreeSet<u64> = recorded.entries().iter().map(|(n, _)| *n).collect();
     for nid in files.keys().filter(|n| !recorded_nids.contains(n)) {
         problems.push(Problem::FileDigest {
-            path: format!("/{}", path_text(&files[nid][0])),
-            what: "no recorded fs-verity digest".into(),
+            path: rooted(&files[nid][0]),
+            what: if table_damaged {
+                "no entry in the per-file digest table, whose bytes failed their hash check".into()
+            } else {
+                "no recorded fs-verity digest".into()
+            },
         });
     }
     let results: Vec<Option<Problem>> = recorded
@@ -517,11 +572,22 @@ fn check_files(
         .map(|(nid, want)| {
             let Some(paths) = files.get(nid) else {
                 return Some(Problem::FileTable(format!(
-                    "per-file digest for nid {nid}, which is no regular file of the image"
+                    "per-file digest for nid {nid}, which is no regular file of the image{}",
+                    if table_damaged {
+                        " (the table's bytes failed their hash check)"
+                    } else {
+                        ""
+                    }
                 )));
             };
-            let path = format!("/{}", path_text(&paths[0]));
-            let got = img.inode(*nid).and_then(|inode| {
+            let path = rooted(&paths[0]);
+            let inode = img.inode(*nid);
+            let content_damaged = inode
+                .as_ref()
+                .ok()
+                .and_then(|i| img.file_storage(i).ok())
+                .is_some_and(|s| s.iter().any(|r| overlaps(&damaged, r)));
+            let got = inode.and_then(|inode| {
                 if share {
                     img.file_digest_from_leaves(&inode, &hasher, leaves)
                 } else {
@@ -530,9 +596,28 @@ fn check_files(
             });
             match got {
                 Ok(got) if &got == want => None,
+                // Say only what the checked bytes establish: a value read from damaged bytes is
+                // not shown as if it were recorded.
                 Ok(got) => Some(Problem::FileDigest {
                     path,
-                    what: format!("recorded digest {want}, content hashes to {got}"),
+                    what: match (origin, table_damaged, content_damaged) {
+                        (DigestOrigin::Trailer, _, false) => format!(
+                            "the seal's trailer (which no digest covers) records {want}, but the content hashes to {got}"
+                        ),
+                        (DigestOrigin::Trailer, _, true) => format!(
+                            "the seal's trailer (which no digest covers) records {want}; the content is in damaged image blocks (they hash to {got})"
+                        ),
+                        (_, true, false) => format!(
+                            "expected {got} (the digest of its content, whose blocks verified), but its entry in the per-file digest table differs and the table's bytes failed their hash check (what they hold is not shown)"
+                        ),
+                        (_, true, true) => "its content and its entry in the per-file digest table are both in damaged image blocks: neither can be checked".to_string(),
+                        (_, false, true) => format!(
+                            "expected {want} (the per-file digest table, whose bytes verified), but the content is in damaged image blocks (they hash to {got})"
+                        ),
+                        (_, false, false) => format!(
+                            "expected {want} (the per-file digest table, whose bytes verified), but the content hashes to {got}"
+                        ),
+                    },
                 }),
                 Err(e) => Some(Problem::FileDigest {
                     path,
@@ -563,26 +648,59 @@ fn name_owners(
     // Damaged block -> the files whose data it holds (several when Merkle blocks are larger than
     // EROFS blocks).
     let mut owners: HashMap<usize, Vec<&[u8]>> = HashMap::new();
+    // Damaged block -> the bytes of it that are named (file data, superblock, table).
+    let mut named: HashMap<usize, Vec<Range<u64>>> = HashMap::new();
     for (nid, paths) in files {
         let Ok(storage) = img.inode(*nid).and_then(|i| img.file_storage(&i)) else {
             continue;
         };
         for (i, r) in &bad {
-            if storage.iter().any(|s| s.start < r.end && r.start < s.end) {
+            let inside: Vec<Range<u64>> = storage
+                .iter()
+                .filter(|s| s.start < r.end && r.start < s.end)
+                .cloned()
+                .collect();
+            if !inside.is_empty() {
                 owners.entry(*i).or_default().push(&paths[0]);
+                named.entry(*i).or_default().extend(inside);
             }
         }
     }
-    for (i, _) in bad {
+    let table = table_ranges(img);
+    // The EROFS superblock: 128 bytes at byte 1024.
+    let superblock = 1024..1024 + 128;
+    for (i, r) in bad {
         if let Problem::DataBlock { owner: o, .. } = &mut problems[i] {
-            *o = Some(match owners.remove(&i).as_deref() {
-                None | Some([]) => "metadata (inodes, directories, xattrs) or tails".into(),
-                Some([one]) => format!("data of /{}", path_text(one)),
-                Some([first, rest @ ..]) => format!(
-                    "data of /{} and of {} other file(s)",
+            let mut held = Vec::new();
+            let named = named.entry(i).or_default();
+            if overlaps(std::slice::from_ref(&superblock), &r) {
+                held.push("the superblock".to_string());
+                named.push(superblock.clone());
+            }
+            if overlaps(&table, &r) {
+                held.push("the per-file digest table".to_string());
+                named.extend(table.iter().cloned());
+            }
+            // A block with the superblock or the table says when it holds more than it names.
+            let special = !held.is_empty();
+            match owners.remove(&i).as_deref() {
+                None | Some([]) => {}
+                Some([one]) => held.push(format!("data of {}", path_text(one))),
+                Some([first, rest @ ..]) => held.push(format!(
+                    "data of {} and of {} other file(s)",
                     path_text(first),
                     rest.len()
-                ),
+                )),
+            }
+            *o = Some(if held.is_empty() {
+                "metadata (inodes, directories, xattrs) or tails".into()
+            } else if !special || covers(named, &r) {
+                held.join(", ")
+            } else {
+                format!(
+                    "{}, and other bytes (metadata: inodes, directories, xattrs; tails; padding)",
+                    held.join(", ")
+                )
             });
         }
     }
@@ -654,7 +772,7 @@ pub fn file_digests(
     for (nid, paths) in img.regular_files().map_err(image_err)? {
         let d = digests.get(&nid).ok_or_else(|| {
             OpenError::Seal(format!(
-                "{}: no recorded digest for nid {nid} (/{})",
+                "{}: no recorded digest for nid {nid} ({})",
                 opened.name,
                 path_text(&paths[0])
             ))

@@ -77,7 +77,7 @@ fn dirent_at(block: &[u8], i: usize) -> (u64, u8) {
 }
 
 fn show(name: &[u8]) -> String {
-    String::from_utf8_lossy(name).into_owned()
+    sealfs_text::escape(name)
 }
 
 impl Image {

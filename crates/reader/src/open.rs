@@ -55,7 +55,7 @@ impl Source {
     /// The name messages use.
     pub fn name(&self) -> String {
         match self {
-            Source::Path(p) => p.display().to_string(),
+            Source::Path(p) => sealfs_text::escape_path(p),
             Source::Reader { name, .. } => name.clone(),
         }
     }
@@ -412,18 +412,18 @@ fn open_source(source: &Source) -> Result<Opened, OpenError> {
     match source {
         Source::Path(p) => {
             let file = std::fs::File::open(p).map_err(|e| OpenError::Io {
-                name: p.display().to_string(),
+                name: sealfs_text::escape_path(p),
                 what: "open",
                 source: e,
             })?;
             Ok(Opened {
                 reader: Arc::new(file.try_clone().map_err(|e| OpenError::Io {
-                    name: p.display().to_string(),
+                    name: sealfs_text::escape_path(p),
                     what: "open",
                     source: e,
                 })?),
                 file: Some(file),
-                name: p.display().to_string(),
+                name: sealfs_text::escape_path(p),
             })
         }
         Source::Reader { reader, name } => Ok(Opened {
@@ -444,9 +444,10 @@ pub fn gather_signatures(
     use sealfs_trust::Refusal;
     let mut all = seal.signatures()?;
     let detached_bytes = match (detached, source) {
-        (Some(Source::Path(p)), _) => {
-            Some(std::fs::read(p).map_err(|e| Refusal::Section(format!("{}: {e}", p.display())))?)
-        }
+        (Some(Source::Path(p)), _) => Some(
+            std::fs::read(p)
+                .map_err(|e| Refusal::Section(format!("{}: {e}", sealfs_text::escape_path(p))))?,
+        ),
         (Some(Source::Reader { reader, name }), _) => {
             let mut b = vec![0u8; reader.len() as usize];
             reader
@@ -459,7 +460,12 @@ pub fn gather_signatures(
             match std::fs::read(&sig) {
                 Ok(b) => Some(b),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(Refusal::Section(format!("{}: {e}", sig.display()))),
+                Err(e) => {
+                    return Err(Refusal::Section(format!(
+                        "{}: {e}",
+                        sealfs_text::escape_path(&sig)
+                    )))
+                }
             }
         }
         (None, Source::Reader { .. }) => None,

@@ -90,26 +90,10 @@ pub fn join_path(prefix: &[u8], name: &[u8]) -> Vec<u8> {
     p
 }
 
-/// A raw name or path made readable for messages: valid UTF-8 as it is, control characters and
-/// backslashes escaped (`\n`, `\t`, `\r`, `\\`, `\xNN`), and every byte that is not UTF-8 as `\xNN`.
+/// A raw name or path made safe for text output and messages, by the one rule of
+/// [`sealfs_text::escape`] (`LC_ALL=C ls --quoting-style=escape`): printable ASCII, one token.
 pub fn show_path(bytes: &[u8]) -> String {
-    let mut s = String::new();
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\n' => s.push_str("\\n"),
-                '\t' => s.push_str("\\t"),
-                '\r' => s.push_str("\\r"),
-                '\\' => s.push_str("\\\\"),
-                c if c.is_control() => s.push_str(&format!("\\x{:02x}", c as u32)),
-                c => s.push(c),
-            }
-        }
-        for b in chunk.invalid() {
-            s.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    s
+    sealfs_text::escape(bytes)
 }
 
 fn push_name(path: &mut Vec<u8>, name: &[u8]) {
@@ -417,7 +401,7 @@ mod tests {
 
     #[test]
     fn shows_paths_escaped() {
-        assert_eq!(super::show_path(b"a/b c"), "a/b c");
-        assert_eq!(super::show_path(b"x\ny\\\x01\xff"), "x\\ny\\\\\\x01\\xff");
+        assert_eq!(super::show_path(b"a/b c"), "a/b\\ c");
+        assert_eq!(super::show_path(b"x\ny\\\x01\xff"), "x\\ny\\\\\\001\\377");
     }
 }

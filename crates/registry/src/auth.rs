@@ -106,7 +106,7 @@ pub fn credentials_for(registry: &str) -> Result<Credentials, RegistryError> {
         .into_iter()
         .chain(docker.map(|p| (p, false)));
     for (path, named) in files {
-        let shown = path.display().to_string();
+        let shown = sealfs_text::escape_path(&path);
         match std::fs::File::open(&path) {
             Ok(f) => {
                 let r = docker_credential::get_credential_from_reader(

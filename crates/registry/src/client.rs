@@ -122,7 +122,7 @@ fn certificates(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Vec<u8>)>, RegistryEr
         .iter()
         .map(|p| {
             let bad = |reason: String| RegistryError::Setup {
-                what: format!("--ca-cert {}", p.display()),
+                what: format!("--ca-cert {}", sealfs_text::escape_path(&p)),
                 reason,
             };
             let pem = std::fs::read(p).map_err(|e| bad(e.to_string()))?;
@@ -249,19 +249,19 @@ pub(crate) fn envelope(body: &[u8]) -> String {
             .errors
             .iter()
             .map(|e| {
-                format!(
-                    "{} {}",
-                    e.code.as_deref().unwrap_or("?"),
-                    e.message.as_deref().unwrap_or("")
+                sealfs_text::escape_prose(
+                    format!(
+                        "{} {}",
+                        e.code.as_deref().unwrap_or("?"),
+                        e.message.as_deref().unwrap_or("")
+                    )
+                    .trim()
+                    .as_bytes(),
                 )
-                .trim()
-                .to_string()
             })
             .collect::<Vec<_>>()
             .join("; "),
-        _ => String::from_utf8_lossy(&body[..body.len().min(200)])
-            .trim()
-            .to_string(),
+        _ => sealfs_text::escape_prose(body[..body.len().min(200)].trim_ascii()),
     }
 }
 

@@ -83,7 +83,7 @@ pub enum RemoteError {
         source: object_store::Error,
     },
     /// A certificate authority file (`ca_certificates`) could not be used.
-    #[error("{}: certificate authority: {reason}", path.display())]
+    #[error("{}: certificate authority: {reason}", sealfs_reader::show_path(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())))]
     Certificate {
         /// The file.
         path: std::path::PathBuf,

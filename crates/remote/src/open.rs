@@ -94,7 +94,7 @@ pub fn open_counted_with(
             "{}: a remote image is read only against an expected digest or key: give --digest (the \
              digest published with the image) or --key, or pass --self-consistent to read it checked \
              only against its own seal (anyone who can change the object can change the seal)",
-            location.display()
+            sealfs_reader::show_path(std::os::unix::ffi::OsStrExt::as_bytes(location.as_os_str()))
         )));
     }
     // A remote error names its URL and what was asked for: said once, not again by a wrapper.
@@ -144,7 +144,7 @@ pub fn open_counted_with(
         Err(OpenError::Signature { .. }) if sig_failed.is_some() => {
             let e = sig_failed.expect("checked above");
             Err(OpenError::Io {
-                name: location.display().to_string(),
+                name: sealfs_reader::show_path(std::os::unix::ffi::OsStrExt::as_bytes(location.as_os_str())).to_string(),
                 what: "the seal has no signature by the keys given, and its detached signatures could not be read",
                 source: e.into_io(),
             })
@@ -193,7 +193,7 @@ pub fn open_cached(
     };
     let store = sealfs_cache::DiskCache::open(&cache.dir, cache.max_bytes).map_err(|source| {
         OpenError::Io {
-            name: cache.dir.display().to_string(),
+            name: sealfs_reader::show_path(std::os::unix::ffi::OsStrExt::as_bytes(cache.dir.as_os_str())),
             what: "open the cache directory",
             source,
         }

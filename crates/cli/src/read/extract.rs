@@ -101,7 +101,7 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
                 let e = sealfs_reader::ErrorChain(&e);
                 return Err(crate::read::fault(format!(
                     "{}: {e}",
-                    args.image.image.display()
+                    sealfs_text::escape_path(&args.image.image)
                 )));
             }
         })
@@ -155,7 +155,7 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
     if !args.quiet {
         eprintln!(
             "{}: extracted {files} files, {dirs} directories, {symlinks} symlinks, {special} special files, {hard_links} extra hard links; {bytes} bytes of data in {:.2?}{}{}{}",
-            args.dest.display(),
+            sealfs_text::escape_path(&args.dest),
             start.elapsed(),
             match (args.fsverity, verity) {
                 (false, _) => String::new(),

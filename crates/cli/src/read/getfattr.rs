@@ -3,8 +3,9 @@
 //!
 //! The output format is getfattr's (attr 2.5): a `# file: PATH` header, one `name=value` line per
 //! attribute in name order, an empty line. Values are text in double quotes when at most one byte in
-//! eight is not printable (a final NUL is not counted and not shown; `\`, `"`, NUL, CR and LF are
-//! escaped), else base64 (`0s...`); `-e` forces text, `hex` (`0x...`) or `base64`. Unlike getfattr,
+//! eight is not printable (a final NUL is not counted and not shown; `\` and `"` are escaped, and,
+//! unlike getfattr, which escapes only NUL, CR and LF, every byte that is not printable ASCII is
+//! written `\ooo`, as in paths and names), else base64 (`0s...`); `-e` forces text, `hex` (`0x...`) or `base64`. Unlike getfattr,
 //! the default `--match` pattern selects every attribute, not only `user.*`; and since paths are in
 //! the image, they are printed as given (never stripped of a leading `/`).
 //!
@@ -66,11 +67,13 @@ pub struct GetfattrArgs {
     help: Option<bool>,
 }
 
-/// getfattr's `quote`: `\` and the characters in `chars` as `\ooo`.
+/// getfattr's `quote`: `\`, the characters in `chars`, and (unlike getfattr, which writes them
+/// raw) every byte [`sealfs_text::escape`] escapes but space, as `\ooo`: the one escaping rule in
+/// the notation `setfattr --restore` reads back.
 pub fn quote(s: &[u8], chars: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len());
     for &b in s {
-        if b == b'\\' || chars.contains(&b) {
+        if b == b'\\' || chars.contains(&b) || !printable(b) {
             out.extend_from_slice(format!("\\{b:03o}").as_bytes());
         } else {
             out.push(b);
@@ -105,8 +108,10 @@ pub fn encode(v: &[u8], encoding: Option<&str>) -> Vec<u8> {
                     break;
                 }
                 match b {
-                    0 | b'\n' | b'\r' => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
                     b'\\' | b'"' => out.extend_from_slice(&[b'\\', b]),
+                    // getfattr escapes only NUL, LF and CR; every unprintable byte is escaped
+                    // here, so that no value reaches a terminal as a control sequence.
+                    b if !printable(b) => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
                     _ => out.push(b),
                 }
             }
@@ -276,7 +281,7 @@ impl Printer<'_> {
 pub fn run(args: GetfattrArgs) -> Result<ExitCode> {
     let pattern = match args.pattern.as_deref() {
         None | Some("-") | Some("") => None,
-        Some(p) => Some(Regex::new(p).map_err(|e| anyhow!("--match {p:?}: {e}"))?),
+        Some(p) => Some(Regex::new(p).map_err(|e| anyhow!("--match {}: {e}", show(p.as_bytes())))?),
     };
     let opened = args.image.open()?;
     let mut pr = Printer {

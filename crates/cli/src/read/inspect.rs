@@ -275,7 +275,10 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
         None => Ok(Vec::new()),
     };
     if let Err(e) = &signatures {
-        status.error(&fault(format!("{}: {e}", args.image.image.display())));
+        status.error(&fault(format!(
+            "{}: {e}",
+            sealfs_text::escape_path(&args.image.image)
+        )));
     }
     let signatures = signatures.unwrap_or_default();
 
@@ -365,7 +368,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
 
     let mut t = String::new();
     let mut line = |k: &str, v: String| t.push_str(&format!("  {k:<22} {v}\n"));
-    let image = args.image.image.display().to_string();
+    let image = sealfs_text::escape_path(&args.image.image);
     line("image", format!("{image} ({file_size} bytes)"));
     if let Some(l) = &located {
         line("registry", l.found.reference().to_string());
@@ -395,7 +398,14 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
         line("digest", digest.to_string());
     }
     line("uuid", uuid_text(&sb.uuid));
-    line("label", format!("{:?}", show(sb.label())));
+    line(
+        "label",
+        if sb.label().is_empty() {
+            "(none)".into()
+        } else {
+            show(sb.label())
+        },
+    );
     line("block size", sb.block_size().to_string());
     line(
         "blocks",
@@ -559,7 +569,7 @@ impl SigInfo {
                 }
                 for (k, v) in [("name", &s.name), ("version", &s.version)] {
                     if let Some(v) = v {
-                        t.push_str(&format!(", {k} {v:?}"));
+                        t.push_str(&format!(", {k} {}", show(v.as_bytes())));
                     }
                 }
                 if let Some(c) = s.created {
@@ -607,7 +617,7 @@ fn signature_list(
     let own = seal.signatures().map_err(|e| anyhow::anyhow!("{e}"))?;
     // `IMAGE.sig` beside a local image is looked for by `gather_signatures`; `URL.sig` here.
     let source = if args.is_remote() {
-        let name = args.image.display().to_string();
+        let name = sealfs_text::escape_path(&args.image);
         sealfs_reader::Source::reader(std::sync::Arc::new(Vec::new()), name)
     } else {
         sealfs_reader::Source::Path(args.image.clone())

@@ -1,8 +1,9 @@
 //! `sealfs ls`: list a directory of the image, like coreutils `ls -n` (numeric owners).
 //!
 //! Entries are sorted by name bytes (`LC_ALL=C ls`; EROFS directories are stored in that order, `-U`
-//! keeps the stored order). Names are written as raw bytes unless `-b` asks for the C-style escapes of
-//! `ls -b`. Times are local (`TZ`), in `--time-style=long-iso` form, or in full with `--full-time`.
+//! keeps the stored order). Names are always written with the C-style escapes of `LC_ALL=C ls -b`
+//! (`sealfs_text::escape`), so no name can end a line or reach the terminal as a control sequence.
+//! Times are local (`TZ`), in `--time-style=long-iso` form, or in full with `--full-time`.
 //! The long format is `LC_ALL=C ls -n --time-style=long-iso`'s, byte for byte: column widths, the
 //! `total` line, and the `+`/`.` mark for ACLs and security labels.
 
@@ -43,33 +44,13 @@ pub struct LsArgs {
     /// Keep the stored directory order instead of sorting by name bytes.
     #[arg(short = 'U')]
     unsorted: bool,
-    /// Write names with C-style escapes (`\n`, `\ `, `\377`), as `LC_ALL=C ls -b` does.
+    /// Accepted for `ls` compatibility: names are always written with the C-style escapes of
+    /// `LC_ALL=C ls -b` (`\n`, `\ `, `\377`).
     #[arg(short = 'b', long)]
     escape: bool,
     /// Long listing with full times: seconds, nanoseconds and UTC offset.
     #[arg(long)]
     full_time: bool,
-}
-
-/// `ls -b` (coreutils' escape quoting style with spaces escaped) in the C locale.
-pub fn escape(name: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(name.len());
-    for &b in name {
-        match b {
-            0x07 => out.extend_from_slice(b"\\a"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            0x0c => out.extend_from_slice(b"\\f"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            0x0b => out.extend_from_slice(b"\\v"),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b' ' => out.extend_from_slice(b"\\ "),
-            0x21..=0x7e => out.push(b),
-            _ => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
-        }
-    }
-    out
 }
 
 /// One line of a listing.
@@ -112,12 +93,9 @@ struct Lister<'a> {
 }
 
 impl Lister<'_> {
+    /// A name or path as listings write it: escaped by the one rule, `-b` or not.
     fn name(&self, name: &[u8]) -> Vec<u8> {
-        if self.args.escape {
-            escape(name)
-        } else {
-            name.to_vec()
-        }
+        show(name).into_bytes()
     }
 
     /// A row for `name` (nid `nid`); reads the inode (and symlink target) for long listings.
@@ -377,15 +355,4 @@ pub fn run(args: LsArgs) -> Result<ExitCode> {
     })?;
     l.out.flush()?;
     Ok(l.status.code())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn escapes_like_ls_b() {
-        assert_eq!(super::escape(b"a b"), b"a\\ b");
-        assert_eq!(super::escape(b"new\nline"), b"new\\nline");
-        assert_eq!(super::escape(b"\xff\x01"), b"\\377\\001");
-        assert_eq!(super::escape(b"back\\slash\"q"), b"back\\\\slash\"q");
-    }
 }

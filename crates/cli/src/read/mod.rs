@@ -18,7 +18,7 @@ pub mod inspect;
 pub mod ls;
 pub mod stat;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sealfs_reader::{DataLayout, FileType, Follow, Image, Inode};
 use std::ffi::OsStr;
 use std::fmt;
@@ -117,9 +117,17 @@ pub fn arg_bytes(arg: &OsStr) -> &[u8] {
     arg.as_bytes()
 }
 
-/// Resolves `path` in the image; the error names the path.
+/// Resolves `path` in the image; the error names the path (once: not again when the reader's
+/// error ends with it, as "not found: PATH" does).
 pub fn resolve(img: &Image, path: &[u8], follow: Follow) -> Result<Inode> {
-    img.resolve(path, follow).with_context(|| show(path))
+    img.resolve(path, follow).map_err(|e| {
+        let shown = show(path);
+        if e.to_string().ends_with(&format!(": {shown}")) {
+            anyhow::Error::new(e)
+        } else {
+            anyhow::Error::new(e).context(shown)
+        }
+    })
 }
 
 /// `path` joined with `name` (no doubled '/').
@@ -275,9 +283,9 @@ mod tests {
 
     #[test]
     fn names_are_shown_escaped() {
-        assert_eq!(show(b"a\xffb\n"), "a\\xffb\\n");
-        assert_eq!(show(b"n\0ul\\"), "n\\x00ul\\\\");
-        assert_eq!(show("café".as_bytes()), "café");
+        assert_eq!(show(b"a\xffb\n"), "a\\377b\\n");
+        assert_eq!(show(b"n\0ul\\"), "n\\000ul\\\\");
+        assert_eq!(show("café".as_bytes()), "caf\\303\\251");
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub fn split_arg(arg: &str) -> (PathBuf, Option<String>) {
 impl OciLayout {
     /// The layout in `dir`: its `oci-layout` file must say version 1.x.
     pub fn open(dir: &Path) -> Result<OciLayout, OciError> {
-        let name = dir.display().to_string();
+        let name = sealfs_text::escape_path(dir);
         let marker = dir.join("oci-layout");
         let bytes = std::fs::read(&marker).map_err(|e| {
             OciError::new(
@@ -79,7 +79,7 @@ impl OciLayout {
         reference: Option<&str>,
         platform: &Platform,
     ) -> Result<OciImage, OciError> {
-        let layout = self.dir.display().to_string();
+        let layout = sealfs_text::escape_path(&self.dir);
         let name = match reference {
             Some(r) => format!("{layout}:{r}"),
             None => layout.clone(),
@@ -109,7 +109,10 @@ impl OciLayout {
             if refs.is_empty() {
                 "none".to_string()
             } else {
-                refs.join(", ")
+                refs.iter()
+                    .map(|r| sealfs_text::escape(r.as_bytes()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         };
         let chosen = match candidates.as_slice() {
@@ -118,7 +121,11 @@ impl OciLayout {
                     &name,
                     match reference {
                         Some(r) => {
-                            format!("no image named {r} in the layout (its refs: {})", list())
+                            format!(
+                                "no image named {} in the layout (its refs: {})",
+                                sealfs_text::escape(r.as_bytes()),
+                                list()
+                            )
                         }
                         None => "the layout's index.json names no image".to_string(),
                     },
@@ -160,7 +167,7 @@ impl Blobs for OciLayout {
             )),
             Err(e) => Err(io::Error::new(
                 e.kind(),
-                format!("{}: {}", path.display(), os_text(&e)),
+                format!("{}: {}", sealfs_text::escape_path(&path), os_text(&e)),
             )),
         }
     }

@@ -60,7 +60,16 @@ pub struct OciImage {
 
 /// Reads a manifest, index or config blob whole, checked.
 pub(crate) fn fetch(blobs: &dyn Blobs, d: &Descriptor, name: &str) -> Result<Vec<u8>, OciError> {
-    let at = |what: String| OciError::new(format!("{name}: {} {}", d.media_type, d.digest), what);
+    let at = |what: String| {
+        OciError::new(
+            format!(
+                "{name}: {} {}",
+                sealfs_text::escape(d.media_type.as_bytes()),
+                d.digest
+            ),
+            what,
+        )
+    };
     let r = blobs.open(d).map_err(|e| at(e.to_string()))?;
     verify::read_small(r, d, spec::MAX_JSON_BYTES).map_err(|e| at(e.to_string()))
 }
@@ -84,8 +93,16 @@ impl OciImage {
         depth: usize,
     ) -> Result<OciImage, OciError> {
         let bytes = fetch(blobs, d, name)?;
-        let parsed = spec::parse(&bytes, Some(&d.media_type))
-            .map_err(|e| OciError::new(format!("{name}: {} {}", d.media_type, d.digest), e))?;
+        let parsed = spec::parse(&bytes, Some(&d.media_type)).map_err(|e| {
+            OciError::new(
+                format!(
+                    "{name}: {} {}",
+                    sealfs_text::escape(d.media_type.as_bytes()),
+                    d.digest
+                ),
+                e,
+            )
+        })?;
         match parsed {
             Parsed::Index(index) => {
                 if depth >= MAX_DEPTH {

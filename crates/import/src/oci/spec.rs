@@ -113,7 +113,12 @@ impl std::str::FromStr for Digest {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Digest, String> {
-        let bad = || format!("digest {s:?} is not sha256:<64 hex> or sha512:<128 hex>");
+        let bad = || {
+            format!(
+                "digest {} is not sha256:<64 hex> or sha512:<128 hex>",
+                sealfs_text::escape(s.as_bytes())
+            )
+        };
         let (alg, hex) = s.split_once(':').ok_or_else(bad)?;
         let (algorithm, len) = match alg {
             "sha256" => (Algorithm::Sha256, 64),
@@ -183,7 +188,10 @@ impl std::str::FromStr for Platform {
                 architecture: arch.to_string(),
                 variant: Some(v.to_string()),
             }),
-            _ => Err(format!("platform {s:?} is not OS/ARCH[/VARIANT]")),
+            _ => Err(format!(
+                "platform {} is not OS/ARCH[/VARIANT]",
+                sealfs_text::escape(s.as_bytes())
+            )),
         }
     }
 }
@@ -425,8 +433,8 @@ pub fn parse_config(bytes: &[u8]) -> Result<Config, String> {
         serde_json::from_slice(bytes).map_err(|e| format!("not an OCI image config: {e}"))?;
     if c.rootfs.kind != "layers" {
         return Err(format!(
-            "rootfs.type is {:?}, not \"layers\"",
-            c.rootfs.kind
+            "rootfs.type is {}, not \"layers\"",
+            sealfs_text::escape(c.rootfs.kind.as_bytes())
         ));
     }
     let diff_ids = c

@@ -79,7 +79,7 @@ fn warn_meta(sink: &mut Sink, warned: &mut bool, path: &[u8]) {
         *warned = true;
         sink.warn(format!(
             "aufs metadata entries (.wh..wh.*) left out (first: {})",
-            String::from_utf8_lossy(path)
+            sealfs_text::escape(path)
         ));
     }
 }
@@ -112,7 +112,7 @@ pub fn overlay() -> EntryHook {
                     sink.warn(format!(
                         "{}: a character device 0:0, which overlayfs takes for a whiteout: \
                          stacked, it hides the path instead of showing it",
-                        String::from_utf8_lossy(&entry.path)
+                        sealfs_text::escape(&entry.path)
                     ));
                 }
                 if entry.kind == EntryKind::Dir && opaque.contains(&entry.path) {

@@ -119,7 +119,7 @@ impl<'a> OpenFile<'a> {
 
     fn err(&self, e: SquashfsError) -> SquashfsError {
         SquashfsError {
-            entry: Some(format!("/{}", self.path.display())),
+            entry: Some(sealfs_text::escape_path(&Path::new("/").join(&self.path))),
             ..e
         }
     }

@@ -94,13 +94,13 @@ pub fn read(
             }
             let name = meta.bytes(&mut cur, name_len)?;
             done += name_len as u64;
-            let shown = String::from_utf8_lossy(&name).into_owned();
+            let shown = sealfs_text::escape(&name);
             if name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
-                return Err(err(format!("invalid name {shown:?}"), at));
+                return Err(err(format!("invalid name {shown}"), at));
             }
             if usize::from(ioff) >= SQUASHFS_METADATA_SIZE {
                 return Err(err(
-                    format!("entry {shown:?}: inode offset {ioff} beyond a metadata block"),
+                    format!("entry {shown}: inode offset {ioff} beyond a metadata block"),
                     at,
                 ));
             }
@@ -108,8 +108,8 @@ pub fn read(
                 if prev.name >= name {
                     return Err(err(
                         format!(
-                            "entry {shown:?} after {:?}: names repeated or out of order",
-                            String::from_utf8_lossy(&prev.name)
+                            "entry {shown} after {}: names repeated or out of order",
+                            sealfs_text::escape(&prev.name)
                         ),
                         at,
                     ));

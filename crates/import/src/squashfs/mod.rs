@@ -81,7 +81,7 @@ fn stamp(f: &File) -> std::io::Result<(u64, i64, i64, i64, i64)> {
 impl SquashfsSource {
     /// Opens the image at `path` and checks its superblock.
     pub fn open(path: &Path) -> Result<SquashfsSource, SquashfsError> {
-        let name = path.display().to_string();
+        let name = sealfs_text::escape_path(path);
         let io_err = |e: std::io::Error| SquashfsError {
             image: name.clone(),
             entry: None,
@@ -215,7 +215,9 @@ struct Scan<'a, 'c> {
 
 /// `path` as messages show it: from the image's root.
 fn shown(path: &[u8]) -> String {
-    format!("/{}", String::from_utf8_lossy(path))
+    let mut rooted = b"/".to_vec();
+    rooted.extend_from_slice(path);
+    sealfs_text::escape(&rooted)
 }
 
 impl<'a, 'c> Scan<'a, 'c> {

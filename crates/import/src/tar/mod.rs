@@ -121,7 +121,7 @@ fn stamp(f: &File) -> std::io::Result<(u64, i64, i64, i64, i64)> {
 impl TarSource {
     /// The archive at `path` (`-` reads stdin).
     pub fn open(path: &Path) -> Result<TarSource, TarError> {
-        let name = path.display().to_string();
+        let name = sealfs_text::escape_path(path);
         let input = if path == Path::new("-") {
             input::Input::from_reader(Box::new(std::io::stdin()))
         } else {
@@ -372,7 +372,7 @@ impl TarSource {
                 warned_absolute = true;
                 sink.warn(format!(
                     "{name}: leading '/' removed from member names (first: {})",
-                    String::from_utf8_lossy(&m.name)
+                    sealfs_text::escape(&m.name)
                 ));
             }
             let entry = self
@@ -440,7 +440,7 @@ impl TarSource {
                     sink.warn(format!(
                         "{}: {}: unknown type '{}', taken as a regular file (as tar -x does)",
                         self.name,
-                        String::from_utf8_lossy(&m.name),
+                        sealfs_text::escape(&m.name),
                         t.escape_ascii()
                     ));
                 }
@@ -492,7 +492,7 @@ impl TarSource {
                 "{}: system.posix_acl_* xattrs without SCHILY.acl.* records left out, as \
                  tar -x leaves them (first: {})",
                 self.name,
-                String::from_utf8_lossy(&m.name)
+                sealfs_text::escape(&m.name)
             ));
         }
         if let Some(acl) = access {
@@ -510,7 +510,7 @@ impl TarSource {
                 sink.warn(format!(
                     "{}: {}: default ACL on a non-directory left out",
                     self.name,
-                    String::from_utf8_lossy(&m.name)
+                    sealfs_text::escape(&m.name)
                 ));
             }
         }
@@ -574,7 +574,7 @@ fn normalize(name: &[u8]) -> Result<(Vec<u8>, bool), String> {
             b".." => {
                 return Err(format!(
                     "the name {} has a '..' component (refused: it would leave the tree)",
-                    String::from_utf8_lossy(name)
+                    sealfs_text::escape(name)
                 ))
             }
             p => {

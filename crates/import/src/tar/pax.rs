@@ -52,9 +52,9 @@ pub(crate) fn unsigned(key: &[u8], value: &[u8]) -> Result<u64, String> {
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| {
             format!(
-                "PAX {}={:?} is not a number",
-                String::from_utf8_lossy(key),
-                String::from_utf8_lossy(value)
+                "PAX {}={} is not a number",
+                sealfs_text::escape(key),
+                sealfs_text::escape(value)
             )
         })
 }
@@ -65,9 +65,9 @@ pub(crate) fn unsigned(key: &[u8], value: &[u8]) -> Result<u64, String> {
 pub(crate) fn time(key: &[u8], value: &[u8]) -> Result<(i64, u32), String> {
     let bad = || {
         format!(
-            "PAX {}={:?} is not a time",
-            String::from_utf8_lossy(key),
-            String::from_utf8_lossy(value)
+            "PAX {}={} is not a time",
+            sealfs_text::escape(key),
+            sealfs_text::escape(value)
         )
     };
     let (negative, digits) = match value.split_first() {
@@ -111,12 +111,7 @@ pub(crate) fn url_decode(s: &[u8]) -> Result<Vec<u8>, String> {
                 .get(i + 1..i + 3)
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| {
-                    format!(
-                        "bad %-escape in xattr name {:?}",
-                        String::from_utf8_lossy(s)
-                    )
-                })?;
+                .ok_or_else(|| format!("bad %-escape in xattr name {}", sealfs_text::escape(s)))?;
             out.push(hex);
             i += 3;
         } else {

@@ -433,7 +433,7 @@ impl Reader {
                             let value = engine.decode(v).map_err(|e| {
                                 format!(
                                     "LIBARCHIVE.xattr.{}: bad base64: {e}",
-                                    String::from_utf8_lossy(&name)
+                                    sealfs_text::escape(&name)
                                 )
                             })?;
                             libarchive_xattrs.push((name, value));
@@ -609,12 +609,8 @@ fn check_sparse(s: &Sparse, stored: u64) -> Result<(), String> {
 }
 
 fn u32_of(key: &[u8], v: u64) -> Result<u32, String> {
-    u32::try_from(v).map_err(|_| {
-        format!(
-            "PAX {}={v} does not fit 32 bits",
-            String::from_utf8_lossy(key)
-        )
-    })
+    u32::try_from(v)
+        .map_err(|_| format!("PAX {}={v} does not fit 32 bits", sealfs_text::escape(key)))
 }
 
 /// The bytes before the first NUL.
