@@ -208,7 +208,7 @@ impl PyServer {
         let port_file = work.join(format!("{mode}.port"));
         let log = work.join(format!("{mode}.log"));
         let _ = fs::remove_file(&port_file);
-        let child = Command::new("python3")
+        let mut child = Command::new("python3")
             .arg(&script)
             .args([s(root), mode, arg, s(&port_file)])
             .stdout(Stdio::null())
@@ -224,6 +224,8 @@ impl PyServer {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("the Python server did not start");
     }
 
