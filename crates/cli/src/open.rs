@@ -319,13 +319,25 @@ pub fn registry_sources(
     Ok(Some((blob, sidecar, found)))
 }
 
-/// How `https://` servers are trusted.
+/// How servers are reached: the certificate authorities `https://` trusts, and when a slow server
+/// is given up on.
 #[derive(Args, Clone, Debug, Default)]
 pub struct TlsArgs {
     /// A certificate authority (PEM) to trust for `https://` besides the system's, for a server
     /// whose certificate a private CA signed; repeatable.
     #[arg(long, value_name = "PEM", global = true)]
     pub ca_cert: Vec<PathBuf>,
+    /// Give up on a server that sends an answer slower than this many bytes a second, averaged
+    /// over --speed-time (as curl's --speed-limit); 0: no minimum [default: 1024].
+    #[arg(long, value_name = "BYTES", global = true)]
+    pub speed_limit: Option<u64>,
+    /// The seconds --speed-limit is averaged over [default: 20].
+    #[arg(long, value_name = "SECONDS", global = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub speed_time: Option<u64>,
+    /// The most seconds one request to a server may take, its retries included (as curl's
+    /// --max-time) [default: 600].
+    #[arg(long, value_name = "SECONDS", global = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_time: Option<u64>,
 }
 
 impl TlsArgs {
@@ -340,9 +352,17 @@ impl TlsArgs {
 
     /// Remote options with these certificate authorities.
     pub fn remote_options(&self) -> sealfs_remote::RemoteOptions {
+        let d = sealfs_remote::RemoteOptions::default();
         sealfs_remote::RemoteOptions {
             ca_certificates: self.ca_cert.clone(),
-            ..Default::default()
+            speed_limit: self.speed_limit.unwrap_or(d.speed_limit),
+            speed_time: self
+                .speed_time
+                .map_or(d.speed_time, std::time::Duration::from_secs),
+            max_time: self
+                .max_time
+                .map_or(d.max_time, std::time::Duration::from_secs),
+            ..d
         }
     }
 }

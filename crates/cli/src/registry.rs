@@ -63,7 +63,8 @@ pub fn run_push(args: PushArgs) -> Result<ExitCode> {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("sealfs: error: {}", anyhow!(e.to_string()));
+            // With its causes (an image that fails to open says why), each said once.
+            eprintln!("sealfs: error: {}", sealfs_reader::ErrorChain(&e));
             return Ok(registry_exit(&e));
         }
     };

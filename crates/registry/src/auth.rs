@@ -2,7 +2,8 @@
 //!
 //! Credentials are found, first match wins:
 //!
-//! 1. `SEALFS_REGISTRY_USERNAME` and `SEALFS_REGISTRY_PASSWORD` in the environment (both set);
+//! 1. `SEALFS_REGISTRY_USERNAME` and `SEALFS_REGISTRY_PASSWORD` in the environment (both set;
+//!    one without the other is an error, not a silent fall back to other credentials);
 //! 2. the file `REGISTRY_AUTH_FILE` names (podman's and skopeo's `auth.json`, the same format);
 //! 3. docker's `config.json` (in `DOCKER_CONFIG`, else `~/.docker/`), through the
 //!    `docker_credential` crate: `auths` entries and credential helpers (`credsStore`,
@@ -60,17 +61,33 @@ pub const CREDENTIAL_SOURCES: &str = "SEALFS_REGISTRY_USERNAME and SEALFS_REGIST
 /// The credentials for `registry` (`HOST[:PORT]`), found as the module says.
 pub fn credentials_for(registry: &str) -> Result<Credentials, RegistryError> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    if let (Some(username), Some(password)) = (
+    match (
         env("SEALFS_REGISTRY_USERNAME"),
         env("SEALFS_REGISTRY_PASSWORD"),
     ) {
-        return Ok(Credentials::Basic { username, password });
+        (Some(username), Some(password)) => return Ok(Credentials::Basic { username, password }),
+        (Some(_), None) | (None, Some(_)) => {
+            let (set, unset) = if env("SEALFS_REGISTRY_USERNAME").is_some() {
+                ("SEALFS_REGISTRY_USERNAME", "SEALFS_REGISTRY_PASSWORD")
+            } else {
+                ("SEALFS_REGISTRY_PASSWORD", "SEALFS_REGISTRY_USERNAME")
+            };
+            return Err(RegistryError::Credentials {
+                registry: registry.to_string(),
+                reason: format!(
+                    "{set} is set but {unset} is not (or is empty): set both, or neither to use \
+                     the file REGISTRY_AUTH_FILE names or docker's config.json"
+                ),
+            });
+        }
+        (None, None) => {}
     }
     let from = |r: Result<
         docker_credential::DockerCredential,
         docker_credential::CredentialRetrievalError,
     >,
-                file: String|
+                file: String,
+                text: &[u8]|
      -> Result<Option<Credentials>, RegistryError> {
         use docker_credential::{CredentialRetrievalError as E, DockerCredential as C};
         match r {
@@ -88,6 +105,24 @@ pub fn credentials_for(registry: &str) -> Result<Credentials, RegistryError> {
             Err(E::ConfigReadError) => Err(RegistryError::Credentials {
                 registry: registry.to_string(),
                 reason: format!("{file}: not a credentials file (JSON with `auths`)"),
+            }),
+            Err(E::HelperCommunicationError) => Err(RegistryError::Credentials {
+                registry: registry.to_string(),
+                reason: match helper_named(text, registry) {
+                    Some(name) => {
+                        let program = format!("docker-credential-{name}");
+                        let why = if on_path(&program) {
+                            "could not be run, or did not answer"
+                        } else {
+                            "is not installed (not found on PATH)"
+                        };
+                        format!(
+                            "{file}: credHelpers names the helper `{name}` for {registry}, but \
+                             its program {program} {why}"
+                        )
+                    }
+                    None => format!("{file}: its credential helper could not be run"),
+                },
             }),
             Err(e) => Err(RegistryError::Credentials {
                 registry: registry.to_string(),
@@ -107,13 +142,10 @@ pub fn credentials_for(registry: &str) -> Result<Credentials, RegistryError> {
         .chain(docker.map(|p| (p, false)));
     for (path, named) in files {
         let shown = sealfs_text::escape_path(&path);
-        match std::fs::File::open(&path) {
-            Ok(f) => {
-                let r = docker_credential::get_credential_from_reader(
-                    std::io::BufReader::new(f),
-                    registry,
-                );
-                if let Some(c) = from(r, shown)? {
+        match std::fs::read(&path) {
+            Ok(text) => {
+                let r = docker_credential::get_credential_from_reader(&text[..], registry);
+                if let Some(c) = from(r, shown, &text)? {
                     return Ok(c);
                 }
             }
@@ -127,6 +159,25 @@ pub fn credentials_for(registry: &str) -> Result<Credentials, RegistryError> {
         }
     }
     Ok(Credentials::Anonymous)
+}
+
+/// The credential helper a docker `config.json` names for `registry` (`credHelpers`, the entry
+/// `docker_credential` runs), for messages.
+fn helper_named(config: &[u8], registry: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(config).ok()?;
+    let name = v.get("credHelpers")?.get(registry)?.as_str()?;
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// Whether an executable file called `program` is in a directory of `PATH`.
+fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
 }
 
 /// What a registry asks of a client, from its answer to `GET /v2/`.

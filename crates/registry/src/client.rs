@@ -217,6 +217,29 @@ pub(crate) fn transient(e: &reqwest::Error) -> bool {
     e.is_connect() || e.is_timeout() || e.is_request() || e.is_body()
 }
 
+/// Whether `e`, or an error under it, is rustls finding that the server's first answer is no TLS
+/// record (`InvalidContentType`): a plain-HTTP server asked for HTTPS.
+pub(crate) fn speaks_plain_http(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return matches!(
+                tls,
+                rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)
+            );
+        }
+        // An `io::Error`'s `source()` skips the error it wraps (tokio-rustls wraps rustls's so).
+        next = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    false
+}
+
 /// A reqwest failure, its causes included (reqwest's own message names only the URL).
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -481,6 +504,20 @@ impl Registry {
                     c.get_or_insert(Challenge::None);
                     return Ok(resp);
                 }
+                // TLS spoken to a server that answers in plain HTTP: no retry can help.
+                Err(e) if speaks_plain_http(&e) => {
+                    return Err(RegistryError::Request {
+                        what: what.to_string(),
+                        reason: format!(
+                            "{}: the registry speaks plain HTTP, not HTTPS: use {}",
+                            chain(&e),
+                            ImageRef {
+                                transport: Transport::Http,
+                                ..self.inner.repo.clone()
+                            }
+                        ),
+                    })
+                }
                 Err(e) if transient(&e) => chain(&e),
                 Err(e) => {
                     return Err(RegistryError::Request {
@@ -646,7 +683,7 @@ impl Registry {
         desc: &manifest::Descriptor,
         limit: u64,
     ) -> Result<Vec<u8>, RegistryError> {
-        let what = format!("{}@{}", self.inner.repo, desc.digest);
+        let what = crate::blob::blob_name(&self.inner.repo, &desc.digest);
         if desc.size > limit {
             return Err(RegistryError::BlobContent {
                 what,
@@ -654,10 +691,21 @@ impl Registry {
             });
         }
         let mut out = Vec::with_capacity(desc.size as usize);
+        // The reader's errors name the blob already: passed on as they are, not named again.
         std::io::Read::read_to_end(&mut self.blob_reader(desc)?, &mut out).map_err(|e| {
-            RegistryError::BlobContent {
-                what,
-                reason: e.to_string(),
+            let text = e.to_string();
+            match e
+                .into_inner()
+                .map(|inner| inner.downcast::<RegistryError>())
+            {
+                Some(Ok(registry)) => *registry,
+                _ if text.contains(&desc.digest) => RegistryError::Request {
+                    what: format!("GET {what}"),
+                    reason: text
+                        .split_once(&format!("{}: ", desc.digest))
+                        .map_or(text.clone(), |(_, rest)| rest.to_string()),
+                },
+                _ => RegistryError::BlobContent { what, reason: text },
             }
         })?;
         Ok(out)

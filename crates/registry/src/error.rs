@@ -2,6 +2,9 @@
 
 use crate::manifest::ManifestError;
 
+/// Damaged blocks a [`RegistryError::Damaged`] message lists.
+const MAX_SHOWN: usize = 10;
+
 /// Why a registry operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -102,22 +105,41 @@ pub enum RegistryError {
         /// Why.
         reason: String,
     },
+    /// A local image to push could not be opened as a sealed image (its seal is damaged, say):
+    /// the message names the image.
+    #[error(transparent)]
+    Open(sealfs_reader::OpenError),
+    /// A local image to push is damaged: blocks of its data or of its Merkle tree do not match
+    /// their hashes (found while it was read for its descriptor, before anything was sent).
+    #[error(
+        "{path}: damaged, refused (nothing was sent): {}{}",
+        problems.iter().take(MAX_SHOWN).cloned().collect::<Vec<_>>().join("; "),
+        if problems.len() > MAX_SHOWN { "; and more" } else { "" }
+    )]
+    Damaged {
+        /// The image.
+        path: String,
+        /// What is damaged, one block each.
+        problems: Vec<String>,
+    },
     /// The ranged reader over a blob failed.
     #[error(transparent)]
     Remote(#[from] sealfs_remote::RemoteError),
 }
 
 impl RegistryError {
-    /// Whether the registry served content that is not what names it (a manifest or blob whose
-    /// digest differs, a malformed manifest): the image's source is at fault (the CLI's exit
-    /// code 1), not the attempt to reach it.
+    /// Whether the image is at fault (the CLI's exit code 1), not the attempt to reach it: the
+    /// registry served content that is not what names it (a manifest or blob whose digest
+    /// differs, a malformed manifest), or the local image to push is damaged or fails its seal.
     pub fn is_content_fault(&self) -> bool {
-        matches!(
-            self,
+        match self {
             RegistryError::ManifestDigest { .. }
-                | RegistryError::Manifest { .. }
-                | RegistryError::BlobContent { .. }
-        )
+            | RegistryError::Manifest { .. }
+            | RegistryError::BlobContent { .. }
+            | RegistryError::Damaged { .. } => true,
+            RegistryError::Open(e) => e.is_image_fault(),
+            _ => false,
+        }
     }
 
     /// The [`std::io::ErrorKind`] [`RegistryError::into_io`] gives it.

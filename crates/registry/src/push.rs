@@ -112,40 +112,136 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> RegistryError + '_ {
     }
 }
 
-/// The sha256 descriptor of the file at `path`.
+/// What a streaming pass over a file also checks of the image it belongs to: the level-0 hashes
+/// of the EROFS bytes it holds, and the stored Merkle tree it holds (an image with its seal holds
+/// both; a detached image holds the data and its sidecar the tree).
+#[derive(Default)]
+struct Scan {
+    /// Hash the file's first `erofs_length` bytes into level-0 hashes with these parameters.
+    data: Option<(sealfs_verity::Params, u64)>,
+    /// Keep these bytes of the file: the stored tree.
+    tree: Option<std::ops::Range<u64>>,
+}
+
+/// What a [`Scan`] kept.
+#[derive(Default)]
+struct Scanned {
+    leaves: Vec<u8>,
+    tree: Vec<u8>,
+}
+
+/// The sha256 descriptor of the file at `path`, read once; the same pass does `scan`.
 fn describe(
     path: &Path,
     media_type: &str,
+    scan: &Scan,
     progress: &dyn PushProgress,
-) -> Result<Descriptor, RegistryError> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(io_err(path))?;
+) -> Result<(Descriptor, Scanned), RegistryError> {
+    let f = std::fs::File::open(path).map_err(io_err(path))?;
     let total = f.metadata().map_err(io_err(path))?.len();
     let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut done = 0u64;
+    // 1 MiB: a multiple of every Merkle block size, so each piece starts on a block.
+    const PIECE: u64 = 1 << 20;
+    let mut buf = vec![0u8; PIECE as usize];
+    let mut scanned = Scanned::default();
+    let hasher = scan.data.as_ref().map(|(params, len)| {
+        let blocks = sealfs_verity::TreeGeometry::new(params, *len).data_blocks();
+        scanned.leaves = vec![0u8; (blocks as usize).saturating_mul(params.digest_size())];
+        (
+            sealfs_verity::BlockHasher::new(params),
+            params.block_size() as u64,
+            params.digest_size() as u64,
+            *len,
+        )
+    });
+    if let Some(t) = &scan.tree {
+        scanned.tree = vec![0u8; (t.end - t.start) as usize];
+    }
+    let mut at = 0u64;
     progress.begin("hash", Some(total));
-    loop {
-        let n = f.read(&mut buf).map_err(io_err(path))?;
-        if n == 0 {
-            break;
+    while at < total {
+        let n = PIECE.min(total - at);
+        let piece = &mut buf[..n as usize];
+        f.read_exact_at(piece, at).map_err(io_err(path))?;
+        h.update(&*piece);
+        if let Some((hasher, bs, d, len)) = &hasher {
+            let end = (at + n).min(*len);
+            if at < end {
+                let (first, last) = (at / bs, end.div_ceil(*bs));
+                hasher.par_hash_blocks_into(
+                    &piece[..(end - at) as usize],
+                    &mut scanned.leaves[(first * d) as usize..(last * d) as usize],
+                );
+            }
         }
-        h.update(&buf[..n]);
-        done += n as u64;
-        progress.advance(n as u64);
+        if let Some(t) = &scan.tree {
+            let (a, b) = (at.max(t.start), (at + n).min(t.end));
+            if a < b {
+                scanned.tree[(a - t.start) as usize..(b - t.start) as usize]
+                    .copy_from_slice(&piece[(a - at) as usize..(b - at) as usize]);
+            }
+        }
+        at += n;
+        progress.advance(n);
     }
     progress.end();
     let mut annotations = BTreeMap::new();
     if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
         annotations.insert(ANNOTATION_TITLE.to_string(), name.to_string());
     }
-    Ok(Descriptor {
+    let desc = Descriptor {
         media_type: media_type.into(),
         digest: format!("sha256:{}", hex(&h.finalize())),
-        size: done,
+        size: total,
         annotations,
+    };
+    Ok((desc, scanned))
+}
+
+/// Checks the stored tree and every data block hashed while the files were read for their
+/// descriptors against the seal, as `sealfs verify` does: the blobs those descriptors name are
+/// exactly the bytes checked (the registry refuses an upload whose bytes hash otherwise, so a file
+/// changed after this pass cannot be committed either).
+fn check_scanned(
+    image: &Path,
+    seal: &sealfs_reader::Seal,
+    leaves: &[u8],
+    tree: &[u8],
+) -> Result<(), RegistryError> {
+    use sealfs_reader::check::Problem;
+    let d = seal.params.digest_size();
+    let problems: Vec<String> = sealfs_verity::check_tree(
+        &seal.params,
+        seal.erofs_length(),
+        &seal.header.root_hash[..d],
+        tree,
+        leaves,
+        MAX_PROBLEMS + 1,
+    )
+    .into_iter()
+    .map(|p| match p {
+        sealfs_verity::TreeProblem::DataBlock { index } => Problem::DataBlock {
+            index,
+            block_size: seal.params.block_size() as u64,
+            owner: None,
+        },
+        sealfs_verity::TreeProblem::TreeBlock { level, index } => {
+            Problem::TreeBlock { level, index }
+        }
+    })
+    .map(|p| p.to_string())
+    .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(RegistryError::Damaged {
+        path: image.display().to_string(),
+        problems,
     })
 }
+
+/// Damaged blocks listed in a refused push's message (one more means "and more").
+const MAX_PROBLEMS: usize = 10;
 
 /// What to upload: a file, or bytes.
 enum Body<'a> {
@@ -192,8 +288,8 @@ pub fn push_image(
         sidecar: push.sidecar.clone().map(sealfs_reader::Source::Path),
         ..Default::default()
     };
-    let opened =
-        sealfs_reader::open(source.clone(), &open_options).map_err(|e| image_err(e.to_string()))?;
+    // The open's error names the image itself (and says what is wrong with it).
+    let opened = sealfs_reader::open(source.clone(), &open_options).map_err(RegistryError::Open)?;
     let seal = opened.seal.as_ref().ok_or_else(|| {
         image_err(
             "not sealed: `sealfs seal` it first (a registry copy is read only against its seal)"
@@ -211,20 +307,41 @@ pub fn push_image(
         sealfs_reader::open::gather_signatures(seal, &source, None)
             .map_err(|e| image_err(format!("signatures: {e}")))?
     };
-    drop(opened);
 
-    let mut descs = vec![describe(
+    // Every block is checked in the pass that hashes the files for their descriptors, before
+    // anything is sent: a damaged image is refused with nothing uploaded and no manifest
+    // committed.
+    let tree_at = seal.header.tree_offset.get();
+    let tree_range = tree_at..tree_at.saturating_add(seal.header.tree_length.get());
+    let image_scan = Scan {
+        data: Some((seal.params, seal.erofs_length())),
+        tree: (!seal.is_detached()).then(|| tree_range.clone()),
+    };
+    let (image_desc, mut scanned) = describe(
         image,
         if push.sidecar.is_some() {
             LAYER_EROFS
         } else {
             LAYER_SEALED
         },
+        &image_scan,
         progress,
-    )?];
+    )?;
+    let mut descs = vec![image_desc];
     if let Some(s) = &push.sidecar {
-        descs.push(describe(s, LAYER_SEAL, progress)?);
+        let sidecar_scan = Scan {
+            data: None,
+            tree: seal.is_detached().then(|| tree_range.clone()),
+        };
+        let (desc, side) = describe(s, LAYER_SEAL, &sidecar_scan, progress)?;
+        if seal.is_detached() {
+            scanned.tree = side.tree;
+        }
+        descs.push(desc);
     }
+    check_scanned(image, seal, &scanned.leaves, &scanned.tree)?;
+    drop(scanned);
+    drop(opened);
     let artifact = Artifact {
         image: descs[0].clone(),
         sidecar: descs.get(1).cloned(),

@@ -118,6 +118,45 @@ pub enum RemoteError {
         /// What the store says now, in the same form (or `deleted`).
         now: String,
     },
+    /// The server sent an answer's body slower than [`RemoteOptions::speed_limit`] bytes a second,
+    /// averaged over [`RemoteOptions::speed_time`] (a server that trickles bytes is never silent
+    /// long enough for [`RemoteOptions::stall_timeout`]). Not retried: a server that slow is
+    /// given up on.
+    #[error(
+        "{url}: {what}: the server at {server} sent {got} bytes in {}s, slower than the minimum of \
+         {limit} bytes/s (--speed-limit, over --speed-time): given up",
+        window.as_secs_f64()
+    )]
+    TooSlow {
+        /// The URL.
+        url: String,
+        /// What was asked for (the range).
+        what: String,
+        /// The server (`HOST[:PORT]`).
+        server: String,
+        /// Bytes received over the window.
+        got: u64,
+        /// The minimum, in bytes a second.
+        limit: u64,
+        /// The window.
+        window: Duration,
+    },
+    /// A request, its retries included, did not finish within [`RemoteOptions::max_time`].
+    #[error(
+        "{url}: {what}: the server at {server} did not answer in full within {}s (--max-time): \
+         given up",
+        after.as_secs_f64()
+    )]
+    Deadline {
+        /// The URL.
+        url: String,
+        /// What was asked for (the range).
+        what: String,
+        /// The server (`HOST[:PORT]`).
+        server: String,
+        /// The deadline.
+        after: Duration,
+    },
     /// The store answered with fewer (or other) bytes than asked for, after the retries.
     #[error("{url}: bytes {}..{}: the answer held {got} bytes", range.start, range.end)]
     Short {
@@ -138,6 +177,7 @@ impl RemoteError {
             RemoteError::NotFound { .. } => io::ErrorKind::NotFound,
             RemoteError::Short { .. } => io::ErrorKind::UnexpectedEof,
             RemoteError::BadUrl { .. } => io::ErrorKind::InvalidInput,
+            RemoteError::TooSlow { .. } | RemoteError::Deadline { .. } => io::ErrorKind::TimedOut,
             _ => io::ErrorKind::Other,
         };
         io::Error::new(kind, self)
@@ -173,6 +213,15 @@ pub struct RemoteOptions {
     /// earlier request to a host that has since gone silent would otherwise hold a read for all of
     /// [`Self::timeout`].
     pub stall_timeout: Duration,
+    /// The least an answer's body must bring, in bytes a second averaged over
+    /// [`Self::speed_time`], before it is given up on ([`RemoteError::TooSlow`]; curl's
+    /// `--speed-limit`). 0: no minimum.
+    pub speed_limit: u64,
+    /// The window [`Self::speed_limit`] is averaged over (curl's `--speed-time`).
+    pub speed_time: Duration,
+    /// The longest one request may take, from its first attempt to its last byte, retries and
+    /// backoff included ([`RemoteError::Deadline`]; curl's `--max-time`, per request).
+    pub max_time: Duration,
     /// A directory where the tail fetched at open is kept (with the object's size and ETag), so
     /// that an image whose blocks are all in the persistent cache opens with the network gone: the
     /// kept tail stands in for the request. The seal in it is checked against the expected digest
@@ -196,9 +245,82 @@ impl Default for RemoteOptions {
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(10),
+            speed_limit: DEFAULT_SPEED_LIMIT,
+            speed_time: DEFAULT_SPEED_TIME,
+            max_time: DEFAULT_MAX_TIME,
             tail_cache: None,
             ca_certificates: Vec::new(),
         }
+    }
+}
+
+/// The default [`RemoteOptions::speed_limit`]: 1 KiB a second (a server that trickles a byte
+/// every few seconds is given up on after [`DEFAULT_SPEED_TIME`], where its silences alone never
+/// reach [`RemoteOptions::stall_timeout`]).
+pub const DEFAULT_SPEED_LIMIT: u64 = 1024;
+
+/// The default [`RemoteOptions::speed_time`]: 20 seconds.
+pub const DEFAULT_SPEED_TIME: Duration = Duration::from_secs(20);
+
+/// The default [`RemoteOptions::max_time`]: 10 minutes per request (a 2 MiB part at a sixteenth
+/// of a 1 Mbit/s link takes about 4).
+pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(600);
+
+/// Why a body could not be read whole.
+enum BodyError {
+    /// The store's error (after its own resumptions).
+    Store(object_store::Error),
+    /// It came slower than the minimum: `got` bytes over the window.
+    TooSlow { got: u64 },
+}
+
+/// The body of `answer`, whole, given up on when fewer than `options.speed_limit` bytes a second
+/// arrive over a window of `options.speed_time` (counted across `object_store`'s own resumptions
+/// of a body broken off, so a trickle cannot go on through them).
+async fn read_body(
+    answer: object_store::GetResult,
+    options: &RemoteOptions,
+) -> Result<Bytes, BodyError> {
+    let window = options.speed_time;
+    if options.speed_limit == 0 || window.is_zero() {
+        return answer.bytes().await.map_err(BodyError::Store);
+    }
+    let want = (answer.range.end - answer.range.start) as usize;
+    let mut out = bytes::BytesMut::with_capacity(want.min(64 << 20));
+    let mut body = answer.into_stream();
+    let least = (options.speed_limit as f64 * window.as_secs_f64()) as u64;
+    let mut window_end = tokio::time::Instant::now() + window;
+    let mut got = 0u64;
+    loop {
+        match tokio::time::timeout_at(window_end, body.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                got += chunk.len() as u64;
+                out.extend_from_slice(&chunk);
+            }
+            Ok(Some(Err(e))) => return Err(BodyError::Store(e)),
+            Ok(None) => return Ok(out.freeze()),
+            Err(_) => {}
+        }
+        let now = tokio::time::Instant::now();
+        if now >= window_end {
+            if got < least {
+                return Err(BodyError::TooSlow { got });
+            }
+            window_end = now + window;
+            got = 0;
+        }
+    }
+}
+
+/// The server of a URL, as messages name it: `HOST[:PORT]` (the whole URL if it has none).
+fn server_of(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => match (u.host_str(), u.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            _ => url.to_string(),
+        },
+        Err(_) => url.to_string(),
     }
 }
 
@@ -573,45 +695,91 @@ impl RemoteObject {
             },
         };
         let fetched = runtime.block_on(async {
-            stats.round_trips.fetch_add(1, Relaxed);
-            stats.requests.fetch_add(1, Relaxed);
-            let suffix = GetOptions {
-                range: Some(GetRange::Suffix(options.tail_bytes.max(1))),
-                ..GetOptions::default()
-            };
-            match store.get_opts(&path, suffix).await {
-                Ok(r) => {
-                    let (meta, range) = (r.meta.clone(), r.range.clone());
-                    let bytes = r
-                        .bytes()
-                        .await
-                        .map_err(|e| request_err("the tail of the object", e))?;
-                    if bytes.len() as u64 != range.end - range.start || range.end != meta.size {
-                        return Err(RemoteError::Short {
-                            url: url.to_string(),
-                            range,
-                            got: bytes.len() as u64,
-                        });
-                    }
-                    stats.bytes_fetched.fetch_add(bytes.len() as u64, Relaxed);
-                    Ok((meta, bytes))
-                }
-                Err(object_store::Error::NotFound { .. }) => Err(RemoteError::NotFound {
-                    url: url.to_string(),
-                }),
-                // The server's certificate is refused: asking again cannot help.
-                Err(e) if tls::is_certificate_error(&e) => {
-                    Err(request_err("the tail of the object", e))
-                }
-                // An empty object has no range to give (416); ask for its metadata instead.
-                Err(e) => {
+            let deadline = options.max_time;
+            let within = tokio::time::timeout(deadline, async {
+                stats.round_trips.fetch_add(1, Relaxed);
+                // A body shorter than its answer promised, or broken off, is asked for again with
+                // backoff, as every later request is (`fetch_retried`): the first request is no
+                // exception.
+                let mut backoff = options.initial_backoff;
+                let mut attempt = 0;
+                let answer = loop {
                     stats.requests.fetch_add(1, Relaxed);
-                    match store.head(&path).await {
-                        Ok(meta) if meta.size == 0 => Ok((meta, Bytes::new())),
-                        _ => Err(request_err("the tail of the object", e)),
+                    let suffix = GetOptions {
+                        range: Some(GetRange::Suffix(options.tail_bytes.max(1))),
+                        ..GetOptions::default()
+                    };
+                    let r = match store.get_opts(&path, suffix).await {
+                        Ok(r) => r,
+                        Err(e) => break Err(e),
+                    };
+                    let (meta, range) = (r.meta.clone(), r.range.clone());
+                    let err = match read_body(r, &options).await {
+                        Ok(bytes)
+                            if bytes.len() as u64 == range.end - range.start
+                                && range.end == meta.size =>
+                        {
+                            stats.bytes_fetched.fetch_add(bytes.len() as u64, Relaxed);
+                            break Ok((meta, bytes));
+                        }
+                        Ok(bytes) => {
+                            stats.bytes_fetched.fetch_add(bytes.len() as u64, Relaxed);
+                            RemoteError::Short {
+                                url: url.to_string(),
+                                range,
+                                got: bytes.len() as u64,
+                            }
+                        }
+                        Err(BodyError::TooSlow { got }) => {
+                            return Err(RemoteError::TooSlow {
+                                url: url.to_string(),
+                                what: "the tail of the object".into(),
+                                server: server_of(url),
+                                got,
+                                limit: options.speed_limit,
+                                window: options.speed_time,
+                            });
+                        }
+                        Err(BodyError::Store(e)) if tls::is_certificate_error(&e) => {
+                            return Err(request_err("the tail of the object", e));
+                        }
+                        Err(BodyError::Store(e)) => request_err("the tail of the object", e),
+                    };
+                    if attempt >= options.retries {
+                        return Err(err);
+                    }
+                    attempt += 1;
+                    stats.retries.fetch_add(1, Relaxed);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                };
+                match answer {
+                    Ok(fetched) => Ok(fetched),
+                    Err(object_store::Error::NotFound { .. }) => Err(RemoteError::NotFound {
+                        url: url.to_string(),
+                    }),
+                    // The server's certificate is refused: asking again cannot help.
+                    Err(e) if tls::is_certificate_error(&e) => {
+                        Err(request_err("the tail of the object", e))
+                    }
+                    // An empty object has no range to give (416); ask for its metadata instead.
+                    Err(e) => {
+                        stats.requests.fetch_add(1, Relaxed);
+                        match store.head(&path).await {
+                            Ok(meta) if meta.size == 0 => Ok((meta, Bytes::new())),
+                            _ => Err(request_err("the tail of the object", e)),
+                        }
                     }
                 }
-            }
+            });
+            within.await.unwrap_or_else(|_| {
+                Err(RemoteError::Deadline {
+                    url: url.to_string(),
+                    what: "the tail of the object".into(),
+                    server: server_of(url),
+                    after: deadline,
+                })
+            })
         });
         let mut unreachable = false;
         let (meta, tail) = match (fetched, options.tail_cache.as_deref()) {
@@ -691,7 +859,18 @@ impl RemoteObject {
     /// unreachable ([`Self::unreachable`]) it is asked once, without retries or that check.
     async fn fetch(&self, io: &Io, range: Range<u64>) -> Result<Bytes, RemoteError> {
         let once = self.unreachable.load(Relaxed);
-        let result = self.fetch_retried(io, range, once).await;
+        let deadline = self.options.max_time;
+        let what = show(&range);
+        let result = tokio::time::timeout(deadline, self.fetch_retried(io, range, once))
+            .await
+            .unwrap_or_else(|_| {
+                Err(RemoteError::Deadline {
+                    url: self.url.clone(),
+                    what,
+                    server: server_of(&self.url),
+                    after: deadline,
+                })
+            });
         match &result {
             Ok(_) => self.unreachable.store(false, Relaxed),
             // What object_store gives up on after its retries (connections, timeouts, 5xx); not
@@ -731,7 +910,7 @@ impl RemoteObject {
                             return Err(self.changed(&r.meta));
                         }
                         let got = r.range.clone();
-                        match r.bytes().await {
+                        match read_body(r, &self.options).await {
                             Ok(b) => {
                                 self.stats.bytes_fetched.fetch_add(b.len() as u64, Relaxed);
                                 if got == range && b.len() as u64 == range.end - range.start {
@@ -743,12 +922,23 @@ impl RemoteObject {
                                     got: b.len() as u64,
                                 })
                             }
+                            // A server that slow is not asked again.
+                            Err(BodyError::TooSlow { got }) => {
+                                return Err(RemoteError::TooSlow {
+                                    url: self.url.clone(),
+                                    what: show(&range),
+                                    server: server_of(&self.url),
+                                    got,
+                                    limit: self.options.speed_limit,
+                                    window: self.options.speed_time,
+                                });
+                            }
                             // object_store asks again for a body broken off, over a new
                             // connection: its handshake may be refused too.
-                            Err(e) if tls::is_certificate_error(&e) => {
+                            Err(BodyError::Store(e)) if tls::is_certificate_error(&e) => {
                                 return Err(self.request_error(&range, e));
                             }
-                            Err(e) => Err(self.request_error(&range, e)),
+                            Err(BodyError::Store(e)) => Err(self.request_error(&range, e)),
                         }
                     }
                     // The server's certificate is refused: neither a retry nor a request to see
