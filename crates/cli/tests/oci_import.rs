@@ -589,3 +589,51 @@ fn registry_images_equal_layout_images() {
     );
     println!("{reference}: equals the layout's image, byte for byte");
 }
+
+/// Issue 38, item 11: `umoci repack` of a directory that became a file writes `d`, then
+/// `d/.wh.NAME` for what `d` held; `umoci unpack` takes such a whiteout below a non-directory
+/// for the no-op it is, and so does `--oci` (before: "not a directory, but an entry below it is
+/// in the archive"). The image equals `umoci unpack` + build, byte for byte.
+#[test]
+fn a_whiteout_below_a_directory_made_a_file_is_a_no_op() {
+    if !guard() {
+        return;
+    }
+    let tmp = Tmpfs::new("oci-dir2file").expect("tmpfs");
+    let (l, b) = (tmp.join("L"), tmp.join("b"));
+    let (ls, bs) = (l.display(), b.display());
+    sh(&format!(
+        "set -e; umoci init --layout '{ls}'; umoci new --image '{ls}:t'; \
+         umoci unpack --image '{ls}:t' '{bs}'; mkdir -p '{bs}/rootfs/d/sub'; \
+         echo x > '{bs}/rootfs/d/x'; echo y > '{bs}/rootfs/d/sub/y'; \
+         umoci repack --image '{ls}:t' '{bs}'; rm -rf '{bs}'; \
+         umoci unpack --image '{ls}:t' '{bs}'; rm -r '{bs}/rootfs/d'; \
+         echo now-a-file > '{bs}/rootfs/d'; umoci repack --image '{ls}:t' '{bs}'; rm -rf '{bs}'"
+    ));
+    let found = markers(&l);
+    assert!(
+        found
+            .iter()
+            .any(|m| m.trim_start_matches("./") == "d/.wh.x"),
+        "umoci wrote no d/.wh.x: {found:?}"
+    );
+    let unpacked = tmp.join("unpacked");
+    sh(&format!(
+        "umoci unpack --image '{ls}:t' '{}'",
+        unpacked.display()
+    ));
+    let rootfs = unpacked.join("rootfs");
+    assert_eq!(fs::read(rootfs.join("d")).unwrap(), b"now-a-file\n");
+    let img_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (dir_img, oci_img) = (
+        img_dir.path().join("dir.img"),
+        img_dir.path().join("oci.img"),
+    );
+    build_ok(&rootfs, &dir_img, &[]);
+    build_ok_cmd(&mut oci_cmd(&format!("{ls}:t"), &oci_img, &[]));
+    assert_same_bytes(
+        &fs::read(&oci_img).unwrap(),
+        &fs::read(&dir_img).unwrap(),
+        "--oci vs umoci unpack + build",
+    );
+}
