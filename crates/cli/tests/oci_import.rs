@@ -637,3 +637,98 @@ fn a_whiteout_below_a_directory_made_a_file_is_a_no_op() {
         "--oci vs umoci unpack + build",
     );
 }
+
+/// Issue 38, item 10: POSIX ACLs a layer carries as `SCHILY.xattr.system.posix_acl_access` /
+/// `_default` records (what `umoci repack` writes) are kept, as `umoci unpack` restores them
+/// (before: left out with a warning, as `tar -x` leaves them). The flattened image equals
+/// `umoci unpack` + build byte for byte; `getfacl` reads the same ACLs from the kernel's mount
+/// of it, and of the layer's own image (`--oci-layer`), as from the unpacked tree.
+#[test]
+fn posix_acl_xattrs_of_layers_are_kept_as_umoci_unpack_restores_them() {
+    if !oracle_guard(
+        mount_env()
+            .and(need_tool("umoci"))
+            .and(need_tool("skopeo"))
+            .and(need_tool("getfacl"))
+            .and(need_tool("setfacl")),
+    ) {
+        return;
+    }
+    let tmp = Tmpfs::new("oci-acl").expect("tmpfs");
+    let (l, b) = (tmp.join("L"), tmp.join("b"));
+    let (ls, bs) = (l.display(), b.display());
+    sh(&format!(
+        "set -e; umoci init --layout '{ls}'; umoci new --image '{ls}:t'; \
+         umoci unpack --image '{ls}:t' '{bs}'; cd '{bs}/rootfs'; mkdir -p acl/sub; \
+         echo f > acl/f; echo plain > acl/plain; echo m > acl/mode-only; \
+         setfacl -m u:1234:rwx,g:77:r acl/f; setfacl -m u:4321:r-x acl; \
+         setfacl -d -m u:1234:rx,g:77:rwx acl; setfacl -m u::rwx,g::r-x,o::- acl/mode-only; \
+         touch -d @1600000000 acl/f acl/plain acl/mode-only acl/sub acl; \
+         umoci repack --image '{ls}:t' '{bs}'; rm -rf '{bs}'"
+    ));
+    let m = manifest(&l);
+    let top = blob(&l, &m["layers"][0]["digest"]);
+    let records = run_ok(Command::new("sh").arg("-c").arg(format!(
+        "gzip -dc '{}' | grep -a -o 'SCHILY[a-z._]*posix_acl_[a-z]*' | sort | uniq -c",
+        top.display()
+    )))
+    .unwrap();
+    println!("ACL records of the layer:\n{records}");
+    assert!(
+        records.contains("SCHILY.xattr.system.posix_acl_access")
+            && records.contains("SCHILY.xattr.system.posix_acl_default"),
+        "umoci wrote no ACL xattr records: {records}"
+    );
+    let unpacked = tmp.join("unpacked");
+    sh(&format!(
+        "umoci unpack --image '{ls}:t' '{}'",
+        unpacked.display()
+    ));
+    let rootfs = unpacked.join("rootfs");
+    let getfacl = |root: &Path| {
+        run_ok(
+            Command::new("sh")
+                .arg("-c")
+                .arg("getfacl -n -p acl acl/f acl/plain acl/mode-only acl/sub")
+                .current_dir(root),
+        )
+        .unwrap()
+    };
+    let want = getfacl(&rootfs);
+    assert!(
+        want.contains("user:1234:rwx") && want.contains("default:group:77:rwx"),
+        "umoci unpack restored no ACL: {want}"
+    );
+    let img_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (dir_img, oci_img, layer_img) = (
+        img_dir.path().join("dir.img"),
+        img_dir.path().join("oci.img"),
+        img_dir.path().join("layer.img"),
+    );
+    for args in [&[][..], &["-q", "-z", "lz4"][..]] {
+        build_ok(&rootfs, &dir_img, args);
+        let out = build_ok_cmd(&mut oci_cmd(&format!("{ls}:t"), &oci_img, args));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("left out"), "{args:?}: {err}");
+        assert_same_bytes(
+            &fs::read(&oci_img).unwrap(),
+            &fs::read(&dir_img).unwrap(),
+            &format!("{args:?}: --oci vs umoci unpack + build"),
+        );
+    }
+    build_ok_cmd(&mut oci_cmd(&format!("{ls}:t"), &oci_img, &[]));
+    let mnt = mount_erofs(&oci_img).unwrap();
+    assert_eq!(getfacl(mnt.path()), want, "getfacl of the --oci image");
+    drop(mnt);
+    build_ok_cmd(&mut oci_cmd(
+        &format!("{ls}:t"),
+        &layer_img,
+        &["--oci-layer", "1"],
+    ));
+    let mnt = mount_erofs(&layer_img).unwrap();
+    assert_eq!(
+        getfacl(mnt.path()),
+        want,
+        "getfacl of the --oci-layer image"
+    );
+}

@@ -103,6 +103,9 @@ pub struct TarSource {
     archive_stamp: Option<(u64, i64, i64, i64, i64)>,
     files: Vec<Stored>,
     warned_acl_xattrs: bool,
+    /// ACLs from the `system.posix_acl_*` xattr records, as `umoci unpack` sets them
+    /// ([`TarSource::with_acl_xattrs`]), rather than from `SCHILY.acl.*` text as `tar -x`.
+    acl_xattrs: bool,
 }
 
 /// What says an archive read in place did not change.
@@ -171,6 +174,17 @@ impl TarSource {
         self
     }
 
+    /// Takes POSIX ACLs from the `SCHILY.xattr.system.posix_acl_access`/`_default` records
+    /// (the kernel's binary form), as `umoci unpack` and containerd set every `SCHILY.xattr.*`
+    /// record with `setxattr`, and ignores `SCHILY.acl.*` text (Go's `archive/tar`, their
+    /// reader, does not read it). The kernel's rules apply as for text ACLs: the mode's
+    /// permission bits are set from an access ACL, an access ACL equal to the mode is dropped.
+    /// OCI layers are read so; a tar archive is read as `tar -x` reads it.
+    pub fn with_acl_xattrs(mut self) -> TarSource {
+        self.acl_xattrs = true;
+        self
+    }
+
     fn with_inputs(inputs: Vec<Pending>) -> TarSource {
         let name = match inputs.first() {
             Some(Pending::Ready(name, _)) => name.clone(),
@@ -187,6 +201,7 @@ impl TarSource {
             store: None,
             files: Vec::new(),
             warned_acl_xattrs: false,
+            acl_xattrs: false,
         }
     }
 
@@ -482,10 +497,19 @@ impl TarSource {
                 None => Err(e),
             }))
         };
-        let access = acl(m.acl_access.as_deref(), access_xattr);
-        let default = acl(m.acl_default.as_deref(), default_xattr);
-        let ignored = (access_xattr.is_some() && m.acl_access.is_none())
-            || (default_xattr.is_some() && m.acl_default.is_none());
+        let (access, default) = if self.acl_xattrs {
+            // As umoci sets them: the xattr records, whatever text there is.
+            let binary = |b: Option<&Vec<u8>>| b.map(|b| Acl::from_xattr(b));
+            (binary(access_xattr), binary(default_xattr))
+        } else {
+            (
+                acl(m.acl_access.as_deref(), access_xattr),
+                acl(m.acl_default.as_deref(), default_xattr),
+            )
+        };
+        let ignored = !self.acl_xattrs
+            && ((access_xattr.is_some() && m.acl_access.is_none())
+                || (default_xattr.is_some() && m.acl_default.is_none()));
         if ignored && !self.warned_acl_xattrs {
             self.warned_acl_xattrs = true;
             sink.warn(format!(
