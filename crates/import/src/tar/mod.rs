@@ -1,5 +1,6 @@
-//! Tar archives (ustar, GNU and PAX, plain or gzip, zstd or xz compressed) as a builder
-//! [`Source`], read in one streaming pass.
+//! Tar archives (ustar, GNU and PAX, plain or gzip, zstd, xz, bzip2 or lz4 compressed) as a
+//! builder [`Source`], read in one streaming pass. Input that is none of these is "not a tar
+//! archive", an empty input too (GNU tar refuses both).
 //!
 //! What the image holds is what `tar -x` would put on disk, as root, keeping owners (by number,
 //! as `--numeric-owner`), permissions, xattrs and ACLs (`--xattrs --xattrs-include='*' --acls
