@@ -590,6 +590,117 @@ fn registry_images_equal_layout_images() {
     println!("{reference}: equals the layout's image, byte for byte");
 }
 
+/// Writes the OCI layout `dir/NAME` of one image `NAME:t` whose layers (lowest first) are the
+/// uncompressed tar archives `tars`, gzipped: for layers in an order no OCI tool writes.
+/// Python's hashlib, gzip and json make it (the config's `rootfs.diff_ids` the tars' digests).
+fn layout_of_tars(dir: &Path, name: &str, tars: &[&Path]) -> PathBuf {
+    const MAKE: &str = r#"
+import gzip, hashlib, json, os, sys
+lay, tars = sys.argv[1], sys.argv[2:]
+os.makedirs(lay + "/blobs/sha256")
+def put(b, t):
+    d = hashlib.sha256(b).hexdigest()
+    open(lay + "/blobs/sha256/" + d, "wb").write(b)
+    return {"mediaType": t, "digest": "sha256:" + d, "size": len(b)}
+raw = [open(t, "rb").read() for t in tars]
+layers = [put(gzip.compress(r, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip") for r in raw]
+config = {"architecture": "amd64", "os": "linux", "config": {},
+          "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(r).hexdigest() for r in raw]}}
+cfg = put(json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json")
+man = put(json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                      "config": cfg, "layers": layers}).encode(), "application/vnd.oci.image.manifest.v1+json")
+man["annotations"] = {"org.opencontainers.image.ref.name": "t"}
+open(lay + "/oci-layout", "w").write(json.dumps({"imageLayoutVersion": "1.0.0"}))
+open(lay + "/index.json", "w").write(json.dumps({"schemaVersion": 2,
+    "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [man]}))
+"#;
+    let l = dir.join(name);
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c").arg(MAKE).arg(&l).args(tars);
+    run_ok(&mut cmd).unwrap();
+    l
+}
+
+/// The `[seconds, nanoseconds]` modification time of `path` (not followed).
+fn mtime_of(path: &Path) -> (i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let md = fs::symlink_metadata(path).unwrap();
+    (md.mtime(), md.mtime_nsec())
+}
+
+/// Issue 38, item 12, for OCI images: the time rule docs/usage.md states, on a layer `umoci
+/// unpack` + build cannot reproduce: directories the layers do not list (umoci leaves them, and
+/// the root, at the time of extraction; the image has 0), a directory whose members are not
+/// contiguous (umoci keeps its time, as the rule does), a time beyond Go's `time.UnixNano`
+/// range (year 3058: umoci sets a wrong one; kept) and one before ext4's (year 1684: kept).
+/// The reference is the rule's: `umoci unpack`, then the unlisted directories set to 0 and the
+/// far time set to the archived one, then `sealfs build`: byte for byte the `--oci` image.
+#[test]
+fn directory_times_of_unfriendly_layers_follow_the_stated_rule() {
+    if !oracle_guard(mount_env().and(need_tool("umoci")).and(need_tool("tar"))) {
+        return;
+    }
+    let tmp = Tmpfs::new("oci-times").expect("tmpfs");
+    let t = tmp.join("t");
+    let far_future = 34_359_738_368i64; // 3058-10-26
+    let far_past = -9_000_000_000i64; // 1684-10-19
+    let layer = tmp.join("layer.tar");
+    sh(&format!(
+        "set -e; mkdir -p '{t}'; cd '{t}'; mkdir -p d/sub e p/q; \
+         echo f > d/f; echo g > d/g; echo k > d/sub/k; echo h > e/h; echo deep > p/q/f; \
+         touch -d @{far_future} d/g; touch -d @{far_past} e/h; \
+         touch -d @1500000000.25 d; touch -d @1500000001 d/sub; touch -d @1500000002.5 e; \
+         tar --format=posix --no-recursion -cf '{l}' d d/f e e/h d/sub d/sub/k d/g p/q/f",
+        t = t.display(),
+        l = layer.display()
+    ));
+    let l = layout_of_tars(tmp.path(), "L", &[&layer]);
+    let unpacked = tmp.join("unpacked");
+    sh(&format!(
+        "umoci unpack --image '{}:t' '{}'",
+        l.display(),
+        unpacked.display()
+    ));
+    let rootfs = unpacked.join("rootfs");
+    println!(
+        "umoci unpack set d/g (archived {far_future}) to {:?}, p (unlisted) to {:?}",
+        mtime_of(&rootfs.join("d/g")),
+        mtime_of(&rootfs.join("p"))
+    );
+    for dir in ["", "p", "p/q"] {
+        sh(&format!("touch -h -d @0 '{}'", rootfs.join(dir).display()));
+    }
+    sh(&format!(
+        "touch -h -d @{far_future} '{}'",
+        rootfs.join("d/g").display()
+    ));
+    let img_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (rule_img, oci_img) = (
+        img_dir.path().join("rule.img"),
+        img_dir.path().join("oci.img"),
+    );
+    build_ok(&rootfs, &rule_img, &[]);
+    build_ok_cmd(&mut oci_cmd(&format!("{}:t", l.display()), &oci_img, &[]));
+    assert_same_bytes(
+        &fs::read(&oci_img).unwrap(),
+        &fs::read(&rule_img).unwrap(),
+        "--oci vs the rule (umoci unpack, unlisted directories at 0, far times kept, build)",
+    );
+    let mnt = mount_erofs(&oci_img).unwrap();
+    for rel in ["d", "d/sub", "e", "d/g", "e/h", "d/f"] {
+        assert_eq!(
+            mtime_of(&mnt.path().join(rel)),
+            mtime_of(&t.join(rel)),
+            "{rel}: time in the kernel's mount vs the archived one"
+        );
+    }
+    assert_eq!(mtime_of(&mnt.path().join("d/g")).0, far_future);
+    assert_eq!(mtime_of(&mnt.path().join("e/h")).0, far_past);
+    for dir in ["", "p", "p/q"] {
+        assert_eq!(mtime_of(&mnt.path().join(dir)), (0, 0), "unlisted {dir:?}");
+    }
+}
+
 /// Issue 38, item 11: `umoci repack` of a directory that became a file writes `d`, then
 /// `d/.wh.NAME` for what `d` held; `umoci unpack` takes such a whiteout below a non-directory
 /// for the no-op it is, and so does `--oci` (before: "not a directory, but an entry below it is

@@ -12,12 +12,15 @@
 //!   targets follow the same rules. Symlink targets are kept as they are: they are data;
 //! - duplicates: the last entry wins; an entry over a directory that is not a directory, or the
 //!   reverse, is an error (see [`sealfs_builder::Sink::add`]); missing parents are made 0755,
-//!   root-owned, with time 0 (`tar -x` would give them the time of extraction);
+//!   root-owned, with time 0 (`tar -x` would give them the time of extraction); a directory
+//!   has the time of its last entry wherever its members are (as `bsdtar -x` sets it; GNU
+//!   `tar -x` leaves one whose members are not contiguous at the time of extraction);
 //! - xattrs: `SCHILY.xattr.*` (GNU tar, bsdtar), `LIBARCHIVE.xattr.*` (bsdtar; a
 //!   `SCHILY.xattr.*` of the same name wins, as GNU tar reads only those); ACLs from
 //!   `SCHILY.acl.access`/`default` text (`system.posix_acl_*` xattr records alone are left out
 //!   with a warning, as `tar -x` leaves them; they stand in for a text that names users without
-//!   their numbers), stored in the kernel's binary form, the mode's permission bits set from an access ACL and an ACL equal to
+//!   their numbers; OCI layers take the records instead, see [`TarSource::with_acl_xattrs`]),
+//!   stored in the kernel's binary form, the mode's permission bits set from an access ACL and an ACL equal to
 //!   the mode dropped, as the kernel does when `tar -x` sets it;
 //! - sparse files (GNU `S` members, PAX formats 0.0, 0.1 and 1.0) stay sparse: their holes are
 //!   the holes a file written as `tar -x` writes it has on a file system of 4 KiB blocks;
