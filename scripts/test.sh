@@ -13,7 +13,7 @@ needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetu
        attr:getfattr squashfs-tools:mksquashfs fuse3:fusermount3 fio:fio util-linux:setpriv
        qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl dmsetup:dmsetup umoci:umoci
        mount:losetup binutils:objcopy nginx:nginx python3:python3
-       libarchive-tools:bsdtar acl:setfacl tar:tar zstd:zstd xz-utils:xz
+       libarchive-tools:bsdtar acl:setfacl tar:tar zstd:zstd xz-utils:xz bzip2:bzip2 lz4:lz4
        docker-registry:docker-registry skopeo:skopeo apache2-utils:htpasswd valgrind:valgrind)
 missing=($(build_deps_missing))
 for pair in "${needs[@]}"; do

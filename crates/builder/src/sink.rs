@@ -238,14 +238,17 @@ impl Sink {
     }
 
     /// Removes `path` (relative to the root) and everything below it, if an earlier layer gave
-    /// it (an OCI whiteout); returns whether there was something to remove.
+    /// it (an OCI whiteout); returns whether there was something to remove. A path below a
+    /// non-directory names nothing: no error, nothing removed.
     pub fn remove(&mut self, path: &[u8]) -> std::result::Result<bool, EntryError> {
         check_path(path)?;
         if path.is_empty() {
             return Err(EntryError::new(b"/", "the root cannot be removed"));
         }
         let (parent_path, name) = split_last(path);
-        let Some(parent) = self.dir_at(parent_path, false)? else {
+        // Nothing below a non-directory (`d`, then `d/.wh.x`, as `umoci repack` writes a
+        // directory that became a file): nothing to remove, as `umoci unpack` takes it.
+        let Some(parent) = self.lookup(parent_path).filter(|&id| self.is_dir(id)) else {
             return Ok(false);
         };
         let layer = self.layer;

@@ -19,10 +19,12 @@ pub struct BuildArgs {
     /// there on error). With --tar, --oci or --squashfs, only the image.
     #[arg(value_name = "SRC OUT", num_args = 1..=2, required = true)]
     paths: Vec<PathBuf>,
-    /// Build from a tar archive (ustar, GNU or PAX; plain, gzip, zstd or xz, recognised by its
-    /// first bytes) instead of a directory, in one pass; `-` reads stdin. The image is the one
-    /// `tar -x` of the archive (as root, owners by number, xattrs and ACLs kept) followed by a
-    /// build of that directory gives. A leading '/' of member names is removed, '..' refused.
+    /// Build from a tar archive (ustar, GNU or PAX; plain, gzip, zstd, xz, bzip2 or lz4,
+    /// recognised by its first bytes) instead of a directory, in one pass; `-` reads stdin. The
+    /// image is the one `tar -x` of the archive (as root, owners by number, xattrs and ACLs
+    /// kept) followed by a build of that directory gives, directory times as docs/usage.md's
+    /// time rule says. A leading '/' of member names is removed, '..' refused; input that is no
+    /// tar archive, or empty, is refused.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["oci", "squashfs"])]
     tar: Option<PathBuf>,
     /// Build from an OCI image instead of a directory: LAYOUT[:REF], an OCI image layout (as

@@ -589,3 +589,257 @@ fn registry_images_equal_layout_images() {
     );
     println!("{reference}: equals the layout's image, byte for byte");
 }
+
+/// Writes the OCI layout `dir/NAME` of one image `NAME:t` whose layers (lowest first) are the
+/// uncompressed tar archives `tars`, gzipped: for layers in an order no OCI tool writes.
+/// Python's hashlib, gzip and json make it (the config's `rootfs.diff_ids` the tars' digests).
+fn layout_of_tars(dir: &Path, name: &str, tars: &[&Path]) -> PathBuf {
+    const MAKE: &str = r#"
+import gzip, hashlib, json, os, sys
+lay, tars = sys.argv[1], sys.argv[2:]
+os.makedirs(lay + "/blobs/sha256")
+def put(b, t):
+    d = hashlib.sha256(b).hexdigest()
+    open(lay + "/blobs/sha256/" + d, "wb").write(b)
+    return {"mediaType": t, "digest": "sha256:" + d, "size": len(b)}
+raw = [open(t, "rb").read() for t in tars]
+layers = [put(gzip.compress(r, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip") for r in raw]
+config = {"architecture": "amd64", "os": "linux", "config": {},
+          "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(r).hexdigest() for r in raw]}}
+cfg = put(json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json")
+man = put(json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                      "config": cfg, "layers": layers}).encode(), "application/vnd.oci.image.manifest.v1+json")
+man["annotations"] = {"org.opencontainers.image.ref.name": "t"}
+open(lay + "/oci-layout", "w").write(json.dumps({"imageLayoutVersion": "1.0.0"}))
+open(lay + "/index.json", "w").write(json.dumps({"schemaVersion": 2,
+    "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [man]}))
+"#;
+    let l = dir.join(name);
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c").arg(MAKE).arg(&l).args(tars);
+    run_ok(&mut cmd).unwrap();
+    l
+}
+
+/// The `[seconds, nanoseconds]` modification time of `path` (not followed).
+fn mtime_of(path: &Path) -> (i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let md = fs::symlink_metadata(path).unwrap();
+    (md.mtime(), md.mtime_nsec())
+}
+
+/// Issue 38, item 12, for OCI images: the time rule docs/usage.md states, on a layer `umoci
+/// unpack` + build cannot reproduce: directories the layers do not list (umoci leaves them, and
+/// the root, at the time of extraction; the image has 0), a directory whose members are not
+/// contiguous (umoci keeps its time, as the rule does), a time beyond Go's `time.UnixNano`
+/// range (year 3058: umoci sets a wrong one; kept) and one before ext4's (year 1684: kept).
+/// The reference is the rule's: `umoci unpack`, then the unlisted directories set to 0 and the
+/// far time set to the archived one, then `sealfs build`: byte for byte the `--oci` image.
+#[test]
+fn directory_times_of_unfriendly_layers_follow_the_stated_rule() {
+    if !oracle_guard(mount_env().and(need_tool("umoci")).and(need_tool("tar"))) {
+        return;
+    }
+    let tmp = Tmpfs::new("oci-times").expect("tmpfs");
+    let t = tmp.join("t");
+    let far_future = 34_359_738_368i64; // 3058-10-26
+    let far_past = -9_000_000_000i64; // 1684-10-19
+    let layer = tmp.join("layer.tar");
+    sh(&format!(
+        "set -e; mkdir -p '{t}'; cd '{t}'; mkdir -p d/sub e p/q; \
+         echo f > d/f; echo g > d/g; echo k > d/sub/k; echo h > e/h; echo deep > p/q/f; \
+         touch -d @{far_future} d/g; touch -d @{far_past} e/h; \
+         touch -d @1500000000.25 d; touch -d @1500000001 d/sub; touch -d @1500000002.5 e; \
+         tar --format=posix --no-recursion -cf '{l}' d d/f e e/h d/sub d/sub/k d/g p/q/f",
+        t = t.display(),
+        l = layer.display()
+    ));
+    let l = layout_of_tars(tmp.path(), "L", &[&layer]);
+    let unpacked = tmp.join("unpacked");
+    sh(&format!(
+        "umoci unpack --image '{}:t' '{}'",
+        l.display(),
+        unpacked.display()
+    ));
+    let rootfs = unpacked.join("rootfs");
+    println!(
+        "umoci unpack set d/g (archived {far_future}) to {:?}, p (unlisted) to {:?}",
+        mtime_of(&rootfs.join("d/g")),
+        mtime_of(&rootfs.join("p"))
+    );
+    for dir in ["", "p", "p/q"] {
+        sh(&format!("touch -h -d @0 '{}'", rootfs.join(dir).display()));
+    }
+    sh(&format!(
+        "touch -h -d @{far_future} '{}'",
+        rootfs.join("d/g").display()
+    ));
+    let img_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (rule_img, oci_img) = (
+        img_dir.path().join("rule.img"),
+        img_dir.path().join("oci.img"),
+    );
+    build_ok(&rootfs, &rule_img, &[]);
+    build_ok_cmd(&mut oci_cmd(&format!("{}:t", l.display()), &oci_img, &[]));
+    assert_same_bytes(
+        &fs::read(&oci_img).unwrap(),
+        &fs::read(&rule_img).unwrap(),
+        "--oci vs the rule (umoci unpack, unlisted directories at 0, far times kept, build)",
+    );
+    let mnt = mount_erofs(&oci_img).unwrap();
+    for rel in ["d", "d/sub", "e", "d/g", "e/h", "d/f"] {
+        assert_eq!(
+            mtime_of(&mnt.path().join(rel)),
+            mtime_of(&t.join(rel)),
+            "{rel}: time in the kernel's mount vs the archived one"
+        );
+    }
+    assert_eq!(mtime_of(&mnt.path().join("d/g")).0, far_future);
+    assert_eq!(mtime_of(&mnt.path().join("e/h")).0, far_past);
+    for dir in ["", "p", "p/q"] {
+        assert_eq!(mtime_of(&mnt.path().join(dir)), (0, 0), "unlisted {dir:?}");
+    }
+}
+
+/// Issue 38, item 11: `umoci repack` of a directory that became a file writes `d`, then
+/// `d/.wh.NAME` for what `d` held; `umoci unpack` takes such a whiteout below a non-directory
+/// for the no-op it is, and so does `--oci` (before: "not a directory, but an entry below it is
+/// in the archive"). The image equals `umoci unpack` + build, byte for byte.
+#[test]
+fn a_whiteout_below_a_directory_made_a_file_is_a_no_op() {
+    if !guard() {
+        return;
+    }
+    let tmp = Tmpfs::new("oci-dir2file").expect("tmpfs");
+    let (l, b) = (tmp.join("L"), tmp.join("b"));
+    let (ls, bs) = (l.display(), b.display());
+    sh(&format!(
+        "set -e; umoci init --layout '{ls}'; umoci new --image '{ls}:t'; \
+         umoci unpack --image '{ls}:t' '{bs}'; mkdir -p '{bs}/rootfs/d/sub'; \
+         echo x > '{bs}/rootfs/d/x'; echo y > '{bs}/rootfs/d/sub/y'; \
+         umoci repack --image '{ls}:t' '{bs}'; rm -rf '{bs}'; \
+         umoci unpack --image '{ls}:t' '{bs}'; rm -r '{bs}/rootfs/d'; \
+         echo now-a-file > '{bs}/rootfs/d'; umoci repack --image '{ls}:t' '{bs}'; rm -rf '{bs}'"
+    ));
+    let found = markers(&l);
+    assert!(
+        found
+            .iter()
+            .any(|m| m.trim_start_matches("./") == "d/.wh.x"),
+        "umoci wrote no d/.wh.x: {found:?}"
+    );
+    let unpacked = tmp.join("unpacked");
+    sh(&format!(
+        "umoci unpack --image '{ls}:t' '{}'",
+        unpacked.display()
+    ));
+    let rootfs = unpacked.join("rootfs");
+    assert_eq!(fs::read(rootfs.join("d")).unwrap(), b"now-a-file\n");
+    let img_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (dir_img, oci_img) = (
+        img_dir.path().join("dir.img"),
+        img_dir.path().join("oci.img"),
+    );
+    build_ok(&rootfs, &dir_img, &[]);
+    build_ok_cmd(&mut oci_cmd(&format!("{ls}:t"), &oci_img, &[]));
+    assert_same_bytes(
+        &fs::read(&oci_img).unwrap(),
+        &fs::read(&dir_img).unwrap(),
+        "--oci vs umoci unpack + build",
+    );
+}
+
+/// Issue 38, item 10: POSIX ACLs a layer carries as `SCHILY.xattr.system.posix_acl_access` /
+/// `_default` records (what `umoci repack` writes) are kept, as `umoci unpack` restores them
+/// (before: left out with a warning, as `tar -x` leaves them). The flattened image equals
+/// `umoci unpack` + build byte for byte; `getfacl` reads the same ACLs from the kernel's mount
+/// of it, and of the layer's own image (`--oci-layer`), as from the unpacked tree.
+#[test]
+fn posix_acl_xattrs_of_layers_are_kept_as_umoci_unpack_restores_them() {
+    if !oracle_guard(
+        mount_env()
+            .and(need_tool("umoci"))
+            .and(need_tool("skopeo"))
+            .and(need_tool("getfacl"))
+            .and(need_tool("setfacl")),
+    ) {
+        return;
+    }
+    let tmp = Tmpfs::new("oci-acl").expect("tmpfs");
+    let (l, b) = (tmp.join("L"), tmp.join("b"));
+    let (ls, bs) = (l.display(), b.display());
+    sh(&format!(
+        "set -e; umoci init --layout '{ls}'; umoci new --image '{ls}:t'; \
+         umoci unpack --image '{ls}:t' '{bs}'; cd '{bs}/rootfs'; mkdir -p acl/sub; \
+         echo f > acl/f; echo plain > acl/plain; echo m > acl/mode-only; \
+         setfacl -m u:1234:rwx,g:77:r acl/f; setfacl -m u:4321:r-x acl; \
+         setfacl -d -m u:1234:rx,g:77:rwx acl; setfacl -m u::rwx,g::r-x,o::- acl/mode-only; \
+         touch -d @1600000000 acl/f acl/plain acl/mode-only acl/sub acl; \
+         umoci repack --image '{ls}:t' '{bs}'; rm -rf '{bs}'"
+    ));
+    let m = manifest(&l);
+    let top = blob(&l, &m["layers"][0]["digest"]);
+    let records = run_ok(Command::new("sh").arg("-c").arg(format!(
+        "gzip -dc '{}' | grep -a -o 'SCHILY[a-z._]*posix_acl_[a-z]*' | sort | uniq -c",
+        top.display()
+    )))
+    .unwrap();
+    println!("ACL records of the layer:\n{records}");
+    assert!(
+        records.contains("SCHILY.xattr.system.posix_acl_access")
+            && records.contains("SCHILY.xattr.system.posix_acl_default"),
+        "umoci wrote no ACL xattr records: {records}"
+    );
+    let unpacked = tmp.join("unpacked");
+    sh(&format!(
+        "umoci unpack --image '{ls}:t' '{}'",
+        unpacked.display()
+    ));
+    let rootfs = unpacked.join("rootfs");
+    let getfacl = |root: &Path| {
+        run_ok(
+            Command::new("sh")
+                .arg("-c")
+                .arg("getfacl -n -p acl acl/f acl/plain acl/mode-only acl/sub")
+                .current_dir(root),
+        )
+        .unwrap()
+    };
+    let want = getfacl(&rootfs);
+    assert!(
+        want.contains("user:1234:rwx") && want.contains("default:group:77:rwx"),
+        "umoci unpack restored no ACL: {want}"
+    );
+    let img_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (dir_img, oci_img, layer_img) = (
+        img_dir.path().join("dir.img"),
+        img_dir.path().join("oci.img"),
+        img_dir.path().join("layer.img"),
+    );
+    for args in [&[][..], &["-q", "-z", "lz4"][..]] {
+        build_ok(&rootfs, &dir_img, args);
+        let out = build_ok_cmd(&mut oci_cmd(&format!("{ls}:t"), &oci_img, args));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("left out"), "{args:?}: {err}");
+        assert_same_bytes(
+            &fs::read(&oci_img).unwrap(),
+            &fs::read(&dir_img).unwrap(),
+            &format!("{args:?}: --oci vs umoci unpack + build"),
+        );
+    }
+    build_ok_cmd(&mut oci_cmd(&format!("{ls}:t"), &oci_img, &[]));
+    let mnt = mount_erofs(&oci_img).unwrap();
+    assert_eq!(getfacl(mnt.path()), want, "getfacl of the --oci image");
+    drop(mnt);
+    build_ok_cmd(&mut oci_cmd(
+        &format!("{ls}:t"),
+        &layer_img,
+        &["--oci-layer", "1"],
+    ));
+    let mnt = mount_erofs(&layer_img).unwrap();
+    assert_eq!(
+        getfacl(mnt.path()),
+        want,
+        "getfacl of the --oci-layer image"
+    );
+}

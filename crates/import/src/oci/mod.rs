@@ -221,12 +221,16 @@ impl OciImage {
         let layers = (0..self.layers.len())
             .map(|i| self.tar_layer(&blobs, i))
             .collect();
-        TarSource::lazy_layers(layers).with_hook(whiteout::flatten())
+        TarSource::lazy_layers(layers)
+            .with_hook(whiteout::flatten())
+            .with_acl_xattrs()
     }
 
     /// Layer `i` (from 0, the lowest) alone, its whiteouts kept as overlayfs reads them.
     pub fn layer(&self, blobs: Arc<dyn Blobs>, i: usize) -> TarSource {
-        TarSource::lazy_layers(vec![self.tar_layer(&blobs, i)]).with_hook(whiteout::overlay())
+        TarSource::lazy_layers(vec![self.tar_layer(&blobs, i)])
+            .with_hook(whiteout::overlay())
+            .with_acl_xattrs()
     }
 
     /// The index (from 0) of the layer `which` names: its number from 1 (the lowest) or its

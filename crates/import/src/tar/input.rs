@@ -1,5 +1,6 @@
 //! The archive's bytes: a plain file (seekable: data can be left where it is and skipped by
-//! seeking), or a stream (stdin, or gzip, zstd or xz input, recognised by its first bytes and
+//! seeking), or a stream (stdin, or gzip, zstd, xz, bzip2 or lz4 input, recognised by its first
+//! bytes as bsdtar recognises them, and
 //! decompressed as it is read), with the position in the tar stream counted for messages and
 //! the bytes of input taken counted for progress.
 
@@ -19,6 +20,10 @@ pub enum Compression {
     Zstd,
     /// xz (`fd 37 7a 58 5a 00`), streams concatenated.
     Xz,
+    /// bzip2 (`BZh` and a block size digit), streams concatenated as `bzip2 -d` reads them.
+    Bzip2,
+    /// lz4 frames (`04 22 4d 18`, what the `lz4` command writes), concatenated.
+    Lz4,
 }
 
 impl Compression {
@@ -30,6 +35,10 @@ impl Compression {
             Compression::Zstd
         } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
             Compression::Xz
+        } else if head.len() >= 4 && head.starts_with(b"BZh") && (b'1'..=b'9').contains(&head[3]) {
+            Compression::Bzip2
+        } else if head.starts_with(&[0x04, 0x22, 0x4d, 0x18]) {
+            Compression::Lz4
         } else {
             Compression::None
         }
@@ -42,6 +51,8 @@ impl Compression {
             Compression::Gzip => "gzip",
             Compression::Zstd => "zstd",
             Compression::Xz => "xz",
+            Compression::Bzip2 => "bzip2",
+            Compression::Lz4 => "lz4",
         }
     }
 
@@ -52,6 +63,8 @@ impl Compression {
             Compression::Gzip => "gzip",
             Compression::Zstd => "zstd",
             Compression::Xz => "xz",
+            Compression::Bzip2 => "bzip2",
+            Compression::Lz4 => "lz4",
         }
     }
 }
@@ -86,6 +99,21 @@ impl<R: Read> Read for Peeked<R> {
             return Ok(n);
         }
         self.rest.read(buf)
+    }
+}
+
+/// lz4 frames one after another, as `lz4 -d` reads them: lz4_flex's decoder ends its reads at
+/// the end of each frame and starts the next frame only when read again.
+struct Lz4Frames<R: io::BufRead>(lz4_flex::frame::FrameDecoder<R>);
+
+impl<R: io::BufRead> Read for Lz4Frames<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let n = self.0.read(buf)?;
+            if n > 0 || buf.is_empty() || self.0.get_mut().fill_buf()?.is_empty() {
+                return Ok(n);
+            }
+        }
     }
 }
 
@@ -174,6 +202,14 @@ impl Input {
             Compression::Xz => Box::new(io::BufReader::with_capacity(
                 1 << 20,
                 liblzma::bufread::XzDecoder::new_multi_decoder(bufd),
+            )),
+            Compression::Bzip2 => Box::new(io::BufReader::with_capacity(
+                1 << 20,
+                bzip2::bufread::MultiBzDecoder::new(bufd),
+            )),
+            Compression::Lz4 => Box::new(io::BufReader::with_capacity(
+                1 << 20,
+                Lz4Frames(lz4_flex::frame::FrameDecoder::new(bufd)),
             )),
         };
         Ok(Input {

@@ -1,5 +1,6 @@
-//! Tar archives (ustar, GNU and PAX, plain or gzip, zstd or xz compressed) as a builder
-//! [`Source`], read in one streaming pass.
+//! Tar archives (ustar, GNU and PAX, plain or gzip, zstd, xz, bzip2 or lz4 compressed) as a
+//! builder [`Source`], read in one streaming pass. Input that is none of these is "not a tar
+//! archive", an empty input too (GNU tar refuses both).
 //!
 //! What the image holds is what `tar -x` would put on disk, as root, keeping owners (by number,
 //! as `--numeric-owner`), permissions, xattrs and ACLs (`--xattrs --xattrs-include='*' --acls
@@ -11,12 +12,15 @@
 //!   targets follow the same rules. Symlink targets are kept as they are: they are data;
 //! - duplicates: the last entry wins; an entry over a directory that is not a directory, or the
 //!   reverse, is an error (see [`sealfs_builder::Sink::add`]); missing parents are made 0755,
-//!   root-owned, with time 0 (`tar -x` would give them the time of extraction);
+//!   root-owned, with time 0 (`tar -x` would give them the time of extraction); a directory
+//!   has the time of its last entry wherever its members are (as `bsdtar -x` sets it; GNU
+//!   `tar -x` leaves one whose members are not contiguous at the time of extraction);
 //! - xattrs: `SCHILY.xattr.*` (GNU tar, bsdtar), `LIBARCHIVE.xattr.*` (bsdtar; a
 //!   `SCHILY.xattr.*` of the same name wins, as GNU tar reads only those); ACLs from
 //!   `SCHILY.acl.access`/`default` text (`system.posix_acl_*` xattr records alone are left out
 //!   with a warning, as `tar -x` leaves them; they stand in for a text that names users without
-//!   their numbers), stored in the kernel's binary form, the mode's permission bits set from an access ACL and an ACL equal to
+//!   their numbers; OCI layers take the records instead, see [`TarSource::with_acl_xattrs`]),
+//!   stored in the kernel's binary form, the mode's permission bits set from an access ACL and an ACL equal to
 //!   the mode dropped, as the kernel does when `tar -x` sets it;
 //! - sparse files (GNU `S` members, PAX formats 0.0, 0.1 and 1.0) stay sparse: their holes are
 //!   the holes a file written as `tar -x` writes it has on a file system of 4 KiB blocks;
@@ -103,6 +107,9 @@ pub struct TarSource {
     archive_stamp: Option<(u64, i64, i64, i64, i64)>,
     files: Vec<Stored>,
     warned_acl_xattrs: bool,
+    /// ACLs from the `system.posix_acl_*` xattr records, as `umoci unpack` sets them
+    /// ([`TarSource::with_acl_xattrs`]), rather than from `SCHILY.acl.*` text as `tar -x`.
+    acl_xattrs: bool,
 }
 
 /// What says an archive read in place did not change.
@@ -171,6 +178,17 @@ impl TarSource {
         self
     }
 
+    /// Takes POSIX ACLs from the `SCHILY.xattr.system.posix_acl_access`/`_default` records
+    /// (the kernel's binary form), as `umoci unpack` and containerd set every `SCHILY.xattr.*`
+    /// record with `setxattr`, and ignores `SCHILY.acl.*` text (Go's `archive/tar`, their
+    /// reader, does not read it). The kernel's rules apply as for text ACLs: the mode's
+    /// permission bits are set from an access ACL, an access ACL equal to the mode is dropped.
+    /// OCI layers are read so; a tar archive is read as `tar -x` reads it.
+    pub fn with_acl_xattrs(mut self) -> TarSource {
+        self.acl_xattrs = true;
+        self
+    }
+
     fn with_inputs(inputs: Vec<Pending>) -> TarSource {
         let name = match inputs.first() {
             Some(Pending::Ready(name, _)) => name.clone(),
@@ -187,6 +205,7 @@ impl TarSource {
             store: None,
             files: Vec::new(),
             warned_acl_xattrs: false,
+            acl_xattrs: false,
         }
     }
 
@@ -482,10 +501,19 @@ impl TarSource {
                 None => Err(e),
             }))
         };
-        let access = acl(m.acl_access.as_deref(), access_xattr);
-        let default = acl(m.acl_default.as_deref(), default_xattr);
-        let ignored = (access_xattr.is_some() && m.acl_access.is_none())
-            || (default_xattr.is_some() && m.acl_default.is_none());
+        let (access, default) = if self.acl_xattrs {
+            // As umoci sets them: the xattr records, whatever text there is.
+            let binary = |b: Option<&Vec<u8>>| b.map(|b| Acl::from_xattr(b));
+            (binary(access_xattr), binary(default_xattr))
+        } else {
+            (
+                acl(m.acl_access.as_deref(), access_xattr),
+                acl(m.acl_default.as_deref(), default_xattr),
+            )
+        };
+        let ignored = !self.acl_xattrs
+            && ((access_xattr.is_some() && m.acl_access.is_none())
+                || (default_xattr.is_some() && m.acl_default.is_none()));
         if ignored && !self.warned_acl_xattrs {
             self.warned_acl_xattrs = true;
             sink.warn(format!(

@@ -136,6 +136,53 @@ impl Reader {
         }
     }
 
+    /// Reads the stream's first block, which must be a tar header (or the end-of-archive
+    /// block): anything else is "not a tar archive", as GNU tar says ("This does not look like
+    /// a tar archive"), rather than what its bytes would make of a header's fields. An empty
+    /// input is refused too (GNU tar: exit 2; a failed download piped in is no archive), but
+    /// not an empty decompressed stream (GNU tar and bsdtar take one for an empty archive) nor
+    /// an empty OCI layer (Go's archive/tar, umoci's reader, takes it).
+    fn first_block(&mut self, buf: &mut [u8; 512]) -> Result<(), FrameError> {
+        let n = self
+            .input
+            .read(buf)
+            .map_err(|e| self.io(&format!("reading the {} stream", self.kind()), e))?;
+        let compressed = self.input.compression() != super::Compression::None;
+        let not_tar = |why: String| {
+            FrameError::at(
+                0,
+                format!(
+                    "not a tar archive{}: {why}",
+                    if compressed {
+                        ""
+                    } else {
+                        " (nor one compressed by gzip, zstd, xz, bzip2 or lz4)"
+                    }
+                ),
+            )
+        };
+        let decompressed = if compressed { " (decompressed)" } else { "" };
+        if n == 0 {
+            if compressed || self.short_padding_ok {
+                self.ended = true;
+                return Ok(());
+            }
+            return Err(not_tar("the input is empty".into()));
+        }
+        if n < 512 {
+            return Err(not_tar(format!(
+                "{n} bytes{decompressed}, less than one 512-byte header"
+            )));
+        }
+        // The checksum's own complaint is not shown: it would quote the input's bytes.
+        if !buf.iter().all(|&b| b == 0) && check_sum(Header::from_byte_slice(buf)).is_err() {
+            return Err(not_tar(format!(
+                "its first 512 bytes{decompressed} are not a tar header (no valid checksum)"
+            )));
+        }
+        Ok(())
+    }
+
     fn kind(&self) -> &'static str {
         self.input.compression().name()
     }
@@ -236,7 +283,12 @@ impl Reader {
         let mut buf = [0u8; 512];
         loop {
             let at = self.input.pos();
-            if !self.block(&mut buf)? {
+            if at == 0 {
+                self.first_block(&mut buf)?;
+                if self.ended {
+                    return Ok(None);
+                }
+            } else if !self.block(&mut buf)? {
                 if at != first {
                     return Err(FrameError::at(
                         at,
