@@ -46,6 +46,10 @@ struct Meta {
 }
 
 impl Meta {
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "the types of stat's fields differ between targets"
+    )]
     fn of(st: &Stat) -> Self {
         Meta {
             file_type: FileType::from_raw_mode(st.st_mode),

@@ -219,7 +219,7 @@ mod tests {
     fn interrupted_build_leaves_no_temporary_file_unnamed() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out.img");
-        let mut t = TempOutput::beside(&out).unwrap();
+        let t = TempOutput::beside(&out).unwrap();
         if !t.is_unnamed() {
             println!("SKIP: the temporary directory's file system refuses O_TMPFILE");
             return;
