@@ -6,13 +6,38 @@
 #
 #   install_packages PKG...   installs PKG... (as root, or through sudo)
 #   build_deps_missing        prints the build packages that are missing
-install_packages() {
-  (($#)) || return 0
+#   apt_get ARGS...           apt-get ARGS..., waiting for the dpkg lock
+#   apt_get_update            apt-get update, waiting for the package lists' lock
+#
+# Both wait up to SEALFS_APT_LOCK_TIMEOUT seconds (default 900) for the locks another apt process
+# holds (on a fresh machine, most often its unattended upgrades) instead of failing at once with
+# "Could not get lock". apt waits for the dpkg lock itself when given DPkg::Lock::Timeout, but
+# `apt-get update` (apt 2.6) does not wait for the lists' lock, so that one is retried here.
+apt_get() {
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o "DPkg::Lock::Timeout=${SEALFS_APT_LOCK_TIMEOUT:-900}" "$@"
+}
+
+apt_get_update() {
+  local deadline=$((SECONDS + ${SEALFS_APT_LOCK_TIMEOUT:-900})) err said=""
+  while ! err=$(apt_get update -qq 2>&1); do
+    if [[ "$err" != *"Could not get lock"* ]] || ((SECONDS >= deadline)); then
+      printf '%s\n' "$err" >&2
+      return 1
+    fi
+    [ -n "$said" ] || echo "waiting for another apt process to release the package lists' lock" >&2
+    said=1
+    sleep 2
+  done
+  [ -z "$err" ] || printf '%s\n' "$err" >&2
+}
+
+install_packages() {
+  (($#)) || return 0
   echo "installing: $*" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  apt_get_update
+  apt_get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 build_deps_missing() {

@@ -15,6 +15,8 @@ needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetu
        mount:losetup binutils:objcopy nginx:nginx python3:python3
        libarchive-tools:bsdtar acl:setfacl tar:tar zstd:zstd xz-utils:xz bzip2:bzip2 lz4:lz4
        docker-registry:docker-registry skopeo:skopeo apache2-utils:htpasswd valgrind:valgrind)
+# docs/examples.py (checked by crates/cli/tests/docs_and_scripts.rs) shows dumps made by xxd.
+needs+=(xxd:xxd)
 missing=($(build_deps_missing))
 for pair in "${needs[@]}"; do
   command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")

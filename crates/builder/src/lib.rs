@@ -13,7 +13,8 @@
 //!
 //! Because positions are fixed by the plan, the image does not depend on the thread count, and memory
 //! grows with the number of files, never with their sizes. The image is written to a temporary file
-//! beside the output and renamed into place only when complete.
+//! beside the output and renamed into place only when complete (module `output`: unnamed, with
+//! `O_TMPFILE`, where the file system allows, so that not even `SIGKILL` leaves it behind).
 
 mod compress;
 mod dedupe;
@@ -22,6 +23,7 @@ mod emit;
 mod error;
 mod layout;
 mod options;
+mod output;
 mod seal;
 mod sink;
 pub mod source;
@@ -34,6 +36,7 @@ pub use compress::{Algorithm, CompressOptions, Fragments};
 pub use dirscan::DirSource;
 pub use error::{BuildError, Result};
 pub use options::{BuildOptions, CompressRule, Preset, UuidChoice};
+pub use output::remove_unfinished_outputs;
 pub use seal::{seal_image, HashAlg, SealInfo, SealOptions, VerityParams};
 pub use source::{
     DataId, Entry, EntryError, EntryKind, FileRef, ScanContext, Sink, Source, SourceFile,

@@ -8,6 +8,7 @@
 use crate::emit::FileDigests;
 use crate::error::{BuildError, Result};
 use crate::layout::Plan;
+use crate::output::TempOutput;
 use rayon::prelude::*;
 use sealfs_format::{self as fmt, IntoBytes, SealHeader};
 use sealfs_verity::{build_tree_from_file, BlockHasher, Digest, Params, Tree};
@@ -60,7 +61,7 @@ pub(crate) struct Target<'a> {
 }
 
 impl<'a> Target<'a> {
-    pub fn of(tmp: &'a tempfile::NamedTempFile) -> Self {
+    pub fn of(tmp: &'a TempOutput) -> Self {
         Self {
             file: tmp.as_file(),
             path: tmp.path(),
@@ -357,22 +358,12 @@ pub fn seal_image(image_path: &Path, opts: &SealOptions) -> Result<SealInfo> {
     Ok(info)
 }
 
-/// A temporary file beside `path`, removed unless persisted.
-pub(crate) fn temp_beside(path: &Path) -> Result<tempfile::NamedTempFile> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    tempfile::Builder::new()
-        .prefix(".sealfs-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(|e| BuildError::io(dir, "create output", e))
+/// A temporary file beside `path`, leaving nothing behind unless persisted.
+pub(crate) fn temp_beside(path: &Path) -> Result<TempOutput> {
+    TempOutput::beside(path)
 }
 
 /// Renames a finished temporary file into place.
-pub(crate) fn persist(tmp: tempfile::NamedTempFile, to: &Path) -> Result<()> {
+pub(crate) fn persist(tmp: TempOutput, to: &Path) -> Result<()> {
     tmp.persist(to)
-        .map_err(|e| BuildError::io(to, "rename into place", e.error))?;
-    Ok(())
 }

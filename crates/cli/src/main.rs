@@ -10,6 +10,7 @@ mod read;
 mod registry;
 mod seal;
 mod sign;
+mod signals;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -79,6 +80,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Build(_) | Command::Seal(_)) {
+        // Before any thread starts: they inherit the blocked signals.
+        signals::remove_outputs_on_termination();
+    }
     let result = match cli.command {
         Command::Build(args) => build::run(args),
         Command::Seal(args) => seal::run(args),
