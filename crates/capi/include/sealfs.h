@@ -73,6 +73,22 @@
 #define SEALFS_OPEN_NO_CACHE 2
 
 /**
+ * `sealfs_open_options::flags`: a URL read through the cache has the rest of the image fetched
+ * into the cache in the background once reads scatter (16 reads within 10 s that each had to
+ * fetch and continued no sequential stream), if the image takes at most three quarters of the
+ * cache's bound: `sealfs mount --fill=auto`. Without it or `SEALFS_OPEN_FILL` (the default),
+ * each block is fetched when first read, and sequential reads fetch ahead of themselves only.
+ */
+#define SEALFS_OPEN_FILL_AUTO 4
+
+/**
+ * `sealfs_open_options::flags`: a URL read through the cache has the whole image fetched into
+ * the cache in the background from the open on (`sealfs mount --fill`): every byte of it is
+ * transferred, whatever is read.
+ */
+#define SEALFS_OPEN_FILL 8
+
+/**
  * `sealfs_trust::state`: the digest was vouched for from outside (a digest given, or a
  * signature by a key given).
  */
@@ -176,7 +192,8 @@ struct sealfs_open_options {
    */
   int verify;
   /**
-   * `SEALFS_OPEN_SELF_CONSISTENT`, `SEALFS_OPEN_NO_CACHE`, or'ed.
+   * `SEALFS_OPEN_SELF_CONSISTENT`, `SEALFS_OPEN_NO_CACHE`, and one of `SEALFS_OPEN_FILL_AUTO`
+   * and `SEALFS_OPEN_FILL`, or'ed.
    */
   unsigned int flags;
   /**
@@ -354,6 +371,11 @@ int sealfs_open(const char *location,
 /**
  * Closes an image opened by `sealfs_open` (NULL is ignored). Files and directory streams opened
  * from it stay usable until closed themselves; no other call may be using `image`.
+ *
+ * When this is the image's last handle (no file or directory stream of it is open), every thread
+ * the image started (a URL's background fetchers and its I/O threads) has ended when this
+ * returns, and the memory they held is freed: a request they had in flight is waited for. With
+ * files or directory streams still open, that happens when the last of them is closed.
  */
 void sealfs_close(struct sealfs_image *image);
 

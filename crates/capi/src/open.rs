@@ -1,7 +1,7 @@
 //! Opening an image (`sealfs_open`, `sealfs_close`) and the trust the open established.
 
 use crate::error::{bytes_arg, copy_str, guard, open_failure, path_arg, sealfs_error, Failure};
-use sealfs_reader::{Authority, Checker, OpenOptions, OpenedImage, Trust, VerifyMode};
+use sealfs_reader::{Authority, Checker, FillMode, OpenOptions, OpenedImage, Trust, VerifyMode};
 use sealfs_remote::{CacheSettings, RemoteObject, RemoteOptions, RemoteTrust};
 use std::ffi::{c_char, c_int, c_uint};
 use std::sync::Arc;
@@ -16,6 +16,16 @@ pub const SEALFS_VERIFY_NONE: c_int = 1;
 pub const SEALFS_OPEN_SELF_CONSISTENT: c_uint = 1;
 /// `sealfs_open_options::flags`: read a URL without the persistent cache of verified blocks.
 pub const SEALFS_OPEN_NO_CACHE: c_uint = 2;
+/// `sealfs_open_options::flags`: a URL read through the cache has the rest of the image fetched
+/// into the cache in the background once reads scatter (16 reads within 10 s that each had to
+/// fetch and continued no sequential stream), if the image takes at most three quarters of the
+/// cache's bound: `sealfs mount --fill=auto`. Without it or `SEALFS_OPEN_FILL` (the default),
+/// each block is fetched when first read, and sequential reads fetch ahead of themselves only.
+pub const SEALFS_OPEN_FILL_AUTO: c_uint = 4;
+/// `sealfs_open_options::flags`: a URL read through the cache has the whole image fetched into
+/// the cache in the background from the open on (`sealfs mount --fill`): every byte of it is
+/// transferred, whatever is read.
+pub const SEALFS_OPEN_FILL: c_uint = 8;
 
 /// How `sealfs_open` opens an image. All zeros (`{0}`, or a designated initializer naming only
 /// what it sets) means the defaults: every block verified against the image's own seal.
@@ -36,7 +46,8 @@ pub struct sealfs_open_options {
     pub signatures: *const c_char,
     /// `SEALFS_VERIFY_FULL` (0) or `SEALFS_VERIFY_NONE`.
     pub verify: c_int,
-    /// `SEALFS_OPEN_SELF_CONSISTENT`, `SEALFS_OPEN_NO_CACHE`, or'ed.
+    /// `SEALFS_OPEN_SELF_CONSISTENT`, `SEALFS_OPEN_NO_CACHE`, and one of `SEALFS_OPEN_FILL_AUTO`
+    /// and `SEALFS_OPEN_FILL`, or'ed.
     pub flags: c_uint,
     /// Where a URL's verified blocks are kept across processes, or NULL for the default
     /// (`$SEALFS_CACHE_DIR`, `$XDG_CACHE_HOME/sealfs` or `~/.cache/sealfs`).
@@ -64,6 +75,18 @@ pub(crate) struct Opened {
     _remote: Option<Arc<RemoteObject>>,
 }
 
+impl Drop for Opened {
+    /// The last handle of an image gone (`sealfs_close`, or the last `sealfs_file_close` or
+    /// `sealfs_closedir` after it): the background fetchers of a URL's readahead and fill end and
+    /// are joined here, so no thread of this image runs once the call returns. Its runtime's
+    /// threads are joined as the reader is dropped, right after.
+    fn drop(&mut self) {
+        if let Some(v) = &self.opened.verified {
+            v.close_readahead();
+        }
+    }
+}
+
 /// The library's options for `o` (NULL: the defaults).
 fn options(
     o: *const sealfs_open_options,
@@ -76,7 +99,11 @@ fn options(
     ),
     Failure,
 > {
-    let mut opts = OpenOptions::default();
+    // A library's caller reads what it asks for: no background fill unless a flag says so.
+    let mut opts = OpenOptions {
+        fill: FillMode::Off,
+        ..OpenOptions::default()
+    };
     let mut trust = RemoteTrust::RequireAuthority;
     let mut remote = RemoteOptions::default();
     let mut cache = Some(CacheSettings::default());
@@ -144,12 +171,29 @@ fn options(
             )))
         }
     };
-    if o.flags & !(SEALFS_OPEN_SELF_CONSISTENT | SEALFS_OPEN_NO_CACHE) != 0 {
+    let known = SEALFS_OPEN_SELF_CONSISTENT
+        | SEALFS_OPEN_NO_CACHE
+        | SEALFS_OPEN_FILL_AUTO
+        | SEALFS_OPEN_FILL;
+    if o.flags & !known != 0 {
         return Err(Failure::invalid(format!(
             "flags: unknown bits {:#x}",
-            o.flags
+            o.flags & !known
         )));
     }
+    opts.fill = match (
+        o.flags & SEALFS_OPEN_FILL_AUTO != 0,
+        o.flags & SEALFS_OPEN_FILL != 0,
+    ) {
+        (false, false) => FillMode::Off,
+        (true, false) => FillMode::Auto,
+        (false, true) => FillMode::On,
+        (true, true) => {
+            return Err(Failure::invalid(
+                "flags: SEALFS_OPEN_FILL_AUTO and SEALFS_OPEN_FILL together",
+            ))
+        }
+    };
     if o.flags & SEALFS_OPEN_SELF_CONSISTENT != 0 {
         trust = RemoteTrust::AllowSelfConsistent;
     }
@@ -208,6 +252,11 @@ pub extern "C" fn sealfs_open(
 
 /// Closes an image opened by `sealfs_open` (NULL is ignored). Files and directory streams opened
 /// from it stay usable until closed themselves; no other call may be using `image`.
+///
+/// When this is the image's last handle (no file or directory stream of it is open), every thread
+/// the image started (a URL's background fetchers and its I/O threads) has ended when this
+/// returns, and the memory they held is freed: a request they had in flight is waited for. With
+/// files or directory streams still open, that happens when the last of them is closed.
 #[no_mangle]
 pub extern "C" fn sealfs_close(image: *mut sealfs_image) {
     if !image.is_null() {

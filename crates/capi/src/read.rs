@@ -70,7 +70,8 @@ fn image<'a>(p: *const sealfs_image) -> Result<&'a Opened, Failure> {
     Ok(unsafe { &(*p).inner })
 }
 
-/// Resolves `path` (`/a/b` or `a/b`, from the image root).
+/// Resolves `path` (`/a/b` or `a/b`, from the image root) as the kernel would: "" is `ENOENT`,
+/// a path ending in `/`, `/.` or `/..` must be a directory (`ENOTDIR`).
 fn resolve(img: &Opened, path: &[u8], flags: c_int) -> Result<Inode, Failure> {
     let follow = if flags & SEALFS_NOFOLLOW != 0 {
         Follow::Parents
@@ -79,7 +80,7 @@ fn resolve(img: &Opened, path: &[u8], flags: c_int) -> Result<Inode, Failure> {
     };
     img.opened
         .image
-        .resolve(path, follow)
+        .resolve_posix(path, follow)
         .map_err(|e| read_failure(e, path))
 }
 

@@ -226,6 +226,27 @@ impl Image {
     }
 }
 
+impl Image {
+    /// [`Image::resolve`] with the rules of POSIX path resolution (`stat(2)`, `open(2)`) where
+    /// they differ: the empty path names nothing ([`Error::NotFound`]), and a path ending in `/`,
+    /// `/.` or `/..` must name a directory ([`Error::NotADirectory`] otherwise), a symlink at its
+    /// end being followed whatever `follow` says (`lstat("link/")` is the directory's). For the
+    /// bindings, whose callers compare with what the kernel does.
+    pub fn resolve_posix(&self, path: impl AsRef<[u8]>, follow: Follow) -> Result<Inode> {
+        let path = path.as_ref();
+        if path.is_empty() {
+            return Err(Error::NotFound("the empty path".into()));
+        }
+        let last = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
+        let dir = path.ends_with(b"/") || last == b"." || last == b"..";
+        let inode = self.resolve(path, if dir { Follow::All } else { follow })?;
+        if dir && !inode.is_dir() {
+            return Err(Error::NotADirectory(show(path)));
+        }
+        Ok(inode)
+    }
+}
+
 /// The components of a path that need a lookup, last first ("." and empty ones dropped).
 fn split(path: &[u8]) -> Vec<Vec<u8>> {
     path.split(|&b| b == b'/')

@@ -111,12 +111,37 @@ static void compare_dir(const char *rel, const char *path, nlink_t *subdirs) {
     if (in_image != in_source) PROBLEM("%s: %zu entries in the image, %zu in the source", rel, in_image, in_source);
 }
 
+/* Issue 38, item 20: `rel` with a suffix that makes POSIX require a directory ("/", "/.", "/..")
+ * resolves as the kernel resolves `path` with it: the same success, or the same errno, for stat
+ * and lstat. Symlinks are left out: the kernel would follow them on the host. */
+static void compare_posix_suffixes(const char *rel, const char *path) {
+    static const char *const suffixes[] = {"/", "/.", "/..", "//", "/./"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
+        char r[8192], p[8192];
+        snprintf(r, sizeof r, "%s%s", rel, suffixes[i]);
+        snprintf(p, sizeof p, "%s%s", path, suffixes[i]);
+        for (int l = 0; l < 2; l++) {
+            struct stat st;
+            struct sealfs_stat ist;
+            struct sealfs_error err;
+            int want = (l ? lstat(p, &st) : stat(p, &st)) == 0 ? 0 : errno;
+            int got = (l ? sealfs_lstat(img, r, &ist, &err) : sealfs_stat(img, r, &ist, &err)) == 0 ? 0 : err.code;
+            /* "/.." of the source's top is outside it; elsewhere both are the parent. */
+            if (got != want && !(strcmp(rel, "/") == 0))
+                PROBLEM("%s(\"%s\"): sealfs gives %s, the kernel %s", l ? "lstat" : "stat", r,
+                        got ? strerror(got) : "success", want ? strerror(want) : "success");
+        }
+    }
+}
+
 static int visit(const char *path, const struct stat *st, int kind, struct FTW *ftw) {
     (void)kind, (void)ftw;
     char rel[8192];
     struct sealfs_stat ist;
     struct sealfs_error err;
     snprintf(rel, sizeof rel, "%s", path[src_len] ? path + src_len : "/");
+    /* Symlinks are left out: the kernel follows them on the host, the image within itself. */
+    if (!S_ISLNK(st->st_mode)) compare_posix_suffixes(rel, path);
     if (sealfs_lstat(img, rel, &ist, &err) != 0) {
         PROBLEM("%s: lstat: %s", rel, err.message);
         return 0;
@@ -220,6 +245,8 @@ int main(int argc, char **argv) {
     struct sealfs_image *other;
     char buf[4];
     expect_error(sealfs_stat(img, "/no/such/path", &st, &err), ENOENT, &err, "stat of a missing path");
+    /* As stat("") (issue 38, item 20): the empty path names nothing, it is not the root. */
+    expect_error(sealfs_stat(img, "", &st, &err), ENOENT, &err, "stat of the empty path");
     struct sealfs_dir *d;
     expect_error(sealfs_opendir(img, files[0], &d, &err), ENOTDIR, &err, "opendir of a file");
     struct sealfs_file *f;

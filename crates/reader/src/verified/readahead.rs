@@ -164,6 +164,9 @@ struct Shared {
     link: Arc<super::link::Link>,
     /// Blocks of a piece ([`PIECE_BYTES`]).
     piece: u64,
+    /// The fetchers this process started, each with its [`FETCHER`] number, joined by
+    /// [`VerifiedBlocks::close_readahead`].
+    threads: Mutex<Vec<(u64, std::thread::JoinHandle<()>)>>,
 }
 
 impl Shared {
@@ -280,6 +283,15 @@ thread_local! {
     static NO_READAHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+thread_local! {
+    /// On a fetcher thread, its number (from 1); 0 elsewhere. (Not `std::thread::current()`,
+    /// which on a thread std did not start, a C program's, allocates what is never freed.)
+    static FETCHER: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The numbers given to fetcher threads.
+static FETCHERS_STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Reads on the calling thread start no readahead from now on ([`NO_READAHEAD`]).
 pub(crate) fn no_readahead_on_this_thread() {
     NO_READAHEAD.with(|q| q.set(true));
@@ -303,37 +315,51 @@ impl Drop for MetadataReads {
 
 /// Starts the fetchers of `shared` for `me`. They end when the verifying source is gone.
 fn spawn_fetchers(shared: &Arc<Shared>, me: &Weak<VerifiedBlocks>, whole: u64) {
+    let mut threads = lock_any(&shared.threads);
+    // A forked child's list holds its parent's fetchers, which do not exist here: neither joined
+    // nor detached.
+    std::mem::forget(std::mem::take(&mut *threads));
     for _ in 0..READAHEAD_FETCHERS {
         let (shared, me) = (shared.clone(), me.clone());
-        std::thread::spawn(move || loop {
-            let job = {
-                let mut s = shared.lock();
-                loop {
-                    if s.closed {
-                        return;
-                    }
-                    if let Some(job) = shared.pick(&mut s, whole) {
-                        s.running += 1;
-                        break job;
-                    }
-                    // Woken by new work; the timeout only bounds how long an ended source's
-                    // fetchers linger.
-                    s = shared
-                        .work
-                        .wait_timeout(s, std::time::Duration::from_secs(5))
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-            };
-            if let Some(vb) = me.upgrade() {
-                vb.run(job);
-            }
-            let mut s = shared.lock();
-            s.running -= 1;
-            drop(s);
-            shared.work.notify_all();
-            shared.ended.notify_all();
+        let number = FETCHERS_STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let handle = std::thread::spawn(move || {
+            FETCHER.with(|f| f.set(number));
+            fetch_loop(&shared, &me, whole)
         });
+        threads.push((number, handle));
+    }
+}
+
+/// A fetcher's work: jobs as they come, until the verifying source is closed.
+fn fetch_loop(shared: &Shared, me: &Weak<VerifiedBlocks>, whole: u64) {
+    loop {
+        let job = {
+            let mut s = shared.lock();
+            loop {
+                if s.closed {
+                    return;
+                }
+                if let Some(job) = shared.pick(&mut s, whole) {
+                    s.running += 1;
+                    break job;
+                }
+                // Woken by new work; the timeout only bounds how long an ended source's
+                // fetchers linger.
+                s = shared
+                    .work
+                    .wait_timeout(s, std::time::Duration::from_secs(5))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        };
+        if let Some(vb) = me.upgrade() {
+            vb.run(job);
+        }
+        let mut s = shared.lock();
+        s.running -= 1;
+        drop(s);
+        shared.work.notify_all();
+        shared.ended.notify_all();
     }
 }
 
@@ -470,6 +496,7 @@ impl VerifiedBlocks {
             ended: Condvar::new(),
             link: self.link.clone(),
             piece: (PIECE_BYTES / self.bs() as u64).max(1),
+            threads: Mutex::new(Vec::new()),
         });
         spawn_fetchers(&shared, &me, self.whole_blocks());
         let ra = Readahead {
@@ -582,6 +609,37 @@ impl VerifiedBlocks {
         let mut s = ra.shared.lock();
         while ours && s.running > 0 {
             s = ra.shared.ended.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Stops readahead as [`VerifiedBlocks::settle_readahead`] does, then ends the background
+    /// fetchers and returns once their threads have exited: nothing this source started runs
+    /// after it (a library's close, whose caller may unload it or exit). Reads go on without
+    /// readahead afterwards. Called from a fetcher (the last reference dropped there), it does not
+    /// wait for that thread itself.
+    pub fn close_readahead(&self) {
+        let Some(ra) = self.readahead.get() else {
+            return;
+        };
+        self.settle_readahead();
+        let ours = {
+            let mut s = ra.shared.lock();
+            s.closed = true;
+            s.pid == std::process::id()
+        };
+        ra.shared.work.notify_all();
+        let threads = std::mem::take(&mut *lock_any(&ra.shared.threads));
+        if !ours {
+            // A forked child's fetchers were never started (the list is its parent's).
+            std::mem::forget(threads);
+            return;
+        }
+        let me = FETCHER.with(|f| f.get());
+        for (number, t) in threads {
+            if number != me {
+                // A fetcher that panicked has nothing more to end.
+                let _ = t.join();
+            }
         }
     }
 
