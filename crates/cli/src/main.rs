@@ -105,11 +105,10 @@ fn main() -> ExitCode {
         Command::Push(args) => registry::run_push(args),
         Command::Pull(args) => read::finish(registry::run_pull(args)),
     };
+    // One exit-code convention for every command (docs/usage.md, "Exit codes"): 1 when the
+    // image is at fault, 2 when the command could not run.
     match result {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("sealfs: error: {}", sealfs_reader::ErrorChain(e.as_ref()));
-            ExitCode::from(2)
-        }
+        Err(e) => ExitCode::from(read::report(&e)),
     }
 }

@@ -80,7 +80,8 @@ fn parse_expected(digest: Option<&str>, keys: &crate::open::KeyArgs) -> Result<A
 /// against `e`; an image in a registry is resolved once, its signatures found through its
 /// referrers, and a reference pinned by digest expects the image digest its manifest states
 /// (unless a digest or keys are given). `Err` is the exit code, the error printed: 1 when the
-/// registry served content other than what names it, else 2 (the check could not run).
+/// image is at fault (or the registry served content other than what names it), else 2 (the
+/// check could not run).
 fn check_image(e: Expected<'_>, progress: &TermProgress) -> Result<Report, ExitCode> {
     // An image in a registry: its manifest resolved once, the blob read by range, the signatures
     // from its referrers, and (named by digest) the image digest the manifest states.

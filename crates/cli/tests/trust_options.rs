@@ -704,3 +704,67 @@ fn inspect_of_a_pinned_reference_said_equals_digest() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--sidecar-out") && !out.exists(), "{err}");
 }
+
+/// Item 5 for the commands that read an image but take no trust options (`seal`, `sign`,
+/// `statement`, `push`): the same convention, 1 when the image is at fault (`seal` of a file
+/// that is not EROFS exited 2), 2 when the command could not run.
+#[test]
+fn seal_of_a_file_that_is_not_erofs_exited_2() {
+    if !need() {
+        return;
+    }
+    let w = World::new();
+    let cache = w.path("cache-others");
+    let bad_seal = w.path("bad-seal.img");
+    damaged_copy(&w.path("a.img"), &bad_seal, -1);
+    // Not EROFS: 64 KiB of random bytes (`dump.erofs`, the oracle, refuses it too).
+    let junk = w.path("junk.img");
+    fs::write(&junk, pseudo_random(65536, 38)).unwrap();
+    if have_tool("dump.erofs") {
+        let o = run(Command::new("dump.erofs").arg(&junk));
+        assert!(!o.status.success(), "dump.erofs reads the junk");
+    }
+    let missing = w.path("nonexistent.img");
+    let key = s(&w.path("k1")).to_string();
+    let v = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let cases: Vec<(Vec<String>, i32)> = vec![
+        (v(&["seal", s(&junk)]), 1),
+        (
+            v(&["seal", s(&junk), "--sidecar", s(&w.path("junk.seal"))]),
+            1,
+        ),
+        (v(&["seal", s(&missing)]), 2),
+        (v(&["sign", "--key", &key, s(&bad_seal)]), 1),
+        (v(&["sign", "--key", &key, s(&missing)]), 2),
+        (
+            v(&[
+                "sign",
+                "--key",
+                s(&w.path("nonexistent.pem")),
+                s(&w.path("u.img")),
+            ]),
+            2,
+        ),
+        (v(&["statement", s(&bad_seal)]), 1),
+        (v(&["statement", s(&missing)]), 2),
+        // (`push` of a missing or damaged image is item 2 of the issue: it names the file twice.)
+        (
+            v(&["push", s(&w.path("a.img")), "oci+http://bad reference"]),
+            2,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (args, want) in cases {
+        let o = sealfs_in(&cache, &args);
+        let err = text(&o.stderr);
+        println!("{args:?} -> {:?}: {}", o.status.code(), err.trim());
+        if o.status.code() != Some(want) {
+            wrong.push(format!(
+                "{args:?}: exit {:?}, want {want}: {}",
+                o.status.code(),
+                err.trim()
+            ));
+        }
+    }
+    assert_none(&wrong);
+}
