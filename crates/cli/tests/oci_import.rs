@@ -7,7 +7,9 @@
 //! (`--oci-layer`), mounted by the kernel and stacked by the kernel's overlayfs, must equal it
 //! too. Bad images (a layer that does not match its digest, a missing blob, a manifest that
 //! does not parse, an unknown media type, no image for the platform, a corrupt layer) fail
-//! naming the layer or blob, and leave no image.
+//! naming the layer or blob, and leave no image. Layers with POSIX ACL xattrs, with a whiteout
+//! below a directory made a file, and with times `umoci unpack` cannot give (unlisted
+//! directories, years after 2262) are checked too, the last against docs/usage.md's time rule.
 //!
 //! Needs root (owners, devices, mounts), umoci and skopeo: prints `SKIP:` otherwise (a failure
 //! under CI=true).
