@@ -265,6 +265,24 @@ impl Sink {
         }
     }
 
+    /// Whether one of the parents of `path` is a non-directory now: no entry can be below it
+    /// (an OCI whiteout there names nothing, see [`Sink::remove`]).
+    pub fn below_non_dir(&self, path: &[u8]) -> bool {
+        let (parent, _) = split_last(path);
+        if parent.is_empty() {
+            return false;
+        }
+        let mut id = 0;
+        for name in parent.split(|&b| b == b'/') {
+            match self.child(id, name) {
+                Some(c) if self.is_dir(c) => id = c,
+                Some(_) => return true,
+                None => return false,
+            }
+        }
+        false
+    }
+
     /// Makes the directory at `path` opaque (an OCI opaque whiteout): whatever earlier layers
     /// put below it is removed; what this layer put there stays.
     pub fn make_opaque(&mut self, path: &[u8]) -> std::result::Result<(), EntryError> {

@@ -3,10 +3,14 @@
 //! and by bsdtar; `sealfs build --tar` of each archive must equal, byte for byte, GNU `tar -x`
 //! of it (as root, owners by number, every xattr and ACL) followed by `sealfs build` of that
 //! directory, for plain and compressed builds; and the kernel's mount of the image must equal
-//! the source fixture. Bad archives fail naming the entry and the byte, and leave no image.
+//! the source fixture. Bad archives fail naming the entry and the byte, and leave no image;
+//! input that is no tar archive (an empty one included) is called so. bzip2 and lz4 archives
+//! equal their decompressors' output piped to `tar -x`. Where `tar -x` cannot be rebuilt
+//! (directories not contiguous or not listed, times outside ext4's range), the image follows
+//! docs/usage.md's time rule, checked against `bsdtar -xp`.
 //!
-//! Needs root (owners, devices), tar, bsdtar, zstd and xz: prints `SKIP:` otherwise (a failure
-//! under CI=true).
+//! Needs root (owners, devices), tar, bsdtar, zstd, xz, bzip2 and lz4: prints `SKIP:` otherwise
+//! (a failure under CI=true).
 
 mod common;
 

@@ -15,7 +15,8 @@
 //!   whiteout is a character device 0:0 at `NAME` (permissions 0, as containerd's overlay
 //!   applier makes it with `mknod`; the owner and time of the `.wh.` entry), an opaque
 //!   directory carries `trusted.overlay.opaque=y` (whether its entry comes before the marker or
-//!   after it). A character device 0:0 of the layer itself cannot be told from a whiteout
+//!   after it); a whiteout below a file of the same layer is dropped (nothing is below a
+//!   file to hide). A character device 0:0 of the layer itself cannot be told from a whiteout
 //!   there: it is kept, with a warning that overlayfs will hide it.
 
 use crate::tar::EntryHook;
@@ -132,6 +133,9 @@ pub fn overlay() -> EntryHook {
                 warn_meta(sink, &mut warned, &entry.path);
                 Ok(None)
             }
+            // Below a file of this layer (`d`, then `d/.wh.x`): overlayfs shows the file,
+            // nothing below it is seen; there is no place for a whiteout either.
+            Name::Whiteout(target) if sink.below_non_dir(&target) => Ok(None),
             Name::Whiteout(target) => Ok(Some(Entry {
                 path: target,
                 kind: EntryKind::CharDevice { major: 0, minor: 0 },
