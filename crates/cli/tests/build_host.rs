@@ -255,7 +255,11 @@ fn gnu_tar_of(dir: &Path) -> Vec<u8> {
 /// build, and the kernel's mount of the image must equal the source as GNU tar reads both.
 #[test]
 fn dir_source_with_paths_longer_than_path_max() {
-    if !oracle_guard(root_env().and_then(|_| need_tool("tar"))) {
+    let needs = root_env()
+        .and_then(|_| need_tool("tar"))
+        .and_then(|_| need_tool("setfattr"))
+        .and_then(|_| need_tool("getfattr"));
+    if !oracle_guard(needs) {
         return;
     }
     let work = tempfile::tempdir().unwrap();
