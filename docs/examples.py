@@ -56,6 +56,17 @@ FACTS = [
      "abbrev:tail -c +4097 ex.img | head -c 4096 | sha256sum"),
     (r"The SHA-256 of this 4096-byte block is the root,\n`([0-9a-f]{8}…[0-9a-f]{4})`",
      "abbrev:tail -c +12289 ex.img | head -c 4096 | sha256sum"),
+    # §13.8 (and §7.6, which counts its blocks): one 300,000-byte file, SHA-512, 1 KiB, salted.
+    (r"- `erofs_length` (\d+), that is",
+     "mkdir big && head -c 300000 /dev/zero | tr '\\0' x > big/f"
+     " && sealfs build -q --hash-alg sha512 --verity-block-size 1024 --salt abcd big big.img"
+     " >/dev/null && sealfs inspect big.img | awk '$1 == \"sealed\" {print $3}'"),
+    (r"- `erofs_length` \d+, that is (\d+) data blocks of 1 KiB",
+     "echo $(( $(sealfs inspect big.img | awk '$1 == \"sealed\" {print $3}') / 1024 ))"),
+    (r"The SHA-512, 1 KiB, salted example in §13\.8 has (\d+) data blocks",
+     "echo $(( $(sealfs inspect big.img | awk '$1 == \"sealed\" {print $3}') / 1024 ))"),
+    (r"- a 3-level tree of (\d+) bytes",
+     "sealfs inspect big.img | awk '$1 == \"Merkle\" && $2 == \"tree\" {print $3}'"),
 ]
 
 
