@@ -13,7 +13,9 @@ it (sealfs, xxd, tail, head, sha256sum, fsverity), never from this script's own 
   dump, the §13.4 descriptor hash, the §13.6 file digests);
 - in the annotated dumps (the code blocks of §13.4 and §13.6), the hex of every `OFFSET: HEX`
   line is rewritten with the image's bytes at OFFSET, as many as the line shows; the
-  annotations are left as they are.
+  annotations are left as they are;
+- the numbers and abbreviated hashes of FACTS, in the prose, are rewritten with what their
+  command prints.
 
 The test suite runs `--check` (crates/cli/tests/docs_and_scripts.rs), so a change that moves
 these bytes fails until this script is run and the annotations are read again.
@@ -38,6 +40,57 @@ sealfs build -q -T 0 --all-root src ex.img"""
 
 # §10.1: the §13 image's statement, with a name and a creation time.
 STATEMENT_ARGS = ["--name", "example", "--created", "1764000000"]
+
+
+# Prose facts: a pattern whose one group is replaced by what the command prints (run after the
+# §13.1 build, in its directory). `abbrev:` commands print a SHA-256 shown as `8 hex…4 hex`.
+FACTS = [
+    (r"The file is (\d+) bytes\.", "stat -c %s ex.img"),
+    (r"`plain\.img` is the (\d+) EROFS bytes",
+     "sealfs build -q -T 0 --all-root --sidecar ex.seal src plain.img >/dev/null"
+     " && stat -c %s plain.img"),
+    (r"`ex\.seal` \((\d+) bytes\)", "stat -c %s ex.seal"),
+    (r"- `([0-9a-f]{8}…[0-9a-f]{4})`, the hash of EROFS block 0",
+     "abbrev:head -c 4096 ex.img | sha256sum"),
+    (r"- `([0-9a-f]{8}…[0-9a-f]{4})` twice, the hashes of blocks 1 and 2",
+     "abbrev:tail -c +4097 ex.img | head -c 4096 | sha256sum"),
+    (r"The SHA-256 of this 4096-byte block is the root,\n`([0-9a-f]{8}…[0-9a-f]{4})`",
+     "abbrev:tail -c +12289 ex.img | head -c 4096 | sha256sum"),
+    # §13.8 (and §7.6, which counts its blocks): one 300,000-byte file, SHA-512, 1 KiB, salted.
+    (r"- `erofs_length` (\d+), that is",
+     "mkdir big && head -c 300000 /dev/zero | tr '\\0' x > big/f"
+     " && sealfs build -q --hash-alg sha512 --verity-block-size 1024 --salt abcd big big.img"
+     " >/dev/null && sealfs inspect big.img | awk '$1 == \"sealed\" {print $3}'"),
+    (r"- `erofs_length` \d+, that is (\d+) data blocks of 1 KiB",
+     "echo $(( $(sealfs inspect big.img | awk '$1 == \"sealed\" {print $3}') / 1024 ))"),
+    (r"The SHA-512, 1 KiB, salted example in §13\.8 has (\d+) data blocks",
+     "echo $(( $(sealfs inspect big.img | awk '$1 == \"sealed\" {print $3}') / 1024 ))"),
+    (r"- a 3-level tree of (\d+) bytes",
+     "sealfs inspect big.img | awk '$1 == \"Merkle\" && $2 == \"tree\" {print $3}'"),
+]
+
+
+def facts(work, sealfs):
+    """[(pattern, value)] for FACTS."""
+    out = []
+    for pattern, cmd in FACTS:
+        if cmd.startswith("abbrev:"):
+            h = sh(cmd[len("abbrev:"):], work, sealfs).split()[0]
+            value = f"{h[:8]}…{h[-4:]}"
+        else:
+            value = sh(cmd, work, sealfs).strip()
+        out.append((pattern, value))
+    return out
+
+
+def apply_facts(doc, found):
+    for pattern, value in found:
+        m = list(re.finditer(pattern, doc))
+        if len(m) != 1:
+            sys.exit(f"examples.py: {len(m)} matches in docs/format.md for {pattern!r}")
+        a, b = m[0].span(1)
+        doc = doc[:a] + value + doc[b:]
+    return doc
 
 
 def sh(cmd, cwd, sealfs):
@@ -150,9 +203,10 @@ def main():
         doc = f.read()
     with tempfile.TemporaryDirectory() as work:
         gen, header = blocks(work, sealfs)
+        found = facts(work, sealfs)
         with open(os.path.join(work, "ex.img"), "rb") as f:
             image = f.read()
-    new = render(doc, gen, image, header)
+    new = apply_facts(render(doc, gen, image, header), found)
     if new == doc:
         return 0
     if a.check:

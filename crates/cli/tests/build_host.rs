@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -54,12 +55,17 @@ fn unnamed_files_of(pid: u32, dir: &Path) -> Vec<PathBuf> {
     .collect()
 }
 
-/// Starts a slow build of `src` into `out_dir/out.img`, waits until its output file holds data
-/// (named or not, as `named` says: the test fails if the other kind shows), sends `signal` with
-/// kill(1) while the build still runs, and returns once it has ended.
-fn interrupt_build(src: &Path, out_dir: &Path, signal: &str, named: bool) {
+/// Starts a slow build of `source` (the arguments naming it: a directory, or `--tar FILE`) into
+/// `out_dir/out.img`, waits until its output file holds data (named or not, as `named` says),
+/// sends `signal` with kill(1) while the build still runs, and returns once it has ended.
+fn interrupt_build(source: &[&OsStr], out_dir: &Path, signal: &str, named: bool) {
     let out = out_dir.join("out.img");
-    let mut cmd = build_cmd(src, &out, &["-q", "-T", "1", "-z", "lzma,9"]);
+    let mut cmd = Command::new(sealfs_bin());
+    cmd.args(["build", "-q", "-T", "1", "-z", "lzma,9"])
+        .args(source)
+        .arg(&out)
+        .env_remove("SOURCE_DATE_EPOCH")
+        .stdin(Stdio::null());
     if named {
         cmd.env("SEALFS_NO_O_TMPFILE", "1");
     }
@@ -124,21 +130,36 @@ fn interrupt_build(src: &Path, out_dir: &Path, signal: &str, named: bool) {
 /// Regression (issue 38, item 15): an interrupted build (SIGINT, SIGTERM, SIGHUP, SIGKILL) left
 /// its full-size `.sealfs-XXXXXX.tmp` beside the output (1.3 GB for linux.tar). The output is
 /// now an unnamed O_TMPFILE file until it is complete, so not even SIGKILL leaves anything; each
-/// signal is sent to a real build that has written data, and the directory must be empty after.
+/// signal is sent to a real build (of a directory, and of a tar archive) that has written data,
+/// and the directory must be empty after.
 #[test]
 fn interrupted_build_leaves_no_temporary_file() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("src");
     slow_tree(&src);
-    for signal in ["INT", "TERM", "HUP", "KILL"] {
-        let out_dir = work.path().join(format!("out-{signal}"));
-        fs::create_dir(&out_dir).unwrap();
-        interrupt_build(&src, &out_dir, signal, false);
-        assert_eq!(
-            names(&out_dir),
-            Vec::<String>::new(),
-            "SIG{signal} mid-build left files beside the output"
-        );
+    let tar = work.path().join("src.tar");
+    let made = run(Command::new("tar")
+        .arg("-C")
+        .arg(&src)
+        .arg("-cf")
+        .arg(&tar)
+        .arg("."));
+    assert!(made.status.success(), "tar -c: {made:?}");
+    let sources: [(&str, Vec<&OsStr>); 2] = [
+        ("dir", vec![src.as_os_str()]),
+        ("tar", vec![OsStr::new("--tar"), tar.as_os_str()]),
+    ];
+    for (kind, source) in &sources {
+        for signal in ["INT", "TERM", "HUP", "KILL"] {
+            let out_dir = work.path().join(format!("out-{kind}-{signal}"));
+            fs::create_dir(&out_dir).unwrap();
+            interrupt_build(source, &out_dir, signal, false);
+            assert_eq!(
+                names(&out_dir),
+                Vec::<String>::new(),
+                "SIG{signal} mid-build ({kind} source) left files beside the output"
+            );
+        }
     }
 }
 
@@ -154,7 +175,7 @@ fn interrupted_build_leaves_no_temporary_file_without_o_tmpfile() {
     for signal in ["INT", "TERM", "HUP"] {
         let out_dir = work.path().join(format!("out-{signal}"));
         fs::create_dir(&out_dir).unwrap();
-        interrupt_build(&src, &out_dir, signal, true);
+        interrupt_build(&[src.as_os_str()], &out_dir, signal, true);
         assert_eq!(
             names(&out_dir),
             Vec::<String>::new(),
@@ -234,7 +255,11 @@ fn gnu_tar_of(dir: &Path) -> Vec<u8> {
 /// build, and the kernel's mount of the image must equal the source as GNU tar reads both.
 #[test]
 fn dir_source_with_paths_longer_than_path_max() {
-    if !oracle_guard(root_env().and_then(|_| need_tool("tar"))) {
+    let needs = root_env()
+        .and_then(|_| need_tool("tar"))
+        .and_then(|_| need_tool("setfattr"))
+        .and_then(|_| need_tool("getfattr"));
+    if !oracle_guard(needs) {
         return;
     }
     let work = tempfile::tempdir().unwrap();
