@@ -155,6 +155,17 @@ fn describe(
         )
     });
     if let Some(t) = &scan.tree {
+        // The seal's tree lies in the file (the open checked the seal against the file's length;
+        // a file that shrank since is an error here, not an allocation of what it claims).
+        if t.end > total {
+            return Err(RegistryError::Image {
+                path: path.display().to_string(),
+                reason: format!(
+                    "the Merkle tree (bytes {}..{}) lies past the end of the file ({total} bytes)",
+                    t.start, t.end
+                ),
+            });
+        }
         scanned.tree = vec![0u8; (t.end - t.start) as usize];
     }
     let mut at = 0u64;

@@ -23,7 +23,15 @@
 //!   is retried here the same way. After the retries the batch fails with an [`io::Error`] that
 //!   names the URL and range; other reads go on. A server certificate that TLS refuses (an
 //!   untrusted issuer, say) fails at once, neither retried nor followed by other requests: no
-//!   retry can change it (the client is `object_store`'s own, wrapped in `tls.rs`).
+//!   retry can change it (the client is `object_store`'s own, wrapped in `tls.rs`). The request
+//!   at open (the tail) is retried as every later one is.
+//! - **Slow servers.** A body that brings fewer than [`RemoteOptions::speed_limit`] bytes a second
+//!   over [`RemoteOptions::speed_time`] is given up on ([`RemoteError::TooSlow`], not retried: a
+//!   server trickling a byte every few seconds is never silent long enough for the stall timeout,
+//!   and `object_store` would resume its body without end), and a request that has not finished,
+//!   retries included, after [`RemoteOptions::max_time`] is too ([`RemoteError::Deadline`]); both
+//!   name the server. The rate is counted here, over the body as `object_store` hands it on, so
+//!   it holds for every store (HTTP, S3, a registry's blobs) and across its resumptions.
 //! - **A private runtime.** The [`ReadAt`] API is synchronous and is called from many threads (FUSE
 //!   workers among them); each call blocks on a small tokio runtime owned by the object.
 //! - **Trust.** Bytes from a server are only as good as the digest they are checked against:
