@@ -56,11 +56,9 @@ pub fn absolute_mountpoint(mountpoint: &Path) -> Result<PathBuf, MountError> {
 /// it, a mount with files open fails (`EBUSY`). A stale mount (its daemon gone) unmounts too.
 pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<(), MountError> {
     let path = mountpoint.to_path_buf();
-    let c = CString::new(mountpoint.as_os_str().as_bytes()).map_err(|_| {
-        MountError::Unmount {
-            path: path.clone(),
-            source: std::io::Error::from_raw_os_error(libc::EINVAL),
-        }
+    let c = CString::new(mountpoint.as_os_str().as_bytes()).map_err(|_| MountError::Unmount {
+        path: path.clone(),
+        source: std::io::Error::from_raw_os_error(libc::EINVAL),
     })?;
     let flags = if lazy { libc::MNT_DETACH } else { 0 };
     // SAFETY: a valid NUL-terminated path.
@@ -171,10 +169,7 @@ pub(crate) fn block_signals() -> libc::sigset_t {
 
 /// Starts the thread that unmounts `mountpoint` lazily on each of the signals of `set` (blocked
 /// by [`block_signals`]); the serving loops end when the kernel drops the connection.
-pub(crate) fn unmount_on_signals(
-    set: libc::sigset_t,
-    mountpoint: &Path,
-) -> Result<(), MountError> {
+pub(crate) fn unmount_on_signals(set: libc::sigset_t, mountpoint: &Path) -> Result<(), MountError> {
     let mp = mountpoint.to_path_buf();
     std::thread::Builder::new()
         .name("signals".into())
