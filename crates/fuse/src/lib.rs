@@ -39,26 +39,32 @@
 //! ([`mount::serve`]) or by a daemon ([`mount::daemonize`]), as `sealfs mount` does; unmounting,
 //! stale mount points and the statistics query beside them.
 
+mod attr;
+mod failures;
+mod inodes;
 pub mod mount;
+mod nodes;
+mod ops;
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType as FuseType, Filesystem, Generation, INodeNo, InitFlags,
-    IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
-};
-use sealfs_reader::{DirEntry, FileType, Image, Inode, VerifiedBlocks, Visit, WalkEvent};
+pub use attr::new_encode_dev;
+use attr::{fuse_type, system_time};
+use failures::FailureLog;
+use inodes::InodeCache;
+pub use inodes::INODE_CACHE_ENTRIES;
+pub use nodes::NodeMap;
+
+use fuser::{Errno, FileAttr, INodeNo};
+use sealfs_reader::{DirEntry, Image, Inode, VerifiedBlocks};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Entries whose inodes one `readdirplus` reads ahead (from its offset): what a large reply holds
 /// (a `fuse_direntplus` takes 152 bytes before the name), so that each reply's prefetch stays bounded
 /// however large the directory.
-const READDIRPLUS_PREFETCH: usize = 1024;
+pub(crate) const READDIRPLUS_PREFETCH: usize = 1024;
 
 /// How long the kernel may keep entries and attributes: the image is immutable.
 pub const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -81,56 +87,6 @@ pub type FileCheck = Box<dyn Fn(&Image, &Inode) -> Result<(), String> + Send + S
 /// The outcome of a file's [`FileCheck`], computed once by the first read that needs it (concurrent
 /// readers wait for it).
 type CheckOnce = Arc<std::sync::OnceLock<Result<(), Errno>>>;
-
-/// The FUSE node ids of an image's inodes.
-///
-/// The kernel shows a node's `st_ino` from the attributes the filesystem returns, and for every node
-/// but the root (whose node id is always 1) the node id *is* that number in fuser. So node id = the
-/// inode number the kernel shows (the nid, or in an image with a metabox its
-/// [`sealfs_format::nid_to_ino64`] form), except: the root is 1 (its attributes still say its
-/// number), and numbers 0 and 1 (when not the root), which FUSE cannot use, are moved above every
-/// possible one (nids are below 2^59, since `nid * 32` is a byte offset, so their inode numbers are
-/// below 2^60).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NodeMap {
-    root_nid: u64,
-    metabox: bool,
-}
-
-const ALIAS: u64 = 1 << 62;
-
-impl NodeMap {
-    /// The map for an image whose root directory is `root_nid`, with a metabox or not.
-    pub fn new(root_nid: u64, metabox: bool) -> NodeMap {
-        NodeMap { root_nid, metabox }
-    }
-
-    /// The inode number the kernel shows for `nid`.
-    pub fn ino(&self, nid: u64) -> u64 {
-        sealfs_format::nid_to_ino64(self.metabox, nid)
-    }
-
-    /// The node id of `nid`.
-    pub fn node(&self, nid: u64) -> u64 {
-        let ino = self.ino(nid);
-        if nid == self.root_nid {
-            1
-        } else if ino <= 1 {
-            ino | ALIAS
-        } else {
-            ino
-        }
-    }
-
-    /// The nid of node id `node` (the inverse of [`NodeMap::node`]).
-    pub fn nid(&self, node: u64) -> u64 {
-        if node == 1 {
-            self.root_nid
-        } else {
-            sealfs_format::ino64_to_nid(self.metabox, node & !ALIAS)
-        }
-    }
-}
 
 /// Counters of the FUSE layer (the reader and the verifier keep their own).
 #[derive(Debug, Default)]
@@ -230,161 +186,11 @@ impl XattrState {
     }
 }
 
-/// Decoded inodes kept (about 150 bytes each with their map entry: at most ~40 MiB).
-pub const INODE_CACHE_ENTRIES: usize = 1 << 18;
-
-/// A bounded map of decoded inodes with two generations: entries are found in the current or the
-/// previous one (and promoted); when the current one is full, it becomes the previous one and the
-/// old previous one is dropped. At most `2 * half` entries, O(1) per operation.
-type InodeMap = HashMap<u64, Arc<Inode>>;
-
-struct InodeCache {
-    half: usize,
-    maps: Mutex<(InodeMap, InodeMap)>,
-}
-
-impl InodeCache {
-    fn new(entries: usize) -> InodeCache {
-        InodeCache {
-            half: (entries / 2).max(1),
-            maps: Mutex::new((HashMap::new(), HashMap::new())),
-        }
-    }
-
-    fn get(&self, nid: u64) -> Option<Arc<Inode>> {
-        let mut m = self.maps.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = m.0.get(&nid) {
-            return Some(i.clone());
-        }
-        let i = m.1.remove(&nid)?;
-        Self::put(&mut m, self.half, nid, i.clone());
-        Some(i)
-    }
-
-    fn insert(&self, nid: u64, inode: Arc<Inode>) {
-        let mut m = self.maps.lock().unwrap_or_else(|e| e.into_inner());
-        Self::put(&mut m, self.half, nid, inode);
-    }
-
-    fn put(m: &mut (InodeMap, InodeMap), half: usize, nid: u64, inode: Arc<Inode>) {
-        if m.0.len() >= half {
-            m.1 = std::mem::take(&mut m.0);
-        }
-        m.0.insert(nid, inode);
-    }
-}
-
 /// Decoded directories kept for `readdir` requests that continue a listing.
 const LISTINGS: usize = 16;
 
 thread_local! {
-    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Failed requests' log lines: each failure is named by its path ([`path_of`], a walk of the tree
-/// that reads the image: over a network, and while the link fails, that takes seconds) and written
-/// by a thread of its own, so the request that failed is answered at once. Started at the first
-/// failure (a daemon forks after the filesystem is made); lines still queued at unmount are
-/// written for a few seconds at most.
-struct FailureLog {
-    log: Arc<dyn Fn(&str) + Send + Sync>,
-    /// The worker, once started; `true` once drained (at unmount).
-    worker: Mutex<(Option<FailureWorker>, bool)>,
-}
-
-struct FailureWorker {
-    queue: mpsc::Sender<(u64, String)>,
-    /// Closed when the worker has written every line queued.
-    done: mpsc::Receiver<()>,
-}
-
-/// How long an unmount waits for queued failures to be named and logged.
-const FAILURE_LOG_DRAIN: Duration = Duration::from_secs(10);
-
-impl FailureLog {
-    fn new(log: Logger) -> FailureLog {
-        FailureLog {
-            log: Arc::from(log),
-            worker: Mutex::new((None, false)),
-        }
-    }
-
-    /// Queues the failure of `nid` (`what` failed) to be named and logged.
-    fn push(&self, image: &Arc<Image>, root_nid: u64, nid: u64, what: String) {
-        let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
-        if worker.1 {
-            return (self.log)(&format!("<nid {nid}>: {what}"));
-        }
-        let w = worker.0.get_or_insert_with(|| {
-            let (queue, rx) = mpsc::channel::<(u64, String)>();
-            let (done_tx, done) = mpsc::channel::<()>();
-            let (image, log) = (image.clone(), self.log.clone());
-            std::thread::spawn(move || {
-                let _done = done_tx;
-                for (nid, what) in rx {
-                    log(&format!("{}: {what}", path_of(&image, root_nid, nid)));
-                }
-            });
-            FailureWorker { queue, done }
-        });
-        if let Err(mpsc::SendError((nid, what))) = w.queue.send((nid, what)) {
-            (self.log)(&format!("<nid {nid}>: {what}"));
-        }
-    }
-
-    /// Waits (a bounded time) for the lines queued to be written; later failures are logged
-    /// unnamed, at once.
-    fn drain(&self) {
-        let w = {
-            let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
-            worker.1 = true;
-            worker.0.take()
-        };
-        let Some(w) = w else {
-            return;
-        };
-        drop(w.queue);
-        let _ = w.done.recv_timeout(FAILURE_LOG_DRAIN);
-    }
-}
-
-/// A path of `nid` in the image, found by walking the tree from the root (only when a failure is
-/// logged, so nothing is kept per inode while serving). Gives `<nid N>` if the walk does not find
-/// it within a bound (damaged directories are skipped).
-fn path_of(image: &Image, root_nid: u64, nid: u64) -> String {
-    const MAX_VISITED: usize = 1 << 21;
-    if nid == root_nid {
-        return "/".into();
-    }
-    let Ok(root) = image.inode(root_nid) else {
-        return format!("<nid {nid}>");
-    };
-    let mut visited = 0usize;
-    let mut found = None;
-    let _ = image.walk(&root, b"", &mut |event| {
-        let (path, entry) = match event {
-            WalkEvent::Entry(e) => (e.path, e.entry),
-            // An entry whose inode is damaged is still named.
-            WalkEvent::Error {
-                path,
-                entry: Some(entry),
-                ..
-            } => (path, entry),
-            WalkEvent::Dir { .. } | WalkEvent::Error { entry: None, .. } => {
-                return Ok(Visit::Continue)
-            }
-        };
-        visited += 1;
-        if entry.nid == nid {
-            found = Some(sealfs_reader::show_path(&[b"/", path].concat()));
-            return Err(());
-        }
-        if visited > MAX_VISITED {
-            return Err(());
-        }
-        Ok(Visit::Continue)
-    });
-    found.unwrap_or_else(|| format!("<nid {nid}>"))
+    pub(crate) static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 impl SealFs {
@@ -626,380 +432,6 @@ impl SealFs {
     }
 }
 
-/// Attributes of nothing: for negative entries and entries without attributes (node id 0).
-fn bare_attr(ino: u64, kind: FuseType) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(ino),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 0,
-        flags: 0,
-    }
-}
-
-/// The kernel's `new_encode_dev`, the form FUSE carries device numbers in (the format's rule).
-pub use sealfs_format::new_encode_dev;
-
-fn system_time(sec: i64, nsec: u32) -> SystemTime {
-    let nsec = nsec.min(999_999_999);
-    if sec >= 0 {
-        UNIX_EPOCH + Duration::new(sec as u64, nsec)
-    } else {
-        // sec + nsec/1e9 with sec negative: go back |sec| seconds, then forward nsec.
-        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
-    }
-}
-
-fn fuse_type(t: FileType) -> FuseType {
-    match t {
-        FileType::Regular => FuseType::RegularFile,
-        FileType::Directory => FuseType::Directory,
-        FileType::Symlink => FuseType::Symlink,
-        FileType::CharDevice => FuseType::CharDevice,
-        FileType::BlockDevice => FuseType::BlockDevice,
-        FileType::Fifo => FuseType::NamedPipe,
-        FileType::Socket => FuseType::Socket,
-    }
-}
-
-/// The type a directory entry says, falling back to what the inode would say for unknown values
-/// (the kernel passes `DT_UNKNOWN`; FUSE has no such type, so regular file).
-fn dirent_type(e: &DirEntry) -> FuseType {
-    e.file_type()
-        .map(fuse_type)
-        .unwrap_or(FuseType::RegularFile)
-}
-
-/// Replies to an xattr request as the kernel does: the size for a size-0 probe, ERANGE when the
-/// caller's buffer is too small.
-fn reply_xattr(reply: ReplyXattr, size: u32, data: &[u8]) {
-    if size == 0 {
-        reply.size(data.len() as u32);
-    } else if data.len() > size as usize {
-        reply.error(Errno::ERANGE);
-    } else {
-        reply.data(data);
-    }
-}
-
-impl Filesystem for SealFs {
-    fn destroy(&mut self) {
-        self.failures.drain();
-    }
-
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let wanted = InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_POSIX_ACL
-            | InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_MAX_PAGES;
-        let offered = config.capabilities();
-        let _ = config.add_capabilities(wanted & offered);
-        // As much readahead as the kernel offers; reads then come in large requests.
-        let _ = config
-            .set_max_readahead(u32::MAX)
-            .or_else(|max| config.set_max_readahead(max));
-        Ok(())
-    }
-
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.counters.lookups.fetch_add(1, Ordering::Relaxed);
-        let pnid = self.nodes.nid(parent.0);
-        let result = (|| {
-            let dir = self.inode(pnid)?;
-            let entry = self
-                .image
-                .lookup(&dir, name.as_bytes())
-                .map_err(|e| self.fail(pnid, e))?;
-            let Some(entry) = entry else { return Ok(None) };
-            let inode = self.inode(entry.nid)?;
-            Ok(Some(inode))
-        })();
-        match result {
-            Ok(Some(inode)) => {
-                let attr = self.attr(&inode, self.nodes.node(inode.nid()));
-                reply.entry(&TTL, &attr, Generation(0));
-            }
-            Ok(None) => {
-                // A negative entry (node id 0) the kernel caches as long as any other.
-                self.counters
-                    .negative_lookups
-                    .fetch_add(1, Ordering::Relaxed);
-                reply.entry(&TTL, &bare_attr(0, FuseType::RegularFile), Generation(0));
-            }
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.counters.getattrs.fetch_add(1, Ordering::Relaxed);
-        let nid = self.nodes.nid(ino.0);
-        match self.inode(nid) {
-            // The root's attributes carry its nid (its node id is 1): that is its st_ino.
-            Ok(inode) => {
-                let shown = if ino.0 == 1 {
-                    self.nodes.ino(nid)
-                } else {
-                    ino.0
-                };
-                reply.attr(&TTL, &self.attr(&inode, shown));
-            }
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let nid = self.nodes.nid(ino.0);
-        match self
-            .inode(nid)
-            .and_then(|i| self.image.readlink(&i).map_err(|e| self.fail(nid, e)))
-        {
-            Ok(target) => reply.data(&target),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    /// Neither files nor directories need a handle: `ENOSYS` tells the kernel not to send `open`,
-    /// `opendir` and their `release`s at all (`no_open`, `no_opendir`), and to keep the page cache and
-    /// cache directory contents as if `FOPEN_KEEP_CACHE` and `FOPEN_CACHE_DIR` had been answered. This
-    /// saves two round trips per open file or directory (`find` over a cached tree then never reaches
-    /// the daemon). Access checks stay in the kernel (`default_permissions`).
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.counters.opens.fetch_add(1, Ordering::Relaxed);
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        let nid = self.nodes.nid(ino.0);
-        let inode = match self.inode(nid).and_then(|i| self.check_file(&i).map(|_| i)) {
-            Ok(i) => i,
-            Err(e) => return reply.error(e),
-        };
-        let len = inode.size().saturating_sub(offset).min(size as u64) as usize;
-        READ_BUF.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            if buf.len() < len {
-                buf.resize(len, 0);
-            }
-            match self.image.read(&inode, offset, &mut buf[..len]) {
-                Ok(n) => {
-                    self.counters
-                        .bytes_served
-                        .fetch_add(n as u64, Ordering::Relaxed);
-                    reply.data(&buf[..n]);
-                }
-                Err(e) => reply.error(self.fail(nid, e)),
-            }
-        });
-    }
-
-    /// See [`SealFs::open`].
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.counters.opens.fetch_add(1, Ordering::Relaxed);
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        self.counters.readdirs.fetch_add(1, Ordering::Relaxed);
-        let entries = match self.listing(self.nodes.nid(ino.0)) {
-            Ok(e) => e,
-            Err(e) => return reply.error(e),
-        };
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            // d_ino is the inode number, as on a kernel mount.
-            if reply.add(
-                INodeNo(self.nodes.ino(e.nid)),
-                i as u64 + 1,
-                dirent_type(e),
-                OsStr::from_bytes(&e.name),
-            ) {
-                break;
-            }
-        }
-        reply.ok();
-    }
-
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        self.counters.readdirs.fetch_add(1, Ordering::Relaxed);
-        let entries = match self.listing(self.nodes.nid(ino.0)) {
-            Ok(e) => e,
-            Err(e) => return reply.error(e),
-        };
-        // The entries' inodes are usually neighbours in the image: read their blocks in a few
-        // requests (verified together) rather than one by one as the loop reaches them. Only as many
-        // entries as one reply can hold, so that a huge directory listed in many replies is not
-        // scanned from each reply's offset to its end.
-        let uncached: Vec<u64> = entries
-            .iter()
-            .skip(offset as usize)
-            .take(READDIRPLUS_PREFETCH)
-            .filter(|e| self.inodes.get(e.nid).is_none())
-            .map(|e| e.nid)
-            .collect();
-        self.image.prefetch_inodes(&uncached);
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            let name = OsStr::from_bytes(&e.name);
-            let dots = e.name == b"." || e.name == b"..";
-            let inode = match self.inode(e.nid) {
-                Ok(i) => i,
-                // The entry is still listed (as `ls` lists names it cannot stat); the kernel asks
-                // for it again with a lookup, which gets the error.
-                Err(_) => {
-                    let attr = bare_attr(0, dirent_type(e));
-                    if reply.add(
-                        INodeNo(0),
-                        i as u64 + 1,
-                        name,
-                        &Duration::ZERO,
-                        &attr,
-                        Generation(0),
-                    ) {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            // "." and ".." are not linked by the kernel: their number is only d_ino.
-            let node = if dots {
-                self.nodes.ino(e.nid)
-            } else {
-                self.nodes.node(e.nid)
-            };
-            let attr = self.attr(&inode, node);
-            if reply.add(
-                INodeNo(node),
-                i as u64 + 1,
-                name,
-                &TTL,
-                &attr,
-                Generation(0),
-            ) {
-                break;
-            }
-        }
-        reply.ok();
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        // erofs_statfs: no free blocks, ULLONG_MAX files of which all but the image's are "free".
-        let sb = self.image.superblock();
-        let bsize = self.image.block_size() as u32;
-        reply.statfs(
-            sb.blocks,
-            0,
-            0,
-            u64::MAX,
-            u64::MAX - sb.inos,
-            bsize,
-            255,
-            bsize,
-        );
-    }
-
-    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.counters.getxattrs.fetch_add(1, Ordering::Relaxed);
-        if self.xattr_state().refused() {
-            return reply.error(Errno::ENOSYS);
-        }
-        let nid = self.nodes.nid(ino.0);
-        let name = name.as_bytes();
-        if name.starts_with(b"trusted.") && req.uid() != 0 {
-            return reply.error(Errno::ENODATA);
-        }
-        let value = self.inode(nid).and_then(|i| {
-            self.image
-                .get_xattr(&i, name)
-                .map_err(|e| self.fail(nid, e))
-        });
-        match value {
-            Ok(Some(v)) => reply_xattr(reply, size, &v),
-            Ok(None) => reply.error(Errno::ENODATA),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if self.xattr_state().refused() {
-            return reply.error(Errno::ENOSYS);
-        }
-        let nid = self.nodes.nid(ino.0);
-        let names = self
-            .inode(nid)
-            .and_then(|i| self.image.list_xattrs(&i).map_err(|e| self.fail(nid, e)));
-        match names {
-            Ok(names) => {
-                let mut out = Vec::new();
-                for n in names {
-                    // The kernel lists trusted.* only to CAP_SYS_ADMIN.
-                    if n.starts_with(b"trusted.") && req.uid() != 0 {
-                        continue;
-                    }
-                    out.extend_from_slice(&n);
-                    out.push(0);
-                }
-                reply_xattr(reply, size, &out);
-            }
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn ioctl(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: IoctlFlags,
-        cmd: u32,
-        _in_data: &[u8],
-        out_size: u32,
-        reply: ReplyIoctl,
-    ) {
-        if cmd != STATS_IOCTL {
-            return reply.error(Errno::ENOTTY);
-        }
-        let mut json = self.stats_json().to_string().into_bytes();
-        json.truncate((out_size as usize).min(STATS_IOCTL_SIZE));
-        reply.ioctl(0, &json);
-    }
-}
-
 impl SealFs {
     /// The entries of open directory `fh`, read on first use.
     /// The entries of directory `nid`, decoded once for the requests of one listing.
@@ -1028,6 +460,7 @@ impl SealFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     // ----- NodeMap -------------------------------------------------------------------------------
 

@@ -9,11 +9,11 @@
 //! Needs root and FUSE: prints `SKIP:` otherwise (a failure under CI=true).
 
 use sealfs_fuse::mount::{self, Access, LogTo, MountImage, MountOptions};
+use sealfs_reader::{OpenOptions, VerifyMode};
 use sealfs_testsupport::build::build_image;
 use sealfs_testsupport::compare::{compare_trees, Expect};
 use sealfs_testsupport::fixture::make_full_fixture;
 use sealfs_testsupport::{oracle_guard, root_env, Rng, Tmpfs};
-use sealfs_reader::{OpenOptions, VerifyMode};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -97,20 +97,35 @@ fn in_process_mount_reads_as_the_source_and_unmount_joins() {
     assert_eq!(mounted_type(&mp).as_deref(), Some("fuse.sealfs"));
 
     let diffs = compare_trees(&src, &mp, &Expect::default());
-    assert!(diffs.is_empty(), "source vs in-process mount:\n{}", diffs.join("\n"));
+    assert!(
+        diffs.is_empty(),
+        "source vs in-process mount:\n{}",
+        diffs.join("\n")
+    );
     let stats = handle.stats().expect("statistics of the in-process mount");
     assert!(
         stats["trust"].as_str().unwrap().contains("self-consistent"),
         "{stats}"
     );
-    assert!(stats["verify"]["blocks_verified"].as_u64().unwrap() > 0, "{stats}");
-    assert!(lines.lock().unwrap().is_empty(), "{:?}", lines.lock().unwrap());
+    assert!(
+        stats["verify"]["blocks_verified"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    assert!(
+        lines.lock().unwrap().is_empty(),
+        "{:?}",
+        lines.lock().unwrap()
+    );
 
     handle.unmount().expect("unmounting");
     // Unmounted and joined: the kernel no longer lists it, and the serving threads have dropped
     // the file system, whose image this test now holds alone.
     assert_eq!(mounted_type(&mp), None);
-    assert_eq!(Arc::strong_count(&held), 1, "the file system outlived unmount()");
+    assert_eq!(
+        Arc::strong_count(&held),
+        1,
+        "the file system outlived unmount()"
+    );
 
     // Dropping the handle does the same.
     let mut img = open(&image);
@@ -165,11 +180,18 @@ fn in_process_damaged_block_fails_only_its_file() {
     assert_eq!(head, victim[..4096]);
     for i in (0..8).filter(|&i| i != 3) {
         let name = format!("f{i}");
-        assert_eq!(fs::read(mp.join(&name)).unwrap(), fs::read(src.join(&name)).unwrap(), "{name}");
+        assert_eq!(
+            fs::read(mp.join(&name)).unwrap(),
+            fs::read(src.join(&name)).unwrap(),
+            "{name}"
+        );
     }
     assert_eq!(fs::read(mp.join("sub/small")).unwrap(), b"small file\n");
     let stats = handle.stats().unwrap();
-    assert!(stats["fuse"]["verification_errors"].as_u64().unwrap() >= 1, "{stats}");
+    assert!(
+        stats["fuse"]["verification_errors"].as_u64().unwrap() >= 1,
+        "{stats}"
+    );
     // Logged once, by a thread of the mount, with the path and the block.
     let deadline = Instant::now() + Duration::from_secs(10);
     while lines.lock().unwrap().is_empty() && Instant::now() < deadline {
@@ -214,7 +236,10 @@ fn in_process_unmount_with_a_file_open_waits_for_it() {
     });
     let t = Instant::now();
     handle.unmount().expect("unmounting a busy mount");
-    assert!(t.elapsed() >= Duration::from_millis(400), "returned before the file was closed");
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "returned before the file was closed"
+    );
     assert_eq!(closer.join().unwrap().unwrap(), "held open\n");
     assert_eq!(mounted_type(&mp), None);
 }
