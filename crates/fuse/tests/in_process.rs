@@ -243,3 +243,42 @@ fn in_process_unmount_with_a_file_open_waits_for_it() {
     assert_eq!(closer.join().unwrap().unwrap(), "held open\n");
     assert_eq!(mounted_type(&mp), None);
 }
+
+#[test]
+fn in_process_mount_unmounted_from_outside_still_joins() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a"), b"a\n").unwrap();
+    let image = dir.path().join("img.erofs");
+    build_image(&src, &image, &Default::default()).unwrap();
+    let mp = mountpoint(dir.path());
+    let mut img = open(&image);
+    img.xattrs = sealfs_fuse::XattrMode::On;
+    let held = img.image.clone();
+    let handle = mount::mount(img, &mp, &MountOptions::default(), LogTo::Stderr).unwrap();
+    assert_eq!(fs::read(mp.join("a")).unwrap(), b"a\n");
+    // util-linux's umount takes it down behind the handle's back.
+    let st = std::process::Command::new("umount")
+        .arg(&mp)
+        .status()
+        .unwrap();
+    assert!(st.success(), "umount {}: {st}", mp.display());
+    handle.unmount().expect("a mount already gone is no error");
+    assert_eq!(
+        Arc::strong_count(&held),
+        1,
+        "the file system outlived unmount()"
+    );
+}
+
+/// A handle can be kept by a service's threads (a snapshotter's table of mounts).
+#[test]
+fn mount_handle_is_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<mount::MountHandle>();
+    send_sync::<MountImage>();
+}

@@ -220,8 +220,11 @@ impl MountHandle {
             }
             other => other,
         };
-        // A mount already gone (unmounted from outside: the session has ended) is not an error.
-        let gone = session.guard.is_finished();
+        // A mount already gone (unmounted from outside: `EINVAL`, not a mount point any more; the
+        // session ends, or has ended) is not an error.
+        let gone = session.guard.is_finished()
+            || matches!(&unmounted, Err(MountError::Unmount { source, .. })
+                if source.raw_os_error() == Some(libc::EINVAL));
         if let Err(e) = unmounted {
             if !gone {
                 // Still mounted and serving: joining would wait forever.
