@@ -1,7 +1,7 @@
 //! Mounting an image over FUSE: one API for `sealfs mount`, the containerd snapshotter and the
 //! bindings.
 //!
-//! An image is opened and verified first ([`sealfs_reader::open`]; [`MOUNT_BLOCK_CACHE`] and
+//! An image is opened and verified first ([`sealfs_reader::open()`]; [`MOUNT_BLOCK_CACHE`] and
 //! [`mount_cluster_cache`] are the cache sizes a mount wants), then wrapped in a [`MountImage`]
 //! (what its mount does besides answering requests) and mounted read-only with
 //! [`MountOptions`] (access, flags, threads, readahead), in one of three ways:
@@ -21,6 +21,27 @@
 //! mount's counters through [`crate::STATS_IOCTL`], what `sealfs stats` prints),
 //! [`check_mountpoint`] (which refuses a stale mount point, saying how to clear it) and
 //! [`absolute_mountpoint`].
+//!
+//! ```no_run
+//! use sealfs_fuse::mount::{self, Access, LogTo, MountImage, MountOptions};
+//! use sealfs_reader::{open, OpenOptions};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let options = OpenOptions {
+//!     digest: Some("sha256:3f1c...".parse()?),
+//!     cache_blocks: mount::MOUNT_BLOCK_CACHE,
+//!     cluster_cache_bytes: mount::mount_cluster_cache(),
+//!     keep_passed_extents: false,
+//!     ..OpenOptions::default()
+//! };
+//! let image = MountImage::new(open("layer.img", &options)?);
+//! // An overlayfs lower directory that containers' users read: allow_other.
+//! let mount_options = MountOptions { access: Access::All, ..MountOptions::default() };
+//! let handle = mount::mount(image, "/run/layers/1".as_ref(), &mount_options, LogTo::Syslog)?;
+//! println!("{}", handle.stats()?["trust"]);
+//! handle.unmount()?; // or drop it
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Every read through any of these is verified as the image was opened to verify; a block that
 //! fails its check fails (`EIO`) the read of that file only, and is logged once ([`LogTo`]).
