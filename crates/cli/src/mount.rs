@@ -183,7 +183,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     if let Some(p) = &args.record_profile {
         image.record_profile(p).map_err(|e| match e {
             MountError::Unrecordable => anyhow!("--record-profile {e}"),
-            e => anyhow!("--record-profile: {e}"),
+            e => anyhow::Error::new(e).context("--record-profile"),
         })?;
     }
     // A remote image's metadata is fetched in batches in the background (into the persistent
@@ -211,7 +211,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
             Ok(()) => Ok(ExitCode::SUCCESS),
             // The mount served; only its profile is missing.
             Err(e @ MountError::Profile { .. }) => {
-                eprintln!("sealfs: {e}");
+                eprintln!("sealfs: {}", sealfs_reader::ErrorChain(&e));
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => Err(e.into()),

@@ -51,7 +51,7 @@ fn serve_checked(
             };
             if let Some(wr) = status {
                 let mut f = std::fs::File::from(wr);
-                let _ = f.write_all(format!("1{e}").as_bytes());
+                let _ = f.write_all(format!("1{}", sealfs_reader::ErrorChain(&e)).as_bytes());
             }
             return Err(e);
         }

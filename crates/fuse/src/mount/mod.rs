@@ -61,7 +61,8 @@ pub use sys::{
 use std::path::{Path, PathBuf};
 
 /// Why a mount, unmount or statistics query failed. Paths are shown escaped
-/// ([`sealfs_text::escape_path`]).
+/// ([`sealfs_text::escape_path`]); a system error is the `source`, not in the message: print one
+/// with [`sealfs_reader::ErrorChain`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MountError {
@@ -85,7 +86,7 @@ pub enum MountError {
     #[error("{}: not a mount point", sealfs_text::escape_path(.0))]
     NotAMountPoint(PathBuf),
     /// The mount point (or a path given for statistics) cannot be read.
-    #[error("{}: {source}", sealfs_text::escape_path(path))]
+    #[error("{}", sealfs_text::escape_path(path))]
     Mountpoint {
         /// The path.
         path: PathBuf,
@@ -93,7 +94,7 @@ pub enum MountError {
         source: std::io::Error,
     },
     /// The kernel (or `fusermount3`) refused the mount.
-    #[error("mounting on {}: {source}", sealfs_text::escape_path(path))]
+    #[error("mounting on {}", sealfs_text::escape_path(path))]
     Mount {
         /// The mount point.
         path: PathBuf,
@@ -101,7 +102,7 @@ pub enum MountError {
         source: std::io::Error,
     },
     /// Serving the mount failed (reading requests from the kernel).
-    #[error("serving {}: {source}", sealfs_text::escape_path(path))]
+    #[error("serving {}", sealfs_text::escape_path(path))]
     Serve {
         /// The mount point.
         path: PathBuf,
@@ -109,7 +110,7 @@ pub enum MountError {
         source: std::io::Error,
     },
     /// Unmounting failed (`EBUSY`: files are open on it; `EINVAL`: not a mount point).
-    #[error("unmounting {}: {source}", sealfs_text::escape_path(path))]
+    #[error("unmounting {}", sealfs_text::escape_path(path))]
     Unmount {
         /// The mount point.
         path: PathBuf,
@@ -129,7 +130,7 @@ pub enum MountError {
     },
     /// The path is not on a sealfs mount (the statistics ioctl failed).
     #[error(
-        "{}: not on a sealfs mount (statistics ioctl: {source})",
+        "{}: not on a sealfs mount (statistics ioctl)",
         sealfs_text::escape_path(path)
     )]
     NotSealfs {
@@ -145,7 +146,7 @@ pub enum MountError {
     #[error("needs a sealed image read with verification")]
     Unrecordable,
     /// The access profile could not be written (or its path made absolute).
-    #[error("writing the profile {}: {source}", sealfs_text::escape_path(path))]
+    #[error("writing the profile {}", sealfs_text::escape_path(path))]
     Profile {
         /// Where it was to go.
         path: PathBuf,
@@ -153,7 +154,7 @@ pub enum MountError {
         source: std::io::Error,
     },
     /// Starting the daemon failed (`pipe`, `fork`, a thread).
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Daemon {
         /// What was being done.
         what: &'static str,
