@@ -282,3 +282,33 @@ fn mount_handle_is_send_and_sync() {
     send_sync::<mount::MountHandle>();
     send_sync::<MountImage>();
 }
+
+#[test]
+fn in_process_mount_detached_lazily_ends_when_its_last_file_closes() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a"), b"a\n").unwrap();
+    let image = dir.path().join("img.erofs");
+    build_image(&src, &image, &Default::default()).unwrap();
+    let mp = mountpoint(dir.path());
+    let handle = mount::mount(open(&image), &mp, &MountOptions::default(), LogTo::Stderr).unwrap();
+    let file = fs::File::open(mp.join("a")).unwrap();
+    mount::unmount(&mp, true).expect("lazy unmount");
+    assert_eq!(mounted_type(&mp), None, "detached at once");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!handle.has_ended(), "ended while a file was still open");
+    drop(file);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !handle.has_ended() {
+        assert!(
+            Instant::now() < deadline,
+            "still serving 10 s after the last file closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    handle.unmount().expect("joining an ended mount");
+}

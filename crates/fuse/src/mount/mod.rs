@@ -171,7 +171,9 @@ pub enum MountError {
 
 /// An image mounted in this process by [`mount`]: its FUSE session is served by background
 /// threads it owns. [`MountHandle::unmount`] or dropping it unmounts the file system and joins
-/// them.
+/// them; while files are open on the mount, that waits until the last is closed (the mount is
+/// detached at once, so nothing new reaches it). A service that must not wait unmounts lazily
+/// itself first ([`unmount`] with `lazy`) and keeps the handle until [`MountHandle::has_ended`].
 pub struct MountHandle {
     mountpoint: PathBuf,
     session: Option<fuser::BackgroundSession>,
@@ -216,6 +218,12 @@ impl MountHandle {
     /// Where the image is mounted (canonical).
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// Whether the serving threads have ended: the mount was taken down (from outside, or
+    /// detached lazily and its last file closed), so [`MountHandle::unmount`] returns at once.
+    pub fn has_ended(&self) -> bool {
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
     }
 
     /// The mount's counters, as `sealfs stats --json` prints them ([`query_stats`]).
