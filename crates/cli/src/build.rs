@@ -440,7 +440,7 @@ pub fn run(args: BuildArgs) -> Result<ExitCode> {
         }
         eprintln!(
             "{}: {} inodes ({} directories), {} bytes of file data, image {} bytes",
-            sealfs_text::escape_path(&out),
+            sealfs_text::escape_path(out),
             summary.inodes,
             summary.dirs,
             summary.data_bytes,

@@ -77,14 +77,14 @@ pub fn umount(mountpoint: &Path, lazy: bool) -> Result<ExitCode> {
     if !down.unmounted {
         eprintln!(
             "sealfs: {}: nothing was mounted; removed what a mount left behind",
-            sealfs_text::escape_path(&mountpoint)
+            sealfs_text::escape_path(mountpoint)
         );
     }
     if !down.pending.is_empty() {
         let names: Vec<String> = down
             .pending
             .iter()
-            .map(|p| sealfs_text::escape_path(&p))
+            .map(|p| sealfs_text::escape_path(p))
             .collect();
         eprintln!(
             "sealfs: {} still in use; released when the last open file is closed",
@@ -204,7 +204,7 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
     let Some(chain) = sealfs_kernel::chain(&mountpoint).map_err(kernel_error)? else {
         bail!(
             "{}: a directory, neither an image nor a kernel (EROFS) mount of one",
-            sealfs_text::escape_path(&dir)
+            sealfs_text::escape_path(dir)
         );
     };
     if json {

@@ -185,13 +185,13 @@ fn source_name(image: &Path) -> String {
 fn check_mountpoint(mp: &Path) -> Result<()> {
     match std::fs::metadata(mp) {
         Ok(md) if md.is_dir() => Ok(()),
-        Ok(_) => bail!("{}: not a directory", sealfs_text::escape_path(&mp)),
+        Ok(_) => bail!("{}: not a directory", sealfs_text::escape_path(mp)),
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => bail!(
             "{}: a FUSE mount whose daemon is gone (stale); run `sealfs umount {}` first",
-            sealfs_text::escape_path(&mp),
-            sealfs_text::escape_path(&mp)
+            sealfs_text::escape_path(mp),
+            sealfs_text::escape_path(mp)
         ),
-        Err(e) => Err(anyhow!("{}: {e}", sealfs_text::escape_path(&mp))),
+        Err(e) => Err(anyhow!("{}: {e}", sealfs_text::escape_path(mp))),
     }
 }
 
@@ -202,7 +202,7 @@ fn open_log(path: &Path) -> Result<std::fs::File> {
         .create(true)
         .append(true)
         .open(path)
-        .with_context(|| format!("--log {}", sealfs_text::escape_path(&path)))
+        .with_context(|| format!("--log {}", sealfs_text::escape_path(path)))
 }
 
 /// Where log lines go: the `--log` file, else stderr in the foreground, else syslog.
@@ -252,7 +252,7 @@ fn unmount(mp: &Path, lazy: bool) -> Result<()> {
     }
     let err = std::io::Error::last_os_error();
     if err.raw_os_error() != Some(libc::EPERM) {
-        bail!("unmounting {}: {err}", sealfs_text::escape_path(&mp));
+        bail!("unmounting {}: {err}", sealfs_text::escape_path(mp));
     }
     let mut cmd = std::process::Command::new("fusermount3");
     cmd.arg("-u");
@@ -266,7 +266,7 @@ fn unmount(mp: &Path, lazy: bool) -> Result<()> {
     if !out.status.success() {
         bail!(
             "fusermount3 -u {}: {}",
-            sealfs_text::escape_path(&mp),
+            sealfs_text::escape_path(mp),
             sealfs_text::escape_prose(out.stderr.trim_ascii())
         );
     }
@@ -323,7 +323,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|p| {
             std::path::absolute(p)
-                .with_context(|| format!("--record-profile {}", sealfs_text::escape_path(&p)))
+                .with_context(|| format!("--record-profile {}", sealfs_text::escape_path(p)))
         })
         .transpose()?;
     // A daemon serves many lookups over time: keep the metadata of a large tree verified in memory.
@@ -371,9 +371,9 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     let replay = match (&args.profile, &digest) {
         (None, _) => None,
         (Some(p), Some(d)) => {
-            let text = std::fs::read_to_string(p).with_context(|| sealfs_text::escape_path(&p))?;
+            let text = std::fs::read_to_string(p).with_context(|| sealfs_text::escape_path(p))?;
             let ranges = sealfs_reader::profile::parse_profile(&text, d)
-                .map_err(|e| anyhow!("--profile {}: {e}", sealfs_text::escape_path(&p)))?;
+                .map_err(|e| anyhow!("--profile {}: {e}", sealfs_text::escape_path(p)))?;
             Some(ranges)
         }
         (Some(_), None) => bail!("--profile: the image is not sealed (nothing to warm)"),
@@ -398,7 +398,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
             if let Err(e) = written {
                 eprintln!(
                     "sealfs: writing the profile {}: {e}",
-                    sealfs_text::escape_path(&path)
+                    sealfs_text::escape_path(path)
                 );
             }
         }
@@ -587,7 +587,7 @@ fn serve(
     let session = match fuser::Session::new(fs, mountpoint, config) {
         Ok(s) => s,
         Err(e) => {
-            let msg = format!("mounting on {}: {e}", sealfs_text::escape_path(&mountpoint));
+            let msg = format!("mounting on {}: {e}", sealfs_text::escape_path(mountpoint));
             if let Some(wr) = &status {
                 report_to_parent(wr, &msg);
             }
@@ -618,7 +618,7 @@ fn serve(
         .context("starting the signal thread")?;
     session
         .run()
-        .with_context(|| format!("serving {}", sealfs_text::escape_path(&mountpoint)))?;
+        .with_context(|| format!("serving {}", sealfs_text::escape_path(mountpoint)))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -643,13 +643,13 @@ fn absolute_mountpoint(mp: &Path) -> Result<PathBuf> {
     }
     let name = mp
         .file_name()
-        .ok_or_else(|| anyhow!("{}: not a mount point", sealfs_text::escape_path(&mp)))?;
+        .ok_or_else(|| anyhow!("{}: not a mount point", sealfs_text::escape_path(mp)))?;
     let parent = match mp.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     Ok(std::fs::canonicalize(parent)
-        .with_context(|| sealfs_text::escape_path(&mp))?
+        .with_context(|| sealfs_text::escape_path(mp))?
         .join(name))
 }
 
@@ -672,7 +672,7 @@ pub fn run_umount(args: UmountArgs) -> Result<ExitCode> {
 
 /// Asks the daemon serving `path` for its statistics.
 pub fn query_stats(path: &Path) -> Result<serde_json::Value> {
-    let file = std::fs::File::open(path).with_context(|| sealfs_text::escape_path(&path))?;
+    let file = std::fs::File::open(path).with_context(|| sealfs_text::escape_path(path))?;
     let mut buf = vec![0u8; STATS_IOCTL_SIZE];
     // SAFETY: the buffer holds the STATS_IOCTL_SIZE bytes the ioctl number encodes.
     let r = unsafe { libc::ioctl(file.as_raw_fd(), STATS_IOCTL as _, buf.as_mut_ptr()) };
@@ -680,7 +680,7 @@ pub fn query_stats(path: &Path) -> Result<serde_json::Value> {
         let e = std::io::Error::last_os_error();
         bail!(
             "{}: not on a sealfs mount (statistics ioctl: {e})",
-            sealfs_text::escape_path(&path)
+            sealfs_text::escape_path(path)
         );
     }
     let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());

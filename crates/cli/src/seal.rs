@@ -89,7 +89,7 @@ pub fn run(args: SealCmd) -> Result<ExitCode> {
         Some(s) => eprintln!(
             "{}: sealed into {} (root {})",
             sealfs_text::escape_path(&args.image),
-            sealfs_text::escape_path(&s),
+            sealfs_text::escape_path(s),
             info.root
         ),
         None => eprintln!(

@@ -23,10 +23,10 @@ fn create_new(path: &Path, mode: u32, text: &str) -> Result<()> {
         .create_new(true)
         .mode(mode)
         .open(path)
-        .with_context(|| format!("{}: create", sealfs_text::escape_path(&path)))?;
+        .with_context(|| format!("{}: create", sealfs_text::escape_path(path)))?;
     f.write_all(text.as_bytes())
         .and_then(|_| f.sync_all())
-        .with_context(|| format!("{}: write", sealfs_text::escape_path(&path)))
+        .with_context(|| format!("{}: write", sealfs_text::escape_path(path)))
 }
 
 /// Runs `sealfs keygen`: prints the new key's fingerprint.
@@ -178,11 +178,11 @@ pub fn run_sign(args: SignArgs) -> Result<ExitCode> {
         (None, Some(sig), Some(public)) => {
             let public = PublicKey::read(public).map_err(|e| anyhow!("--pubkey: {e}"))?;
             let bytes = std::fs::read(sig)
-                .with_context(|| format!("{}: read", sealfs_text::escape_path(&sig)))?;
+                .with_context(|| format!("{}: read", sealfs_text::escape_path(sig)))?;
             let signature: [u8; 64] = bytes.try_into().map_err(|b: Vec<u8>| {
                 anyhow!(
                     "{}: {} bytes, not a raw 64-byte Ed25519 signature",
-                    sealfs_text::escape_path(&sig),
+                    sealfs_text::escape_path(sig),
                     b.len()
                 )
             })?;
@@ -203,11 +203,11 @@ pub fn run_sign(args: SignArgs) -> Result<ExitCode> {
     };
     if let Some(p) = &args.statement_out {
         std::fs::write(p, &signed.signature.statement)
-            .with_context(|| format!("{}: write", sealfs_text::escape_path(&p)))?;
+            .with_context(|| format!("{}: write", sealfs_text::escape_path(p)))?;
     }
     if let Some(p) = &args.signature_out {
         std::fs::write(p, signed.signature.signature)
-            .with_context(|| format!("{}: write", sealfs_text::escape_path(&p)))?;
+            .with_context(|| format!("{}: write", sealfs_text::escape_path(p)))?;
     }
     println!("{} signed by {}", signed.digest, signed.fingerprint);
     eprintln!(
