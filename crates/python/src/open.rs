@@ -38,6 +38,11 @@ impl Drop for Opened {
     }
 }
 
+/// The most blocks a sequential read has fetched ahead of it (8 MiB; `sealfs mount`'s is
+/// 64 MiB): what readahead holds in memory (the pieces in flight and those landed for the reader)
+/// stays within a few times this.
+pub const BINDINGS_READAHEAD_BLOCKS: u64 = 2048;
+
 /// A `fill=` argument: `"off"`, `"auto"` or `"on"`.
 pub fn parse_fill(fill: &str) -> PyResult<FillMode> {
     fill.parse()
@@ -167,6 +172,7 @@ pub fn open(
                 verify,
                 cache_blocks: block_cache.unwrap_or(defaults.cache_blocks),
                 cluster_cache_bytes: cluster_cache.unwrap_or(defaults.cluster_cache_bytes),
+                readahead_blocks: (defaults.readahead_blocks.0, BINDINGS_READAHEAD_BLOCKS),
                 min_version,
                 fill,
                 ..defaults
