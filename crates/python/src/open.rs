@@ -27,17 +27,6 @@ pub struct Opened {
     pub remote: Option<Arc<RemoteObject>>,
 }
 
-impl Drop for Opened {
-    /// The image gone (its last `Image` and file collected): the background fetchers of a URL's
-    /// readahead and fill end and are joined, and its I/O threads as the reader is dropped right
-    /// after, so nothing it started runs on.
-    fn drop(&mut self) {
-        if let Some(v) = &self.image.verified {
-            v.close_readahead();
-        }
-    }
-}
-
 /// The most blocks a sequential read has fetched ahead of it (8 MiB; `sealfs mount`'s is
 /// 64 MiB): what readahead holds in memory (the pieces in flight and those landed for the reader)
 /// stays within a few times this.

@@ -349,8 +349,8 @@ class Image:
 
     def close(self) -> None:
         """Forgets the image; files opened from it stay readable until closed. Once neither the
-        image nor a file of it is referenced, the threads it started (a URL's readahead, fill and
-        I/O) are stopped and joined, as the object is collected (at once, in CPython)."""
+        image nor a file of it is referenced, a URL's readahead and fill stop (a fetch in flight
+        ends in the background)."""
         self._n = None
 
     @property
