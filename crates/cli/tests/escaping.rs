@@ -387,9 +387,12 @@ fn damaged_files_are_named_escaped_by_verify_cat_and_extract() {
     println!("verify, cat and extract name the damaged file and paths escaped");
 }
 
-/// A tar archive written by Python's `tarfile` with a regular file and the entries `entries`
-/// (name, kind, link target): archives GNU tar would refuse to write.
-fn python_tar(out: &Path, entries: &[(&[u8], &str, &[u8])]) {
+/// An entry for [`python_tar`]: name, kind (`hard`, `dir`, else a file), link target.
+type TarEntry<'a> = (&'a [u8], &'a str, &'a [u8]);
+
+/// A tar archive written by Python's `tarfile` with a regular file and the entries `entries`:
+/// archives GNU tar would refuse to write.
+fn python_tar(out: &Path, entries: &[TarEntry]) {
     let mut script = String::from(
         "import sys, tarfile, io\n\
          t = tarfile.open(sys.argv[1], 'w', format=tarfile.GNU_FORMAT, encoding='utf-8', errors='surrogateescape')\n\
@@ -474,7 +477,7 @@ fn import_errors_name_entries_as_tar_quotes_them() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     // A hard link to a file the archive does not hold; a name that climbs out of the tree.
-    let cases: [(&str, (&[u8], &str, &[u8])); 2] = [
+    let cases: [(&str, TarEntry); 2] = [
         (
             "hard",
             (b"hl\x1b[31m\nx", "hard", b"missing\x1b]0;t\x07\xff"),

@@ -121,13 +121,19 @@ impl Image {
     }
 }
 
-/// Resolves `path` in `opened`.
+/// Resolves `path` in `opened` as `os` would: "" is `FileNotFoundError`, a path ending in `/`,
+/// `/.` or `/..` must be a directory (`NotADirectoryError`), a NUL byte is a `ValueError`.
 fn resolve(opened: &Opened, path: &[u8], follow: bool) -> PyResult<Inode> {
+    if path.contains(&0) {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "embedded null byte",
+        ));
+    }
     let follow = if follow { Follow::All } else { Follow::Parents };
     opened
         .image
         .image
-        .resolve(path, follow)
+        .resolve_posix(path, follow)
         .map_err(|e| read_error(e, path))
 }
 

@@ -4,7 +4,7 @@
 use crate::errors::{bad_argument, key_error, open_error};
 use crate::image::{Core, Image};
 use pyo3::prelude::*;
-use sealfs_reader::{OpenError, OpenOptions, OpenedImage, VerifyMode};
+use sealfs_reader::{FillMode, OpenError, OpenOptions, OpenedImage, VerifyMode};
 use sealfs_remote::{CacheSettings, RemoteObject, RemoteOptions, RemoteTrust};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,6 +25,17 @@ pub struct Opened {
     pub image: OpenedImage,
     /// The remote object, for a URL.
     pub remote: Option<Arc<RemoteObject>>,
+}
+
+/// The most blocks a sequential read has fetched ahead of it (8 MiB; `sealfs mount`'s is
+/// 64 MiB): what readahead holds in memory (the pieces in flight and those landed for the reader)
+/// stays within a few times this.
+pub const BINDINGS_READAHEAD_BLOCKS: u64 = 2048;
+
+/// A `fill=` argument: `"off"`, `"auto"` or `"on"`.
+pub fn parse_fill(fill: &str) -> PyResult<FillMode> {
+    fill.parse()
+        .map_err(|e| bad_argument(format!("fill={fill:?}: {e}")))
 }
 
 impl Spec {
@@ -96,7 +107,7 @@ pub fn source(
 #[pyo3(signature = (
     location, *, digest=None, keys=Vec::new(), keyring=None, sidecar=None, signatures=None,
     verify="full", self_consistent=false, cache=true, cache_dir=None, cache_size=None,
-    ca_certs=Vec::new(), cluster_cache=None, block_cache=None, min_version=None
+    ca_certs=Vec::new(), cluster_cache=None, block_cache=None, min_version=None, fill="off"
 ))]
 #[allow(
     clippy::too_many_arguments,
@@ -119,7 +130,9 @@ pub fn open(
     cluster_cache: Option<usize>,
     block_cache: Option<usize>,
     min_version: Option<&str>,
+    fill: &str,
 ) -> PyResult<Image> {
+    let fill = parse_fill(fill)?;
     let min_version = parse_min_version(min_version)?;
     let digest = parse_digest(digest.as_deref())?;
     let public_keys = load_keys(&keys, keyring.as_deref())?;
@@ -148,7 +161,9 @@ pub fn open(
                 verify,
                 cache_blocks: block_cache.unwrap_or(defaults.cache_blocks),
                 cluster_cache_bytes: cluster_cache.unwrap_or(defaults.cluster_cache_bytes),
+                readahead_blocks: (defaults.readahead_blocks.0, BINDINGS_READAHEAD_BLOCKS),
                 min_version,
+                fill,
                 ..defaults
             },
             trust: if self_consistent {

@@ -60,6 +60,39 @@ fn build(sealfs: &Path, src: &Path, out: &Path, args: &[&str]) -> String {
     o.trim().to_string()
 }
 
+/// Issue 38, item 21: the wheel's extension carried its debug information (`_native.abi3.so`,
+/// 73 MB). `readelf` (binutils) lists its sections: none may be `.debug_*`.
+fn extension_is_stripped(wheel: &Path, w: &Path) {
+    let dir = w.join("unpacked");
+    step(
+        "unpack the wheel",
+        Command::new("python3")
+            .args(["-m", "zipfile", "-e", s(wheel), s(&dir)])
+            .stdin(Stdio::null()),
+    );
+    let so = dir.join("sealfs/_native.abi3.so");
+    let size = fs::metadata(&so)
+        .expect("sealfs/_native.abi3.so in the wheel")
+        .len();
+    println!("sealfs/_native.abi3.so: {size} bytes");
+    if !oracle_guard(need_tool("readelf")) {
+        return;
+    }
+    let sections = step(
+        "readelf -S",
+        Command::new("readelf").args(["-S", "--wide", s(&so)]),
+    );
+    let debug: Vec<&str> = sections
+        .lines()
+        .filter(|l| l.contains("] .debug_") || l.contains("] .zdebug_"))
+        .collect();
+    assert!(
+        debug.is_empty(),
+        "the extension carries debug sections:\n{}",
+        debug.join("\n")
+    );
+}
+
 #[test]
 fn python_bindings_against_the_fixture_tree() {
     if !oracle_guard(python_venv()) || !oracle_guard(need_tool("openssl")) {
@@ -189,6 +222,7 @@ fn python_bindings_against_the_fixture_tree() {
             "pyarrow",
             "duckdb",
             "datasets",
+            "mypy",
         ],
     ) {
         return;
@@ -216,6 +250,7 @@ fn python_bindings_against_the_fixture_tree() {
         name.contains("-cp39-abi3-"),
         "one abi3 wheel for CPython 3.9 and later: {name}"
     );
+    extension_is_stripped(&wheel, w);
     if !pip("the wheel", &[s(&wheel)]) {
         return;
     }

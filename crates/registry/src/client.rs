@@ -122,7 +122,7 @@ fn certificates(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Vec<u8>)>, RegistryEr
         .iter()
         .map(|p| {
             let bad = |reason: String| RegistryError::Setup {
-                what: format!("--ca-cert {}", sealfs_text::escape_path(&p)),
+                what: format!("--ca-cert {}", sealfs_text::escape_path(p)),
                 reason,
             };
             let pem = std::fs::read(p).map_err(|e| bad(e.to_string()))?;

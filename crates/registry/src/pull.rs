@@ -31,7 +31,7 @@ pub struct PullReport {
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> RegistryError + '_ {
     move |source| RegistryError::Io {
-        path: sealfs_text::escape_path(&path),
+        path: sealfs_text::escape_path(path),
         source,
     }
 }
@@ -75,7 +75,7 @@ pub fn pull(
         (Some(_), Some(p)) => Some(p),
         (Some(_), None) => {
             return Err(RegistryError::Image {
-                path: sealfs_text::escape_path(&out),
+                path: sealfs_text::escape_path(out),
                 reason: "the image is detached (a plain EROFS image and its seal): name a file \
                          for its seal too (--sidecar-out)"
                     .into(),
@@ -83,7 +83,7 @@ pub fn pull(
         }
         (None, Some(p)) => {
             return Err(RegistryError::Image {
-                path: sealfs_text::escape_path(&p),
+                path: sealfs_text::escape_path(p),
                 reason: "the image carries its seal: there is no sidecar to write".into(),
             })
         }

@@ -107,7 +107,7 @@ pub use sealfs_reader::check::Progress as PushProgress;
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> RegistryError + '_ {
     move |source| RegistryError::Io {
-        path: sealfs_text::escape_path(&path),
+        path: sealfs_text::escape_path(path),
         source,
     }
 }
@@ -285,7 +285,7 @@ pub fn push_image(
     progress: &dyn PushProgress,
 ) -> Result<PushReport, RegistryError> {
     let image_err = |reason: String| RegistryError::Image {
-        path: sealfs_text::escape_path(&image),
+        path: sealfs_text::escape_path(image),
         reason,
     };
     if target.tag.is_none() && target.digest.is_some() {
@@ -450,7 +450,7 @@ impl Registry {
         let len = f.metadata().map_err(io_err(path))?.len();
         if len != desc.size {
             return Err(RegistryError::Image {
-                path: sealfs_text::escape_path(&path),
+                path: sealfs_text::escape_path(path),
                 reason: format!(
                     "changed while being pushed ({} bytes, was {})",
                     len, desc.size

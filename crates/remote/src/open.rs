@@ -193,7 +193,9 @@ pub fn open_cached(
     };
     let store = sealfs_cache::DiskCache::open(&cache.dir, cache.max_bytes).map_err(|source| {
         OpenError::Io {
-            name: sealfs_reader::show_path(std::os::unix::ffi::OsStrExt::as_bytes(cache.dir.as_os_str())),
+            name: sealfs_reader::show_path(std::os::unix::ffi::OsStrExt::as_bytes(
+                cache.dir.as_os_str(),
+            )),
             what: "open the cache directory",
             source,
         }

@@ -154,9 +154,10 @@ pub fn run(args: ExtractArgs) -> Result<ExitCode> {
     }
     if !args.quiet {
         eprintln!(
-            "{}: extracted {files} files, {dirs} directories, {symlinks} symlinks, {special} special files, {hard_links} extra hard links; {bytes} bytes of data in {:.2?}{}{}{}",
+            "{}: extracted {files} files, {dirs} directories, {symlinks} symlinks, {special} special files, {hard_links} extra hard links; {bytes} bytes of data in {:.3} s{}{}{}",
             sealfs_text::escape_path(&args.dest),
-            start.elapsed(),
+            // Seconds: `Duration`'s own format writes "µs", not ASCII.
+            start.elapsed().as_secs_f64(),
             match (args.fsverity, verity) {
                 (false, _) => String::new(),
                 (true, (on, 0, 0)) => format!("; fs-verity on {on} files, every digest as the image vouches"),

@@ -15,7 +15,8 @@ with the same library the ``sealfs`` command uses:
     ...     ...
 
 Reading:
-    ``open(location, digest=..., key=..., keyring=..., verify="full", cache_dir=...)`` returns an
+    ``open(location, *, digest=..., key=..., keyring=..., verify="full", cache_dir=...,
+    fill="off")`` (keyword arguments after ``location``) returns an
     ``Image``: ``open(path)`` (a ``SealedFile``: seekable, ``readinto`` without a copy),
     ``read_bytes``, ``listdir``, ``scandir``, ``stat``/``lstat`` (``os.stat_result``),
     ``readlink``, ``getxattr``/``listxattr``, ``walk``, ``extract(dest)``, ``trust``, ``stats``.
@@ -46,7 +47,7 @@ from __future__ import annotations
 
 import json as _json
 import os as _os
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _native
 from ._errors import (
@@ -80,6 +81,11 @@ __all__ = [
     "BuildError",
     "__version__",
 ]
+
+
+def __dir__() -> List[str]:
+    """The public names (``__all__``), without the helpers the modules import."""
+    return sorted(__all__)
 
 
 def build(

@@ -18,13 +18,22 @@ from typing import (
     Sequence,
     Tuple,
     Union,
+    overload,
 )
+
+from typing import Literal
 
 from . import _native
 from ._errors import OpenRefusedError
 
 PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 """A path inside an image (``/a/b`` or ``a/b``, both from its root) or on the host."""
+
+StrPath = Union[str, "os.PathLike[str]"]
+"""A path given as ``str``: names come back as ``str``."""
+
+BytesPath = Union[bytes, "os.PathLike[bytes]"]
+"""A path given as ``bytes``: names come back as ``bytes``, as ``os`` does."""
 
 __all__ = ["open", "Image", "SealedFile", "DirEntry", "Trust", "PathArg"]
 
@@ -43,9 +52,18 @@ def _opt_path(value: Optional[PathArg]) -> Optional[str]:
 
 
 def _inner(path: PathArg) -> bytes:
-    """A path in the image as the reader takes it: bytes, from the root."""
+    """A path in the image as the reader takes it: bytes, from the root. As ``os`` does, a NUL
+    byte is a ``ValueError``, and ``""`` stays empty (the reader then raises
+    ``FileNotFoundError``: it is not the root)."""
     p = os.fsencode(path)
-    return p if p.startswith(b"/") else b"/" + p
+    if b"\0" in p:
+        raise ValueError("embedded null byte")
+    return p if p.startswith(b"/") or not p else b"/" + p
+
+
+def _is_bytes(path: PathArg) -> bool:
+    """Whether names come back as ``bytes`` for ``path`` (as ``os.listdir`` decides)."""
+    return isinstance(os.fspath(path), bytes)
 
 
 def _stat_result(t: Tuple[int, ...]) -> os.stat_result:
@@ -330,7 +348,9 @@ class Image:
         return dict(self._native.counters())
 
     def close(self) -> None:
-        """Forgets the image; files opened from it stay readable until closed."""
+        """Forgets the image; files opened from it stay readable until closed. Once neither the
+        image nor a file of it is referenced, a URL's readahead and fill stop (a fetch in flight
+        ends in the background)."""
         self._n = None
 
     @property
@@ -353,6 +373,28 @@ class Image:
 
     # ---- files ----------------------------------------------------------------------------
 
+    @overload
+    def open(
+        self,
+        path: PathArg,
+        mode: Literal["rb", "br"] = "rb",
+        *,
+        encoding: None = None,
+        errors: None = None,
+        newline: None = None,
+    ) -> SealedFile: ...
+
+    @overload
+    def open(
+        self,
+        path: PathArg,
+        mode: Literal["r", "rt", "tr"],
+        *,
+        encoding: Optional[str] = None,
+        errors: Optional[str] = None,
+        newline: Optional[str] = None,
+    ) -> io.TextIOWrapper: ...
+
     def open(
         self,
         path: PathArg,
@@ -361,7 +403,7 @@ class Image:
         encoding: Optional[str] = None,
         errors: Optional[str] = None,
         newline: Optional[str] = None,
-    ) -> Any:
+    ) -> Union[SealedFile, io.TextIOWrapper]:
         """Opens regular file ``path`` (symlinks followed) for reading.
 
         ``"rb"`` (the default) gives a ``SealedFile``, a raw binary file object; ``"r"`` a text
@@ -395,35 +437,43 @@ class Image:
         return self.stat(path, follow_symlinks=False)
 
     def exists(self, path: PathArg) -> bool:
-        """Whether ``path`` exists (a dangling symlink does not)."""
+        """Whether ``path`` exists (a dangling symlink does not). As ``os.path.exists``, any
+        ``OSError`` or ``ValueError`` (a NUL byte) is ``False``; so for ``isdir``, ``isfile`` and
+        ``islink``."""
         try:
             self.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
+        except (OSError, ValueError):
             return False
         return True
 
     def isdir(self, path: PathArg) -> bool:
         try:
             return _stat.S_ISDIR(self.stat(path).st_mode)
-        except (FileNotFoundError, NotADirectoryError):
+        except (OSError, ValueError):
             return False
 
     def isfile(self, path: PathArg) -> bool:
         try:
             return _stat.S_ISREG(self.stat(path).st_mode)
-        except (FileNotFoundError, NotADirectoryError):
+        except (OSError, ValueError):
             return False
 
     def islink(self, path: PathArg) -> bool:
         try:
             return _stat.S_ISLNK(self.lstat(path).st_mode)
-        except (FileNotFoundError, NotADirectoryError):
+        except (OSError, ValueError):
             return False
+
+    @overload
+    def readlink(self, path: BytesPath) -> bytes: ...
+
+    @overload
+    def readlink(self, path: StrPath) -> str: ...
 
     def readlink(self, path: PathArg) -> Union[str, bytes]:
         """The target of symlink ``path`` (``OSError(EINVAL)`` for anything else)."""
-        target = self._native.readlink(_inner(path))
-        return target if isinstance(path, bytes) else os.fsdecode(target)
+        target: bytes = self._native.readlink(_inner(path))
+        return target if _is_bytes(path) else os.fsdecode(target)
 
     def getxattr(self, path: PathArg, name: Union[str, bytes], *, follow_symlinks: bool = True) -> bytes:
         """The value of extended attribute ``name`` (``OSError(ENODATA)`` when absent)."""
@@ -435,22 +485,45 @@ class Image:
 
     # ---- directories ----------------------------------------------------------------------
 
-    def listdir(self, path: PathArg = "/") -> List[Any]:
-        """The names in directory ``path`` ("." and ".." left out), in the image's order."""
+    @overload
+    def listdir(self, path: BytesPath) -> List[bytes]: ...
+
+    @overload
+    def listdir(self, path: StrPath = "/") -> List[str]: ...
+
+    def listdir(self, path: PathArg = "/") -> Union[List[str], List[bytes]]:
+        """The names in directory ``path`` ("." and ".." left out), in the image's order: ``bytes``
+        for a ``bytes`` path, ``str`` otherwise, as ``os.listdir``."""
         entries = self._native.listdir(_inner(path))
-        if isinstance(path, bytes):
+        if _is_bytes(path):
             return [e[0] for e in entries]
         return [os.fsdecode(e[0]) for e in entries]
 
     def scandir(self, path: PathArg = "/") -> Iterator[DirEntry]:
         """The entries of directory ``path`` as ``DirEntry`` objects (as ``os.scandir``)."""
-        as_bytes = isinstance(path, bytes)
+        as_bytes = _is_bytes(path)
         base = os.fsencode(path) if as_bytes else os.fsdecode(path)
         sep: Any = b"/" if as_bytes else "/"
         for name, ino, dtype in self._native.listdir(_inner(path)):
             n: Any = name if as_bytes else os.fsdecode(name)
             full = base + n if base.endswith(sep) else base + sep + n
             yield DirEntry(self, n, full, ino, dtype)
+
+    @overload
+    def walk(
+        self,
+        top: BytesPath,
+        topdown: bool = True,
+        onerror: Optional[Callable[[OSError], Any]] = None,
+    ) -> Iterator[Tuple[bytes, List[bytes], List[bytes]]]: ...
+
+    @overload
+    def walk(
+        self,
+        top: StrPath = "/",
+        topdown: bool = True,
+        onerror: Optional[Callable[[OSError], Any]] = None,
+    ) -> Iterator[Tuple[str, List[str], List[str]]]: ...
 
     def walk(
         self,
@@ -465,10 +538,16 @@ class Image:
         ``os.walk``, a symlink is always in ``filenames``, even to a directory (the walk never
         follows one). Entries that cannot be read are passed to ``onerror`` as ``OSError``\\ s.
         """
-        as_bytes = isinstance(top, bytes)
+        as_bytes = _is_bytes(top)
         conv: Callable[[bytes], Any] = (lambda b: b) if as_bytes else os.fsdecode
         start = _inner(top)
-        listed, errors = self._native.walk(start)
+        try:
+            listed, errors = self._native.walk(start)
+        except OSError as e:
+            # As os.walk: a top that cannot be listed yields nothing, the error to onerror.
+            if onerror is not None:
+                onerror(e)
+            return
         if onerror is not None:
             for p, errno, message in errors:
                 onerror(OSError(errno, message, os.fsdecode(p)))
@@ -547,6 +626,7 @@ def open(
     cluster_cache: Optional[int] = None,
     block_cache: Optional[int] = None,
     min_version: Optional[str] = None,
+    fill: Literal["off", "auto", "on"] = "off",
 ) -> Image:
     """Opens the image at ``location``: a path, or an ``http://``, ``https://`` or ``s3://`` URL
     (read lazily with range requests; S3 settings from the ``AWS_*`` environment variables).
@@ -568,6 +648,13 @@ def open(
       is refused (a rollback).
     - ``cluster_cache`` (bytes of decompressed clusters) and ``block_cache`` (blocks) size the
       in-memory caches.
+    - ``fill``: whether a URL read through the cache has the rest of the image fetched into the
+      cache in the background. ``"off"`` (the default): each block is fetched when first read, and
+      a sequential read fetches ahead of itself only, so a process that reads a few files pays for
+      those. ``"auto"``: once reads scatter (16 reads within 10 s that each had to fetch), if the
+      image takes at most three quarters of ``cache_size``, as ``sealfs mount`` does by default;
+      ``"on"``: from the open on. Both transfer the whole image (billed egress, for a cloud
+      bucket) while the ``Image`` is open; closing it (or collecting it) stops the fill.
 
     Raises ``FileNotFoundError`` for a missing image, ``CorruptedImageError`` for a damaged seal or
     a file that is not EROFS, ``OpenRefusedError`` (and its subclasses) for a refused one.
@@ -587,6 +674,7 @@ def open(
         "cluster_cache": cluster_cache,
         "block_cache": block_cache,
         "min_version": min_version,
+        "fill": fill,
     }
     where = os.fsdecode(location)
     native = _native.open(
@@ -605,5 +693,6 @@ def open(
         cluster_cache=cluster_cache,
         block_cache=block_cache,
         min_version=min_version,
+        fill=fill,
     )
     return Image(native, where, kwargs)

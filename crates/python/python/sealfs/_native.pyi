@@ -68,6 +68,7 @@ def open(
     cluster_cache: Optional[int] = None,
     block_cache: Optional[int] = None,
     min_version: Optional[str] = None,
+    fill: str = "off",
 ) -> Image: ...
 def build(
     src: str,

@@ -1,5 +1,6 @@
 """An fsspec file system over a sealfs image: the ``sealfs`` protocol (registered by the package's
-``fsspec.specs`` entry point, so installing ``sealfs`` is enough).
+``fsspec.specs`` entry point: with fsspec installed, ``pip install "sealfs[fsspec]"`` installs
+both, nothing else is needed).
 
     >>> import fsspec, pandas
     >>> with fsspec.open("sealfs://data/train.csv", image="s3://bucket/ds.img", key="pub.pem") as f:
@@ -9,6 +10,10 @@
     >>> import pyarrow.parquet as pq
     >>> fs = fsspec.filesystem("sealfs", image="ds.img", digest="sha256:...")
     >>> table = pq.read_table("data/train.parquet", filesystem=fs)
+    >>> import duckdb
+    >>> con = duckdb.connect()
+    >>> con.register_filesystem(fs)
+    >>> con.sql("SELECT count(*) FROM read_parquet('sealfs://data/train.parquet')")
 
 Paths are relative to the image's root (``sealfs://data/x`` and ``sealfs:///data/x`` both name
 ``/data/x``). The file system is read-only; every read is verified as the image was opened
