@@ -1,0 +1,317 @@
+//! `sealfs snapshotter` against the real containerd (Debian's 1.6) and runc: each test starts
+//! its own containerd (root, state, socket and config under a temporary directory) with the
+//! snapshotter as a proxy plugin, and drives it with containerd's own client, `ctr`, the oracle
+//! of the protocol: the snapshot lifecycle (`ctr snapshots prepare/mounts/commit/view/ls/info/
+//! label/usage/rm`, the mounts done by the kernel's overlayfs), state that survives a SIGKILL of
+//! the snapshotter; and a three-layer OCI image made by umoci from busybox-static (a deleted
+//! file, an opaque directory) imported and run with `ctr run --snapshotter sealfs`, whose view
+//! of every file equals the same run under containerd's own `overlayfs` snapshotter.
+//!
+//! Needs root, containerd, runc, umoci, busybox-static, /dev/fuse and overlayfs: prints `SKIP:`
+//! otherwise (a failure under CI=true).
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn guard() -> bool {
+    oracle_guard(
+        root_env()
+            .and(need_tool("containerd"))
+            .and(need_tool("ctr"))
+            .and(need_tool("runc"))
+            .and(need_tool("umoci"))
+            .and(if Path::new("/dev/fuse").exists() {
+                Ok(())
+            } else {
+                Err("no /dev/fuse".into())
+            })
+            .and(if Path::new("/bin/busybox").is_file() {
+                Ok(())
+            } else {
+                Err("no /bin/busybox (Debian package busybox-static)".into())
+            }),
+    )
+}
+
+/// A containerd and a `sealfs snapshotter` wired to it, each stopped on drop.
+struct Containerd {
+    dir: tempfile::TempDir,
+    containerd: Child,
+    snapshotter: Option<Child>,
+}
+
+impl Containerd {
+    fn start() -> Containerd {
+        let dir = tempfile::Builder::new()
+            .prefix("sealfs-ctd-")
+            .tempdir()
+            .unwrap();
+        let d = dir.path();
+        fs::write(
+            d.join("config.toml"),
+            format!(
+                "version = 2\nroot = \"{0}/root\"\nstate = \"{0}/state\"\n\
+                 disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+                 [grpc]\n  address = \"{0}/containerd.sock\"\n\
+                 [proxy_plugins.sealfs]\n  type = \"snapshot\"\n  address = \"{0}/sealfs.sock\"\n",
+                d.display()
+            ),
+        )
+        .unwrap();
+        let mut c = Containerd {
+            containerd: Command::new("containerd")
+                .arg("--config")
+                .arg(d.join("config.toml"))
+                .stdout(Stdio::null())
+                .stderr(fs::File::create(d.join("containerd.log")).unwrap())
+                .spawn()
+                .unwrap(),
+            snapshotter: None,
+            dir,
+        };
+        c.start_snapshotter();
+        let t = Instant::now();
+        while !run(c.ctr().arg("version")).status.success() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "containerd did not start: {}",
+                fs::read_to_string(c.dir.path().join("containerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c
+    }
+
+    fn start_snapshotter(&mut self) {
+        let d = self.dir.path();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("snapshotter.log"))
+            .unwrap();
+        self.snapshotter = Some(
+            Command::new(sealfs_bin())
+                .arg("snapshotter")
+                .arg("--root")
+                .arg(d.join("sealfs"))
+                .arg("--address")
+                .arg(d.join("sealfs.sock"))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+        let t = Instant::now();
+        // Connecting, not the file's existence: a SIGKILLed run leaves its socket file behind.
+        while std::os::unix::net::UnixStream::connect(d.join("sealfs.sock")).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "no snapshotter socket"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn ctr(&self) -> Command {
+        let mut cmd = Command::new("ctr");
+        cmd.arg("--address")
+            .arg(self.dir.path().join("containerd.sock"));
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    /// `ctr ARGS` that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = run(self.ctr().args(args));
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}\nsnapshotter log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            fs::read_to_string(self.dir.path().join("snapshotter.log")).unwrap_or_default()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `ctr snapshots --snapshotter sealfs ARGS` that must succeed.
+    fn snap(&self, args: &[&str]) -> String {
+        let mut all = vec!["snapshots", "--snapshotter", "sealfs"];
+        all.extend_from_slice(args);
+        self.ok(&all)
+    }
+
+    /// Mounts snapshot `key` on `target` as `ctr snapshots mounts` says (the kernel does it).
+    fn mount(&self, key: &str, target: &Path) {
+        fs::create_dir_all(target).unwrap();
+        let line = self.snap(&["mounts", target.to_str().unwrap(), key]);
+        assert!(line.starts_with("mount "), "ctr snapshots mounts: {line}");
+        sh(&line);
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("sealfs")
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if let Some(s) = &mut self.snapshotter {
+            // SIGTERM: it unmounts its layers.
+            let _ = Command::new("kill").arg(s.id().to_string()).status();
+            let _ = s.wait();
+        }
+        let _ = self.containerd.kill();
+        let _ = self.containerd.wait();
+    }
+}
+
+/// Runs a shell command line that must succeed; its stdout.
+fn sh(line: &str) -> String {
+    let out = run(Command::new("sh").arg("-c").arg(line));
+    assert!(
+        out.status.success(),
+        "{line}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The sealfs FUSE mounts under `root`, as /proc/mounts lists them.
+fn layer_mounts(root: &Path) -> Vec<String> {
+    fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(root.to_str().unwrap()) && l.contains("fuse.sealfs"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until `cond` holds (containerd removes snapshots in its garbage collection, after
+/// `ctr snapshots rm` returned).
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctr_snapshots_lifecycle_through_containerd() {
+    if !guard() {
+        return;
+    }
+    let mut c = Containerd::start();
+    let m = c.dir.path().join("m");
+
+    // A first layer: a bind mount of an empty directory, written through it.
+    c.snap(&["prepare", "a1"]);
+    c.mount("a1", &m);
+    sh(&format!(
+        "cd '{0}' && echo hello > f1 && echo gone > del && mkdir -p d && echo old > d/old && cd / && umount '{0}'",
+        m.display()
+    ));
+    c.snap(&["commit", "l1", "a1"]);
+
+    // A second one over it: a deletion and an opaque directory, made by the kernel's overlayfs.
+    c.snap(&["prepare", "a2", "l1"]);
+    c.mount("a2", &m);
+    assert_eq!(fs::read_to_string(m.join("d/old")).unwrap(), "old\n");
+    sh(&format!(
+        "cd '{0}' && rm del && rm -r d && mkdir d && echo new > d/new && echo two > f2 && cd / && umount '{0}'",
+        m.display()
+    ));
+    c.snap(&["commit", "l2", "a2"]);
+
+    // Labels are kept (Update).
+    c.snap(&["label", "l2", "sealfs.test/colour=blue"]);
+    let info = c.snap(&["info", "l2"]);
+    assert!(info.contains("\"Kind\": \"Committed\""), "{info}");
+    assert!(info.contains("\"Parent\": \"l1\""), "{info}");
+    assert!(info.contains("\"sealfs.test/colour\": \"blue\""), "{info}");
+
+    // Both layers are verified FUSE mounts readable by anyone (allow_other), each opened with
+    // the digest recorded at commit.
+    let mounts = layer_mounts(&c.root());
+    assert_eq!(mounts.len(), 1, "{mounts:?}");
+    c.snap(&["view", "v", "l2"]);
+    let mounts = layer_mounts(&c.root());
+    assert_eq!(mounts.len(), 2, "{mounts:?}");
+    for line in &mounts {
+        assert!(line.starts_with("sealfs:sha256:"), "{line}");
+        assert!(
+            line.contains(" ro,") && line.contains("allow_other"),
+            "{line}"
+        );
+    }
+
+    let check_view = |c: &Containerd| {
+        c.mount("v", &m);
+        let listing = sh(&format!("cd '{}' && find . | sort", m.display()));
+        assert_eq!(listing, ".\n./d\n./d/new\n./f1\n./f2\n");
+        assert_eq!(fs::read_to_string(m.join("f1")).unwrap(), "hello\n");
+        assert_eq!(fs::read_to_string(m.join("d/new")).unwrap(), "new\n");
+        sh(&format!("umount '{}'", m.display()));
+    };
+    check_view(&c);
+
+    let ls = c.snap(&["ls"]);
+    let rows: Vec<Vec<&str>> = ls
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.contains(&vec!["l1", "Committed"]), "{ls}");
+    assert!(rows.contains(&vec!["l2", "l1", "Committed"]), "{ls}");
+    assert!(rows.contains(&vec!["v", "l2", "View"]), "{ls}");
+    let usage = c.snap(&["usage"]);
+    for key in ["l1", "l2", "v"] {
+        assert!(
+            usage
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(key)),
+            "{usage}"
+        );
+    }
+
+    // A layer with children stays.
+    let out = run(c
+        .ctr()
+        .args(["snapshots", "--snapshotter", "sealfs", "rm", "l1"]));
+    assert!(!out.status.success());
+
+    // The state survives a SIGKILL of the snapshotter: its dead layer mounts are replaced.
+    let mut killed = c.snapshotter.take().unwrap();
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    c.start_snapshotter();
+    // containerd redials the proxy plugin after its gRPC backoff (a second or more).
+    eventually("containerd reconnects to the restarted snapshotter", || {
+        run(c.ctr().args(["snapshots", "--snapshotter", "sealfs", "ls"]))
+            .status
+            .success()
+    });
+    let ls_after = c.snap(&["ls"]);
+    assert_eq!(ls_after, ls);
+    check_view(&c);
+    assert!(c
+        .snap(&["info", "l2"])
+        .contains("\"sealfs.test/colour\": \"blue\""));
+
+    // Removing frees everything (containerd removes in its garbage collection).
+    c.snap(&["rm", "v"]);
+    c.snap(&["rm", "l2"]);
+    c.snap(&["rm", "l1"]);
+    let root = c.root();
+    eventually("layers and directories freed", || {
+        ["snapshots", "layers", "mnt"]
+            .iter()
+            .all(|d| fs::read_dir(root.join(d)).unwrap().next().is_none())
+    });
+    assert!(layer_mounts(&root).is_empty());
+}
