@@ -166,6 +166,17 @@ impl Drop for Containerd {
         }
         let _ = self.containerd.kill();
         let _ = self.containerd.wait();
+        // What a failed test left mounted below the directory, innermost first.
+        let dir = self.dir.path().to_str().unwrap().to_string();
+        let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let left: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split(' ').nth(1))
+            .filter(|p| p.starts_with(&dir))
+            .collect();
+        for p in left.iter().rev() {
+            let _ = Command::new("umount").arg("-l").arg(p).status();
+        }
     }
 }
 
@@ -314,4 +325,96 @@ fn ctr_snapshots_lifecycle_through_containerd() {
             .all(|d| fs::read_dir(root.join(d)).unwrap().next().is_none())
     });
     assert!(layer_mounts(&root).is_empty());
+}
+
+/// A three-layer OCI image made by umoci in `dir`, as a tar `ctr image import` takes: busybox
+/// and files; then a file deleted, one changed, one added; then a directory made opaque.
+fn make_image(dir: &Path) -> PathBuf {
+    let (l, b) = (dir.join("layout"), dir.join("bundle"));
+    let (l, b) = (l.display(), b.display());
+    sh(&format!(
+        "set -e; umoci init --layout '{l}'; umoci new --image '{l}:t'; umoci unpack --image '{l}:t' '{b}' >/dev/null
+         r='{b}/rootfs'; mkdir -p $r/bin $r/a $r/o $r/etc; cp /bin/busybox $r/bin/
+         for t in sh cat sha256sum find stat sort ls xargs readlink; do ln -s busybox $r/bin/$t; done
+         echo one > $r/a/a1; echo keep > $r/a/a2; echo o1 > $r/o/o1; echo gone > $r/del
+         chown 1234:5678 $r/a/a2; chmod 0640 $r/a/a2
+         umoci repack --image '{l}:t' '{b}'; rm -rf '{b}'; umoci unpack --image '{l}:t' '{b}' >/dev/null
+         rm $r/del; echo two > $r/a/a1; mkdir $r/b; head -c 300000 /dev/urandom > $r/b/big
+         umoci repack --image '{l}:t' '{b}'
+         mkdir -p '{dir}/o'; echo o2 > '{dir}/o/o2'; umoci insert --image '{l}:t' --opaque '{dir}/o' /o
+         umoci config --image '{l}:t' --config.cmd /bin/sh
+         tar -C '{l}' -cf '{dir}/image.tar' .",
+        dir = dir.display()
+    ));
+    dir.join("image.tar")
+}
+
+/// What the container prints: every path's mode and owner (and size, but for directories, whose
+/// size is the file system's own), symlink targets, every file's SHA-256, then a few contents.
+const SURVEY: &str = "cd / && find / -xdev | sort | while read f; do
+  if [ -d \"$f\" ]; then stat -c '%n %f %u %g' \"$f\"; else stat -c '%n %f %u %g %s' \"$f\"; fi
+done
+find / -xdev -type l | sort | while read f; do echo \"$f -> $(readlink $f)\"; done
+find / -xdev -type f | sort | xargs sha256sum
+ls /o; cat /a/a1 /o/o2; cat /del 2>&1; true";
+
+#[test]
+fn image_runs_under_sealfs_as_under_overlayfs() {
+    if !guard() {
+        return;
+    }
+    let c = Containerd::start();
+    let image = make_image(c.dir.path());
+    c.ok(&[
+        "image",
+        "import",
+        "--base-name",
+        "sealfs.test/img",
+        "--snapshotter",
+        "sealfs",
+        image.to_str().unwrap(),
+    ]);
+    // One committed layer per image layer, each a sealed image.
+    let ls = c.snap(&["ls"]);
+    assert_eq!(
+        ls.lines().filter(|l| l.contains("Committed")).count(),
+        3,
+        "{ls}"
+    );
+    // Unpacked again for containerd's own overlayfs snapshotter.
+    c.ok(&[
+        "image",
+        "import",
+        "--base-name",
+        "sealfs.test/img",
+        "--snapshotter",
+        "overlayfs",
+        image.to_str().unwrap(),
+    ]);
+    let survey = |snapshotter: &str| {
+        c.ok(&[
+            "run",
+            "--rm",
+            "--snapshotter",
+            snapshotter,
+            "sealfs.test/img:t",
+            &format!("survey-{snapshotter}"),
+            "/bin/sh",
+            "-c",
+            SURVEY,
+        ])
+    };
+    let ours = survey("sealfs");
+    let theirs = survey("overlayfs");
+    assert_eq!(ours, theirs, "sealfs and overlayfs snapshotters differ");
+    // The layers' changes are there: the deletion, the change, the opaque directory, owners.
+    assert!(ours.contains("\no2\ntwo\no2\n"), "{ours}");
+    assert!(ours.contains("can't open '/del': No such file"), "{ours}");
+    assert!(ours.contains("/a/a2 81a0 1234 5678 5\n"), "{ours}");
+    assert!(ours.contains("/b/big 81a4 0 0 300000\n"), "{ours}");
+    assert!(!ours.contains("/o/o1"), "{ours}");
+    println!(
+        "{} lines of survey, the same under both",
+        ours.lines().count()
+    );
 }
