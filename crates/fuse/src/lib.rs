@@ -30,6 +30,16 @@
 //!
 //! [`STATS_IOCTL`] on any directory or file of the mount returns the counters as JSON (`sealfs
 //! stats MOUNTPOINT`).
+//!
+//! # Mounting
+//!
+//! [`mount`] mounts an opened image with [`SealFs`] and owns the mount's lifecycle: in-process
+//! ([`mount::mount`], a handle that unmounts and joins when dropped, for a service such as the
+//! containerd snapshotter), served in the calling thread until unmounted or signalled
+//! ([`mount::serve`]) or by a daemon ([`mount::daemonize`]), as `sealfs mount` does; unmounting,
+//! stale mount points and the statistics query beside them.
+
+pub mod mount;
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType as FuseType, Filesystem, Generation, INodeNo, InitFlags,
