@@ -1,53 +1,41 @@
 //! Committed layers mounted read-only and verified: the sealed image opened with the digest the
 //! store recorded at commit (never one derived from the image), served by the verified FUSE
-//! filesystem ([`sealfs_fuse::SealFs`]) in this process, with `allow_other` so that containers'
+//! filesystem in this process ([`sealfs_fuse::mount`]), with `allow_other` so that containers'
 //! processes read through the overlayfs mounts stacked on it.
 //!
-//! This is the one place a layer is mounted: when the mount lifecycle moves into a library (issue
-//! 39, item 5), or layers are mounted by the kernel (dm-verity, fs-verity), only this changes.
-
-#![allow(
-    unsafe_code,
-    reason = "umount2(MNT_DETACH) of a stale mount has no safe binding in the crates used"
-)]
+//! This is the one place a layer is mounted: when layers are mounted by the kernel (dm-verity,
+//! fs-verity; issue 39, item 3), only this changes.
 
 use crate::error::{Error, Result};
-use sealfs_fuse::{SealFs, XattrMode};
+use sealfs_fuse::mount::{Access, LogTo, MountHandle, MountImage, MountOptions};
+use sealfs_fuse::XattrMode;
 use sealfs_reader::{Digest, OpenOptions};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
 
-/// A layer mounted and served; dropping it unmounts (lazily, as processes may still hold files).
+/// A layer mounted and served. Dropping it detaches the mount at once (lazily: processes that
+/// still hold files of it keep them) and lets its threads end, in the background, once the last
+/// of them is closed; it never waits.
 pub struct LayerMount {
-    session: Option<fuser::BackgroundSession>,
-    mountpoint: std::path::PathBuf,
+    handle: Option<MountHandle>,
 }
 
 impl Drop for LayerMount {
     fn drop(&mut self) {
-        detach(&self.mountpoint);
-        // With the mount gone the session's loop ends; joining waits for its thread.
-        if let Some(s) = self.session.take() {
-            let _ = s.join();
+        if let Some(handle) = self.handle.take() {
+            detach(handle.mountpoint());
+            std::thread::spawn(move || drop(handle));
         }
     }
 }
 
-/// Lazily unmounts whatever is mounted on `mountpoint` (a stale mount of a previous run too);
+/// Lazily unmounts whatever FUSE mount is on `mountpoint` (a stale one of a previous run too);
 /// nothing mounted there is not an error.
 pub fn detach(mountpoint: &Path) {
-    let Ok(c) = CString::new(mountpoint.as_os_str().as_bytes()) else {
-        return;
-    };
-    // SAFETY: c is a NUL-terminated path that lives across the call.
-    unsafe {
-        libc::umount2(c.as_ptr(), libc::MNT_DETACH);
-    }
+    let _ = sealfs_fuse::mount::unmount(mountpoint, true);
 }
 
-/// Mounts the sealed layer `image` on `mountpoint`, every read verified against `digest`.
+/// Mounts the sealed layer `image` on `mountpoint`, every read verified against `digest`. The
+/// mount's source in `/proc/mounts` is `sealfs:DIGEST`.
 pub fn mount(image: &Path, digest: &str, mountpoint: &Path) -> Result<LayerMount> {
     let fail = |reason: String| Error::Mount {
         image: image.to_path_buf(),
@@ -58,34 +46,24 @@ pub fn mount(image: &Path, digest: &str, mountpoint: &Path) -> Result<LayerMount
         .map_err(|e| fail(format!("recorded digest {digest:?}: {e}")))?;
     let opened = sealfs_reader::open(image.to_path_buf(), &OpenOptions::new().digest(digest))
         .map_err(|e| fail(e.to_string()))?;
-    let log_name = sealfs_text::escape_path(&image);
-    let log: sealfs_fuse::Logger =
-        Box::new(move |line: &str| eprintln!("sealfs: {log_name}: {line}"));
-    let fs = SealFs::new(
-        Arc::new(opened.image),
-        opened.verified,
-        opened.trust.to_string(),
-        log,
-    )
-    .with_xattrs(XattrMode::On);
-    use fuser::MountOption as M;
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        M::RO,
-        M::DefaultPermissions,
-        M::CUSTOM("subtype=sealfs".into()),
-        M::FSName(format!("sealfs:{digest}")),
-    ];
-    config.acl = fuser::SessionACL::All;
-    config.n_threads = Some(2);
-    config.clone_fd = true;
+    let mut served = MountImage::new(opened);
+    // overlayfs reads `trusted.overlay.opaque` on every directory of a lower layer.
+    served.xattrs = XattrMode::On;
+    let options = MountOptions {
+        access: Access::All,
+        fsname: Some(format!("sealfs:{digest}")),
+        threads: Some(2),
+        ..MountOptions::default()
+    };
     std::fs::create_dir_all(mountpoint).map_err(Error::io(mountpoint))?;
     detach(mountpoint);
-    let session = fuser::Session::new(fs, mountpoint, &config)
-        .and_then(|s| s.spawn())
-        .map_err(|e| fail(format!("on {}: {e}", sealfs_text::escape_path(&mountpoint))))?;
+    let log_name = sealfs_text::escape_path(image);
+    let log = LogTo::Custom(Box::new(move |line: &str| {
+        eprintln!("sealfs: layer {log_name}: {line}")
+    }));
+    let handle = sealfs_fuse::mount::mount(served, mountpoint, &options, log)
+        .map_err(|e| fail(e.to_string()))?;
     Ok(LayerMount {
-        session: Some(session),
-        mountpoint: mountpoint.to_path_buf(),
+        handle: Some(handle),
     })
 }

@@ -349,7 +349,8 @@ impl Snapshotter {
         Ok(())
     }
 
-    /// Unmounts every layer this process mounted (at shutdown).
+    /// Detaches every layer this process mounted (at shutdown; containers still running on them
+    /// lose them, as the process serving them ends).
     pub fn unmount_all(&self) {
         self.mounts
             .lock()
