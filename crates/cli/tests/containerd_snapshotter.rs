@@ -418,3 +418,50 @@ fn image_runs_under_sealfs_as_under_overlayfs() {
         ours.lines().count()
     );
 }
+
+#[test]
+fn damaged_layer_image_fails_reads_with_eio() {
+    if !guard() {
+        return;
+    }
+    let c = Containerd::start();
+    let image = make_image(c.dir.path());
+    c.ok(&[
+        "image",
+        "import",
+        "--base-name",
+        "sealfs.test/img",
+        "--snapshotter",
+        "sealfs",
+        image.to_str().unwrap(),
+    ]);
+    // One byte of /b/big's third block flipped in the committed layer image that holds it
+    // (found by its bytes: the layer stores it uncompressed), before anything read it.
+    let big = fs::read(c.dir.path().join("bundle/rootfs/b/big")).unwrap();
+    let window = &big[8192..12288];
+    let mut flipped = 0;
+    for entry in fs::read_dir(c.root().join("layers")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = fs::read(&path).unwrap();
+        if let Some(at) = bytes.windows(window.len()).position(|w| w == window) {
+            bytes[at + 100] ^= 0x20;
+            fs::write(&path, &bytes).unwrap();
+            flipped += 1;
+        }
+    }
+    assert_eq!(flipped, 1, "the block of /b/big is in one layer image");
+    let out = c.ok(&[
+        "run",
+        "--rm",
+        "--snapshotter",
+        "sealfs",
+        "sealfs.test/img:t",
+        "damaged",
+        "/bin/sh",
+        "-c",
+        "cat /b/big > /dev/null; echo big=$?; cat /a/a2 /o/o2",
+    ]);
+    assert!(out.contains("big=1\nkeep\no2\n"), "{out}");
+    let log = fs::read_to_string(c.dir.path().join("snapshotter.log")).unwrap();
+    assert!(log.contains("/b/big"), "the failed read is logged: {log}");
+}
