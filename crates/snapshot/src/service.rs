@@ -30,7 +30,7 @@ pub struct Snapshotter {
     root: PathBuf,
     store: Store,
     /// Committed layers mounted now, by id.
-    mounts: Mutex<HashMap<u64, Arc<LayerMount>>>,
+    mounts: Mutex<HashMap<u64, LayerMount>>,
 }
 
 fn to_info(name: &str, r: &Record) -> Info {
@@ -134,14 +134,13 @@ impl Snapshotter {
     fn ensure_layer(&self, r: &Record) -> Result<PathBuf> {
         let mp = self.layer_mountpoint(r.id);
         let mut mounts = self.mounts.lock().unwrap_or_else(|e| e.into_inner());
-        if !mounts.contains_key(&r.id) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = mounts.entry(r.id) {
             let image = self.layer_image(r.id);
             let digest = r.digest.as_deref().ok_or_else(|| Error::Mount {
                 image: image.clone(),
                 reason: "no digest recorded for the layer".into(),
             })?;
-            let m = layer::mount(&image, digest, &mp)?;
-            mounts.insert(r.id, Arc::new(m));
+            slot.insert(layer::mount(&image, digest, &mp)?);
         }
         Ok(mp)
     }
