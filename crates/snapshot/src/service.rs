@@ -442,3 +442,80 @@ impl containerd_snapshots::Snapshotter for Service {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// `du -s --block-size=1 PATH`'s bytes and `find PATH | wc -l`'s count (GNU coreutils and
+    /// findutils: the oracle of disk usage).
+    fn du(path: &Path) -> (i64, i64) {
+        let out = Command::new("du")
+            .args(["-s", "--block-size=1"])
+            .arg(path)
+            .output()
+            .unwrap();
+        let bytes = String::from_utf8(out.stdout).unwrap();
+        let bytes = bytes.split_whitespace().next().unwrap().parse().unwrap();
+        let out = Command::new("find").arg(path).output().unwrap();
+        (
+            bytes,
+            out.stdout.iter().filter(|&&b| b == b'\n').count() as i64,
+        )
+    }
+
+    #[test]
+    fn usage_agrees_with_du() {
+        let root = tempfile::tempdir().unwrap();
+        let s = Snapshotter::open(root.path()).unwrap();
+        s.create("a", "", Kind::Active, HashMap::new()).unwrap();
+        let fs_dir = s.snapshot_dir(s.store.get("a").unwrap().id).join("fs");
+        std::fs::create_dir(fs_dir.join("d")).unwrap();
+        std::fs::write(fs_dir.join("d/big"), vec![7u8; 300_000]).unwrap();
+        std::fs::write(fs_dir.join("small"), b"x").unwrap();
+        std::fs::hard_link(fs_dir.join("small"), fs_dir.join("link")).unwrap();
+        let u = s.usage("a").unwrap();
+        let (bytes, _) = du(&fs_dir);
+        assert_eq!(u.size, bytes);
+        // The hard link is one inode; `find` lists both names.
+        assert_eq!(u.inodes, 4);
+        s.commit("l", "a", HashMap::new()).unwrap();
+        let id = s.store.get("l").unwrap().id;
+        let u = s.usage("l").unwrap();
+        assert_eq!(u.size, du(&s.layer_image(id)).0);
+        assert!(!fs_dir.exists(), "the committed directory is freed");
+    }
+
+    #[test]
+    fn a_crash_before_the_commit_is_recorded_leaves_no_layer() {
+        let root = tempfile::tempdir().unwrap();
+        let id = {
+            let s = Snapshotter::open(root.path()).unwrap();
+            s.create("a", "", Kind::Active, HashMap::new()).unwrap();
+            let id = s.store.get("a").unwrap().id;
+            std::fs::write(s.snapshot_dir(id).join("fs/f"), b"kept").unwrap();
+            // What a SIGKILL after the image was written, before the transaction, leaves; and
+            // the directory of a snapshot whose removal was recorded.
+            std::fs::write(s.layer_image(id), b"half a layer").unwrap();
+            std::fs::create_dir_all(s.snapshot_dir(id + 100).join("fs")).unwrap();
+            std::fs::create_dir_all(s.layer_mountpoint(id + 100)).unwrap();
+            id
+        };
+        let s = Snapshotter::open(root.path()).unwrap();
+        assert!(!s.layer_image(id).exists());
+        assert!(!s.snapshot_dir(id + 100).exists());
+        assert!(!s.layer_mountpoint(id + 100).exists());
+        assert_eq!(
+            s.stat("a").unwrap().kind,
+            containerd_snapshots::Kind::Active
+        );
+        assert_eq!(
+            std::fs::read(s.snapshot_dir(id).join("fs/f")).unwrap(),
+            b"kept"
+        );
+        // The commit containerd retries goes through.
+        s.commit("l", "a", HashMap::new()).unwrap();
+        assert!(s.layer_image(id).exists());
+    }
+}
