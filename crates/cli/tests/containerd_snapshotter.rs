@@ -5,10 +5,13 @@
 //! label/usage/rm`, the mounts done by the kernel's overlayfs), state that survives a SIGKILL of
 //! the snapshotter; and a three-layer OCI image made by umoci from busybox-static (a deleted
 //! file, an opaque directory) imported and run with `ctr run --snapshotter sealfs`, whose view
-//! of every file equals the same run under containerd's own `overlayfs` snapshotter.
+//! of every file equals the same run under containerd's own `overlayfs` snapshotter; the same
+//! image pushed by skopeo to Debian's docker-registry and pulled with `ctr image pull
+//! --plain-http`; and a byte flipped in a committed layer image failing the container's read of
+//! that file with EIO.
 //!
-//! Needs root, containerd, runc, umoci, busybox-static, /dev/fuse and overlayfs: prints `SKIP:`
-//! otherwise (a failure under CI=true).
+//! Needs root, containerd, runc, umoci, busybox-static, /dev/fuse and overlayfs (and for the
+//! pull, docker-registry and skopeo): prints `SKIP:` otherwise (a failure under CI=true).
 
 mod common;
 
@@ -464,4 +467,60 @@ fn damaged_layer_image_fails_reads_with_eio() {
     assert!(out.contains("big=1\nkeep\no2\n"), "{out}");
     let log = fs::read_to_string(c.dir.path().join("snapshotter.log")).unwrap();
     assert!(log.contains("/b/big"), "the failed read is logged: {log}");
+}
+
+#[test]
+fn image_pulled_from_a_registry_runs_under_sealfs_as_under_overlayfs() {
+    if !guard()
+        || !oracle_guard(
+            servers::docker_registry_bin()
+                .map(|_| ())
+                .and(need_tool("skopeo")),
+        )
+    {
+        return;
+    }
+    let c = Containerd::start();
+    make_image(c.dir.path());
+    let registry =
+        servers::docker_registry(&c.dir.path().join("registry"), &Default::default()).unwrap();
+    let reference = format!("127.0.0.1:{}/sealfs-test/img:t", registry.port);
+    sh(&format!(
+        "skopeo copy --quiet --dest-tls-verify=false 'oci:{}:t' 'docker://{reference}'",
+        c.dir.path().join("layout").display()
+    ));
+    let survey = |snapshotter: &str| {
+        c.ok(&[
+            "image",
+            "pull",
+            "--plain-http",
+            "--snapshotter",
+            snapshotter,
+            &reference,
+        ]);
+        c.ok(&[
+            "run",
+            "--rm",
+            "--snapshotter",
+            snapshotter,
+            &reference,
+            &format!("pulled-{snapshotter}"),
+            "/bin/sh",
+            "-c",
+            SURVEY,
+        ])
+    };
+    let ours = survey("sealfs");
+    assert_eq!(
+        ours,
+        survey("overlayfs"),
+        "sealfs and overlayfs snapshotters differ"
+    );
+    assert!(ours.contains("\no2\ntwo\no2\n"), "{ours}");
+    let ls = c.snap(&["ls"]);
+    assert_eq!(
+        ls.lines().filter(|l| l.contains("Committed")).count(),
+        3,
+        "{ls}"
+    );
 }
