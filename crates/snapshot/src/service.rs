@@ -155,6 +155,12 @@ impl Snapshotter {
                 reason: "no digest recorded for the layer".into(),
             })?;
             slot.insert(layer::mount(&image, digest, &mp)?);
+            // Which mode each layer is served in is visible: here and in /proc/mounts.
+            eprintln!(
+                "sealfs snapshotter: layer {} mounted on {}: FUSE, every block verified against {digest}",
+                r.id,
+                sealfs_text::escape_path(&mp)
+            );
         }
         Ok(mp)
     }
