@@ -472,6 +472,21 @@ fn image_runs_under_sealfs_as_under_overlayfs() {
         "{} lines of survey, the same under both",
         ours.lines().count()
     );
+
+    // Removing the image frees its layers: containerd's garbage collection removes them.
+    c.ok(&["image", "rm", "sealfs.test/img:t"]);
+    let root = c.root();
+    eventually("the image's layers freed", || {
+        ["snapshots", "layers", "mnt"]
+            .iter()
+            .all(|d| fs::read_dir(root.join(d)).unwrap().next().is_none())
+    });
+    assert!(layer_mounts(&root).is_empty());
+    assert_eq!(
+        c.snap(&["ls"]).lines().count(),
+        1,
+        "only the header is left"
+    );
 }
 
 #[test]
