@@ -51,6 +51,9 @@ pub enum Error {
         /// Why.
         source: sealfs_builder::BuildError,
     },
+    /// A call's task ended without an answer (it panicked).
+    #[error("the snapshotter's task for the call failed: {0}")]
+    Task(String),
     /// Opening or mounting a committed layer's image failed.
     #[error("mounting layer {}: {reason}", sealfs_text::escape_path(image))]
     Mount {

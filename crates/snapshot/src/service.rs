@@ -390,7 +390,7 @@ impl Service {
         let s = self.0.clone();
         match tokio::task::spawn_blocking(move || f(&s)).await {
             Ok(r) => r,
-            Err(e) => Err(Error::FailedPrecondition(format!("the call failed: {e}"))),
+            Err(e) => Err(Error::Task(e.to_string())),
         }
     }
 }
