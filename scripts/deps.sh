@@ -43,6 +43,8 @@ install_packages() {
 build_deps_missing() {
   command -v pkg-config >/dev/null 2>&1 || echo pkg-config
   command -v cc >/dev/null 2>&1 || echo gcc
+  # containerd-snapshots (crates/snapshot) generates its gRPC code from .proto files with protoc.
+  command -v protoc >/dev/null 2>&1 || echo protobuf-compiler
   if ! pkg-config --exists devmapper 2>/dev/null; then echo libdevmapper-dev; fi
   if ! compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null &&
      ! compgen -G '/usr/lib/*/libclang-[0-9]*.so*' >/dev/null &&

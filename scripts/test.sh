@@ -14,7 +14,8 @@ needs=(erofs-utils:fsck.erofs erofs-utils:dump.erofs fsverity:fsverity cryptsetu
        qemu-system-x86:qemu-system-x86_64 e2fsprogs:mkfs.ext4 openssl:openssl dmsetup:dmsetup umoci:umoci
        mount:losetup binutils:objcopy nginx:nginx python3:python3
        libarchive-tools:bsdtar acl:setfacl tar:tar zstd:zstd xz-utils:xz bzip2:bzip2 lz4:lz4
-       docker-registry:docker-registry skopeo:skopeo apache2-utils:htpasswd valgrind:valgrind)
+       docker-registry:docker-registry skopeo:skopeo apache2-utils:htpasswd valgrind:valgrind
+       containerd:containerd containerd:ctr runc:runc)
 # docs/examples.py (checked by crates/cli/tests/docs_and_scripts.rs) shows dumps made by xxd.
 needs+=(xxd:xxd)
 missing=($(build_deps_missing))

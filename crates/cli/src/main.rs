@@ -11,6 +11,7 @@ mod registry;
 mod seal;
 mod sign;
 mod signals;
+mod snapshotter;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -76,6 +77,9 @@ enum Command {
     /// Fetch an image from an OCI registry whole; it appears at OUT only once every block is
     /// verified (blocks already in the persistent cache are not fetched again).
     Pull(registry::PullArgs),
+    /// Serve containerd's snapshots API on a unix socket (a proxy plugin): layers are committed
+    /// as sealed EROFS images and mounted verified.
+    Snapshotter(snapshotter::SnapshotterArgs),
 }
 
 fn main() -> ExitCode {
@@ -104,6 +108,7 @@ fn main() -> ExitCode {
         Command::Cache(args) => cache::run(args),
         Command::Push(args) => registry::run_push(args),
         Command::Pull(args) => read::finish(registry::run_pull(args)),
+        Command::Snapshotter(args) => snapshotter::run(args),
     };
     // One exit-code convention for every command (docs/usage.md, "Exit codes"): 1 when the
     // image is at fault, 2 when the command could not run.

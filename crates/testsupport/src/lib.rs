@@ -118,6 +118,8 @@ pub fn package_of(tool: &str) -> &'static str {
         "getfacl" | "setfacl" => "acl",
         "umoci" => "umoci",
         "skopeo" => "skopeo",
+        "containerd" | "ctr" => "containerd",
+        "runc" => "runc",
         _ => "unknown package",
     }
 }

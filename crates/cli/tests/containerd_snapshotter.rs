@@ -1,0 +1,584 @@
+//! `sealfs snapshotter` against the real containerd (Debian's 1.6) and runc: each test starts
+//! its own containerd (root, state, socket and config under a temporary directory) with the
+//! snapshotter as a proxy plugin, and drives it with containerd's own client, `ctr`, the oracle
+//! of the protocol: the snapshot lifecycle (`ctr snapshots prepare/mounts/commit/view/ls/info/
+//! label/usage/rm`, the mounts done by the kernel's overlayfs), state that survives a SIGKILL of
+//! the snapshotter and of containerd; and a three-layer OCI image made by umoci from busybox-static (a deleted
+//! file, an opaque directory) imported and run with `ctr run --snapshotter sealfs`, whose view
+//! of every file equals the same run under containerd's own `overlayfs` snapshotter; the same
+//! image pushed by skopeo to Debian's docker-registry and pulled with `ctr image pull
+//! --plain-http`; and a byte flipped in a committed layer image failing the container's read of
+//! that file with EIO.
+//!
+//! Needs root, containerd, runc, umoci, busybox-static, /dev/fuse and overlayfs (and for the
+//! pull, docker-registry and skopeo): prints `SKIP:` otherwise (a failure under CI=true).
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn guard() -> bool {
+    oracle_guard(
+        root_env()
+            .and(need_tool("containerd"))
+            .and(need_tool("ctr"))
+            .and(need_tool("runc"))
+            .and(need_tool("umoci"))
+            .and(if Path::new("/dev/fuse").exists() {
+                Ok(())
+            } else {
+                Err("no /dev/fuse".into())
+            })
+            .and(if Path::new("/bin/busybox").is_file() {
+                Ok(())
+            } else {
+                Err("no /bin/busybox (Debian package busybox-static)".into())
+            }),
+    )
+}
+
+/// A containerd and a `sealfs snapshotter` wired to it, each stopped on drop.
+struct Containerd {
+    dir: tempfile::TempDir,
+    containerd: Child,
+    snapshotter: Option<Child>,
+}
+
+impl Containerd {
+    fn start() -> Containerd {
+        let dir = tempfile::Builder::new()
+            .prefix("sealfs-ctd-")
+            .tempdir()
+            .unwrap();
+        let d = dir.path();
+        fs::write(
+            d.join("config.toml"),
+            format!(
+                "version = 2\nroot = \"{0}/root\"\nstate = \"{0}/state\"\n\
+                 disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+                 [grpc]\n  address = \"{0}/containerd.sock\"\n\
+                 [proxy_plugins.sealfs]\n  type = \"snapshot\"\n  address = \"{0}/sealfs.sock\"\n",
+                d.display()
+            ),
+        )
+        .unwrap();
+        let mut c = Containerd {
+            containerd: Self::spawn_containerd(d),
+            snapshotter: None,
+            dir,
+        };
+        c.start_snapshotter();
+        c.wait_for_containerd();
+        c
+    }
+
+    fn spawn_containerd(d: &Path) -> Child {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("containerd.log"))
+            .unwrap();
+        Command::new("containerd")
+            .arg("--config")
+            .arg(d.join("config.toml"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    fn wait_for_containerd(&self) {
+        let t = Instant::now();
+        while !run(self.ctr().arg("version")).status.success() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "containerd did not start: {}",
+                fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILLs containerd and starts it again on the same state.
+    fn restart_containerd(&mut self) {
+        self.containerd.kill().unwrap();
+        self.containerd.wait().unwrap();
+        self.containerd = Self::spawn_containerd(self.dir.path());
+        self.wait_for_containerd();
+    }
+
+    fn start_snapshotter(&mut self) {
+        let d = self.dir.path();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("snapshotter.log"))
+            .unwrap();
+        self.snapshotter = Some(
+            Command::new(sealfs_bin())
+                .arg("snapshotter")
+                .arg("--root")
+                .arg(d.join("sealfs"))
+                .arg("--address")
+                .arg(d.join("sealfs.sock"))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+        let t = Instant::now();
+        // Connecting, not the file's existence: a SIGKILLed run leaves its socket file behind.
+        while std::os::unix::net::UnixStream::connect(d.join("sealfs.sock")).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "no snapshotter socket"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn ctr(&self) -> Command {
+        let mut cmd = Command::new("ctr");
+        cmd.arg("--address")
+            .arg(self.dir.path().join("containerd.sock"));
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    /// `ctr ARGS` that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = run(self.ctr().args(args));
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}\nsnapshotter log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            fs::read_to_string(self.dir.path().join("snapshotter.log")).unwrap_or_default()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `ctr snapshots --snapshotter sealfs ARGS` that must succeed.
+    fn snap(&self, args: &[&str]) -> String {
+        let mut all = vec!["snapshots", "--snapshotter", "sealfs"];
+        all.extend_from_slice(args);
+        self.ok(&all)
+    }
+
+    /// Mounts snapshot `key` on `target` as `ctr snapshots mounts` says (the kernel does it).
+    fn mount(&self, key: &str, target: &Path) {
+        fs::create_dir_all(target).unwrap();
+        let line = self.snap(&["mounts", target.to_str().unwrap(), key]);
+        assert!(line.starts_with("mount "), "ctr snapshots mounts: {line}");
+        sh(&line);
+    }
+
+    /// `ctr run --rm` of `script` in `image` on `snapshotter`; what it wrote to stdout and
+    /// stderr. Written to a file of a bind-mounted directory, not read from ctr's stdout: ctr
+    /// 1.6 sometimes loses the last output of a process that exits at once.
+    fn run_script(&self, snapshotter: &str, image: &str, name: &str, script: &str) -> String {
+        let out = self.dir.path().join("out").join(name);
+        fs::create_dir_all(&out).unwrap();
+        self.ok(&[
+            "run",
+            "--rm",
+            "--snapshotter",
+            snapshotter,
+            "--mount",
+            &format!("type=bind,src={},dst=/out,options=rbind:rw", out.display()),
+            image,
+            name,
+            "/bin/sh",
+            "-c",
+            &format!("( {script}\n) > /out/output 2>&1"),
+        ]);
+        fs::read_to_string(out.join("output")).unwrap()
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("sealfs")
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if let Some(s) = &mut self.snapshotter {
+            // SIGTERM: it unmounts its layers.
+            let _ = Command::new("kill").arg(s.id().to_string()).status();
+            let _ = s.wait();
+        }
+        let _ = self.containerd.kill();
+        let _ = self.containerd.wait();
+        // What a failed test left mounted below the directory, innermost first.
+        let dir = self.dir.path().to_str().unwrap().to_string();
+        let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let left: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split(' ').nth(1))
+            .filter(|p| p.starts_with(&dir))
+            .collect();
+        for p in left.iter().rev() {
+            let _ = Command::new("umount").arg("-l").arg(p).status();
+        }
+    }
+}
+
+/// Runs a shell command line that must succeed; its stdout.
+fn sh(line: &str) -> String {
+    let out = run(Command::new("sh").arg("-c").arg(line));
+    assert!(
+        out.status.success(),
+        "{line}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The sealfs FUSE mounts under `root`, as /proc/mounts lists them.
+fn layer_mounts(root: &Path) -> Vec<String> {
+    fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(root.to_str().unwrap()) && l.contains("fuse.sealfs"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until `cond` holds (containerd removes snapshots in its garbage collection, after
+/// `ctr snapshots rm` returned).
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctr_snapshots_lifecycle_through_containerd() {
+    if !guard() {
+        return;
+    }
+    let mut c = Containerd::start();
+    let m = c.dir.path().join("m");
+
+    // A first layer: a bind mount of an empty directory, written through it.
+    c.snap(&["prepare", "a1"]);
+    c.mount("a1", &m);
+    sh(&format!(
+        "cd '{0}' && echo hello > f1 && echo gone > del && mkdir -p d && echo old > d/old && cd / && umount '{0}'",
+        m.display()
+    ));
+    c.snap(&["commit", "l1", "a1"]);
+
+    // A second one over it: a deletion and an opaque directory, made by the kernel's overlayfs.
+    c.snap(&["prepare", "a2", "l1"]);
+    c.mount("a2", &m);
+    assert_eq!(fs::read_to_string(m.join("d/old")).unwrap(), "old\n");
+    sh(&format!(
+        "cd '{0}' && rm del && rm -r d && mkdir d && echo new > d/new && echo two > f2 && cd / && umount '{0}'",
+        m.display()
+    ));
+    c.snap(&["commit", "l2", "a2"]);
+
+    // Labels are kept (Update).
+    c.snap(&["label", "l2", "sealfs.test/colour=blue"]);
+    let info = c.snap(&["info", "l2"]);
+    assert!(info.contains("\"Kind\": \"Committed\""), "{info}");
+    assert!(info.contains("\"Parent\": \"l1\""), "{info}");
+    assert!(info.contains("\"sealfs.test/colour\": \"blue\""), "{info}");
+
+    // Both layers are verified FUSE mounts readable by anyone (allow_other), each opened with
+    // the digest recorded at commit.
+    let mounts = layer_mounts(&c.root());
+    assert_eq!(mounts.len(), 1, "{mounts:?}");
+    c.snap(&["view", "v", "l2"]);
+    // ctr 1.6 labels what it prepares and commits as a root of containerd's garbage collection,
+    // not views: without it the collection after containerd's restart takes the view.
+    c.snap(&["label", "v", "containerd.io/gc.root=test"]);
+    let mounts = layer_mounts(&c.root());
+    assert_eq!(mounts.len(), 2, "{mounts:?}");
+    let log = fs::read_to_string(c.dir.path().join("snapshotter.log")).unwrap();
+    assert_eq!(
+        log.matches(": FUSE, every block verified against sha256:")
+            .count(),
+        2,
+        "each layer's mode is logged: {log}"
+    );
+    for line in &mounts {
+        assert!(line.starts_with("sealfs:sha256:"), "{line}");
+        assert!(
+            line.contains(" ro,") && line.contains("allow_other"),
+            "{line}"
+        );
+    }
+
+    let check_view = |c: &Containerd| {
+        c.mount("v", &m);
+        let listing = sh(&format!("cd '{}' && find . | sort", m.display()));
+        assert_eq!(listing, ".\n./d\n./d/new\n./f1\n./f2\n");
+        assert_eq!(fs::read_to_string(m.join("f1")).unwrap(), "hello\n");
+        assert_eq!(fs::read_to_string(m.join("d/new")).unwrap(), "new\n");
+        sh(&format!("umount '{}'", m.display()));
+    };
+    check_view(&c);
+
+    let ls = c.snap(&["ls"]);
+    let rows: Vec<Vec<&str>> = ls
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.contains(&vec!["l1", "Committed"]), "{ls}");
+    assert!(rows.contains(&vec!["l2", "l1", "Committed"]), "{ls}");
+    assert!(rows.contains(&vec!["v", "l2", "View"]), "{ls}");
+    let usage = c.snap(&["usage"]);
+    for key in ["l1", "l2", "v"] {
+        assert!(
+            usage
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(key)),
+            "{usage}"
+        );
+    }
+
+    // A layer with children stays.
+    let out = run(c
+        .ctr()
+        .args(["snapshots", "--snapshotter", "sealfs", "rm", "l1"]));
+    assert!(!out.status.success());
+
+    // The state survives a SIGKILL of the snapshotter: its dead layer mounts are replaced.
+    let mut killed = c.snapshotter.take().unwrap();
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    c.start_snapshotter();
+    // containerd redials the proxy plugin after its gRPC backoff (a second or more).
+    eventually("containerd reconnects to the restarted snapshotter", || {
+        run(c.ctr().args(["snapshots", "--snapshotter", "sealfs", "ls"]))
+            .status
+            .success()
+    });
+    let ls_after = c.snap(&["ls"]);
+    assert_eq!(ls_after, ls);
+    check_view(&c);
+    // And a SIGKILL of containerd.
+    c.restart_containerd();
+    assert_eq!(c.snap(&["ls"]), ls);
+    check_view(&c);
+    assert!(c
+        .snap(&["info", "l2"])
+        .contains("\"sealfs.test/colour\": \"blue\""));
+
+    // Removing frees everything (containerd removes in its garbage collection).
+    for key in ["v", "l2", "l1"] {
+        c.snap(&["rm", key]);
+    }
+    let root = c.root();
+    eventually("layers and directories freed", || {
+        ["snapshots", "layers", "mnt"]
+            .iter()
+            .all(|d| fs::read_dir(root.join(d)).unwrap().next().is_none())
+    });
+    assert!(layer_mounts(&root).is_empty());
+}
+
+/// A three-layer OCI image made by umoci in `dir`, as a tar `ctr image import` takes: busybox
+/// and files; then a file deleted, one changed, one added; then a directory made opaque.
+fn make_image(dir: &Path) -> PathBuf {
+    let (l, b) = (dir.join("layout"), dir.join("bundle"));
+    let (l, b) = (l.display(), b.display());
+    sh(&format!(
+        "set -e; umoci init --layout '{l}'; umoci new --image '{l}:t'; umoci unpack --image '{l}:t' '{b}' >/dev/null
+         r='{b}/rootfs'; mkdir -p $r/bin $r/a $r/o $r/etc; cp /bin/busybox $r/bin/
+         for t in sh cat sha256sum find stat sort ls xargs readlink; do ln -s busybox $r/bin/$t; done
+         echo one > $r/a/a1; echo keep > $r/a/a2; echo o1 > $r/o/o1; echo gone > $r/del
+         chown 1234:5678 $r/a/a2; chmod 0640 $r/a/a2
+         umoci repack --image '{l}:t' '{b}'; rm -rf '{b}'; umoci unpack --image '{l}:t' '{b}' >/dev/null
+         rm $r/del; echo two > $r/a/a1; mkdir $r/b; head -c 300000 /dev/urandom > $r/b/big
+         umoci repack --image '{l}:t' '{b}'
+         mkdir -p '{dir}/o'; echo o2 > '{dir}/o/o2'; umoci insert --image '{l}:t' --opaque '{dir}/o' /o
+         umoci config --image '{l}:t' --config.cmd /bin/sh
+         tar -C '{l}' -cf '{dir}/image.tar' .",
+        dir = dir.display()
+    ));
+    dir.join("image.tar")
+}
+
+/// What the container prints: every path's mode and owner (and size, but for directories, whose
+/// size is the file system's own), symlink targets, every file's SHA-256, then a few contents.
+const SURVEY: &str = "cd / && find / -xdev | sort | while read f; do
+  if [ -d \"$f\" ]; then stat -c '%n %f %u %g' \"$f\"; else stat -c '%n %f %u %g %s' \"$f\"; fi
+done
+find / -xdev -type l | sort | while read f; do echo \"$f -> $(readlink $f)\"; done
+find / -xdev -type f | sort | xargs sha256sum
+ls /o; cat /a/a1 /o/o2; cat /del 2>&1; true";
+
+#[test]
+fn image_runs_under_sealfs_as_under_overlayfs() {
+    if !guard() {
+        return;
+    }
+    let c = Containerd::start();
+    let image = make_image(c.dir.path());
+    c.ok(&[
+        "image",
+        "import",
+        "--base-name",
+        "sealfs.test/img",
+        "--snapshotter",
+        "sealfs",
+        image.to_str().unwrap(),
+    ]);
+    // One committed layer per image layer, each a sealed image.
+    let ls = c.snap(&["ls"]);
+    assert_eq!(
+        ls.lines().filter(|l| l.contains("Committed")).count(),
+        3,
+        "{ls}"
+    );
+    // Unpacked again for containerd's own overlayfs snapshotter.
+    c.ok(&[
+        "image",
+        "import",
+        "--base-name",
+        "sealfs.test/img",
+        "--snapshotter",
+        "overlayfs",
+        image.to_str().unwrap(),
+    ]);
+    let survey = |snapshotter: &str| {
+        c.run_script(
+            snapshotter,
+            "sealfs.test/img:t",
+            &format!("survey-{snapshotter}"),
+            SURVEY,
+        )
+    };
+    let ours = survey("sealfs");
+    let theirs = survey("overlayfs");
+    assert_eq!(ours, theirs, "sealfs and overlayfs snapshotters differ");
+    // The layers' changes are there: the deletion, the change, the opaque directory, owners.
+    assert!(ours.contains("\no2\ntwo\no2\n"), "{ours}");
+    assert!(ours.contains("can't open '/del': No such file"), "{ours}");
+    assert!(ours.contains("/a/a2 81a0 1234 5678 5\n"), "{ours}");
+    assert!(ours.contains("/b/big 81a4 0 0 300000\n"), "{ours}");
+    assert!(!ours.contains("/o/o1"), "{ours}");
+    println!(
+        "{} lines of survey, the same under both",
+        ours.lines().count()
+    );
+
+    // Removing the image frees its layers: containerd's garbage collection removes them.
+    c.ok(&["image", "rm", "sealfs.test/img:t"]);
+    let root = c.root();
+    eventually("the image's layers freed", || {
+        ["snapshots", "layers", "mnt"]
+            .iter()
+            .all(|d| fs::read_dir(root.join(d)).unwrap().next().is_none())
+    });
+    assert!(layer_mounts(&root).is_empty());
+    assert_eq!(
+        c.snap(&["ls"]).lines().count(),
+        1,
+        "only the header is left"
+    );
+}
+
+#[test]
+fn damaged_layer_image_fails_reads_with_eio() {
+    if !guard() {
+        return;
+    }
+    let c = Containerd::start();
+    let image = make_image(c.dir.path());
+    c.ok(&[
+        "image",
+        "import",
+        "--base-name",
+        "sealfs.test/img",
+        "--snapshotter",
+        "sealfs",
+        image.to_str().unwrap(),
+    ]);
+    // One byte of /b/big's third block flipped in the committed layer image that holds it
+    // (found by its bytes: random, so lz4 stores them as they are), before anything read it.
+    let big = fs::read(c.dir.path().join("bundle/rootfs/b/big")).unwrap();
+    let window = &big[8192..12288];
+    let mut flipped = 0;
+    for entry in fs::read_dir(c.root().join("layers")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = fs::read(&path).unwrap();
+        if let Some(at) = bytes.windows(window.len()).position(|w| w == window) {
+            bytes[at + 100] ^= 0x20;
+            fs::write(&path, &bytes).unwrap();
+            flipped += 1;
+        }
+    }
+    assert_eq!(flipped, 1, "the block of /b/big is in one layer image");
+    let out = c.run_script(
+        "sealfs",
+        "sealfs.test/img:t",
+        "damaged",
+        "cat /b/big > /dev/null; echo big=$?; cat /a/a2 /o/o2",
+    );
+    assert!(out.contains("big=1\nkeep\no2\n"), "{out}");
+    assert!(out.contains("Input/output error"), "{out}");
+    let log = fs::read_to_string(c.dir.path().join("snapshotter.log")).unwrap();
+    assert!(log.contains("/b/big"), "the failed read is logged: {log}");
+}
+
+#[test]
+fn image_pulled_from_a_registry_runs_under_sealfs_as_under_overlayfs() {
+    if !guard()
+        || !oracle_guard(
+            servers::docker_registry_bin()
+                .map(|_| ())
+                .and(need_tool("skopeo")),
+        )
+    {
+        return;
+    }
+    let c = Containerd::start();
+    make_image(c.dir.path());
+    let registry =
+        servers::docker_registry(&c.dir.path().join("registry"), &Default::default()).unwrap();
+    let reference = format!("127.0.0.1:{}/sealfs-test/img:t", registry.port);
+    sh(&format!(
+        "skopeo copy --quiet --dest-tls-verify=false 'oci:{}:t' 'docker://{reference}'",
+        c.dir.path().join("layout").display()
+    ));
+    let survey = |snapshotter: &str| {
+        c.ok(&[
+            "image",
+            "pull",
+            "--plain-http",
+            "--snapshotter",
+            snapshotter,
+            &reference,
+        ]);
+        c.run_script(
+            snapshotter,
+            &reference,
+            &format!("pulled-{snapshotter}"),
+            SURVEY,
+        )
+    };
+    let ours = survey("sealfs");
+    assert_eq!(
+        ours,
+        survey("overlayfs"),
+        "sealfs and overlayfs snapshotters differ"
+    );
+    assert!(ours.contains("\no2\ntwo\no2\n"), "{ours}");
+    let ls = c.snap(&["ls"]);
+    assert_eq!(
+        ls.lines().filter(|l| l.contains("Committed")).count(),
+        3,
+        "{ls}"
+    );
+}

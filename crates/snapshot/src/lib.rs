@@ -1,0 +1,76 @@
+//! A containerd snapshotter whose committed layers are sealed EROFS images.
+//!
+//! containerd applies each layer's tar diff into an active snapshot this snapshotter hands it (a
+//! directory, under an overlayfs mount over the layers below); [`Snapshotter::commit`] seals that
+//! directory into an EROFS image with the builder, overlay whiteouts (0:0 character devices,
+//! `trusted.overlay.opaque`) kept as they are, so the images stack under overlayfs as
+//! `sealfs build --oci-layer` images do. Committed layers are mounted read-only, every block
+//! verified against the digest recorded at commit ([`layer`]). The metadata lives in one
+//! transactional store ([`store`]); the lifecycle follows containerd's `snapshots/overlay`
+//! ([`service`]); [`serve`] answers containerd's snapshots API (gRPC, through the
+//! `containerd-snapshots` crate) on a unix socket, as a proxy plugin.
+
+pub mod error;
+pub mod layer;
+pub mod service;
+pub mod store;
+
+pub use error::{Error, Result};
+pub use service::{Service, Snapshotter};
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Serves the snapshotter with state under `root` on the unix socket `address` until SIGINT or
+/// SIGTERM, then unmounts its layers. A socket file left at `address` by a previous run is
+/// replaced; the new one is readable and writable by its owner only.
+pub fn serve(root: &Path, address: &Path) -> Result<()> {
+    let snapshotter = Arc::new(Snapshotter::open(root)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::io(address))?;
+    let served = runtime.block_on(async {
+        if let Some(dir) = address.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+        }
+        match std::fs::remove_file(address) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(address)(e))
+            }
+            _ => {}
+        }
+        let listener = tokio::net::UnixListener::bind(address).map_err(Error::io(address))?;
+        std::fs::set_permissions(address, std::fs::Permissions::from_mode(0o600))
+            .map_err(Error::io(address))?;
+        let shutdown = async {
+            use tokio::signal::unix::{signal, SignalKind};
+            match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                _ => std::future::pending::<()>().await,
+            }
+        };
+        containerd_snapshots::tonic::transport::Server::builder()
+            .add_service(containerd_snapshots::server(Arc::new(Service(
+                snapshotter.clone(),
+            ))))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::UnixListenerStream::new(listener),
+                shutdown,
+            )
+            .await
+            .map_err(|e| Error::io(address)(std::io::Error::other(e)))
+    });
+    snapshotter.unmount_all();
+    let _ = std::fs::remove_file(address);
+    served
+}

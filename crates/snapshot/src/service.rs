@@ -1,0 +1,541 @@
+//! The snapshotter: each call of containerd's snapshots API a short translation into the store
+//! ([`crate::store`]), the builder (commit) and layer mounts ([`crate::layer`]), modelled on
+//! containerd's `snapshots/overlay`.
+//!
+//! Under the root directory:
+//!
+//! ```text
+//! metadata.redb          the store
+//! snapshots/ID/fs        an active snapshot's upper directory (a view's empty one)
+//! snapshots/ID/work      its overlayfs work directory
+//! layers/ID.sealfs       a committed snapshot's sealed EROFS layer image
+//! mnt/ID                 where that layer is mounted (verified FUSE, read-only)
+//! ```
+//!
+//! Anything there the store does not name (a crash between a step on disk and the transaction
+//! that records it, a removal) is deleted by [`Snapshotter::cleanup`], which also runs at start.
+
+use crate::error::{Error, Result};
+use crate::layer::{self, LayerMount};
+use crate::store::{Kind, Record, Store};
+use containerd_snapshots::api::types::Mount;
+use containerd_snapshots::{Info, Usage};
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A containerd snapshotter over one root directory.
+pub struct Snapshotter {
+    root: PathBuf,
+    store: Store,
+    /// Committed layers mounted now, by id.
+    mounts: Mutex<HashMap<u64, LayerMount>>,
+}
+
+fn to_info(name: &str, r: &Record) -> Info {
+    Info {
+        kind: match r.kind {
+            Kind::Active => containerd_snapshots::Kind::Active,
+            Kind::View => containerd_snapshots::Kind::View,
+            Kind::Committed => containerd_snapshots::Kind::Committed,
+        },
+        name: name.to_string(),
+        parent: r.parent.clone(),
+        labels: r.labels.clone(),
+        created_at: r.created,
+        updated_at: r.updated,
+    }
+}
+
+/// Bytes on disk (allocated blocks) and inodes under `dir`, each hard-linked inode once, as
+/// containerd's `fs.DiskUsage` (and `du`) count them.
+fn disk_usage(dir: &Path) -> Result<Usage> {
+    let mut seen = HashSet::new();
+    let mut usage = Usage::default();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let md = std::fs::symlink_metadata(&path).map_err(Error::io(&path))?;
+        if seen.insert((md.dev(), md.ino())) {
+            usage.inodes += 1;
+            usage.size += i64::try_from(md.blocks() * 512).unwrap_or(i64::MAX);
+        }
+        if md.is_dir() {
+            for entry in std::fs::read_dir(&path).map_err(Error::io(&path))? {
+                stack.push(entry.map_err(Error::io(&path))?.path());
+            }
+        }
+    }
+    Ok(usage)
+}
+
+/// How a layer is built: sealed (SHA-256, 4 KiB blocks), xattrs kept (overlay's opaque marks),
+/// file data in lz4 (4 KiB clusters), which every kernel EROFS reads. Measured on
+/// `/usr/lib/python3.11` (52.6 MB, page-cached, one run each on a loaded 2-core machine):
+/// uncompressed 52.9 MB in 0.29 s, lz4 28.8 MB in 0.51 s, lz4hc 25.5 MB in 1.68 s, zstd 25.3 MB
+/// in 1.05 s: lz4 takes off almost all that compression can for the least time a commit waits.
+pub fn layer_build_options() -> sealfs_builder::BuildOptions {
+    sealfs_builder::BuildOptions {
+        compress: Some(sealfs_builder::CompressOptions::new(
+            sealfs_builder::Algorithm::Lz4,
+        )),
+        ..sealfs_builder::BuildOptions::default()
+    }
+}
+
+fn mount(kind: &str, source: &Path, options: Vec<String>) -> Mount {
+    Mount {
+        r#type: kind.to_string(),
+        source: source.to_string_lossy().into_owned(),
+        target: String::new(),
+        options,
+    }
+}
+
+fn path_option(name: &str, path: &Path) -> String {
+    format!("{name}={}", path.to_string_lossy())
+}
+
+impl Snapshotter {
+    /// Opens the snapshotter's state under `root` (created if missing), taking down mounts a
+    /// previous run left and deleting what no record names.
+    pub fn open(root: &Path) -> Result<Snapshotter> {
+        for dir in ["snapshots", "layers", "mnt"] {
+            let d = root.join(dir);
+            std::fs::create_dir_all(&d).map_err(Error::io(&d))?;
+        }
+        let root = std::fs::canonicalize(root).map_err(Error::io(root))?;
+        let store = Store::open(&root.join("metadata.redb"))?;
+        let s = Snapshotter {
+            root,
+            store,
+            mounts: Mutex::new(HashMap::new()),
+        };
+        // The FUSE layers of a previous run died with it.
+        let mnt = s.root.join("mnt");
+        for entry in std::fs::read_dir(&mnt).map_err(Error::io(&mnt))? {
+            layer::detach(&entry.map_err(Error::io(&mnt))?.path());
+        }
+        s.cleanup()?;
+        Ok(s)
+    }
+
+    fn snapshot_dir(&self, id: u64) -> PathBuf {
+        self.root.join("snapshots").join(id.to_string())
+    }
+
+    fn layer_image(&self, id: u64) -> PathBuf {
+        self.root.join("layers").join(format!("{id}.sealfs"))
+    }
+
+    fn layer_mountpoint(&self, id: u64) -> PathBuf {
+        self.root.join("mnt").join(id.to_string())
+    }
+
+    /// The committed layers under `parent`, nearest first.
+    fn ancestors(&self, parent: &str) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        let mut key = parent.to_string();
+        while !key.is_empty() {
+            let r = self.store.get(&key)?;
+            key = r.parent.clone();
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    /// Mounts the committed layer `r` unless it is mounted; returns where.
+    fn ensure_layer(&self, r: &Record) -> Result<PathBuf> {
+        let mp = self.layer_mountpoint(r.id);
+        let mut mounts = self.mounts.lock().unwrap_or_else(|e| e.into_inner());
+        if let std::collections::hash_map::Entry::Vacant(slot) = mounts.entry(r.id) {
+            let image = self.layer_image(r.id);
+            let digest = r.digest.as_deref().ok_or_else(|| Error::Mount {
+                image: image.clone(),
+                reason: "no digest recorded for the layer".into(),
+            })?;
+            slot.insert(layer::mount(&image, digest, &mp)?);
+            // Which mode each layer is served in is visible: here and in /proc/mounts.
+            eprintln!(
+                "sealfs snapshotter: layer {} mounted on {}: FUSE, every block verified against {digest}",
+                r.id,
+                sealfs_text::escape_path(&mp)
+            );
+        }
+        Ok(mp)
+    }
+
+    /// The mounts of the active snapshot or view `r`, its layers mounted first: a bind mount of
+    /// its directory without parents (of its one parent's layer, for a view), else overlayfs.
+    fn mounts_of(&self, r: &Record) -> Result<Vec<Mount>> {
+        let dir = self.snapshot_dir(r.id);
+        let parents = self.ancestors(&r.parent)?;
+        if parents.is_empty() {
+            let rw = if r.kind == Kind::View { "ro" } else { "rw" };
+            return Ok(vec![mount(
+                "bind",
+                &dir.join("fs"),
+                vec![rw.into(), "rbind".into()],
+            )]);
+        }
+        let mut lower = Vec::with_capacity(parents.len());
+        for p in &parents {
+            lower.push(self.ensure_layer(p)?.to_string_lossy().into_owned());
+        }
+        if r.kind == Kind::View && parents.len() == 1 {
+            return Ok(vec![mount(
+                "bind",
+                Path::new(&lower[0]),
+                vec!["ro".into(), "rbind".into()],
+            )]);
+        }
+        let mut options = Vec::new();
+        if r.kind == Kind::Active {
+            options.push(path_option("workdir", &dir.join("work")));
+            options.push(path_option("upperdir", &dir.join("fs")));
+        }
+        options.push(format!("lowerdir={}", lower.join(":")));
+        Ok(vec![mount("overlay", Path::new("overlay"), options)])
+    }
+
+    /// `Prepare` and `View`: records the snapshot, makes its directories, returns its mounts.
+    pub fn create(
+        &self,
+        key: &str,
+        parent: &str,
+        kind: Kind,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<Mount>> {
+        let r = self.store.create(key, parent, kind, labels)?;
+        let dir = self.snapshot_dir(r.id);
+        let made = [dir.join("fs"), dir.join("work")]
+            .iter()
+            .try_for_each(|d| std::fs::create_dir_all(d).map_err(Error::io(d)))
+            .and_then(|()| self.mounts_of(&r));
+        if made.is_err() {
+            // Undone whole: the next Prepare of this key starts afresh.
+            let _ = self.store.remove(key);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        made
+    }
+
+    /// `Mounts`: the mounts of an active snapshot or view.
+    pub fn mounts(&self, key: &str) -> Result<Vec<Mount>> {
+        let r = self.store.get(key)?;
+        if r.kind == Kind::Committed {
+            return Err(Error::FailedPrecondition(format!(
+                "snapshot {key:?} is committed: only active snapshots and views have mounts"
+            )));
+        }
+        self.mounts_of(&r)
+    }
+
+    /// `Commit`: seals the active snapshot `key`'s upper directory into a layer image (overlay
+    /// whiteouts and opaque directories kept as they are), records it as `name` with its digest,
+    /// frees the directory. On any error `key` stays active and no image is left.
+    pub fn commit(&self, name: &str, key: &str, labels: HashMap<String, String>) -> Result<()> {
+        let r = self.store.get(key)?;
+        if r.kind != Kind::Active {
+            return Err(Error::FailedPrecondition(format!(
+                "snapshot {key:?} is not active: only active snapshots are committed"
+            )));
+        }
+        let dir = self.snapshot_dir(r.id);
+        let image = self.layer_image(r.id);
+        let summary = sealfs_builder::build(
+            &dir.join("fs"),
+            &image,
+            &layer_build_options(),
+            &sealfs_builder::NoProgress,
+        )
+        .map_err(|source| Error::Build {
+            key: key.to_string(),
+            source,
+        })?;
+        let digest = summary
+            .seal
+            .map(|s| s.digest.to_string())
+            .ok_or_else(|| Error::FailedPrecondition("the layer image was built unsealed".into()));
+        let recorded = digest.and_then(|digest| {
+            let size = std::fs::metadata(&image)
+                .map_err(Error::io(&image))?
+                .blocks()
+                * 512;
+            self.store
+                .commit(key, name, labels, digest, size, summary.inodes)
+        });
+        if let Err(e) = recorded {
+            let _ = std::fs::remove_file(&image);
+            return Err(e);
+        }
+        std::fs::remove_dir_all(&dir).map_err(Error::io(&dir))
+    }
+
+    /// `Remove`: forgets `key` (refused while it is a parent) and frees what it held.
+    pub fn remove(&self, key: &str) -> Result<()> {
+        let r = self.store.remove(key)?;
+        match r.kind {
+            Kind::Committed => {
+                let mounted = self
+                    .mounts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&r.id);
+                drop(mounted);
+                let mp = self.layer_mountpoint(r.id);
+                layer::detach(&mp);
+                let _ = std::fs::remove_dir(&mp);
+                let image = self.layer_image(r.id);
+                std::fs::remove_file(&image).map_err(Error::io(&image))
+            }
+            Kind::Active | Kind::View => {
+                let dir = self.snapshot_dir(r.id);
+                std::fs::remove_dir_all(&dir).map_err(Error::io(&dir))
+            }
+        }
+    }
+
+    /// `Stat`.
+    pub fn stat(&self, key: &str) -> Result<Info> {
+        Ok(to_info(key, &self.store.get(key)?))
+    }
+
+    /// `Update`: only labels change (all of them, or those `fieldpaths` name).
+    pub fn update(&self, info: Info, fieldpaths: &[String]) -> Result<Info> {
+        let r = self
+            .store
+            .update_labels(&info.name, info.labels, fieldpaths)?;
+        Ok(to_info(&info.name, &r))
+    }
+
+    /// `Usage`: an active snapshot's directory as `du` counts it; a committed layer's image.
+    pub fn usage(&self, key: &str) -> Result<Usage> {
+        let r = self.store.get(key)?;
+        match r.kind {
+            Kind::Committed => Ok(Usage {
+                inodes: i64::try_from(r.inodes).unwrap_or(i64::MAX),
+                size: i64::try_from(r.size).unwrap_or(i64::MAX),
+            }),
+            Kind::Active | Kind::View => disk_usage(&self.snapshot_dir(r.id).join("fs")),
+        }
+    }
+
+    /// `Walk` (`List`): every snapshot.
+    pub fn list(&self) -> Result<Vec<Info>> {
+        Ok(self
+            .store
+            .list()?
+            .iter()
+            .map(|(k, r)| to_info(k, r))
+            .collect())
+    }
+
+    /// `Cleanup`: deletes directories, layer images and mount points no record names (left by a
+    /// crash, or by a commit's last step).
+    pub fn cleanup(&self) -> Result<()> {
+        let records = self.store.list()?;
+        let dirs: HashSet<String> = records
+            .iter()
+            .filter(|(_, r)| r.kind != Kind::Committed)
+            .map(|(_, r)| r.id.to_string())
+            .collect();
+        let layers: HashSet<String> = records
+            .iter()
+            .filter(|(_, r)| r.kind == Kind::Committed)
+            .map(|(_, r)| r.id.to_string())
+            .collect();
+        let images: HashSet<String> = layers.iter().map(|id| format!("{id}.sealfs")).collect();
+        for (sub, keep) in [("snapshots", &dirs), ("layers", &images), ("mnt", &layers)] {
+            let d = self.root.join(sub);
+            for entry in std::fs::read_dir(&d).map_err(Error::io(&d))? {
+                let entry = entry.map_err(Error::io(&d))?;
+                if keep.contains(&*entry.file_name().to_string_lossy()) {
+                    continue;
+                }
+                let path = entry.path();
+                let gone = if sub == "snapshots" {
+                    std::fs::remove_dir_all(&path)
+                } else if sub == "mnt" {
+                    layer::detach(&path);
+                    std::fs::remove_dir(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                gone.map_err(Error::io(&path))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Detaches every layer this process mounted (at shutdown; containers still running on them
+    /// lose them, as the process serving them ends).
+    pub fn unmount_all(&self) {
+        self.mounts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
+/// The gRPC service's view of [`Snapshotter`]: each call run on the blocking pool (commits build
+/// images, the store writes synchronously).
+pub struct Service(pub Arc<Snapshotter>);
+
+impl Service {
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Snapshotter) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let s = self.0.clone();
+        match tokio::task::spawn_blocking(move || f(&s)).await {
+            Ok(r) => r,
+            Err(e) => Err(Error::Task(e.to_string())),
+        }
+    }
+}
+
+#[containerd_snapshots::tonic::async_trait]
+impl containerd_snapshots::Snapshotter for Service {
+    type Error = Error;
+
+    async fn stat(&self, key: String) -> Result<Info> {
+        self.run(move |s| s.stat(&key)).await
+    }
+
+    async fn update(&self, info: Info, fieldpaths: Option<Vec<String>>) -> Result<Info> {
+        self.run(move |s| s.update(info, &fieldpaths.unwrap_or_default()))
+            .await
+    }
+
+    async fn usage(&self, key: String) -> Result<Usage> {
+        self.run(move |s| s.usage(&key)).await
+    }
+
+    async fn mounts(&self, key: String) -> Result<Vec<Mount>> {
+        self.run(move |s| s.mounts(&key)).await
+    }
+
+    async fn prepare(
+        &self,
+        key: String,
+        parent: String,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<Mount>> {
+        self.run(move |s| s.create(&key, &parent, Kind::Active, labels))
+            .await
+    }
+
+    async fn view(
+        &self,
+        key: String,
+        parent: String,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<Mount>> {
+        self.run(move |s| s.create(&key, &parent, Kind::View, labels))
+            .await
+    }
+
+    async fn commit(
+        &self,
+        name: String,
+        key: String,
+        labels: HashMap<String, String>,
+    ) -> Result<()> {
+        self.run(move |s| s.commit(&name, &key, labels)).await
+    }
+
+    async fn remove(&self, key: String) -> Result<()> {
+        self.run(move |s| s.remove(&key)).await
+    }
+
+    async fn clear(&self) -> Result<()> {
+        self.run(|s| s.cleanup()).await
+    }
+
+    type InfoStream = futures::stream::Iter<std::vec::IntoIter<Result<Info>>>;
+
+    async fn list(&self, _snapshotter: String, _filters: Vec<String>) -> Result<Self::InfoStream> {
+        let infos = self.run(|s| s.list()).await?;
+        Ok(futures::stream::iter(
+            infos.into_iter().map(Ok).collect::<Vec<_>>(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// `du -s --block-size=1 PATH`'s bytes and `find PATH | wc -l`'s count (GNU coreutils and
+    /// findutils: the oracle of disk usage).
+    fn du(path: &Path) -> (i64, i64) {
+        let out = Command::new("du")
+            .args(["-s", "--block-size=1"])
+            .arg(path)
+            .output()
+            .unwrap();
+        let bytes = String::from_utf8(out.stdout).unwrap();
+        let bytes = bytes.split_whitespace().next().unwrap().parse().unwrap();
+        let out = Command::new("find").arg(path).output().unwrap();
+        (
+            bytes,
+            out.stdout.iter().filter(|&&b| b == b'\n').count() as i64,
+        )
+    }
+
+    #[test]
+    fn usage_agrees_with_du() {
+        let root = tempfile::tempdir().unwrap();
+        let s = Snapshotter::open(root.path()).unwrap();
+        s.create("a", "", Kind::Active, HashMap::new()).unwrap();
+        let fs_dir = s.snapshot_dir(s.store.get("a").unwrap().id).join("fs");
+        std::fs::create_dir(fs_dir.join("d")).unwrap();
+        std::fs::write(fs_dir.join("d/big"), vec![7u8; 300_000]).unwrap();
+        std::fs::write(fs_dir.join("small"), b"x").unwrap();
+        std::fs::hard_link(fs_dir.join("small"), fs_dir.join("link")).unwrap();
+        let u = s.usage("a").unwrap();
+        let (bytes, _) = du(&fs_dir);
+        assert_eq!(u.size, bytes);
+        // The hard link is one inode; `find` lists both names.
+        assert_eq!(u.inodes, 4);
+        s.commit("l", "a", HashMap::new()).unwrap();
+        let id = s.store.get("l").unwrap().id;
+        let u = s.usage("l").unwrap();
+        assert_eq!(u.size, du(&s.layer_image(id)).0);
+        assert!(!fs_dir.exists(), "the committed directory is freed");
+    }
+
+    #[test]
+    fn a_crash_before_the_commit_is_recorded_leaves_no_layer() {
+        let root = tempfile::tempdir().unwrap();
+        let id = {
+            let s = Snapshotter::open(root.path()).unwrap();
+            s.create("a", "", Kind::Active, HashMap::new()).unwrap();
+            let id = s.store.get("a").unwrap().id;
+            std::fs::write(s.snapshot_dir(id).join("fs/f"), b"kept").unwrap();
+            // What a SIGKILL after the image was written, before the transaction, leaves; and
+            // the directory of a snapshot whose removal was recorded.
+            std::fs::write(s.layer_image(id), b"half a layer").unwrap();
+            std::fs::create_dir_all(s.snapshot_dir(id + 100).join("fs")).unwrap();
+            std::fs::create_dir_all(s.layer_mountpoint(id + 100)).unwrap();
+            id
+        };
+        let s = Snapshotter::open(root.path()).unwrap();
+        assert!(!s.layer_image(id).exists());
+        assert!(!s.snapshot_dir(id + 100).exists());
+        assert!(!s.layer_mountpoint(id + 100).exists());
+        assert_eq!(
+            s.stat("a").unwrap().kind,
+            containerd_snapshots::Kind::Active
+        );
+        assert_eq!(
+            std::fs::read(s.snapshot_dir(id).join("fs/f")).unwrap(),
+            b"kept"
+        );
+        // The commit containerd retries goes through.
+        s.commit("l", "a", HashMap::new()).unwrap();
+        assert!(s.layer_image(id).exists());
+    }
+}
