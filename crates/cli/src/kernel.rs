@@ -6,6 +6,7 @@ use crate::read::fault;
 use anyhow::{bail, Result};
 use sealfs_kernel::{Chain, Method, MountRequest, OnCorruption, Teardown};
 use serde_json::json;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -168,15 +169,16 @@ pub fn chain_text(c: &Chain) -> String {
     t
 }
 
-/// The chain as JSON.
+/// The chain as JSON, every path exact by [`sealfs_text::json_bytes`].
 pub fn chain_json(c: &Chain) -> serde_json::Value {
-    json!({
-        "mountpoint": c.mountpoint.display().to_string(),
-        "source": c.source.display().to_string(),
+    let path = |v: &mut serde_json::Value, key: &str, p: &Path| {
+        sealfs_text::json_insert(v, key, p.as_os_str().as_bytes())
+    };
+    let mut v = json!({
         "device": format!("{}:{}", c.device.0, c.device.1),
         "kernel_verified": c.kernel_verified(),
-        "dm_verity": c.verity.as_ref().map(|v| json!({
-            "device": v.device.display().to_string(),
+        "dm_verity": c.verity.as_ref().map(|v| {
+            let mut j = json!({
             "name": v.name,
             "uuid": v.uuid,
             "table": v.table,
@@ -187,15 +189,24 @@ pub fn chain_json(c: &Chain) -> serde_json::Value {
             "salt": v.salt,
             "data_blocks": v.data_blocks,
             "on_corruption": v.on_corruption,
-        })),
-        "loops": c.loops.iter().map(|l| json!({
-            "device": l.device.display().to_string(),
-            "backing_file": l.backing_file.display().to_string(),
+            });
+            path(&mut j, "device", &v.device);
+            j
+        }),
+        "loops": c.loops.iter().map(|l| {
+            let mut j = json!({
             "read_only": l.read_only,
             "autoclear": l.autoclear,
             "fs_verity_digest": l.fs_verity.as_ref().map(|d| d.to_string()),
-        })).collect::<Vec<_>>(),
-    })
+            });
+            path(&mut j, "device", &l.device);
+            path(&mut j, "backing_file", &l.backing_file);
+            j
+        }).collect::<Vec<_>>(),
+    });
+    path(&mut v, "mountpoint", &c.mountpoint);
+    path(&mut v, "source", &c.source);
+    v
 }
 
 /// `sealfs inspect MNT`: the device chain of the kernel mount at `dir`.

@@ -56,6 +56,14 @@ pub fn json_bytes(key: &str, bytes: &[u8]) -> serde_json::Map<String, serde_json
     m
 }
 
+/// Adds the fields of [`json_bytes`]`(key, bytes)` to `object`, a JSON object built with
+/// `serde_json::json!` (anything else is left as it is).
+pub fn json_insert(object: &mut serde_json::Value, key: &str, bytes: &[u8]) {
+    if let Some(m) = object.as_object_mut() {
+        m.extend(json_bytes(key, bytes));
+    }
+}
+
 /// [`json_bytes`] of a path's exact bytes (a path from the command line or the host).
 pub fn json_path(key: &str, path: &Path) -> serde_json::Map<String, serde_json::Value> {
     use std::os::unix::ffi::OsStrExt;
