@@ -6,6 +6,7 @@ use crate::read::fault;
 use anyhow::{bail, Result};
 use sealfs_kernel::{Chain, Method, MountRequest, OnCorruption, Teardown};
 use serde_json::json;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -168,34 +169,44 @@ pub fn chain_text(c: &Chain) -> String {
     t
 }
 
-/// The chain as JSON.
+/// The chain as JSON, every path exact by [`sealfs_text::json_bytes`].
 pub fn chain_json(c: &Chain) -> serde_json::Value {
-    json!({
-        "mountpoint": c.mountpoint.display().to_string(),
-        "source": c.source.display().to_string(),
+    let path = |v: &mut serde_json::Value, key: &str, p: &Path| {
+        sealfs_text::json_insert(v, key, p.as_os_str().as_bytes())
+    };
+    let mut v = json!({
         "device": format!("{}:{}", c.device.0, c.device.1),
         "kernel_verified": c.kernel_verified(),
-        "dm_verity": c.verity.as_ref().map(|v| json!({
-            "device": v.device.display().to_string(),
-            "name": v.name,
-            "uuid": v.uuid,
-            "table": v.table,
-            "status": v.status,
-            "corrupted": v.corrupted(),
-            "hash_algorithm": v.alg,
-            "root_hash": v.root,
-            "salt": v.salt,
-            "data_blocks": v.data_blocks,
-            "on_corruption": v.on_corruption,
-        })),
-        "loops": c.loops.iter().map(|l| json!({
-            "device": l.device.display().to_string(),
-            "backing_file": l.backing_file.display().to_string(),
-            "read_only": l.read_only,
-            "autoclear": l.autoclear,
-            "fs_verity_digest": l.fs_verity.as_ref().map(|d| d.to_string()),
-        })).collect::<Vec<_>>(),
-    })
+        "dm_verity": c.verity.as_ref().map(|v| {
+            let mut j = json!({
+                "name": v.name,
+                "uuid": v.uuid,
+                "table": v.table,
+                "status": v.status,
+                "corrupted": v.corrupted(),
+                "hash_algorithm": v.alg,
+                "root_hash": v.root,
+                "salt": v.salt,
+                "data_blocks": v.data_blocks,
+                "on_corruption": v.on_corruption,
+            });
+            path(&mut j, "device", &v.device);
+            j
+        }),
+        "loops": c.loops.iter().map(|l| {
+            let mut j = json!({
+                "read_only": l.read_only,
+                "autoclear": l.autoclear,
+                "fs_verity_digest": l.fs_verity.as_ref().map(|d| d.to_string()),
+            });
+            path(&mut j, "device", &l.device);
+            path(&mut j, "backing_file", &l.backing_file);
+            j
+        }).collect::<Vec<_>>(),
+    });
+    path(&mut v, "mountpoint", &c.mountpoint);
+    path(&mut v, "source", &c.source);
+    v
 }
 
 /// `sealfs inspect MNT`: the device chain of the kernel mount at `dir`.
@@ -216,4 +227,42 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
         print!("{}", chain_text(&chain));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+    use std::path::PathBuf;
+
+    fn path(bytes: &[u8]) -> PathBuf {
+        PathBuf::from(OsStr::from_bytes(bytes))
+    }
+
+    #[test]
+    fn kernel_mount_json_keeps_paths_that_are_not_utf8_exact() {
+        let chain = Chain {
+            mountpoint: path(b"/mnt/m\xff\n"),
+            source: path(b"/dev/loop7"),
+            device: (7, 7),
+            verity: None,
+            loops: vec![sealfs_kernel::LoopLayer {
+                device: path(b"/dev/loop7"),
+                backing_file: path(b"/var/a\xfe\"\\.img"),
+                read_only: true,
+                autoclear: true,
+                fs_verity: None,
+            }],
+        };
+        let v = chain_json(&chain);
+        // Hex written by hand from the bytes above.
+        assert_eq!(v["mountpoint_hex"], "2f6d6e742f6dff0a");
+        assert_eq!(v["mountpoint"], "/mnt/m\u{fffd}\n");
+        assert_eq!(v["source"], "/dev/loop7");
+        assert!(v.get("source_hex").is_none(), "{v}");
+        let l = &v["loops"][0];
+        assert_eq!(l["backing_file_hex"], "2f7661722f61fe225c2e696d67");
+        assert_eq!(l["device"], "/dev/loop7");
+        assert!(l.get("device_hex").is_none(), "{v}");
+    }
 }

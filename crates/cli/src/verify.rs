@@ -8,6 +8,7 @@ use clap::Args;
 use sealfs_reader::check::{self, CheckOptions, Problem, Report};
 use sealfs_reader::{ErrorChain, OpenError};
 use sealfs_verity::{Digest, HashAlg};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -195,7 +196,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
 fn report(args: &VerifyArgs, o: &Report) {
     let ok = o.problems.is_empty();
     if args.json {
-        let v = o.to_json(&args.image.display().to_string());
+        let v = o.to_json(args.image.as_os_str().as_bytes());
         println!("{v}");
         return;
     }
@@ -381,17 +382,18 @@ fn run_file_digests(args: &DigestArgs, plain_alg: HashAlg) -> Result<ExitCode> {
     let name = sealfs_text::escape_path(&args.image.image);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
-        let v = serde_json::json!({
-            "image": args.image.image.display().to_string(),
+        let mut v = serde_json::json!({
             "trust": list.trust.to_string(),
             "authenticated": list.trust.is_authenticated(),
             "file_digests": list.origin.name(),
             "file_digests_authenticated": list.is_authenticated(),
-            "files": list.lines.iter().map(|(p, d)| serde_json::json!({
-                "path": String::from_utf8_lossy(p),
-                "digest": d.to_string(),
-            })).collect::<Vec<_>>(),
+            "files": list.lines.iter().map(|(p, d)| {
+                let mut f = serde_json::json!({"digest": d.to_string()});
+                sealfs_text::json_insert(&mut f, "path", p);
+                f
+            }).collect::<Vec<_>>(),
         });
+        sealfs_text::json_insert(&mut v, "image", args.image.image.as_os_str().as_bytes());
         writeln!(out, "{v}")?;
     } else if args.format == "ipe" {
         let digest = list.trust.digest().map_or("-".into(), |d| d.to_string());

@@ -252,5 +252,6 @@ pub fn verify(
             1,
         )?;
     }
-    Ok(report.to_json(&location.display().to_string()).to_string())
+    use std::os::unix::ffi::OsStrExt;
+    Ok(report.to_json(location.as_os_str().as_bytes()).to_string())
 }

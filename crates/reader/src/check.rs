@@ -183,14 +183,13 @@ impl Report {
     }
 
     /// The report as the JSON object `sealfs verify --json` prints (and the bindings return):
-    /// `image` (as given), `verified`, `sealed`, `authenticated` (verified and vouched for),
+    /// `image` (as given, its exact bytes by [`sealfs_text::json_bytes`]), `verified`, `sealed`, `authenticated` (verified and vouched for),
     /// `signed_by`, `digest`, `file_digests` (where the per-file digests came from:
     /// [`DigestOrigin::name`]), `file_digests_authenticated` (verified, vouched for, and covered by
     /// the image digest) and `problems` (each [`Problem::to_json`]).
-    pub fn to_json(&self, image: &str) -> serde_json::Value {
+    pub fn to_json(&self, image: &[u8]) -> serde_json::Value {
         let ok = self.is_verified();
-        serde_json::json!({
-            "image": image,
+        let mut v = serde_json::json!({
             "verified": ok,
             "sealed": self.sealed,
             "authenticated": ok && self.authenticated,
@@ -201,14 +200,16 @@ impl Report {
                 && self.authenticated
                 && self.file_digests.is_some_and(|f| f.is_covered()),
             "problems": self.problems.iter().map(Problem::to_json).collect::<Vec<_>>(),
-        })
+        });
+        sealfs_text::json_insert(&mut v, "image", image);
+        v
     }
 }
 
 impl Problem {
     /// The problem as a JSON object: its `kind` (`data_block`, `file_digest`, `tree_block`,
-    /// `trailer`, `file_table`, `signature`, `digest`), its coordinates and the `message` it
-    /// prints.
+    /// `trailer`, `file_table`, `signature`, `digest`), its coordinates (a `path` exact by
+    /// [`sealfs_text::json_bytes`]) and the `message` it prints.
     pub fn to_json(&self) -> serde_json::Value {
         let message = self.to_string();
         match self {
@@ -221,8 +222,9 @@ impl Problem {
                 "offset": index * block_size, "owner": owner, "message": message,
             }),
             Problem::FileDigest { path, .. } => {
-                let path = String::from_utf8_lossy(path);
-                serde_json::json!({"kind": "file_digest", "path": path, "message": message})
+                let mut v = serde_json::json!({"kind": "file_digest", "message": message});
+                sealfs_text::json_insert(&mut v, "path", path);
+                v
             }
             Problem::TreeBlock { level, index } => serde_json::json!({
                 "kind": "tree_block", "level": level, "index": index, "message": message,

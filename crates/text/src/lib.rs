@@ -4,7 +4,7 @@
 //! server, the command line) is written into text output (listings, reports, policies, warnings and
 //! error messages) through [`escape`], so that it stays one inert token: it can end no line, start
 //! no terminal escape sequence, and add no rule to a policy. JSON output does not use it: JSON
-//! carries the exact string.
+//! carries the exact bytes, by the second rule here, [`json_bytes`].
 //!
 //! The rule is coreutils' `escape` quoting style in the C locale, byte for byte what
 //! `LC_ALL=C ls --quoting-style=escape` (that is, `ls -b`) prints for a file name:
@@ -23,8 +23,62 @@
 //! `caf\303\251`), as `git` shows paths by default (`core.quotePath`). The escaping is reversible:
 //! a reader that undoes C escapes (`printf %b`, `echo -e`) gets the exact bytes back.
 
+//!
+//! ## JSON: exact bytes
+//!
+//! A name, path or value written into JSON output goes through [`json_bytes`]: under its key
+//! `K` the string itself when the bytes are UTF-8 (JSON escapes quotes, backslashes and control
+//! characters, so a newline or ESC stays exact and inert), and when they are not, `K` holds the
+//! bytes decoded with each invalid sequence replaced by U+FFFD (for display only) and a second
+//! key `K_hex` holds the exact bytes in lowercase hex. A consumer gets the bytes back with
+//! `bytes.fromhex(o["K_hex"]) if "K_hex" in o else o["K"].encode()`. The output is strict
+//! UTF-8 JSON (RFC 8259, I-JSON) that every parser reads the same; lone surrogates in the style
+//! of Python's `surrogateescape` would round-trip in Python only (jq, Go and JavaScript replace
+//! them, serde_json refuses them).
+
 use std::fmt;
 use std::path::Path;
+
+/// The JSON object fields that carry `bytes` exactly under `key`: `key` alone when `bytes` is
+/// UTF-8; else `key` (the bytes decoded lossily, U+FFFD for each invalid sequence, for display)
+/// and `key_hex` (the exact bytes, lowercase hex). See the crate documentation.
+pub fn json_bytes(key: &str, bytes: &[u8]) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    match std::str::from_utf8(bytes) {
+        Ok(s) => {
+            m.insert(key.to_string(), s.into());
+        }
+        Err(_) => {
+            m.insert(key.to_string(), String::from_utf8_lossy(bytes).into());
+            m.insert(format!("{key}_hex"), hex(bytes).into());
+        }
+    }
+    m
+}
+
+/// Adds the fields of [`json_bytes`]`(key, bytes)` to `object`, a JSON object built with
+/// `serde_json::json!` (anything else is left as it is).
+pub fn json_insert(object: &mut serde_json::Value, key: &str, bytes: &[u8]) {
+    if let Some(m) = object.as_object_mut() {
+        m.extend(json_bytes(key, bytes));
+    }
+}
+
+/// [`json_bytes`] of a path's exact bytes (a path from the command line or the host).
+pub fn json_path(key: &str, path: &Path) -> serde_json::Map<String, serde_json::Value> {
+    use std::os::unix::ffi::OsStrExt;
+    json_bytes(key, path.as_os_str().as_bytes())
+}
+
+/// `bytes` in lowercase hex, two digits a byte.
+pub fn hex(bytes: &[u8]) -> String {
+    use fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
 
 /// `bytes` escaped by the rule (see the crate documentation): printable ASCII, one token.
 pub fn escape(bytes: &[u8]) -> String {
@@ -89,6 +143,20 @@ mod tests {
         assert_eq!(escape(b"q\"'"), "q\"'");
         assert_eq!(escape(b"tab\tx"), "tab\\tx");
         assert_eq!(escape(b"\x7f\0"), "\\177\\000");
+    }
+
+    #[test]
+    fn json_bytes_adds_hex_only_for_bytes_that_are_not_utf8() {
+        let m = json_bytes("path", "caf\u{e9}\n\x1b\"\\".as_bytes());
+        assert_eq!(
+            serde_json::Value::Object(m).to_string(),
+            r#"{"path":"café\n\u001b\"\\"}"#
+        );
+        let m = json_bytes("path", b"a\xff\xfeb");
+        assert_eq!(
+            serde_json::Value::Object(m).to_string(),
+            "{\"path\":\"a\u{fffd}\u{fffd}b\",\"path_hex\":\"61fffe62\"}"
+        );
     }
 
     #[test]

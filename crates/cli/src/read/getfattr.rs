@@ -187,17 +187,16 @@ impl Printer<'_> {
             let list: Vec<serde_json::Value> = attrs
                 .iter()
                 .map(|(n, v)| {
-                    serde_json::json!({
-                        "name": String::from_utf8_lossy(n),
+                    let mut x = serde_json::json!({
                         "value": std::str::from_utf8(v).ok(),
                         "value_hex": super::hex(v),
-                    })
+                    });
+                    sealfs_text::json_insert(&mut x, "name", n);
+                    x
                 })
                 .collect();
-            let obj = serde_json::json!({
-                "path": String::from_utf8_lossy(path),
-                "xattrs": list,
-            });
+            let mut obj = serde_json::json!({ "xattrs": list });
+            sealfs_text::json_insert(&mut obj, "path", path);
             writeln!(o, "{obj}")?;
             return Ok(());
         }

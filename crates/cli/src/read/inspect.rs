@@ -14,6 +14,7 @@ use sealfs_reader::{FileType, Image};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 /// Arguments of `sealfs inspect`.
@@ -321,8 +322,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
                 "digest": digest.to_string(),
             })
         });
-        let v = json!({
-            "image": args.image.image.display().to_string(),
+        let mut v = json!({
             "image_size": file_size,
             "erofs_length": opened.erofs_length,
             "trust": trust_key,
@@ -331,7 +331,6 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
             "digest": seal.as_ref().map(|(_, d, _, _)| d.to_string()),
             "superblock": {
                 "uuid": uuid_text(&sb.uuid),
-                "label": String::from_utf8_lossy(sb.label()),
                 "block_size": sb.block_size(),
                 "blocks": sb.blocks,
                 "inodes": sb.inos,
@@ -361,6 +360,8 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
                 "sidecar_digest": l.found.artifact.sidecar.as_ref().map(|d| d.digest.clone()),
             })),
         });
+        sealfs_text::json_insert(&mut v, "image", args.image.image.as_os_str().as_bytes());
+        sealfs_text::json_insert(&mut v["superblock"], "label", sb.label());
         writeln!(out, "{v}")?;
         out.flush()?;
         return Ok(status.code());
