@@ -99,7 +99,9 @@ def sh(cmd, cwd, sealfs):
     env.pop("SOURCE_DATE_EPOCH", None)
     env["PATH"] = os.path.dirname(sealfs) + os.pathsep + env.get("PATH", "")
     env["LC_ALL"] = "C"
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", cmd], cwd=cwd, env=env,
+    # No pipefail: `tail ... | head -c N` ends tail with SIGPIPE (141) whenever head closes first,
+    # as it does for the user who types the line; a stage that fails shows in the output compared.
+    r = subprocess.run(["bash", "-eu", "-c", cmd], cwd=cwd, env=env,
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"examples.py: `{cmd}` failed ({r.returncode}): {r.stderr.strip()}")
