@@ -8,10 +8,10 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// No snapshot has this key or name.
-    #[error("snapshot {0:?} does not exist")]
+    #[error("snapshot {} does not exist", sealfs_text::Escaped(.0.as_bytes()))]
     NotFound(String),
     /// A snapshot with this key or name exists already.
-    #[error("snapshot {0:?} already exists")]
+    #[error("snapshot {} already exists", sealfs_text::Escaped(.0.as_bytes()))]
     AlreadyExists(String),
     /// The call does not apply to the snapshot as it is (e.g. committing a view, removing a parent).
     #[error("{0}")]
@@ -28,7 +28,7 @@ pub enum Error {
         source: Box<redb::Error>,
     },
     /// A record in the store could not be decoded.
-    #[error("metadata store: record of {key:?} is damaged: {reason}")]
+    #[error("metadata store: record of {} is damaged: {reason}", sealfs_text::Escaped(key.as_bytes()))]
     Record {
         /// The snapshot key.
         key: String,
@@ -44,7 +44,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// Building the sealed image of a layer failed.
-    #[error("sealing snapshot {key:?}: {source}")]
+    #[error("sealing snapshot {}: {source}", sealfs_text::Escaped(key.as_bytes()))]
     Build {
         /// The active snapshot being committed.
         key: String,

@@ -41,9 +41,12 @@ pub fn mount(image: &Path, digest: &str, mountpoint: &Path) -> Result<LayerMount
         image: image.to_path_buf(),
         reason,
     };
-    let digest: Digest = digest
-        .parse()
-        .map_err(|e| fail(format!("recorded digest {digest:?}: {e}")))?;
+    let digest: Digest = digest.parse().map_err(|e| {
+        fail(format!(
+            "recorded digest {}: {e}",
+            sealfs_text::Escaped(digest.as_bytes())
+        ))
+    })?;
     let opened = sealfs_reader::open(image.to_path_buf(), &OpenOptions::new().digest(digest))
         .map_err(|e| fail(e.to_string()))?;
     let mut served = MountImage::new(opened);

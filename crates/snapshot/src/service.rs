@@ -225,7 +225,8 @@ impl Snapshotter {
         let r = self.store.get(key)?;
         if r.kind == Kind::Committed {
             return Err(Error::FailedPrecondition(format!(
-                "snapshot {key:?} is committed: only active snapshots and views have mounts"
+                "snapshot {} is committed: only active snapshots and views have mounts",
+                sealfs_text::Escaped(key.as_bytes())
             )));
         }
         self.mounts_of(&r)
@@ -238,7 +239,8 @@ impl Snapshotter {
         let r = self.store.get(key)?;
         if r.kind != Kind::Active {
             return Err(Error::FailedPrecondition(format!(
-                "snapshot {key:?} is not active: only active snapshots are committed"
+                "snapshot {} is not active: only active snapshots are committed",
+                sealfs_text::Escaped(key.as_bytes())
             )));
         }
         let dir = self.snapshot_dir(r.id);

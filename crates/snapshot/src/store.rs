@@ -119,7 +119,8 @@ impl Store {
                 };
                 if p.kind != Kind::Committed {
                     return Err(Error::FailedPrecondition(format!(
-                        "parent {parent:?} is not a committed snapshot"
+                        "parent {} is not a committed snapshot",
+                        sealfs_text::Escaped(parent.as_bytes())
                     )));
                 }
             }
@@ -175,7 +176,8 @@ impl Store {
             };
             if r.kind != Kind::Active {
                 return Err(Error::FailedPrecondition(format!(
-                    "snapshot {key:?} is not active: only active snapshots are committed"
+                    "snapshot {} is not active: only active snapshots are committed",
+                    sealfs_text::Escaped(key.as_bytes())
                 )));
             }
             r.kind = Kind::Committed;
@@ -201,8 +203,9 @@ impl Store {
                 let (k, v) = item.map_err(Error::store("removing"))?;
                 if decode(k.value(), v.value())?.parent == key {
                     return Err(Error::FailedPrecondition(format!(
-                        "snapshot {key:?} is the parent of {:?}: remove that first",
-                        k.value()
+                        "snapshot {} is the parent of {}: remove that first",
+                        sealfs_text::Escaped(key.as_bytes()),
+                        sealfs_text::Escaped(k.value().as_bytes())
                     )));
                 }
             }
@@ -244,7 +247,9 @@ impl Store {
                         };
                     } else {
                         return Err(Error::InvalidArgument(format!(
-                            "cannot update field {path:?} of snapshot {key:?}: only labels change"
+                            "cannot update field {} of snapshot {}: only labels change",
+                            sealfs_text::Escaped(path.as_bytes()),
+                            sealfs_text::Escaped(key.as_bytes())
                         )));
                     }
                 }
