@@ -344,7 +344,8 @@ impl Image {
             .iter()
             .filter(|&&nid| !sealfs_format::nid_in_metabox(nid))
             .filter_map(|nid| nid.checked_mul(32)?.checked_add(base))
-            .map(|pos| pos >> bits)
+            // An extended inode (64 bytes) may straddle a block boundary: both blocks are wanted.
+            .flat_map(|pos| [pos >> bits, pos.saturating_add(63) >> bits])
             .collect();
         blocks.sort_unstable();
         blocks.dedup();
