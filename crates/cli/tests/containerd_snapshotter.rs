@@ -15,252 +15,13 @@
 
 mod common;
 
+use common::containerd::*;
 use common::*;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-fn guard() -> bool {
-    oracle_guard(
-        root_env()
-            .and(need_tool("containerd"))
-            .and(need_tool("ctr"))
-            .and(need_tool("runc"))
-            .and(need_tool("umoci"))
-            .and(if Path::new("/dev/fuse").exists() {
-                Ok(())
-            } else {
-                Err("no /dev/fuse".into())
-            })
-            .and(if Path::new("/bin/busybox").is_file() {
-                Ok(())
-            } else {
-                Err("no /bin/busybox (Debian package busybox-static)".into())
-            }),
-    )
-}
-
-/// A containerd and a `sealfs snapshotter` wired to it, each stopped on drop.
-struct Containerd {
-    dir: tempfile::TempDir,
-    containerd: Child,
-    snapshotter: Option<Child>,
-}
-
-impl Containerd {
-    fn start() -> Containerd {
-        let dir = tempfile::Builder::new()
-            .prefix("sealfs-ctd-")
-            .tempdir()
-            .unwrap();
-        let d = dir.path();
-        fs::write(
-            d.join("config.toml"),
-            format!(
-                "version = 2\nroot = \"{0}/root\"\nstate = \"{0}/state\"\n\
-                 disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
-                 [grpc]\n  address = \"{0}/containerd.sock\"\n\
-                 [proxy_plugins.sealfs]\n  type = \"snapshot\"\n  address = \"{0}/sealfs.sock\"\n",
-                d.display()
-            ),
-        )
-        .unwrap();
-        let mut c = Containerd {
-            containerd: Self::spawn_containerd(d),
-            snapshotter: None,
-            dir,
-        };
-        c.start_snapshotter();
-        c.wait_for_containerd();
-        c
-    }
-
-    fn spawn_containerd(d: &Path) -> Child {
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(d.join("containerd.log"))
-            .unwrap();
-        Command::new("containerd")
-            .arg("--config")
-            .arg(d.join("config.toml"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap()
-    }
-
-    fn wait_for_containerd(&self) {
-        let t = Instant::now();
-        while !run(self.ctr().arg("version")).status.success() {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "containerd did not start: {}",
-                fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// SIGKILLs containerd and starts it again on the same state.
-    fn restart_containerd(&mut self) {
-        self.containerd.kill().unwrap();
-        self.containerd.wait().unwrap();
-        self.containerd = Self::spawn_containerd(self.dir.path());
-        self.wait_for_containerd();
-    }
-
-    fn start_snapshotter(&mut self) {
-        let d = self.dir.path();
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(d.join("snapshotter.log"))
-            .unwrap();
-        self.snapshotter = Some(
-            Command::new(sealfs_bin())
-                .arg("snapshotter")
-                .arg("--root")
-                .arg(d.join("sealfs"))
-                .arg("--address")
-                .arg(d.join("sealfs.sock"))
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        );
-        let t = Instant::now();
-        // Connecting, not the file's existence: a SIGKILLed run leaves its socket file behind.
-        while std::os::unix::net::UnixStream::connect(d.join("sealfs.sock")).is_err() {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "no snapshotter socket"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn ctr(&self) -> Command {
-        let mut cmd = Command::new("ctr");
-        cmd.arg("--address")
-            .arg(self.dir.path().join("containerd.sock"));
-        cmd.stdin(Stdio::null());
-        cmd
-    }
-
-    /// `ctr ARGS` that must succeed; its stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = run(self.ctr().args(args));
-        assert!(
-            out.status.success(),
-            "ctr {args:?}: {}\nsnapshotter log:\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            fs::read_to_string(self.dir.path().join("snapshotter.log")).unwrap_or_default()
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// `ctr snapshots --snapshotter sealfs ARGS` that must succeed.
-    fn snap(&self, args: &[&str]) -> String {
-        let mut all = vec!["snapshots", "--snapshotter", "sealfs"];
-        all.extend_from_slice(args);
-        self.ok(&all)
-    }
-
-    /// Mounts snapshot `key` on `target` as `ctr snapshots mounts` says (the kernel does it).
-    fn mount(&self, key: &str, target: &Path) {
-        fs::create_dir_all(target).unwrap();
-        let line = self.snap(&["mounts", target.to_str().unwrap(), key]);
-        assert!(line.starts_with("mount "), "ctr snapshots mounts: {line}");
-        sh(&line);
-    }
-
-    /// `ctr run --rm` of `script` in `image` on `snapshotter`; what it wrote to stdout and
-    /// stderr. Written to a file of a bind-mounted directory, not read from ctr's stdout: ctr
-    /// 1.6 sometimes loses the last output of a process that exits at once.
-    fn run_script(&self, snapshotter: &str, image: &str, name: &str, script: &str) -> String {
-        let out = self.dir.path().join("out").join(name);
-        fs::create_dir_all(&out).unwrap();
-        self.ok(&[
-            "run",
-            "--rm",
-            "--snapshotter",
-            snapshotter,
-            "--mount",
-            &format!("type=bind,src={},dst=/out,options=rbind:rw", out.display()),
-            image,
-            name,
-            "/bin/sh",
-            "-c",
-            &format!("( {script}\n) > /out/output 2>&1"),
-        ]);
-        fs::read_to_string(out.join("output")).unwrap()
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().join("sealfs")
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        if let Some(s) = &mut self.snapshotter {
-            // SIGTERM: it unmounts its layers.
-            let _ = Command::new("kill").arg(s.id().to_string()).status();
-            let _ = s.wait();
-        }
-        let _ = self.containerd.kill();
-        let _ = self.containerd.wait();
-        // What a failed test left mounted below the directory, innermost first.
-        let dir = self.dir.path().to_str().unwrap().to_string();
-        let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
-        let left: Vec<&str> = mounts
-            .lines()
-            .filter_map(|l| l.split(' ').nth(1))
-            .filter(|p| p.starts_with(&dir))
-            .collect();
-        for p in left.iter().rev() {
-            let _ = Command::new("umount").arg("-l").arg(p).status();
-        }
-    }
-}
-
-/// Runs a shell command line that must succeed; its stdout.
-fn sh(line: &str) -> String {
-    let out = run(Command::new("sh").arg("-c").arg(line));
-    assert!(
-        out.status.success(),
-        "{line}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The sealfs FUSE mounts under `root`, as /proc/mounts lists them.
-fn layer_mounts(root: &Path) -> Vec<String> {
-    fs::read_to_string("/proc/mounts")
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(root.to_str().unwrap()) && l.contains("fuse.sealfs"))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Waits until `cond` holds (containerd removes snapshots in its garbage collection, after
-/// `ctr snapshots rm` returned).
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        assert!(t.elapsed() < Duration::from_secs(10), "{what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 #[test]
 fn ctr_snapshots_lifecycle_through_containerd() {
-    if !guard() {
+    if !containerd_guard() {
         return;
     }
     let mut c = Containerd::start();
@@ -387,40 +148,9 @@ fn ctr_snapshots_lifecycle_through_containerd() {
     assert!(layer_mounts(&root).is_empty());
 }
 
-/// A three-layer OCI image made by umoci in `dir`, as a tar `ctr image import` takes: busybox
-/// and files; then a file deleted, one changed, one added; then a directory made opaque.
-fn make_image(dir: &Path) -> PathBuf {
-    let (l, b) = (dir.join("layout"), dir.join("bundle"));
-    let (l, b) = (l.display(), b.display());
-    sh(&format!(
-        "set -e; umoci init --layout '{l}'; umoci new --image '{l}:t'; umoci unpack --image '{l}:t' '{b}' >/dev/null
-         r='{b}/rootfs'; mkdir -p $r/bin $r/a $r/o $r/etc; cp /bin/busybox $r/bin/
-         for t in sh cat sha256sum find stat sort ls xargs readlink; do ln -s busybox $r/bin/$t; done
-         echo one > $r/a/a1; echo keep > $r/a/a2; echo o1 > $r/o/o1; echo gone > $r/del
-         chown 1234:5678 $r/a/a2; chmod 0640 $r/a/a2
-         umoci repack --image '{l}:t' '{b}'; rm -rf '{b}'; umoci unpack --image '{l}:t' '{b}' >/dev/null
-         rm $r/del; echo two > $r/a/a1; mkdir $r/b; head -c 300000 /dev/urandom > $r/b/big
-         umoci repack --image '{l}:t' '{b}'
-         mkdir -p '{dir}/o'; echo o2 > '{dir}/o/o2'; umoci insert --image '{l}:t' --opaque '{dir}/o' /o
-         umoci config --image '{l}:t' --config.cmd /bin/sh
-         tar -C '{l}' -cf '{dir}/image.tar' .",
-        dir = dir.display()
-    ));
-    dir.join("image.tar")
-}
-
-/// What the container prints: every path's mode and owner (and size, but for directories, whose
-/// size is the file system's own), symlink targets, every file's SHA-256, then a few contents.
-const SURVEY: &str = "cd / && find / -xdev | sort | while read f; do
-  if [ -d \"$f\" ]; then stat -c '%n %f %u %g' \"$f\"; else stat -c '%n %f %u %g %s' \"$f\"; fi
-done
-find / -xdev -type l | sort | while read f; do echo \"$f -> $(readlink $f)\"; done
-find / -xdev -type f | sort | xargs sha256sum
-ls /o; cat /a/a1 /o/o2; cat /del 2>&1; true";
-
 #[test]
 fn image_runs_under_sealfs_as_under_overlayfs() {
-    if !guard() {
+    if !containerd_guard() {
         return;
     }
     let c = Containerd::start();
@@ -491,7 +221,7 @@ fn image_runs_under_sealfs_as_under_overlayfs() {
 
 #[test]
 fn damaged_layer_image_fails_reads_with_eio() {
-    if !guard() {
+    if !containerd_guard() {
         return;
     }
     let c = Containerd::start();
@@ -534,7 +264,7 @@ fn damaged_layer_image_fails_reads_with_eio() {
 
 #[test]
 fn image_pulled_from_a_registry_runs_under_sealfs_as_under_overlayfs() {
-    if !guard()
+    if !containerd_guard()
         || !oracle_guard(
             servers::docker_registry_bin()
                 .map(|_| ())

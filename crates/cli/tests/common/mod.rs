@@ -5,6 +5,8 @@
 
 pub use sealfs_testsupport::*;
 
+pub mod containerd;
+
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
