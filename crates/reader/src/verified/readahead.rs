@@ -273,8 +273,36 @@ impl Drop for Readahead {
 #[derive(Default)]
 struct Handoff {
     /// (first block, the blocks' bytes), oldest first.
-    pieces: VecDeque<(u64, Vec<u8>)>,
+    pieces: VecDeque<(u64, PieceBuf)>,
     bytes: usize,
+}
+
+/// The bytes of a piece fetched ahead: pages mapped for it alone and unmapped when it is dropped.
+/// Pieces are allocated by the fetchers and freed by readers on other threads; from the heap,
+/// glibc's per-thread arenas kept what they freed (its mmap threshold rises to the largest block
+/// freed, so after the first 2 MiB piece every piece came from an arena): a cold 200 MB read
+/// through the cache peaked at 167-186 MiB RSS against 93 MiB uncached, and at 113 MiB with
+/// `MALLOC_MMAP_THRESHOLD_` fixed (docs/benchmarks.md, "Remote reads from the bindings").
+pub(super) struct PieceBuf(memmap2::MmapMut);
+
+impl PieceBuf {
+    /// `len` zero bytes; `None` when the system has no memory for them.
+    pub(super) fn zeroed(len: usize) -> Option<PieceBuf> {
+        memmap2::MmapMut::map_anon(len).ok().map(PieceBuf)
+    }
+}
+
+impl std::ops::Deref for PieceBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for PieceBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
 }
 
 thread_local! {
@@ -719,7 +747,9 @@ impl VerifiedBlocks {
         }
         for (a, b) in spans {
             let (from, lead) = (start + a as u64, (b - a) as u64);
-            let mut scratch = vec![0u8; (lead * bs) as usize];
+            let Some(mut scratch) = PieceBuf::zeroed((lead * bs) as usize) else {
+                continue;
+            };
             let mut used = StoreUse::default();
             if self
                 .read_checked(from, &mut scratch, Some(store), &mut used)
@@ -845,7 +875,9 @@ impl VerifiedBlocks {
         if extra == 0 {
             return false;
         }
-        let mut big = vec![0u8; ((n + extra) as usize) * bs];
+        let Some(mut big) = PieceBuf::zeroed(((n + extra) as usize) * bs) else {
+            return false;
+        };
         if self
             .read_checked(first, &mut big, Some(store), &mut StoreUse::default())
             .is_err()
