@@ -173,6 +173,44 @@ pub fn check_tree(
     problems
 }
 
+/// The level-0 digests of a tree (one per data block, concatenated), once every tree block was
+/// found authentic from `root` down: what a client that fetched only the tree knows of each block
+/// it has not read. The first problem found otherwise (a [`TreeProblem::TreeBlock`]).
+pub fn authentic_leaves(
+    params: &Params,
+    data_len: u64,
+    root: &[u8],
+    tree: &[u8],
+) -> Result<Vec<u8>, TreeProblem> {
+    let g = TreeGeometry::new(params, data_len);
+    let d = params.digest_size();
+    if g.num_levels() == 0 {
+        return Ok(if data_len == 0 {
+            Vec::new()
+        } else {
+            root.to_vec()
+        });
+    }
+    let mut leaves = Vec::with_capacity(g.data_blocks() as usize * d);
+    for j in 0..g.data_blocks() {
+        let loc = g.hash_location(0, j).expect("data block inside the data");
+        let stored = (loc.block as usize)
+            .checked_mul(params.block_size())
+            .and_then(|at| tree.get(at..at + params.block_size()))
+            .and_then(|b| g.stored_digest(b, loc))
+            .ok_or(TreeProblem::TreeBlock {
+                level: 0,
+                index: loc.block - g.level_start(0),
+            })?;
+        leaves.extend_from_slice(stored);
+    }
+    // The tree's upper levels checked from the root down; its level 0 compared with itself.
+    match check_tree(params, data_len, root, tree, &leaves, 1).first() {
+        Some(&problem) => Err(problem),
+        None => Ok(leaves),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,5 +403,31 @@ mod tests {
         assert!(g.data_block_range(5).is_empty());
         assert!(g.data_block_range(u64::MAX).is_empty());
         assert!(g.tree_block_range(0, 1).is_empty());
+    }
+
+    #[test]
+    fn authentic_leaves_are_the_data_hashes_and_a_damaged_tree_block_is_named() {
+        for (alg, bs, len) in [
+            (HashAlg::Sha256, 4096, 3 << 20),
+            (HashAlg::Sha512, 1024, 70_000),
+        ] {
+            let (params, data, mut tree, root) = sealed(alg, bs, len);
+            assert_eq!(
+                authentic_leaves(&params, len as u64, &root, &tree).unwrap(),
+                leaves(&params, &data)
+            );
+            let last = tree.len() - 1;
+            tree[last - bs / 2] ^= 1;
+            assert!(matches!(
+                authentic_leaves(&params, len as u64, &root, &tree),
+                Err(TreeProblem::TreeBlock { .. })
+            ));
+        }
+        // One block: the root is its hash.
+        let (params, data, tree, root) = sealed(HashAlg::Sha256, 4096, 100);
+        assert_eq!(
+            authentic_leaves(&params, 100, &root, &tree).unwrap(),
+            leaves(&params, &data)
+        );
     }
 }

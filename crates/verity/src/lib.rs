@@ -88,7 +88,7 @@ mod seal;
 mod sha256x2;
 mod tree;
 
-pub use check::{check_tree, TreeProblem};
+pub use check::{authentic_leaves, check_tree, TreeProblem};
 pub use descriptor::{descriptor, file_digest, Descriptor, DESCRIPTOR_SIZE};
 pub use digest::{Digest, HashAlg, MAX_DIGEST_SIZE};
 pub use error::{Error, Result};
