@@ -2,6 +2,7 @@
 
 mod build;
 mod cache;
+mod diff;
 mod kernel;
 mod mount;
 mod open;
@@ -77,6 +78,9 @@ enum Command {
     /// Fetch an image from an OCI registry whole; it appears at OUT only once every block is
     /// verified (blocks already in the persistent cache are not fetched again).
     Pull(registry::PullArgs),
+    /// What an update of NEW from images already here (OLD) would fetch: NEW's blocks found in
+    /// OLD by their Merkle leaf hashes, the others, and the requests; only NEW's tree is fetched.
+    Diff(diff::DiffArgs),
     /// Serve containerd's snapshots API on a unix socket (a proxy plugin): layers are committed
     /// as sealed EROFS images and mounted verified.
     Snapshotter(snapshotter::SnapshotterArgs),
@@ -108,6 +112,7 @@ fn main() -> ExitCode {
         Command::Cache(args) => cache::run(args),
         Command::Push(args) => registry::run_push(args),
         Command::Pull(args) => read::finish(registry::run_pull(args)),
+        Command::Diff(args) => read::finish(diff::run(args)),
         Command::Snapshotter(args) => snapshotter::run(args),
     };
     // One exit-code convention for every command (docs/usage.md, "Exit codes"): 1 when the

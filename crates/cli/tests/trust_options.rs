@@ -189,6 +189,8 @@ fn commands(with_mount: bool, with_pull: bool) -> Vec<(&'static str, Vec<&'stati
         ("getfattr", vec!["getfattr", "-R", "IMAGE", "/"]),
         ("extract", vec!["extract", "IMAGE", "OUT"]),
         ("inspect", vec!["inspect", "IMAGE"]),
+        // An update from no base: the image's tree is read and checked whole.
+        ("diff", vec!["diff", "/dev/null", "IMAGE"]),
     ];
     if with_mount {
         c.push(("mount", vec!["mount", "IMAGE", "MNT"]));

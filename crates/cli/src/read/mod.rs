@@ -64,8 +64,12 @@ pub fn exit_code(e: &anyhow::Error) -> Option<u8> {
         let registry_fault = cause
             .downcast_ref::<sealfs_registry::RegistryError>()
             .is_some_and(|r| r.is_content_fault());
+        let delta_fault = cause
+            .downcast_ref::<sealfs_delta::DeltaError>()
+            .is_some_and(|d| d.is_image_fault());
         if cause.is::<sealfs_reader::Error>()
             || cause.is::<ImageFault>()
+            || delta_fault
             || open_fault
             || registry_fault
         {

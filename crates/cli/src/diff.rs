@@ -1,0 +1,94 @@
+//! `sealfs diff OLD... NEW`: what an update of NEW from OLD would fetch ([`sealfs_delta::plan`]).
+
+use anyhow::{anyhow, Result};
+use clap::Args;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `sealfs diff`.
+#[derive(Args)]
+#[command(
+    after_help = "Only NEW's Merkle tree and seal are fetched (about 1/128 of the image), and the tree \
+is checked from NEW's digest down (--digest, --key) before any of its hashes is used. A block of \
+NEW whose hash (under NEW's salt) is the hash of a block of an OLD image need not be fetched; the \
+others are fetched in requests that join runs at most 64 KiB apart, each at most 2 MiB, as the \
+remote reads do."
+)]
+pub struct DiffArgs {
+    /// The images already here (files, or block devices holding one).
+    #[arg(required = true, num_args = 1.., value_name = "OLD")]
+    old: Vec<PathBuf>,
+    /// The new version: a path, a URL or an `oci://` reference, and what vouches for it.
+    #[command(flatten)]
+    new: crate::open::ImageArgs,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `sealfs diff`.
+pub fn run(args: DiffArgs) -> Result<ExitCode> {
+    let opened = args.new.open()?;
+    let name = sealfs_text::escape_path(&args.new.image);
+    let seal = opened
+        .seal
+        .as_deref()
+        .ok_or_else(|| anyhow!("{name}: the image is not sealed: it has no tree to compare"))?;
+    let bases = sealfs_delta::Bases::index(&args.old, &seal.info().params)?;
+    let plan = sealfs_delta::plan(&name, seal, opened.image_length, &bases)?;
+    let remote = sealfs_remote::RemoteOptions::default();
+    let requests = plan
+        .requests(remote.coalesce_gap, remote.max_request_bytes)
+        .len();
+    let (blocks, fetch_blocks) = (plan.data_blocks, plan.fetch_blocks());
+    if args.json {
+        let olds: Vec<_> = args
+            .old
+            .iter()
+            .map(|p| serde_json::Value::Object(sealfs_text::json_path("path", p)))
+            .collect();
+        let mut out = json!({
+            "bases": olds,
+            "block_size": plan.block_size,
+            "data_blocks": blocks,
+            "reused_blocks": plan.reused_blocks,
+            "fetch_blocks": fetch_blocks,
+            "fetch_runs": plan.fetch.iter().map(|r| [r.start, r.end]).collect::<Vec<_>>(),
+            "seal_bytes": plan.seal_bytes,
+            "fetch_bytes": plan.fetch_bytes(),
+            "requests": requests,
+            "image_length": plan.image_length,
+        });
+        for (k, v) in sealfs_text::json_path("image", &args.new.image) {
+            out[k] = v;
+        }
+        println!("{out}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let pct = |a: u64, b: u64| {
+        if b == 0 {
+            0.0
+        } else {
+            a as f64 * 100.0 / b as f64
+        }
+    };
+    println!(
+        "{name}: {blocks} blocks of {} bytes; {} found in the {} image{} given ({:.1}%)",
+        plan.block_size,
+        plan.reused_blocks,
+        args.old.len(),
+        if args.old.len() == 1 { "" } else { "s" },
+        pct(plan.reused_blocks, blocks)
+    );
+    println!(
+        "fetch: {fetch_blocks} blocks ({} bytes) in {requests} request{}, and the tree and seal ({} bytes): {} of {} bytes ({:.1}%)",
+        fetch_blocks * plan.block_size,
+        if requests == 1 { "" } else { "s" },
+        plan.seal_bytes,
+        plan.fetch_bytes(),
+        plan.image_length,
+        pct(plan.fetch_bytes(), plan.image_length)
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,255 @@
+//! `sealfs diff OLD NEW` (issue 41): which of NEW's blocks an update from OLD would fetch. The
+//! expected blocks come from the images' bytes alone: a block of NEW's EROFS data is found when
+//! the same 4096 bytes are a block of OLD (what a hash of each block finds, without sealfs's
+//! code); v1 and v2 of a generated tree (a file edited in place, one with bytes inserted, one
+//! added, one removed, one renamed, a directory moved) built uncompressed, lz4hc and `--preset
+//! small`. Over HTTP (nginx on loopback), only NEW's tree and seal are fetched (nginx's access
+//! log), with NEW's digest enforced; a damaged tree block is refused (exit 1).
+
+mod common;
+
+use common::servers::nginx;
+use common::*;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+fn tree_v1(dir: &Path) {
+    let mut seed = 7u64;
+    let mut bytes = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (seed >> 33) as u8
+            })
+            .collect()
+    };
+    for d in ["a", "b/c", "m/n"] {
+        fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    for i in 0..120 {
+        fs::write(dir.join(format!("a/f{i:03}")), bytes(100 + i * 397)).unwrap();
+    }
+    fs::write(dir.join("b/big"), bytes(3 << 20)).unwrap();
+    fs::write(dir.join("b/c/edit"), bytes(600_000)).unwrap();
+    fs::write(dir.join("b/c/gone"), bytes(50_000)).unwrap();
+    fs::write(dir.join("m/n/moved"), bytes(200_000)).unwrap();
+    fs::write(dir.join("old-name"), bytes(70_000)).unwrap();
+}
+
+fn tree_v2(v1: &Path, dir: &Path) {
+    assert!(Command::new("cp")
+        .args(["-a", "--"])
+        .arg(v1)
+        .arg(dir)
+        .status()
+        .unwrap()
+        .success());
+    let mut big = fs::read(dir.join("b/big")).unwrap();
+    big.splice(1_000_000..1_000_000, *b"twenty bytes inserted");
+    fs::write(dir.join("b/big"), big).unwrap();
+    let mut edit = fs::read(dir.join("b/c/edit")).unwrap();
+    edit[300_000..300_100].fill(0x5a);
+    fs::write(dir.join("b/c/edit"), edit).unwrap();
+    fs::remove_file(dir.join("b/c/gone")).unwrap();
+    fs::write(dir.join("a/new"), b"a new small file\n".repeat(200)).unwrap();
+    fs::rename(dir.join("old-name"), dir.join("new-name")).unwrap();
+    fs::rename(dir.join("m/n"), dir.join("n")).unwrap();
+}
+
+fn bytes_len(p: &Path) -> usize {
+    fs::metadata(p).unwrap().len() as usize
+}
+
+/// The EROFS length of a sealed image (`sealfs inspect --json`'s `erofs_length`).
+fn erofs_length(image: &Path) -> u64 {
+    let out = run(Command::new(sealfs_bin())
+        .args(["inspect", "--json"])
+        .arg(image));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["erofs_length"]
+        .as_u64()
+        .or_else(|| v["seal"]["erofs_length"].as_u64())
+        .unwrap_or_else(|| panic!("no erofs_length in {v}"))
+}
+
+/// NEW's data blocks not among OLD's whole blocks, by their bytes: runs `[start, end)`.
+fn expected_runs(old: &Path, new: &Path) -> Vec<[u64; 2]> {
+    let old = fs::read(old).unwrap();
+    let have: HashSet<&[u8]> = old.chunks_exact(4096).collect();
+    let new_bytes = fs::read(new).unwrap();
+    let data = erofs_length(new) as usize;
+    let mut runs: Vec<[u64; 2]> = Vec::new();
+    for (b, block) in new_bytes[..data].chunks_exact(4096).enumerate() {
+        if have.contains(block) {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(r) if r[1] == b as u64 => r[1] += 1,
+            _ => runs.push([b as u64, b as u64 + 1]),
+        }
+    }
+    runs
+}
+
+fn diff_json(args: &[&str]) -> Value {
+    let out = run(Command::new(sealfs_bin())
+        .arg("diff")
+        .arg("--json")
+        .args(args));
+    assert!(
+        out.status.success(),
+        "sealfs diff {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn runs_of(v: &Value) -> Vec<[u64; 2]> {
+    v["fetch_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| [r[0].as_u64().unwrap(), r[1].as_u64().unwrap()])
+        .collect()
+}
+
+#[test]
+fn diff_finds_the_blocks_old_holds_for_every_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    tree_v1(&d.join("v1"));
+    tree_v2(&d.join("v1"), &d.join("v2"));
+    for (label, args) in [
+        ("default", &[][..]),
+        ("lz4hc", &["-z", "lz4hc"][..]),
+        ("small", &["--preset", "small"][..]),
+    ] {
+        let (old, new) = (
+            d.join(format!("{label}-1.img")),
+            d.join(format!("{label}-2.img")),
+        );
+        build_ok(&d.join("v1"), &old, args);
+        build_ok(&d.join("v2"), &new, args);
+        let v = diff_json(&[old.to_str().unwrap(), new.to_str().unwrap()]);
+        let want = expected_runs(&old, &new);
+        assert_eq!(runs_of(&v), want, "{label}: {v}");
+        let fetch: u64 = want.iter().map(|r| r[1] - r[0]).sum();
+        let data = erofs_length(&new) / 4096;
+        let len = fs::metadata(&new).unwrap().len();
+        assert_eq!(v["fetch_blocks"], fetch, "{label}");
+        assert_eq!(v["data_blocks"], data, "{label}");
+        assert_eq!(v["reused_blocks"], data - fetch, "{label}");
+        assert_eq!(v["seal_bytes"], len - data * 4096, "{label}");
+        assert_eq!(
+            v["fetch_bytes"],
+            fetch * 4096 + len - data * 4096,
+            "{label}"
+        );
+        // Against itself nothing is fetched but the seal; against nothing of its own, all of it.
+        let same = diff_json(&[new.to_str().unwrap(), new.to_str().unwrap()]);
+        assert_eq!(same["fetch_blocks"], 0, "{label}");
+        println!(
+            "{label}: {fetch} of {data} blocks to fetch, {} requests",
+            v["requests"]
+        );
+    }
+}
+
+#[test]
+fn diff_over_http_fetches_only_the_tree_and_seal_and_enforces_the_digest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    tree_v1(&d.join("v1"));
+    tree_v2(&d.join("v1"), &d.join("v2"));
+    let www = d.join("www");
+    fs::create_dir_all(&www).unwrap();
+    let (old, new) = (d.join("1.img"), www.join("2.img"));
+    build_ok(&d.join("v1"), &old, &["-z", "lz4hc"]);
+    build_ok(&d.join("v2"), &new, &["-z", "lz4hc"]);
+    let digest = String::from_utf8(run(Command::new(sealfs_bin()).arg("digest").arg(&new)).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let http = match nginx(&www, &d.join("nginx")) {
+        Ok(s) => s,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let local = diff_json(&[old.to_str().unwrap(), new.to_str().unwrap()]);
+    let url = http.url("2.img");
+    let remote = diff_json(&[
+        old.to_str().unwrap(),
+        &url,
+        "--digest",
+        &digest,
+        "--no-cache",
+    ]);
+    for k in [
+        "fetch_runs",
+        "fetch_blocks",
+        "reused_blocks",
+        "seal_bytes",
+        "requests",
+    ] {
+        assert_eq!(local[k], remote[k], "{k}");
+    }
+    // nginx's count of body bytes sent: the seal and tree, the superblock and the tail read at
+    // open, nothing of the data blocks beyond those.
+    let sent: u64 = http
+        .requests_at_least(1)
+        .iter()
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    let seal = remote["seal_bytes"].as_u64().unwrap();
+    let len = fs::metadata(&new).unwrap().len();
+    assert!(
+        sent >= seal && sent <= seal + (128 << 10),
+        "{sent} bytes sent for a seal of {seal} (image {len})"
+    );
+    // Another digest: refused, exit 1.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let out = run(Command::new(sealfs_bin())
+        .arg("diff")
+        .arg(&old)
+        .arg(&url)
+        .args(["--digest", &wrong, "--no-cache"]));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A damaged tree block: the first level-0 block (on the superblock's path: open refuses
+    // it), and the last one (which only diff's check of the whole tree reads): exit 1.
+    let data = erofs_length(&new) as usize;
+    let len = bytes_len(&new);
+    for (at, says) in [
+        (data + 4096 + 17, "Merkle tree"),
+        (len - 4096 - 100, "Merkle tree block"),
+    ] {
+        let mut bytes = fs::read(&new).unwrap();
+        bytes[at] ^= 1;
+        let bad = d.join("bad.img");
+        fs::write(&bad, &bytes).unwrap();
+        let out = run(Command::new(sealfs_bin())
+            .arg("diff")
+            .arg(&old)
+            .arg(&bad)
+            .args(["--digest", &digest]));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "byte {at}: {err}");
+        assert!(err.contains(says), "byte {at}: {err}");
+    }
+}
