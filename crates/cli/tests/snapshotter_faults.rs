@@ -1,21 +1,40 @@
 //! `sealfs snapshotter` under bad input and faults, against the live processes (Debian's
 //! containerd 1.6, runc, `ctr`), each test with its own containerd (see `common::containerd`):
 //!
+//! - hostile layer tars (`..`, absolute names, a write through a symlink to `/etc`, a hard
+//!   link to `/etc/shadow`, device nodes and a FIFO) imported with `ctr image import`: what
+//!   containerd's tar applier does with each itself (it resolves every name inside the
+//!   snapshot), what reaches the snapshotter, and that nothing outside is created or changed;
 //! - `SIGKILL` of the snapshotter, and of containerd, in the middle of a commit of a large
 //!   layer: no half layer is ever recorded or mounted, what the kill left (temporary image
 //!   files, dead FUSE mounts) is gone after the next start, and committing again works.
 //!
-//! Needs root, containerd, runc, umoci, busybox-static, /dev/fuse and overlayfs: prints `SKIP:`
-//! otherwise (a failure under CI=true).
+//! Needs root, containerd, runc, umoci, busybox-static, /dev/fuse, overlayfs and python3 (it
+//! writes the hostile tars): prints `SKIP:` otherwise (a failure under CI=true).
 
 mod common;
 
 use common::containerd::*;
 use common::*;
 use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+/// What would show a host file read, replaced, written or linked: its bytes, inode, link count,
+/// mode and times.
+fn fingerprint(path: &str) -> (Vec<u8>, u64, u64, u32, i64, i64) {
+    let md = fs::symlink_metadata(path).unwrap();
+    (
+        fs::read(path).unwrap(),
+        md.ino(),
+        md.nlink(),
+        md.mode(),
+        md.mtime(),
+        md.ctime(),
+    )
+}
 
 /// The names in `dir`, sorted.
 fn names(dir: &Path) -> Vec<String> {
@@ -34,6 +53,237 @@ fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
         assert!(t.elapsed() < Duration::from_secs(secs), "{what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The committed snapshot no other snapshot has as parent (an image's top layer).
+fn top_layer(c: &Containerd) -> String {
+    let rows = c.snapshot_rows();
+    let tops: Vec<&String> = rows
+        .iter()
+        .filter(|(k, _, kind)| kind == "Committed" && !rows.iter().any(|(_, p, _)| p == k))
+        .map(|(k, _, _)| k)
+        .collect();
+    assert_eq!(tops.len(), 1, "{rows:?}");
+    tops[0].clone()
+}
+
+/// An OCI image in `dir` as a tar for `ctr image import`: a first layer made by umoci (an
+/// `etc/` of the image's own), then `hostile` (a tar written by python3's `tarfile` from the
+/// entries it is given, each `(name, type, arg)`) added verbatim by `umoci raw add-layer`.
+fn hostile_image(dir: &Path, entries: &str) -> PathBuf {
+    fs::create_dir_all(dir).unwrap();
+    let script = dir.join("hostile.py");
+    fs::write(
+        &script,
+        format!(
+            "import io, sys, tarfile\n\
+             t = tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT)\n\
+             for name, kind, arg in [{entries}]:\n\
+             \x20   i = tarfile.TarInfo(name)\n\
+             \x20   i.mtime = 1700000000\n\
+             \x20   i.mode = 0o644\n\
+             \x20   if kind == 'file':\n\
+             \x20       i.size = len(arg); t.addfile(i, io.BytesIO(arg)); continue\n\
+             \x20   if kind == 'symlink': i.type = tarfile.SYMTYPE; i.linkname = arg\n\
+             \x20   if kind == 'hardlink': i.type = tarfile.LNKTYPE; i.linkname = arg\n\
+             \x20   if kind == 'chr': i.type = tarfile.CHRTYPE; i.devmajor, i.devminor = arg\n\
+             \x20   if kind == 'blk': i.type = tarfile.BLKTYPE; i.devmajor, i.devminor = arg\n\
+             \x20   if kind == 'fifo': i.type = tarfile.FIFOTYPE\n\
+             \x20   if kind == 'dir': i.type = tarfile.DIRTYPE; i.mode = 0o755\n\
+             \x20   t.addfile(i)\n\
+             t.close()\n"
+        ),
+    )
+    .unwrap();
+    let (l, b) = (dir.join("layout"), dir.join("bundle"));
+    let (l, b) = (l.display(), b.display());
+    sh(&format!(
+        "set -e; umoci init --layout '{l}'; umoci new --image '{l}:t'; umoci unpack --image '{l}:t' '{b}' >/dev/null
+         r='{b}/rootfs'; mkdir -p $r/etc; echo image-passwd > $r/etc/passwd; echo image-shadow > $r/etc/shadow
+         umoci repack --image '{l}:t' '{b}'
+         python3 '{s}' '{d}/hostile.tar'; tar -tvf '{d}/hostile.tar'
+         umoci raw add-layer --image '{l}:t' '{d}/hostile.tar'
+         tar -C '{l}' -cf '{d}/image.tar' .",
+        s = script.display(),
+        d = dir.display()
+    ));
+    dir.join("image.tar")
+}
+
+#[test]
+fn hostile_layer_tars_write_nothing_outside_the_snapshot() {
+    if !containerd_guard() || !oracle_guard(need_tool("python3")) {
+        return;
+    }
+    let c = Containerd::start();
+    let d = c.dir.path();
+    // Names nothing else on this machine has, looked for everywhere afterwards.
+    let tag = format!("sealfs-hostile-{}", std::process::id());
+    let host = ["/etc/passwd", "/etc/shadow"].map(|p| (p, fingerprint(p)));
+    // A block device node of the disk holding / (reading it would read the whole disk).
+    let root_dev = fs::metadata("/").unwrap().dev();
+    let (major, minor) = (libc::major(root_dev), libc::minor(root_dev));
+    let image = hostile_image(
+        &d.join("a"),
+        &format!(
+            "('../{tag}-dotdot', 'file', b'dotdot\\n'),
+             ('../../../../../../../../../../{tag}-deep', 'file', b'deep\\n'),
+             ('/{tag}-abs', 'file', b'abs\\n'),
+             ('l', 'symlink', '/etc'),
+             ('l/passwd', 'file', b'written through l\\n'),
+             ('up', 'symlink', '../../../../../../../../..'),
+             ('up/{tag}-via-up', 'file', b'via up\\n'),
+             ('hl-up', 'hardlink', '../../../../../../etc/passwd'),
+             ('dev-null', 'chr', (1, 3)),
+             ('disk', 'blk', ({major}, {minor})),
+             ('fifo', 'fifo', None),"
+        ),
+    );
+    let t = Instant::now();
+    let import = |c: &Containerd, image: &Path, name: &str| {
+        run(c.ctr().args([
+            "image",
+            "import",
+            "--base-name",
+            name,
+            "--snapshotter",
+            "sealfs",
+            image.to_str().unwrap(),
+        ]))
+    };
+    let out = import(&c, &image, "sealfs.test/hostile");
+    assert!(
+        out.status.success(),
+        "containerd applies this layer (each name resolved inside the snapshot): {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.log()
+    );
+    // The FIFO was never opened, the disk never read: the commit took no time to speak of.
+    println!("imported in {:.2?}", t.elapsed());
+
+    // What reached the snapshotter and its sealed layer: every name inside the snapshot.
+    // The layers are mounted for an active snapshot over the image (ctr makes it a root of
+    // containerd's garbage collection, which a view is not); the hostile one read where the
+    // snapshotter mounts it.
+    let top = top_layer(&c);
+    c.snap(&["prepare", "p", &top]);
+    let m = fs::read_dir(c.root().join("mnt"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join(format!("{tag}-abs")).exists())
+        .expect("the hostile layer is mounted");
+    let read = |p: &str| fs::read_to_string(m.join(p)).unwrap_or_else(|e| format!("<{e}>"));
+    assert_eq!(read(&format!("{tag}-dotdot")), "dotdot\n");
+    assert_eq!(read(&format!("{tag}-deep")), "deep\n");
+    assert_eq!(read(&format!("{tag}-abs")), "abs\n");
+    assert_eq!(read(&format!("{tag}-via-up")), "via up\n");
+    // The symlinks are kept as they are; the write through `l` went to the image's own /etc.
+    assert_eq!(
+        fs::read_link(m.join("l")).unwrap(),
+        Path::new("/etc"),
+        "l is a symlink"
+    );
+    assert_eq!(
+        fs::read_link(m.join("up")).unwrap(),
+        Path::new("../../../../../../../../..")
+    );
+    assert_eq!(read("etc/passwd"), "written through l\n");
+    // The hard link is to the layer's own file.
+    assert_eq!(read("hl-up"), "written through l\n");
+    let (hl, passwd) = (
+        fs::metadata(m.join("hl-up")).unwrap(),
+        fs::metadata(m.join("etc/passwd")).unwrap(),
+    );
+    assert_eq!(
+        (hl.ino(), hl.nlink()),
+        (passwd.ino(), 2),
+        "one inode, two names"
+    );
+    // The layer holds what its tar wrote, nothing of the layer below (etc/shadow).
+    assert!(!m.join("etc/shadow").exists());
+    // Device nodes (containerd runs as root: it makes them) are kept as nodes.
+    let dev = fs::symlink_metadata(m.join("dev-null")).unwrap();
+    assert!(dev.file_type().is_char_device());
+    assert_eq!(dev.rdev(), libc::makedev(1, 3));
+    let disk = fs::symlink_metadata(m.join("disk")).unwrap();
+    assert!(disk.file_type().is_block_device());
+    assert_eq!(disk.rdev(), root_dev);
+    assert!(fs::symlink_metadata(m.join("fifo"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    // The layer images are small: no device was read into one.
+    for e in fs::read_dir(c.root().join("layers")).unwrap() {
+        let len = e.unwrap().metadata().unwrap().len();
+        assert!(len < 1 << 20, "a layer image of {len} bytes");
+    }
+
+    // A hard link to /etc/shadow: containerd resolves its target inside the directory it
+    // applies the layer to (the active snapshot's upper directory, which holds no etc/shadow:
+    // the file is the layer below's) and refuses the layer itself, the error in ctr's output;
+    // the snapshot it was applied to is never committed.
+    let refused = hostile_image(&d.join("b"), "('hl-shadow', 'hardlink', '/etc/shadow'),");
+    let before = c.snapshot_rows();
+    let out = import(&c, &refused, "sealfs.test/refused");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("ctr image import of a hard link to /etc/shadow: {stderr}");
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("failed to extract layer")
+            && stderr.contains("/etc/shadow")
+            && stderr.contains("/hl-shadow: no such file or directory"),
+        "{stderr}"
+    );
+    // The unpacking client's log line (ctr's own here: containerd 1.6 applies a layer for the
+    // client that unpacks, as its CRI plugin does inside containerd, whose log has it then).
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("apply failure") && l.contains("/hl-shadow: no such file")),
+        "{stderr}"
+    );
+    // Refused before commit: of this image only its first layer is committed (no new
+    // committed snapshot has a parent).
+    let rows = c.snapshot_rows();
+    let new: Vec<_> = rows
+        .iter()
+        .filter(|r| r.2 == "Committed" && !before.contains(r))
+        .collect();
+    assert!(new.iter().all(|r| r.1.is_empty()), "{rows:?}");
+
+    // Nothing outside: the host's files unchanged, no file of the tars anywhere but in the
+    // snapshotter's layer images (looked for on every file system but the root's mounts).
+    for (p, before) in &host {
+        assert_eq!(&fingerprint(p), before, "{p} changed");
+    }
+    let mounts = fs::read_to_string("/proc/mounts").unwrap();
+    let mut found = String::new();
+    for line in mounts.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (at, fstype) = (f[1], f[2]);
+        if !["ext4", "xfs", "btrfs", "tmpfs", "overlay", "ext2", "ext3"].contains(&fstype)
+            || at.starts_with(&*d.to_string_lossy())
+            || ["/proc", "/sys", "/dev/"].iter().any(|p| at.starts_with(p))
+        {
+            continue;
+        }
+        // The snapshotter's root excepted: its layer images hold them (and an active
+        // snapshot containerd gave up on may still wait for its garbage collection).
+        found += &sh(&format!(
+            "find '{at}' -xdev -path '{}' -prune -o -name '*{tag}*' -print 2>/dev/null; true",
+            c.root().display()
+        ));
+    }
+    assert_eq!(
+        found, "",
+        "files of the hostile layers outside the snapshots"
+    );
+    // No commit failed in the snapshotter: what it was handed, it sealed.
+    assert!(
+        !c.log().contains("sealfs snapshotter: commit "),
+        "{}",
+        c.log()
+    );
 }
 
 /// Where the layer image being written now is: a `.sealfs-*.tmp` in `layers/`, or, made with
