@@ -5,6 +5,9 @@
 //!   link to `/etc/shadow`, device nodes and a FIFO) imported with `ctr image import`: what
 //!   containerd's tar applier does with each itself (it resolves every name inside the
 //!   snapshot), what reaches the snapshotter, and that nothing outside is created or changed;
+//! - a disk that fills during a commit (the snapshotter's `--root` on a small tmpfs): the
+//!   snapshot stays active, no partial image is left, the space is freed, and a commit after
+//!   space is freed goes through;
 //! - `SIGKILL` of the snapshotter, and of containerd, in the middle of a commit of a large
 //!   layer: no half layer is ever recorded or mounted, what the kill left (temporary image
 //!   files, dead FUSE mounts) is gone after the next start, and committing again works.
@@ -34,6 +37,24 @@ fn fingerprint(path: &str) -> (Vec<u8>, u64, u64, u32, i64, i64) {
         md.mtime(),
         md.ctime(),
     )
+}
+
+/// `df -B1 --output=used PATH`: bytes used on the file system holding `path`.
+fn df_used(path: &Path) -> u64 {
+    let out = sh(&format!(
+        "df -B1 --output=used '{}' | tail -n 1",
+        path.display()
+    ));
+    out.trim().parse().unwrap()
+}
+
+/// `df -B1 --output=avail PATH`: bytes free on the file system holding `path`.
+fn df_avail(path: &Path) -> u64 {
+    let out = sh(&format!(
+        "df -B1 --output=avail '{}' | tail -n 1",
+        path.display()
+    ));
+    out.trim().parse().unwrap()
 }
 
 /// The names in `dir`, sorted.
@@ -284,6 +305,88 @@ fn hostile_layer_tars_write_nothing_outside_the_snapshot() {
         "{}",
         c.log()
     );
+}
+
+#[test]
+fn disk_full_during_commit_leaves_the_snapshot_active_and_the_space_free() {
+    if !containerd_guard() {
+        return;
+    }
+    let mut c = Containerd::start();
+    let d = c.dir.path().to_path_buf();
+    // The snapshotter's root on a tmpfs of 192 MiB.
+    let small = d.join("small");
+    fs::create_dir_all(&small).unwrap();
+    sh(&format!(
+        "mount -t tmpfs -o size=192m sealfs-small '{}'",
+        small.display()
+    ));
+    c.kill_snapshotter();
+    let root = small.join("root");
+    c.start_snapshotter_at(&root, &[]);
+
+    // 64 MiB of random bytes in an active snapshot: lz4 keeps them as they are, so the sealed
+    // image needs 64 MiB and its Merkle tree.
+    c.snap(&["prepare", "a1"]);
+    let m = d.join("m");
+    c.mount("a1", &m);
+    sh(&format!(
+        "head -c 64M /dev/urandom > '{0}/big' && sha256sum < '{0}/big' > '{1}/big.sum' && umount '{0}'",
+        m.display(),
+        d.display()
+    ));
+    // All but 32 MiB taken by a file outside the snapshotter's root.
+    let filler = small.join("filler");
+    let free = df_avail(&small);
+    sh(&format!(
+        "head -c {} /dev/zero > '{}'",
+        free - (32 << 20),
+        filler.display()
+    ));
+    let used = df_used(&small);
+    let out = run(c
+        .ctr()
+        .args(["snapshots", "--snapshotter", "sealfs", "commit", "l1", "a1"]));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!("ctr snapshots commit on a full disk: {stderr}");
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("No space left on device") && stderr.contains("sealing snapshot"),
+        "the error names ENOSPC and the layer: {stderr}"
+    );
+    assert!(
+        c.log().contains("No space left on device"),
+        "the snapshotter logs it: {}",
+        c.log()
+    );
+    // Still active, nothing committed; no partial image; the space the image took is free.
+    let rows = c.snapshot_rows();
+    assert_eq!(
+        rows,
+        vec![("a1".into(), String::new(), "Active".into())],
+        "{rows:?}"
+    );
+    assert_eq!(names(&root.join("layers")), Vec::<String>::new());
+    let used_after = df_used(&small);
+    println!("tmpfs used: {used} bytes before the commit, {used_after} after it failed");
+    assert_eq!(used_after, used, "the failed commit's space is freed");
+
+    // Space freed: the commit containerd is asked for again goes through, whole.
+    fs::remove_file(&filler).unwrap();
+    c.snap(&["commit", "l1", "a1"]);
+    let rows = c.snapshot_rows();
+    assert_eq!(
+        rows,
+        vec![("l1".into(), String::new(), "Committed".into())],
+        "{rows:?}"
+    );
+    c.snap(&["prepare", "p", "l1"]);
+    c.mount("p", &m);
+    assert_eq!(
+        sh(&format!("sha256sum < '{}/big'", m.display())),
+        fs::read_to_string(d.join("big.sum")).unwrap()
+    );
+    sh(&format!("umount '{}'", m.display()));
 }
 
 /// Where the layer image being written now is: a `.sealfs-*.tmp` in `layers/`, or, made with
