@@ -10,7 +10,9 @@
 //!   space is freed goes through;
 //! - `SIGKILL` of the snapshotter, and of containerd, in the middle of a commit of a large
 //!   layer: no half layer is ever recorded or mounted, what the kill left (temporary image
-//!   files, dead FUSE mounts) is gone after the next start, and committing again works.
+//!   files, dead FUSE mounts) is gone after the next start, and committing again works;
+//! - a committed layer image damaged on disk: the failed read is reported in the
+//!   snapshotter's log, naming the layer, and counted by the layer's mount.
 //!
 //! Needs root, containerd, runc, umoci, busybox-static, /dev/fuse, overlayfs and python3 (it
 //! writes the hostile tars): prints `SKIP:` otherwise (a failure under CI=true).
@@ -22,7 +24,7 @@ use common::*;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// What would show a host file read, replaced, written or linked: its bytes, inode, link count,
@@ -601,4 +603,78 @@ fn sigkill_of_containerd_mid_commit_records_no_layer_containerd_does_not_know() 
     );
     assert_eq!(names(&root.join("layers")), base);
     commit_again_and_check(&c, &sum);
+}
+
+#[test]
+fn a_damaged_layer_is_reported_naming_the_layer() {
+    if !containerd_guard() {
+        return;
+    }
+    let c = Containerd::start();
+    let image = make_image(c.dir.path());
+    c.ok(&[
+        "image",
+        "import",
+        "--base-name",
+        "sealfs.test/img",
+        "--snapshotter",
+        "sealfs",
+        image.to_str().unwrap(),
+    ]);
+    // One byte of /b/big's third block flipped in the layer image holding it.
+    let big = fs::read(c.dir.path().join("bundle/rootfs/b/big")).unwrap();
+    let window = &big[8192..12288];
+    let mut damaged = Vec::new();
+    for entry in fs::read_dir(c.root().join("layers")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = fs::read(&path).unwrap();
+        if let Some(at) = bytes.windows(window.len()).position(|w| w == window) {
+            bytes[at + 100] ^= 0x20;
+            fs::write(&path, &bytes).unwrap();
+            damaged.push(path);
+        }
+    }
+    assert_eq!(damaged.len(), 1);
+    let id = show(damaged[0].file_stem().unwrap().as_encoded_bytes());
+    let out = c.run_script(
+        "sealfs",
+        "sealfs.test/img:t",
+        "damaged",
+        "cat /b/big > /dev/null; echo big=$?; cat /a/a2",
+    );
+    assert!(out.contains("big=1\nkeep\n"), "{out}");
+    // The log line names the layer: its id, its snapshot (containerd's name for it ends with
+    // the chain ID `ctr snapshots ls` shows), its image and digest, and the file.
+    let log = c.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("read failed") && l.contains("/b/big"))
+        .unwrap_or_else(|| panic!("no report of the failed read: {log}"));
+    println!("{line}");
+    assert!(
+        line.starts_with(&format!("sealfs snapshotter: layer {id} (")),
+        "{line}"
+    );
+    assert!(line.contains(&*damaged[0].to_string_lossy()), "{line}");
+    assert!(line.contains(" sha256:"), "{line}");
+    let rows = c.snapshot_rows();
+    assert!(
+        rows.iter()
+            .any(|(k, _, kind)| kind == "Committed" && line.contains(&format!("/{k}) "))),
+        "{line}\n{rows:?}"
+    );
+    // And counted by the layer's mount (`sealfs stats`).
+    let mp = c.root().join("mnt").join(&id);
+    let stats = run(Command::new(sealfs_bin())
+        .args(["stats", "--json"])
+        .arg(&mp));
+    let stats = String::from_utf8_lossy(&stats.stdout);
+    let json: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    println!("stats of layer {id}: {json}");
+    assert!(
+        json.pointer("/fuse/verification_errors")
+            .and_then(|v| v.as_u64())
+            .is_some_and(|n| n >= 1),
+        "{stats}"
+    );
 }

@@ -181,20 +181,21 @@ impl Snapshotter {
         self.root.join("mnt").join(id.to_string())
     }
 
-    /// The committed layers under `parent`, nearest first.
-    fn ancestors(&self, parent: &str) -> Result<Vec<Record>> {
+    /// The committed layers under `parent`, nearest first, with their names.
+    fn ancestors(&self, parent: &str) -> Result<Vec<(String, Record)>> {
         let mut out = Vec::new();
         let mut key = parent.to_string();
         while !key.is_empty() {
             let r = self.store.get(&key)?;
-            key = r.parent.clone();
-            out.push(r);
+            let next = r.parent.clone();
+            out.push((key, r));
+            key = next;
         }
         Ok(out)
     }
 
-    /// Mounts the committed layer `r` unless it is mounted; returns where.
-    fn ensure_layer(&self, r: &Record) -> Result<PathBuf> {
+    /// Mounts the committed layer `r`, named `name`, unless it is mounted; returns where.
+    fn ensure_layer(&self, name: &str, r: &Record) -> Result<PathBuf> {
         let mp = self.layer_mountpoint(r.id);
         let mut mounts = self.mounts.lock().unwrap_or_else(|e| e.into_inner());
         if let std::collections::hash_map::Entry::Vacant(slot) = mounts.entry(r.id) {
@@ -203,11 +204,11 @@ impl Snapshotter {
                 image: image.clone(),
                 reason: "no digest recorded for the layer".into(),
             })?;
-            slot.insert(layer::mount(&image, digest, &mp)?);
+            let label = format!("{} ({})", r.id, sealfs_text::Escaped(name.as_bytes()));
+            slot.insert(layer::mount(&image, digest, &mp, &label)?);
             // Which mode each layer is served in is visible: here and in /proc/mounts.
             eprintln!(
-                "sealfs snapshotter: layer {} mounted on {}: FUSE, every block verified against {digest}",
-                r.id,
+                "sealfs snapshotter: layer {label} mounted on {}: FUSE, every block verified against {digest}",
                 sealfs_text::escape_path(&mp)
             );
         }
@@ -228,8 +229,8 @@ impl Snapshotter {
             )]);
         }
         let mut lower = Vec::with_capacity(parents.len());
-        for p in &parents {
-            lower.push(self.ensure_layer(p)?.to_string_lossy().into_owned());
+        for (name, p) in &parents {
+            lower.push(self.ensure_layer(name, p)?.to_string_lossy().into_owned());
         }
         if r.kind == Kind::View && parents.len() == 1 {
             return Ok(vec![mount(
