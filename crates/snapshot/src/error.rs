@@ -51,6 +51,10 @@ pub enum Error {
         /// Why.
         source: sealfs_builder::BuildError,
     },
+    /// A commit whose caller went away (containerd killed, the request cancelled) before it was
+    /// recorded: the snapshot stays active.
+    #[error("commit of snapshot {} abandoned: the caller went away before it was recorded", sealfs_text::Escaped(.0.as_bytes()))]
+    Abandoned(String),
     /// A call's task ended without an answer (it panicked).
     #[error("the snapshotter's task for the call failed: {0}")]
     Task(String),
@@ -91,6 +95,7 @@ impl From<Error> for containerd_snapshots::tonic::Status {
             Error::NotFound(_) => Status::not_found(msg),
             Error::AlreadyExists(_) => Status::already_exists(msg),
             Error::FailedPrecondition(_) => Status::failed_precondition(msg),
+            Error::Abandoned(_) => Status::cancelled(msg),
             Error::InvalidArgument(_) => Status::invalid_argument(msg),
             _ => Status::internal(msg),
         }

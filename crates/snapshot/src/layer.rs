@@ -35,8 +35,10 @@ pub fn detach(mountpoint: &Path) {
 }
 
 /// Mounts the sealed layer `image` on `mountpoint`, every read verified against `digest`. The
-/// mount's source in `/proc/mounts` is `sealfs:DIGEST`.
-pub fn mount(image: &Path, digest: &str, mountpoint: &Path) -> Result<LayerMount> {
+/// mount's source in `/proc/mounts` is `sealfs:DIGEST`. A read that fails (a damaged block, a
+/// file whose digest does not match) is logged to stderr once, naming the layer by `label`,
+/// its image and digest, and the file.
+pub fn mount(image: &Path, digest: &str, mountpoint: &Path, label: &str) -> Result<LayerMount> {
     let fail = |reason: String| Error::Mount {
         image: image.to_path_buf(),
         reason,
@@ -60,9 +62,9 @@ pub fn mount(image: &Path, digest: &str, mountpoint: &Path) -> Result<LayerMount
     };
     std::fs::create_dir_all(mountpoint).map_err(Error::io(mountpoint))?;
     detach(mountpoint);
-    let log_name = sealfs_text::escape_path(image);
+    let log_name = format!("layer {label} {} {digest}", sealfs_text::escape_path(image));
     let log = LogTo::Custom(Box::new(move |line: &str| {
-        eprintln!("sealfs: layer {log_name}: {line}")
+        eprintln!("sealfs snapshotter: {log_name}: read failed: {line}")
     }));
     let handle = sealfs_fuse::mount::mount(served, mountpoint, &options, log)
         .map_err(|e| fail(e.to_string()))?;

@@ -14,6 +14,23 @@
 //!
 //! Anything there the store does not name (a crash between a step on disk and the transaction
 //! that records it, a removal) is deleted by [`Snapshotter::cleanup`], which also runs at start.
+//!
+//! A commit goes in this order, so that a crash at any point (`SIGKILL` of the snapshotter, of
+//! containerd, a power cut) leaves the snapshot either active with its directory, or committed
+//! with a complete layer image, never a record naming a partial one:
+//!
+//! 1. the builder writes the image into an unnamed file (`O_TMPFILE`; a named `.sealfs-*.tmp`
+//!    where the file system has none) and renames it to `layers/ID.sealfs` only when complete;
+//! 2. the image and the `layers` directory are synced to disk;
+//! 3. one store transaction turns the active record into the committed one, with the digest;
+//! 4. the active snapshot's directory is freed.
+//!
+//! A crash before 3 leaves an image (or temporary file) no committed record names, and one after
+//! it a directory no active record names: both are deleted at the next start. A commit whose
+//! caller went away before 3 (containerd killed, or its request cancelled) is not recorded
+//! ([`Snapshotter::commit_unless`]): containerd records a commit in its own database only once
+//! the snapshotter answered, so a layer recorded here for a caller that is gone would be one
+//! containerd does not know of, and its active snapshot one that no longer exists here.
 
 use crate::error::{Error, Result};
 use crate::layer::{self, LayerMount};
@@ -23,7 +40,8 @@ use containerd_snapshots::{Info, Usage};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 /// A containerd snapshotter over one root directory.
 pub struct Snapshotter {
@@ -31,6 +49,34 @@ pub struct Snapshotter {
     store: Store,
     /// Committed layers mounted now, by id.
     mounts: Mutex<HashMap<u64, LayerMount>>,
+    /// Held shared by the calls that put files under the root before or after their
+    /// transaction (create, commit, remove), exclusively by [`Snapshotter::cleanup`], which
+    /// would otherwise delete a layer image being committed, or a directory being made, as
+    /// named by no record yet.
+    changing: RwLock<()>,
+    /// The ids of the active snapshots being committed now: a second commit of one (containerd
+    /// retrying after a restart while the first, abandoned, still builds) waits for the first,
+    /// which would otherwise remove the image they both write.
+    committing: Mutex<HashSet<u64>>,
+    /// Signalled when an id leaves `committing`.
+    commit_done: Condvar,
+}
+
+/// A claim on committing one snapshot, released when dropped.
+struct CommitClaim<'a> {
+    snapshotter: &'a Snapshotter,
+    id: u64,
+}
+
+impl Drop for CommitClaim<'_> {
+    fn drop(&mut self) {
+        let s = self.snapshotter;
+        s.committing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+        s.commit_done.notify_all();
+    }
 }
 
 fn to_info(name: &str, r: &Record) -> Info {
@@ -110,6 +156,9 @@ impl Snapshotter {
             root,
             store,
             mounts: Mutex::new(HashMap::new()),
+            changing: RwLock::new(()),
+            committing: Mutex::new(HashSet::new()),
+            commit_done: Condvar::new(),
         };
         // The FUSE layers of a previous run died with it.
         let mnt = s.root.join("mnt");
@@ -132,20 +181,21 @@ impl Snapshotter {
         self.root.join("mnt").join(id.to_string())
     }
 
-    /// The committed layers under `parent`, nearest first.
-    fn ancestors(&self, parent: &str) -> Result<Vec<Record>> {
+    /// The committed layers under `parent`, nearest first, with their names.
+    fn ancestors(&self, parent: &str) -> Result<Vec<(String, Record)>> {
         let mut out = Vec::new();
         let mut key = parent.to_string();
         while !key.is_empty() {
             let r = self.store.get(&key)?;
-            key = r.parent.clone();
-            out.push(r);
+            let next = r.parent.clone();
+            out.push((key, r));
+            key = next;
         }
         Ok(out)
     }
 
-    /// Mounts the committed layer `r` unless it is mounted; returns where.
-    fn ensure_layer(&self, r: &Record) -> Result<PathBuf> {
+    /// Mounts the committed layer `r`, named `name`, unless it is mounted; returns where.
+    fn ensure_layer(&self, name: &str, r: &Record) -> Result<PathBuf> {
         let mp = self.layer_mountpoint(r.id);
         let mut mounts = self.mounts.lock().unwrap_or_else(|e| e.into_inner());
         if let std::collections::hash_map::Entry::Vacant(slot) = mounts.entry(r.id) {
@@ -154,11 +204,11 @@ impl Snapshotter {
                 image: image.clone(),
                 reason: "no digest recorded for the layer".into(),
             })?;
-            slot.insert(layer::mount(&image, digest, &mp)?);
+            let label = format!("{} ({})", r.id, sealfs_text::Escaped(name.as_bytes()));
+            slot.insert(layer::mount(&image, digest, &mp, &label)?);
             // Which mode each layer is served in is visible: here and in /proc/mounts.
             eprintln!(
-                "sealfs snapshotter: layer {} mounted on {}: FUSE, every block verified against {digest}",
-                r.id,
+                "sealfs snapshotter: layer {label} mounted on {}: FUSE, every block verified against {digest}",
                 sealfs_text::escape_path(&mp)
             );
         }
@@ -179,8 +229,8 @@ impl Snapshotter {
             )]);
         }
         let mut lower = Vec::with_capacity(parents.len());
-        for p in &parents {
-            lower.push(self.ensure_layer(p)?.to_string_lossy().into_owned());
+        for (name, p) in &parents {
+            lower.push(self.ensure_layer(name, p)?.to_string_lossy().into_owned());
         }
         if r.kind == Kind::View && parents.len() == 1 {
             return Ok(vec![mount(
@@ -206,6 +256,7 @@ impl Snapshotter {
         kind: Kind,
         labels: HashMap<String, String>,
     ) -> Result<Vec<Mount>> {
+        let _changing = self.changing.read().unwrap_or_else(|e| e.into_inner());
         let r = self.store.create(key, parent, kind, labels)?;
         let dir = self.snapshot_dir(r.id);
         let made = [dir.join("fs"), dir.join("work")]
@@ -236,15 +287,39 @@ impl Snapshotter {
     /// whiteouts and opaque directories kept as they are), records it as `name` with its digest,
     /// frees the directory. On any error `key` stays active and no image is left.
     pub fn commit(&self, name: &str, key: &str, labels: HashMap<String, String>) -> Result<()> {
+        self.commit_unless(name, key, labels, &|| false)
+    }
+
+    /// [`Snapshotter::commit`], abandoned (`key` left active, no image left) when `gone()` says
+    /// the caller went away before the commit is recorded. The steps and their order are the
+    /// module's (a crash at any of them leaves no half layer).
+    pub fn commit_unless(
+        &self,
+        name: &str,
+        key: &str,
+        labels: HashMap<String, String>,
+        gone: &dyn Fn() -> bool,
+    ) -> Result<()> {
+        let _changing = self.changing.read().unwrap_or_else(|e| e.into_inner());
+        let active = |r: &Record| {
+            if r.kind == Kind::Active {
+                Ok(())
+            } else {
+                Err(Error::FailedPrecondition(format!(
+                    "snapshot {} is not active: only active snapshots are committed",
+                    sealfs_text::Escaped(key.as_bytes())
+                )))
+            }
+        };
         let r = self.store.get(key)?;
-        if r.kind != Kind::Active {
-            return Err(Error::FailedPrecondition(format!(
-                "snapshot {} is not active: only active snapshots are committed",
-                sealfs_text::Escaped(key.as_bytes())
-            )));
-        }
+        active(&r)?;
+        let _claim = self.claim_commit(r.id);
+        // What a commit of the same snapshot that ran meanwhile left.
+        let r = self.store.get(key)?;
+        active(&r)?;
         let dir = self.snapshot_dir(r.id);
         let image = self.layer_image(r.id);
+        // 1. The image, complete, or nothing: the builder renames it into place when done.
         let summary = sealfs_builder::build(
             &dir.join("fs"),
             &image,
@@ -255,27 +330,62 @@ impl Snapshotter {
             key: key.to_string(),
             source,
         })?;
-        let digest = summary
+        let recorded = summary
             .seal
             .map(|s| s.digest.to_string())
-            .ok_or_else(|| Error::FailedPrecondition("the layer image was built unsealed".into()));
-        let recorded = digest.and_then(|digest| {
-            let size = std::fs::metadata(&image)
-                .map_err(Error::io(&image))?
-                .blocks()
-                * 512;
-            self.store
-                .commit(key, name, labels, digest, size, summary.inodes)
-        });
+            .ok_or_else(|| Error::FailedPrecondition("the layer image was built unsealed".into()))
+            .and_then(|digest| {
+                // 2. On disk before the record that names it.
+                let size = sync_file(&image)?.blocks() * 512;
+                let layers = self.root.join("layers");
+                std::fs::File::open(&layers)
+                    .and_then(|d| d.sync_all())
+                    .map_err(Error::io(&layers))?;
+                if gone() {
+                    // Logged here: nobody awaits the call's answer any more.
+                    let e = Error::Abandoned(key.to_string());
+                    eprintln!("sealfs snapshotter: commit: {e}");
+                    return Err(e);
+                }
+                // 3. One transaction.
+                let r =
+                    self.store
+                        .commit(key, name, labels, digest.clone(), size, summary.inodes)?;
+                eprintln!(
+                    "sealfs snapshotter: committed {} as {}: layer {}, {size} bytes, {digest}",
+                    sealfs_text::Escaped(key.as_bytes()),
+                    sealfs_text::Escaped(name.as_bytes()),
+                    r.id
+                );
+                Ok(())
+            });
         if let Err(e) = recorded {
             let _ = std::fs::remove_file(&image);
             return Err(e);
         }
+        // 4. Freed; what a crash leaves here is deleted at the next start.
         std::fs::remove_dir_all(&dir).map_err(Error::io(&dir))
+    }
+
+    /// Waits until no other commit of snapshot `id` runs, then claims it.
+    fn claim_commit(&self, id: u64) -> CommitClaim<'_> {
+        let mut committing = self.committing.lock().unwrap_or_else(|e| e.into_inner());
+        while committing.contains(&id) {
+            committing = self
+                .commit_done
+                .wait(committing)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        committing.insert(id);
+        CommitClaim {
+            snapshotter: self,
+            id,
+        }
     }
 
     /// `Remove`: forgets `key` (refused while it is a parent) and frees what it held.
     pub fn remove(&self, key: &str) -> Result<()> {
+        let _changing = self.changing.read().unwrap_or_else(|e| e.into_inner());
         let r = self.store.remove(key)?;
         match r.kind {
             Kind::Committed => {
@@ -333,9 +443,11 @@ impl Snapshotter {
             .collect())
     }
 
-    /// `Cleanup`: deletes directories, layer images and mount points no record names (left by a
-    /// crash, or by a commit's last step).
+    /// `Cleanup`: deletes directories, layer images (and the builder's temporary files) and mount
+    /// points no record names (left by a crash, or by a commit's last step). Waits for the calls
+    /// changing the root to end.
     pub fn cleanup(&self) -> Result<()> {
+        let _changing = self.changing.write().unwrap_or_else(|e| e.into_inner());
         let records = self.store.list()?;
         let dirs: HashSet<String> = records
             .iter()
@@ -380,20 +492,50 @@ impl Snapshotter {
     }
 }
 
+/// Opens `path` and syncs it to disk; its metadata.
+fn sync_file(path: &Path) -> Result<std::fs::Metadata> {
+    let file = std::fs::File::open(path).map_err(Error::io(path))?;
+    file.sync_all().map_err(Error::io(path))?;
+    file.metadata().map_err(Error::io(path))
+}
+
+/// Sets its flag when dropped: a call's future dropped before it completed (the client
+/// cancelled the request or its connection closed) is a caller gone.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// The gRPC service's view of [`Snapshotter`]: each call run on the blocking pool (commits build
-/// images, the store writes synchronously).
+/// images, the store writes synchronously). Failures other than containerd's ordinary answers
+/// (not found, already exists) are logged to stderr, with the call and its key, as containerd
+/// logs them on its side.
 pub struct Service(pub Arc<Snapshotter>);
 
 impl Service {
     async fn run<T: Send + 'static>(
         &self,
+        call: &'static str,
+        key: &str,
         f: impl FnOnce(&Snapshotter) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let s = self.0.clone();
-        match tokio::task::spawn_blocking(move || f(&s)).await {
+        let result = match tokio::task::spawn_blocking(move || f(&s)).await {
             Ok(r) => r,
             Err(e) => Err(Error::Task(e.to_string())),
+        };
+        if let Err(e) = &result {
+            if !matches!(e, Error::NotFound(_) | Error::AlreadyExists(_)) {
+                eprintln!(
+                    "sealfs snapshotter: {call} {}: {e}",
+                    sealfs_text::Escaped(key.as_bytes())
+                );
+            }
         }
+        result
     }
 }
 
@@ -402,20 +544,25 @@ impl containerd_snapshots::Snapshotter for Service {
     type Error = Error;
 
     async fn stat(&self, key: String) -> Result<Info> {
-        self.run(move |s| s.stat(&key)).await
+        self.run("stat", &key.clone(), move |s| s.stat(&key)).await
     }
 
     async fn update(&self, info: Info, fieldpaths: Option<Vec<String>>) -> Result<Info> {
-        self.run(move |s| s.update(info, &fieldpaths.unwrap_or_default()))
-            .await
+        let key = info.name.clone();
+        self.run("update", &key, move |s| {
+            s.update(info, &fieldpaths.unwrap_or_default())
+        })
+        .await
     }
 
     async fn usage(&self, key: String) -> Result<Usage> {
-        self.run(move |s| s.usage(&key)).await
+        self.run("usage", &key.clone(), move |s| s.usage(&key))
+            .await
     }
 
     async fn mounts(&self, key: String) -> Result<Vec<Mount>> {
-        self.run(move |s| s.mounts(&key)).await
+        self.run("mounts", &key.clone(), move |s| s.mounts(&key))
+            .await
     }
 
     async fn prepare(
@@ -424,8 +571,10 @@ impl containerd_snapshots::Snapshotter for Service {
         parent: String,
         labels: HashMap<String, String>,
     ) -> Result<Vec<Mount>> {
-        self.run(move |s| s.create(&key, &parent, Kind::Active, labels))
-            .await
+        self.run("prepare", &key.clone(), move |s| {
+            s.create(&key, &parent, Kind::Active, labels)
+        })
+        .await
     }
 
     async fn view(
@@ -434,8 +583,10 @@ impl containerd_snapshots::Snapshotter for Service {
         parent: String,
         labels: HashMap<String, String>,
     ) -> Result<Vec<Mount>> {
-        self.run(move |s| s.create(&key, &parent, Kind::View, labels))
-            .await
+        self.run("view", &key.clone(), move |s| {
+            s.create(&key, &parent, Kind::View, labels)
+        })
+        .await
     }
 
     async fn commit(
@@ -444,21 +595,27 @@ impl containerd_snapshots::Snapshotter for Service {
         key: String,
         labels: HashMap<String, String>,
     ) -> Result<()> {
-        self.run(move |s| s.commit(&name, &key, labels)).await
+        let gone = Arc::new(AtomicBool::new(false));
+        let _set_when_dropped = SetOnDrop(gone.clone());
+        self.run("commit", &key.clone(), move |s| {
+            s.commit_unless(&name, &key, labels, &|| gone.load(Ordering::SeqCst))
+        })
+        .await
     }
 
     async fn remove(&self, key: String) -> Result<()> {
-        self.run(move |s| s.remove(&key)).await
+        self.run("remove", &key.clone(), move |s| s.remove(&key))
+            .await
     }
 
     async fn clear(&self) -> Result<()> {
-        self.run(|s| s.cleanup()).await
+        self.run("cleanup", "", |s| s.cleanup()).await
     }
 
     type InfoStream = futures::stream::Iter<std::vec::IntoIter<Result<Info>>>;
 
     async fn list(&self, _snapshotter: String, _filters: Vec<String>) -> Result<Self::InfoStream> {
-        let infos = self.run(|s| s.list()).await?;
+        let infos = self.run("list", "", |s| s.list()).await?;
         Ok(futures::stream::iter(
             infos.into_iter().map(Ok).collect::<Vec<_>>(),
         ))

@@ -188,6 +188,106 @@ impl Containerd {
     pub fn root(&self) -> PathBuf {
         self.dir.path().join("sealfs")
     }
+
+    /// Starts the snapshotter with its state under `root` (not [`Containerd::root`]) and `env`
+    /// added to its environment, on the socket containerd dials; waits until containerd
+    /// answers through it (it redials a proxy plugin after a backoff).
+    pub fn start_snapshotter_at(&mut self, root: &Path, env: &[(&str, &str)]) {
+        let d = self.dir.path();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("snapshotter.log"))
+            .unwrap();
+        self.snapshotter = Some(
+            Command::new(sealfs_bin())
+                .arg("snapshotter")
+                .arg("--root")
+                .arg(root)
+                .arg("--address")
+                .arg(d.join("sealfs.sock"))
+                .envs(env.iter().copied())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+        self.wait_for_snapshotter();
+    }
+
+    /// Waits until the snapshotter listens on its socket and containerd reaches it (after a
+    /// restart of either, containerd redials a proxy plugin after a backoff): `ctr snapshots
+    /// usage` of a snapshot, which asks the snapshotter (`ls` and `info` answer from
+    /// containerd's own database), or, with none, a snapshot prepared and removed.
+    pub fn wait_for_snapshotter(&self) {
+        let t = Instant::now();
+        let sock = self.dir.path().join("sealfs.sock");
+        let probe = || {
+            let ls = run(self
+                .ctr()
+                .args(["snapshots", "--snapshotter", "sealfs", "ls"]));
+            if !ls.status.success() {
+                return false;
+            }
+            let out = match self.snapshot_rows().first() {
+                Some((key, _, _)) => {
+                    run(self
+                        .ctr()
+                        .args(["snapshots", "--snapshotter", "sealfs", "usage", key]))
+                }
+                None => {
+                    let args = ["snapshots", "--snapshotter", "sealfs"];
+                    let out = run(self.ctr().args(args).args(["prepare", "sealfs-probe"]));
+                    let _ = run(self.ctr().args(args).args(["rm", "sealfs-probe"]));
+                    out
+                }
+            };
+            out.status.success()
+        };
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() || !probe() {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "containerd does not reach the snapshotter: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGKILLs the snapshotter; its pid.
+    pub fn kill_snapshotter(&mut self) -> u32 {
+        let mut s = self.snapshotter.take().expect("a snapshotter runs");
+        let pid = s.id();
+        s.kill().unwrap();
+        s.wait().unwrap();
+        pid
+    }
+
+    /// The snapshotter's pid.
+    pub fn snapshotter_pid(&self) -> u32 {
+        self.snapshotter.as_ref().expect("a snapshotter runs").id()
+    }
+
+    /// The snapshotter's log (its stderr, every run).
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("snapshotter.log")).unwrap_or_default()
+    }
+
+    /// The rows of `ctr snapshots --snapshotter sealfs ls`: key, parent ("" for none), kind.
+    pub fn snapshot_rows(&self) -> Vec<(String, String, String)> {
+        self.snap(&["ls"])
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                match w.as_slice() {
+                    [k, kind] => (k.to_string(), String::new(), kind.to_string()),
+                    [k, p, kind] => (k.to_string(), p.to_string(), kind.to_string()),
+                    _ => panic!("ctr snapshots ls row: {l}"),
+                }
+            })
+            .collect()
+    }
 }
 
 impl Drop for Containerd {
