@@ -17,6 +17,7 @@
 
 use crate::error::{Error, Result};
 use crate::layer::{self, LayerMount};
+use crate::status::{self, Layout, MountStatus, Status};
 use crate::store::{Kind, Record, Store};
 use containerd_snapshots::api::types::Mount;
 use containerd_snapshots::{Info, Usage};
@@ -31,6 +32,8 @@ pub struct Snapshotter {
     store: Store,
     /// Committed layers mounted now, by id.
     mounts: Mutex<HashMap<u64, LayerMount>>,
+    /// Why a committed layer could not be mounted, by id (for the status).
+    mount_failures: Mutex<HashMap<u64, String>>,
 }
 
 fn to_info(name: &str, r: &Record) -> Info {
@@ -110,6 +113,7 @@ impl Snapshotter {
             root,
             store,
             mounts: Mutex::new(HashMap::new()),
+            mount_failures: Mutex::new(HashMap::new()),
         };
         // The FUSE layers of a previous run died with it.
         let mnt = s.root.join("mnt");
@@ -120,16 +124,25 @@ impl Snapshotter {
         Ok(s)
     }
 
+    /// The root directory (canonical).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn layout(&self) -> Layout<'_> {
+        Layout { root: &self.root }
+    }
+
     fn snapshot_dir(&self, id: u64) -> PathBuf {
-        self.root.join("snapshots").join(id.to_string())
+        self.layout().snapshot_dir(id)
     }
 
     fn layer_image(&self, id: u64) -> PathBuf {
-        self.root.join("layers").join(format!("{id}.sealfs"))
+        self.layout().layer_image(id)
     }
 
     fn layer_mountpoint(&self, id: u64) -> PathBuf {
-        self.root.join("mnt").join(id.to_string())
+        self.layout().layer_mountpoint(id)
     }
 
     /// The committed layers under `parent`, nearest first.
@@ -154,12 +167,30 @@ impl Snapshotter {
                 image: image.clone(),
                 reason: "no digest recorded for the layer".into(),
             })?;
-            slot.insert(layer::mount(&image, digest, &mp)?);
-            // Which mode each layer is served in is visible: here and in /proc/mounts.
+            let mounted = layer::mount(&image, digest, &mp);
+            let mut failures = self
+                .mount_failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let mounted = match mounted {
+                Ok(m) => {
+                    failures.remove(&r.id);
+                    m
+                }
+                Err(e) => {
+                    failures.insert(r.id, e.to_string());
+                    return Err(e);
+                }
+            };
+            // Which mode each layer is served in is visible: here, in /proc/mounts (the
+            // mount's source) and in `sealfs snapshotter status`.
+            let mode = mounted.mode();
+            slot.insert(mounted);
             eprintln!(
-                "sealfs snapshotter: layer {} mounted on {}: FUSE, every block verified against {digest}",
+                "sealfs snapshotter: layer {} mounted on {} (mode {mode}): {} {digest}",
                 r.id,
-                sealfs_text::escape_path(&mp)
+                sealfs_text::escape_path(&mp),
+                mode.describe()
             );
         }
         Ok(mp)
@@ -331,6 +362,55 @@ impl Snapshotter {
             .iter()
             .map(|(k, r)| to_info(k, r))
             .collect())
+    }
+
+    /// What the snapshotter holds now: every snapshot, and for each committed layer its image,
+    /// how it is mounted with the mount's counters, and whether it was found damaged. A store
+    /// that cannot be read gives a status with no snapshots and that reason as the one problem.
+    pub fn status(&self) -> Status {
+        let records = self.store.list();
+        let mounted: HashMap<u64, (layer::Mode, PathBuf)> = self
+            .mounts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(id, m)| (*id, (m.mode(), self.layer_mountpoint(*id))))
+            .collect();
+        let failures = self
+            .mount_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        // The counters are asked of the mounts outside the lock: each is a request to a FUSE
+        // mount this process serves.
+        let mount_status = |id: u64| {
+            let (mode, mp) = mounted.get(&id)?;
+            let (verified, failed, requests) = sealfs_fuse::mount::query_stats(mp)
+                .map(|v| status::mount_counters(&v))
+                .unwrap_or_default();
+            let (mountpoint, mountpoint_hex) = status::path_fields(mp);
+            Some(MountStatus {
+                mode: *mode,
+                mountpoint,
+                mountpoint_hex,
+                blocks_verified: verified,
+                verification_failures: failed,
+                failed_requests: requests,
+            })
+        };
+        match records {
+            Ok(records) => {
+                status::build(&self.root, "snapshotter", records, &mount_status, &|id| {
+                    failures.get(&id).cloned()
+                })
+            }
+            Err(e) => {
+                let mut s =
+                    status::build(&self.root, "snapshotter", Vec::new(), &|_| None, &|_| None);
+                s.problems.push(e.to_string());
+                s
+            }
+        }
     }
 
     /// `Cleanup`: deletes directories, layer images and mount points no record names (left by a
