@@ -1,7 +1,9 @@
 //! What `sealfs snapshotter` holds, against real programs: `sealfs snapshotter status` while
 //! the snapshotter runs under a real containerd (snapshots made by `ctr`, the layer's mode and
 //! digest as `/proc/mounts` shows them, a damaged layer found by the container's read), and
-//! read from the store when none runs.
+//! read from the store when none runs; `List` with containerd's filters, driven over gRPC by the
+//! generated client of containerd's snapshots API against a running snapshotter, the expected
+//! sets written by hand from containerd's filter semantics.
 //!
 //! Needs root, containerd, runc, umoci, busybox-static, /dev/fuse and overlayfs: prints `SKIP:`
 //! otherwise (a failure under CI=true).
@@ -10,10 +12,14 @@ mod common;
 
 use common::containerd::*;
 use common::*;
+use containerd_snapshots::api::snapshots::v1 as api;
+use containerd_snapshots::tonic;
 use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// `sealfs snapshotter status --root ROOT [--json]`: its exit code and stdout.
 fn status(root: &Path, json: bool) -> (i32, String) {
@@ -188,4 +194,223 @@ fn status_reports_each_layer_its_mode_digest_and_damage() {
         text.contains("no snapshotter runs") && text.contains("  not mounted\n"),
         "{text}"
     );
+}
+
+/// A `sealfs snapshotter` alone (no containerd), its state and socket in a temporary directory;
+/// stopped on drop.
+struct Standalone {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Standalone {
+    fn start() -> Standalone {
+        let dir = tempfile::Builder::new()
+            .prefix("sealfs-snap-")
+            .tempdir()
+            .unwrap();
+        let log = fs::File::create(dir.path().join("log")).unwrap();
+        let child = Command::new(sealfs_bin())
+            .arg("snapshotter")
+            .arg("--root")
+            .arg(dir.path().join("root"))
+            .arg("--address")
+            .arg(dir.path().join("s.sock"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while std::os::unix::net::UnixStream::connect(dir.path().join("s.sock")).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "no snapshotter socket"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Standalone { dir, child }
+    }
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+        let dir = self.dir.path().to_str().unwrap().to_string();
+        let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+        for p in mounts
+            .lines()
+            .filter_map(|l| l.split(' ').nth(1))
+            .filter(|p| p.starts_with(&dir))
+            .collect::<Vec<_>>()
+            .iter()
+            .rev()
+        {
+            let _ = Command::new("umount").arg("-l").arg(p).status();
+        }
+    }
+}
+
+type Client = api::snapshots_client::SnapshotsClient<tonic::transport::Channel>;
+
+/// containerd's generated client of the snapshots API, connected to the unix socket `path`.
+async fn connect(path: PathBuf) -> Client {
+    let channel = tonic::transport::Endpoint::try_from("http://[::]:0")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            tokio::net::UnixStream::connect(path.clone())
+        }))
+        .await
+        .unwrap();
+    api::snapshots_client::SnapshotsClient::new(channel)
+}
+
+fn labels(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The names `List` answers for `filters`, or its error.
+async fn list(c: &mut Client, filters: &[&str]) -> Result<BTreeSet<String>, tonic::Status> {
+    let mut stream = c
+        .list(api::ListSnapshotsRequest {
+            snapshotter: "sealfs".into(),
+            filters: filters.iter().map(|f| f.to_string()).collect(),
+        })
+        .await?
+        .into_inner();
+    let mut names = BTreeSet::new();
+    while let Some(r) = stream.message().await? {
+        names.extend(r.info.into_iter().map(|i| i.name));
+    }
+    Ok(names)
+}
+
+#[test]
+fn list_applies_containerds_filters() {
+    if !oracle_guard(root_env().and(if Path::new("/dev/fuse").exists() {
+        Ok(())
+    } else {
+        Err("no /dev/fuse".into())
+    })) {
+        return;
+    }
+    let s = Standalone::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = connect(s.dir.path().join("s.sock")).await;
+        let prepare = |key: &str, parent: &str, l: &[(&str, &str)]| api::PrepareSnapshotRequest {
+            snapshotter: "sealfs".into(),
+            key: key.into(),
+            parent: parent.into(),
+            labels: labels(l),
+        };
+        c.prepare(prepare("a", "", &[("team", "blue")]))
+            .await
+            .unwrap();
+        c.commit(api::CommitSnapshotRequest {
+            snapshotter: "sealfs".into(),
+            name: "l1".into(),
+            key: "a".into(),
+            labels: labels(&[
+                ("containerd.io/gc.root", "x"),
+                ("containerd.io/snapshot.ref", "sha256:abc"),
+                ("tier", "base"),
+            ]),
+        })
+        .await
+        .unwrap();
+        c.prepare(prepare("b", "l1", &[("team", "red")]))
+            .await
+            .unwrap();
+        c.view(api::ViewSnapshotRequest {
+            snapshotter: "sealfs".into(),
+            key: "v".into(),
+            parent: "l1".into(),
+            labels: HashMap::new(),
+        })
+        .await
+        .unwrap();
+        c.prepare(prepare("c", "", &[("a.b", "dotted"), ("sp ace", "q")]))
+            .await
+            .unwrap();
+
+        // Each filter's set written by hand from containerd's semantics (pkg/filters and its
+        // snapshot adaptor): `parent` is present even when empty, `!=` takes an absent field
+        // as "", `labels.a.b` is the label "a.b", several strings are OR, "" matches all.
+        let cases: &[(&[&str], &[&str])] = &[
+            (&[], &["b", "c", "l1", "v"]),
+            (&["kind==committed"], &["l1"]),
+            (&["kind==active"], &["b", "c"]),
+            (&["kind==active", "kind==view"], &["b", "c", "v"]),
+            (&["kind==Active"], &[]),
+            (&["parent==l1"], &["b", "v"]),
+            (&["parent"], &["b", "c", "l1", "v"]),
+            (&["parent!=l1"], &["c", "l1"]),
+            (&["parent==\"\""], &["c", "l1"]),
+            (&["labels.\"containerd.io/gc.root\""], &["l1"]),
+            (&["labels.team"], &["b"]),
+            (&["labels.team==red,kind==active"], &["b"]),
+            (&["labels.team==red,kind==view"], &[]),
+            (&["labels.team!=red"], &["c", "l1", "v"]),
+            (&["labels.a.b==dotted"], &["c"]),
+            (&["labels.\"sp ace\"==q"], &["c"]),
+            (&["name~=^[a-c]$"], &["b", "c"]),
+            (&["name~=/^l/"], &["l1"]),
+            (&["name~=|[|"], &[]),
+            (&["labels.tier~=ba,name"], &["l1"]),
+            (&["name==l1", ""], &["b", "c", "l1", "v"]),
+            (&["name==nope", "labels.\"sp ace\""], &["c"]),
+            // Spaces around the operator are skipped, as containerd's scanner does.
+            (&[" kind == committed"], &["l1"]),
+            (&["kind== committed"], &["l1"]),
+            // What containerd's metadata layer asks a snapshotter that answered AlreadyExists
+            // for a target (core/metadata/snapshot.go: labels.%q==%s,parent==%q).
+            (
+                &["labels.\"containerd.io/snapshot.ref\"==sha256:abc,parent==\"\""],
+                &["l1"],
+            ),
+        ];
+        let mut failed = Vec::new();
+        for (filters, expected) in cases {
+            let got = list(&mut c, filters).await;
+            let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
+            match got {
+                Ok(got) if got == expected => {}
+                other => failed.push(format!("{filters:?}: {other:?}, expected {expected:?}")),
+            }
+        }
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
+
+        // Filters that do not parse: InvalidArgument, naming the filter and why.
+        for (filters, why) in [
+            (
+                &["name==l1", "labels.ns/key==v"][..],
+                "quoted literal not terminated",
+            ),
+            (&["name=="][..], "expected value or quoted"),
+            (&["kind==committed,"][..], "expected field or quoted"),
+            (&["name==a b"][..], "unexpected input"),
+            (&["labels.|x|"][..], "invalid quote encountered"),
+        ] {
+            let e = list(&mut c, filters).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{filters:?}: {e:?}");
+            let bad = filters.last().unwrap();
+            assert!(
+                e.message().starts_with(&format!(
+                    "filter {}: filters: parse error: ",
+                    sealfs_text::escape(bad.as_bytes())
+                )) && e.message().contains(why),
+                "{filters:?}: {}",
+                e.message()
+            );
+        }
+    });
 }

@@ -9,9 +9,10 @@
 //! transactional store ([`store`]); the lifecycle follows containerd's `snapshots/overlay`
 //! ([`service`]); [`serve`] answers containerd's snapshots API (gRPC, through the
 //! `containerd-snapshots` crate) on a unix socket, as a proxy plugin, and what it holds
-//! ([`status`]) on a second one.
+//! ([`status`]) on a second one; `List` takes containerd's filters ([`filter`]).
 
 pub mod error;
+pub mod filter;
 pub mod layer;
 pub mod service;
 pub mod status;

@@ -16,6 +16,7 @@
 //! that records it, a removal) is deleted by [`Snapshotter::cleanup`], which also runs at start.
 
 use crate::error::{Error, Result};
+use crate::filter::{Filters, SnapshotFields};
 use crate::layer::{self, LayerMount};
 use crate::status::{self, Layout, MountStatus, Status};
 use crate::store::{Kind, Record, Store};
@@ -354,12 +355,23 @@ impl Snapshotter {
         }
     }
 
-    /// `Walk` (`List`): every snapshot.
-    pub fn list(&self) -> Result<Vec<Info>> {
+    /// `Walk` (`List`): the snapshots that match any of `filters` (containerd's filter syntax,
+    /// [`crate::filter`]; none: every snapshot). A filter that does not parse is an
+    /// [`Error::InvalidArgument`] naming it.
+    pub fn list(&self, filters: &[String]) -> Result<Vec<Info>> {
+        let filters = Filters::parse_all(filters)?;
         Ok(self
             .store
             .list()?
             .iter()
+            .filter(|(k, r)| {
+                filters.matches(&SnapshotFields {
+                    kind: status::kind_name(r.kind),
+                    name: k,
+                    parent: &r.parent,
+                    labels: &r.labels,
+                })
+            })
             .map(|(k, r)| to_info(k, r))
             .collect())
     }
@@ -537,8 +549,8 @@ impl containerd_snapshots::Snapshotter for Service {
 
     type InfoStream = futures::stream::Iter<std::vec::IntoIter<Result<Info>>>;
 
-    async fn list(&self, _snapshotter: String, _filters: Vec<String>) -> Result<Self::InfoStream> {
-        let infos = self.run(|s| s.list()).await?;
+    async fn list(&self, _snapshotter: String, filters: Vec<String>) -> Result<Self::InfoStream> {
+        let infos = self.run(move |s| s.list(&filters)).await?;
         Ok(futures::stream::iter(
             infos.into_iter().map(Ok).collect::<Vec<_>>(),
         ))
