@@ -3,7 +3,7 @@
 //! digest as `/proc/mounts` shows them, a damaged layer found by the container's read), and
 //! read from the store when none runs; `List` with containerd's filters, driven over gRPC by the
 //! generated client of containerd's snapshots API against a running snapshotter, the expected
-//! sets written by hand from containerd's filter semantics.
+//! sets written by hand from containerd's filter semantics; `ctr snapshots usage` against `du`.
 //!
 //! Needs root, containerd, runc, umoci, busybox-static, /dev/fuse and overlayfs: prints `SKIP:`
 //! otherwise (a failure under CI=true).
@@ -59,6 +59,23 @@ fn snapshot<'a>(status: &'a Value, name: &str) -> &'a Value {
 fn du_blocks(path: &Path) -> u64 {
     let out = sh(&format!("du -s --block-size=1 '{}'", path.display()));
     out.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// `du -s --apparent-size --block-size=1 PATH` (`du -sb`): bytes of the files' sizes.
+fn du_apparent(path: &Path) -> u64 {
+    let out = sh(&format!("du -sb '{}'", path.display()));
+    out.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Distinct inodes under `path` (findutils), the root included, as `du` and containerd count.
+fn inodes(path: &Path) -> u64 {
+    sh(&format!(
+        "find '{}' -printf '%i\\n' | sort -u | wc -l",
+        path.display()
+    ))
+    .trim()
+    .parse()
+    .unwrap()
 }
 
 #[test]
@@ -413,4 +430,81 @@ fn list_applies_containerds_filters() {
             );
         }
     });
+}
+
+/// `ctr snapshots usage -b KEY`: size and inodes.
+fn ctr_usage(c: &Containerd, key: &str) -> (u64, u64) {
+    let out = c.snap(&["usage", "-b", key]);
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(key))
+        .unwrap_or_else(|| panic!("{out}"))
+        .split_whitespace()
+        .collect();
+    (row[1].parse().unwrap(), row[2].parse().unwrap())
+}
+
+#[test]
+fn ctr_usage_agrees_with_du() {
+    if !containerd_guard() {
+        return;
+    }
+    let c = Containerd::start();
+    let m = c.dir.path().join("m");
+    let root = c.root();
+
+    // Files of many sizes, a hard link (one inode), and a sparse file: 8 MiB long, one block
+    // written, so its blocks and its size differ.
+    c.snap(&["prepare", "a1"]);
+    c.mount("a1", &m);
+    sh(&format!(
+        "cd '{0}' && mkdir -p d/e && head -c 1000001 /dev/urandom > d/r && echo x > s && ln s d/e/link \
+         && seq 1 100000 > seq && truncate -s 8M sparse && echo end >> sparse \
+         && for i in $(seq 1 50); do echo $i > d/e/f$i; done && cd / && umount '{0}'",
+        m.display()
+    ));
+    let (_, s) = status_json(&root);
+    let a1 = PathBuf::from(snapshot(&s, "a1")["dir"].as_str().unwrap());
+    let (size, count) = ctr_usage(&c, "a1");
+    println!(
+        "a1: ctr usage {size} bytes, {count} inodes; du -s -B1 {}, du -sb {}, distinct inodes {}",
+        du_blocks(&a1),
+        du_apparent(&a1),
+        inodes(&a1)
+    );
+    assert_eq!((size, count), (du_blocks(&a1), inodes(&a1)));
+    assert!(
+        du_apparent(&a1) > size + 7_000_000,
+        "the sparse file is not counted by its length"
+    );
+    let tree_inodes = count;
+
+    c.snap(&["commit", "l1", "a1"]);
+    let (_, s) = status_json(&root);
+    let image = PathBuf::from(snapshot(&s, "l1")["layer"]["image"].as_str().unwrap());
+    let (size, count) = ctr_usage(&c, "l1");
+    println!(
+        "l1: ctr usage {size} bytes, {count} inodes; du -s -B1 of its image {}",
+        du_blocks(&image)
+    );
+    assert_eq!(size, du_blocks(&image));
+    assert_eq!(count, tree_inodes, "the image holds the tree's inodes");
+
+    // An active snapshot over it: its upper directory only (the layer below is counted once,
+    // in l1), as containerd's overlayfs snapshotter counts it.
+    c.snap(&["prepare", "a2", "l1"]);
+    c.mount("a2", &m);
+    sh(&format!(
+        "cd '{0}' && rm seq && head -c 300000 /dev/urandom > new && echo y >> d/e/f1 && cd / && umount '{0}'",
+        m.display()
+    ));
+    let (_, s) = status_json(&root);
+    let a2 = PathBuf::from(snapshot(&s, "a2")["dir"].as_str().unwrap());
+    let (size, count) = ctr_usage(&c, "a2");
+    println!(
+        "a2: ctr usage {size} bytes, {count} inodes; du -s -B1 {}, distinct inodes {}",
+        du_blocks(&a2),
+        inodes(&a2)
+    );
+    assert_eq!((size, count), (du_blocks(&a2), inodes(&a2)));
 }
