@@ -1,9 +1,10 @@
-//! What `sealfs snapshotter` holds, against real programs: `sealfs snapshotter status` while
-//! the snapshotter runs under a real containerd (snapshots made by `ctr`, the layer's mode and
-//! digest as `/proc/mounts` shows them, a damaged layer found by the container's read), and
-//! read from the store when none runs; `List` with containerd's filters, driven over gRPC by the
-//! generated client of containerd's snapshots API against a running snapshotter, the expected
-//! sets written by hand from containerd's filter semantics; `ctr snapshots usage` against `du`.
+//! What `sealfs snapshotter` holds and frees, against real programs: `sealfs snapshotter status`
+//! while the snapshotter runs under a real containerd (snapshots made by `ctr`, the layer's
+//! mode and digest as `/proc/mounts` shows them, a damaged layer found by the container's read);
+//! `List` with containerd's filters, driven over gRPC by the generated client of containerd's
+//! snapshots API against a running snapshotter, the expected sets written by hand from
+//! containerd's filter semantics; `ctr snapshots usage` against `du`; and an image removed by
+//! `ctr image rm` freeing its layers, mount points, directories and the space `df` reports.
 //!
 //! Needs root, containerd, runc, umoci, busybox-static, /dev/fuse and overlayfs: prints `SKIP:`
 //! otherwise (a failure under CI=true).
@@ -76,6 +77,15 @@ fn inodes(path: &Path) -> u64 {
     .trim()
     .parse()
     .unwrap()
+}
+
+/// `df --block-size=1 --output=used PATH`: bytes used on the file system holding `path`.
+fn df_used(path: &Path) -> u64 {
+    let out = sh(&format!(
+        "df --block-size=1 --output=used '{}'",
+        path.display()
+    ));
+    out.lines().nth(1).unwrap().trim().parse().unwrap()
 }
 
 #[test]
@@ -507,4 +517,125 @@ fn ctr_usage_agrees_with_du() {
         inodes(&a2)
     );
     assert_eq!((size, count), (du_blocks(&a2), inodes(&a2)));
+}
+
+/// [`make_image`]'s image with one more layer: 24 MiB of random bytes in /big/blob.
+fn make_big_image(dir: &Path) -> PathBuf {
+    make_image(dir);
+    let (l, d) = (dir.join("layout"), dir.display());
+    sh(&format!(
+        "set -e; mkdir -p '{d}/bigl'; head -c 25165824 /dev/urandom > '{d}/bigl/blob'
+         umoci insert --image '{l}:t' '{d}/bigl' /big
+         tar -C '{l}' -cf '{d}/big.tar' .",
+        l = l.display()
+    ));
+    dir.join("big.tar")
+}
+
+#[test]
+fn removing_an_image_frees_its_layers_and_the_space() {
+    if !containerd_guard() || !oracle_guard(need_tool("mkfs.ext4")) {
+        return;
+    }
+    let mut c = Containerd::start();
+    // The snapshotter's root on a file system of its own, so that `df` sees only its use.
+    let mut stopped = c.snapshotter.take().unwrap();
+    sh(&format!("kill {}", stopped.id()));
+    stopped.wait().unwrap();
+    let root = c.root();
+    let fs_image = c.dir.path().join("ext4.img");
+    sh(&format!(
+        "set -e; truncate -s 256M '{0}'; mkfs.ext4 -q -F '{0}'; rm -rf '{1}'; mkdir '{1}'; mount -o loop '{0}' '{1}'",
+        fs_image.display(),
+        root.display()
+    ));
+    c.start_snapshotter();
+    // containerd redials its proxy plugin after a gRPC backoff; `ctr snapshots ls` does not
+    // reach the snapshotter (containerd lists its own records), a Prepare does.
+    eventually("containerd reconnects to the restarted snapshotter", || {
+        run(c
+            .ctr()
+            .args(["snapshots", "--snapshotter", "sealfs", "prepare", "probe"]))
+        .status
+        .success()
+    });
+    c.snap(&["rm", "probe"]);
+    eventually("the probe removed", || {
+        fs::read_dir(root.join("snapshots"))
+            .unwrap()
+            .next()
+            .is_none()
+    });
+    let before = df_used(&root);
+
+    let tar = make_big_image(c.dir.path());
+    c.ok(&[
+        "image",
+        "import",
+        "--base-name",
+        "sealfs.test/big",
+        "--snapshotter",
+        "sealfs",
+        tar.to_str().unwrap(),
+    ]);
+    // A container reads the big layer: its layers are mounted (the FUSE mounts hold the images
+    // open) when the image is removed.
+    // runc's state (and so a container's id) is shared by every containerd on the host.
+    let id = format!("sealfs-gc-{}", std::process::id());
+    let out = c.run_script("sealfs", "sealfs.test/big:t", &id, "sha256sum /big/blob");
+    let expect = sh(&format!(
+        "cd '{}' && sha256sum blob",
+        c.dir.path().join("bigl").display()
+    ));
+    assert_eq!(
+        out.split_whitespace().next(),
+        expect.split_whitespace().next()
+    );
+    let (_, s) = status_json(&root);
+    let layers: Vec<&Value> = s["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "committed")
+        .collect();
+    assert_eq!(layers.len(), 4, "{s:#}");
+    let in_layers: u64 = layers
+        .iter()
+        .map(|l| l["layer"]["size_on_disk"].as_u64().unwrap())
+        .sum();
+    let during = df_used(&root);
+    println!(
+        "df used on the snapshotter's file system: {before} before the import, {during} after it (layer images {in_layers} bytes)"
+    );
+    assert!(during >= before + (24 << 20), "{before} -> {during}");
+    assert!(!layer_mounts(&root).is_empty());
+
+    c.ok(&["image", "rm", "--sync", "sealfs.test/big:t"]);
+    eventually(
+        "the image's layers, mount points and directories freed",
+        || {
+            ["snapshots", "layers", "mnt"]
+                .iter()
+                .all(|d| fs::read_dir(root.join(d)).unwrap().next().is_none())
+        },
+    );
+    eventually("no layer mounted", || layer_mounts(&root).is_empty());
+    let mut after = df_used(&root);
+    let t = Instant::now();
+    while after > before + (1 << 20) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        after = df_used(&root);
+    }
+    println!("df used after `ctr image rm --sync`: {after} (before the import: {before})");
+    assert!(
+        after <= before + (1 << 20),
+        "the space is not given back: {before} before, {during} with the image, {after} after"
+    );
+    let (_, s) = status_json(&root);
+    assert!(s["snapshots"].as_array().unwrap().is_empty(), "{s:#}");
+    assert_eq!(
+        c.snap(&["ls"]).lines().count(),
+        1,
+        "only the header is left"
+    );
 }
