@@ -1,7 +1,9 @@
-//! `sealfs snapshotter`: serve containerd's snapshots API ([`sealfs_snapshot::serve`]).
+//! `sealfs snapshotter`: serve containerd's snapshots API ([`sealfs_snapshot::serve`]);
+//! `sealfs snapshotter status`: what it holds ([`sealfs_snapshot::status`]).
 
 use anyhow::Result;
-use clap::Args;
+use clap::{Args, Subcommand};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -18,7 +20,10 @@ config.toml, then restart containerd:
 and use it with `ctr image pull --snapshotter sealfs ...`, `ctr run --snapshotter sealfs ...`.
 Runs as root (it mounts overlayfs and FUSE); SIGINT or SIGTERM stop it, unmounting its layers."
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct SnapshotterArgs {
+    #[command(subcommand)]
+    command: Option<SnapshotterCommand>,
     /// Directory of the snapshotter's state: the metadata store, active snapshots' directories,
     /// the sealed layer images and their mount points.
     #[arg(
@@ -36,8 +41,56 @@ pub struct SnapshotterArgs {
     address: PathBuf,
 }
 
+/// What `sealfs snapshotter` does besides serving.
+#[derive(Subcommand)]
+enum SnapshotterCommand {
+    /// Show what the snapshotter holds: every snapshot (key, kind, parent, labels) and for each
+    /// committed layer its image, size on disk, the digest recorded at commit, how it is mounted
+    /// now (fuse-verified, kernel-dm-verity, kernel-fs-verity) and whether it was found damaged.
+    /// Asked of the running snapshotter (its socket ROOT/status.sock), or read from its store
+    /// when none runs. Exit status 1 when a layer is damaged.
+    Status(StatusArgs),
+}
+
+/// Arguments of `sealfs snapshotter status`.
+#[derive(Args)]
+struct StatusArgs {
+    /// The snapshotter's state directory (its --root).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/var/lib/sealfs/snapshotter"
+    )]
+    root: PathBuf,
+    /// Print JSON (names, labels and paths exact; a path that is not UTF-8 also as `KEY_hex`).
+    #[arg(long)]
+    json: bool,
+}
+
 /// Runs `sealfs snapshotter`.
 pub fn run(args: SnapshotterArgs) -> Result<ExitCode> {
+    if let Some(SnapshotterCommand::Status(s)) = args.command {
+        return run_status(s);
+    }
     sealfs_snapshot::serve(&args.root, &args.address)?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_status(args: StatusArgs) -> Result<ExitCode> {
+    let status = sealfs_snapshot::status::query(&args.root)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&status)?)?;
+    } else {
+        sealfs_snapshot::status::write_text(&mut out, &status)?;
+    }
+    let damaged = status
+        .snapshots
+        .iter()
+        .any(|s| s.layer.as_ref().is_some_and(|l| l.damaged));
+    Ok(if damaged || !status.problems.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -58,6 +58,17 @@ pub enum Error {
     /// A call's task ended without an answer (it panicked).
     #[error("the snapshotter's task for the call failed: {0}")]
     Task(String),
+    /// Asking the running snapshotter for its status failed.
+    #[error(
+        "status of the snapshotter at {}: {reason}",
+        sealfs_text::escape_path(socket)
+    )]
+    Status {
+        /// Its status socket.
+        socket: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// Opening or mounting a committed layer's image failed.
     #[error("mounting layer {}: {reason}", sealfs_text::escape_path(image))]
     Mount {

@@ -12,11 +12,66 @@ use sealfs_fuse::XattrMode;
 use sealfs_reader::{Digest, OpenOptions};
 use std::path::Path;
 
+/// How a committed layer is mounted and who verifies its blocks: what `sealfs snapshotter
+/// status` reports, the mount's source in `/proc/mounts` ends with and the log line of each
+/// mount says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// The verified FUSE mount in the snapshotter's process: every block read is checked
+    /// against the digest recorded at commit, in userspace.
+    FuseVerified,
+    /// The kernel's EROFS over a dm-verity device of the image (not done yet: the snapshotter
+    /// mounts every layer [`Mode::FuseVerified`]).
+    KernelDmVerity,
+    /// The kernel's EROFS over the image file with fs-verity enabled on it (not done yet).
+    KernelFsVerity,
+}
+
+impl Mode {
+    /// The mode's name: `fuse-verified`, `kernel-dm-verity`, `kernel-fs-verity`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::FuseVerified => "fuse-verified",
+            Mode::KernelDmVerity => "kernel-dm-verity",
+            Mode::KernelFsVerity => "kernel-fs-verity",
+        }
+    }
+
+    /// What the mode means, in a few words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mode::FuseVerified => "FUSE, every block verified against",
+            Mode::KernelDmVerity => "kernel EROFS on dm-verity, every block verified against",
+            Mode::KernelFsVerity => "kernel EROFS, fs-verity verifies every block against",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The source a layer mount shows in `/proc/mounts`: `sealfs:DIGEST:MODE`.
+pub fn source_name(digest: &str, mode: Mode) -> String {
+    format!("sealfs:{digest}:{mode}")
+}
+
 /// A layer mounted and served. Dropping it detaches the mount at once (lazily: processes that
 /// still hold files of it keep them) and lets its threads end, in the background, once the last
 /// of them is closed; it never waits.
 pub struct LayerMount {
     handle: Option<MountHandle>,
+    mode: Mode,
+}
+
+impl LayerMount {
+    /// How it is mounted.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
 }
 
 impl Drop for LayerMount {
@@ -35,9 +90,9 @@ pub fn detach(mountpoint: &Path) {
 }
 
 /// Mounts the sealed layer `image` on `mountpoint`, every read verified against `digest`. The
-/// mount's source in `/proc/mounts` is `sealfs:DIGEST`. A read that fails (a damaged block, a
-/// file whose digest does not match) is logged to stderr once, naming the layer by `label`,
-/// its image and digest, and the file.
+/// mount's source in `/proc/mounts` is `sealfs:DIGEST:fuse-verified` ([`source_name`]). A read
+/// that fails (a damaged block, a file whose digest does not match) is logged to stderr once,
+/// naming the layer by `label`, its image and digest, and the file.
 pub fn mount(image: &Path, digest: &str, mountpoint: &Path, label: &str) -> Result<LayerMount> {
     let fail = |reason: String| Error::Mount {
         image: image.to_path_buf(),
@@ -56,7 +111,7 @@ pub fn mount(image: &Path, digest: &str, mountpoint: &Path, label: &str) -> Resu
     served.xattrs = XattrMode::On;
     let options = MountOptions {
         access: Access::All,
-        fsname: Some(format!("sealfs:{digest}")),
+        fsname: Some(source_name(&digest.to_string(), Mode::FuseVerified)),
         threads: Some(2),
         ..MountOptions::default()
     };
@@ -70,5 +125,6 @@ pub fn mount(image: &Path, digest: &str, mountpoint: &Path, label: &str) -> Resu
         .map_err(|e| fail(e.to_string()))?;
     Ok(LayerMount {
         handle: Some(handle),
+        mode: Mode::FuseVerified,
     })
 }

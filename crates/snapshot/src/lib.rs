@@ -8,11 +8,14 @@
 //! verified against the digest recorded at commit ([`layer`]). The metadata lives in one
 //! transactional store ([`store`]); the lifecycle follows containerd's `snapshots/overlay`
 //! ([`service`]); [`serve`] answers containerd's snapshots API (gRPC, through the
-//! `containerd-snapshots` crate) on a unix socket, as a proxy plugin.
+//! `containerd-snapshots` crate) on a unix socket, as a proxy plugin, and what it holds
+//! ([`status`]) on a second one; `List` takes containerd's filters ([`filter`]).
 
 pub mod error;
+pub mod filter;
 pub mod layer;
 pub mod service;
+pub mod status;
 pub mod store;
 
 pub use error::{Error, Result};
@@ -24,9 +27,20 @@ use std::sync::Arc;
 
 /// Serves the snapshotter with state under `root` on the unix socket `address` until SIGINT or
 /// SIGTERM, then unmounts its layers. A socket file left at `address` by a previous run is
-/// replaced; the new one is readable and writable by its owner only.
+/// replaced; the new one is readable and writable by its owner only. Its status is served on
+/// `ROOT/status.sock` ([`status`]) the same way.
 pub fn serve(root: &Path, address: &Path) -> Result<()> {
     let snapshotter = Arc::new(Snapshotter::open(root)?);
+    let status_socket = status::socket_path(snapshotter.root());
+    let status_listener = bind_owner_only(&status_socket)?;
+    {
+        let snapshotter = snapshotter.clone();
+        std::thread::spawn(move || {
+            for conn in status_listener.incoming().flatten() {
+                status::answer(conn, &snapshotter.status());
+            }
+        });
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -72,5 +86,18 @@ pub fn serve(root: &Path, address: &Path) -> Result<()> {
     });
     snapshotter.unmount_all();
     let _ = std::fs::remove_file(address);
+    let _ = std::fs::remove_file(&status_socket);
     served
+}
+
+/// A unix socket listening on `path` (a socket file left there replaced), owner only.
+fn bind_owner_only(path: &Path) -> Result<std::os::unix::net::UnixListener> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(path)(e)),
+        _ => {}
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path).map_err(Error::io(path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(Error::io(path))?;
+    Ok(listener)
 }

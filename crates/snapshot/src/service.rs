@@ -33,7 +33,9 @@
 //! containerd does not know of, and its active snapshot one that no longer exists here.
 
 use crate::error::{Error, Result};
+use crate::filter::{Filters, SnapshotFields};
 use crate::layer::{self, LayerMount};
+use crate::status::{self, Layout, MountStatus, Status};
 use crate::store::{Kind, Record, Store};
 use containerd_snapshots::api::types::Mount;
 use containerd_snapshots::{Info, Usage};
@@ -60,6 +62,8 @@ pub struct Snapshotter {
     committing: Mutex<HashSet<u64>>,
     /// Signalled when an id leaves `committing`.
     commit_done: Condvar,
+    /// Why a committed layer could not be mounted, by id (for the status).
+    mount_failures: Mutex<HashMap<u64, String>>,
 }
 
 /// A claim on committing one snapshot, released when dropped.
@@ -159,6 +163,7 @@ impl Snapshotter {
             changing: RwLock::new(()),
             committing: Mutex::new(HashSet::new()),
             commit_done: Condvar::new(),
+            mount_failures: Mutex::new(HashMap::new()),
         };
         // The FUSE layers of a previous run died with it.
         let mnt = s.root.join("mnt");
@@ -169,16 +174,25 @@ impl Snapshotter {
         Ok(s)
     }
 
+    /// The root directory (canonical).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn layout(&self) -> Layout<'_> {
+        Layout { root: &self.root }
+    }
+
     fn snapshot_dir(&self, id: u64) -> PathBuf {
-        self.root.join("snapshots").join(id.to_string())
+        self.layout().snapshot_dir(id)
     }
 
     fn layer_image(&self, id: u64) -> PathBuf {
-        self.root.join("layers").join(format!("{id}.sealfs"))
+        self.layout().layer_image(id)
     }
 
     fn layer_mountpoint(&self, id: u64) -> PathBuf {
-        self.root.join("mnt").join(id.to_string())
+        self.layout().layer_mountpoint(id)
     }
 
     /// The committed layers under `parent`, nearest first, with their names.
@@ -205,11 +219,29 @@ impl Snapshotter {
                 reason: "no digest recorded for the layer".into(),
             })?;
             let label = format!("{} ({})", r.id, sealfs_text::Escaped(name.as_bytes()));
-            slot.insert(layer::mount(&image, digest, &mp, &label)?);
-            // Which mode each layer is served in is visible: here and in /proc/mounts.
+            let mounted = layer::mount(&image, digest, &mp, &label);
+            let mut failures = self
+                .mount_failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let mounted = match mounted {
+                Ok(m) => {
+                    failures.remove(&r.id);
+                    m
+                }
+                Err(e) => {
+                    failures.insert(r.id, e.to_string());
+                    return Err(e);
+                }
+            };
+            // Which mode each layer is served in is visible: here, in /proc/mounts (the
+            // mount's source) and in `sealfs snapshotter status`.
+            let mode = mounted.mode();
+            slot.insert(mounted);
             eprintln!(
-                "sealfs snapshotter: layer {label} mounted on {}: FUSE, every block verified against {digest}",
-                sealfs_text::escape_path(&mp)
+                "sealfs snapshotter: layer {label} mounted on {} (mode {mode}): {} {digest}",
+                sealfs_text::escape_path(&mp),
+                mode.describe()
             );
         }
         Ok(mp)
@@ -433,14 +465,74 @@ impl Snapshotter {
         }
     }
 
-    /// `Walk` (`List`): every snapshot.
-    pub fn list(&self) -> Result<Vec<Info>> {
+    /// `Walk` (`List`): the snapshots that match any of `filters` (containerd's filter syntax,
+    /// [`crate::filter`]; none: every snapshot). A filter that does not parse is an
+    /// [`Error::InvalidArgument`] naming it.
+    pub fn list(&self, filters: &[String]) -> Result<Vec<Info>> {
+        let filters = Filters::parse_all(filters)?;
         Ok(self
             .store
             .list()?
             .iter()
+            .filter(|(k, r)| {
+                filters.matches(&SnapshotFields {
+                    kind: status::kind_name(r.kind),
+                    name: k,
+                    parent: &r.parent,
+                    labels: &r.labels,
+                })
+            })
             .map(|(k, r)| to_info(k, r))
             .collect())
+    }
+
+    /// What the snapshotter holds now: every snapshot, and for each committed layer its image,
+    /// how it is mounted with the mount's counters, and whether it was found damaged. A store
+    /// that cannot be read gives a status with no snapshots and that reason as the one problem.
+    pub fn status(&self) -> Status {
+        let records = self.store.list();
+        let mounted: HashMap<u64, (layer::Mode, PathBuf)> = self
+            .mounts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(id, m)| (*id, (m.mode(), self.layer_mountpoint(*id))))
+            .collect();
+        let failures = self
+            .mount_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        // The counters are asked of the mounts outside the lock: each is a request to a FUSE
+        // mount this process serves.
+        let mount_status = |id: u64| {
+            let (mode, mp) = mounted.get(&id)?;
+            let (verified, failed, requests) = sealfs_fuse::mount::query_stats(mp)
+                .map(|v| status::mount_counters(&v))
+                .unwrap_or_default();
+            let (mountpoint, mountpoint_hex) = status::path_fields(mp);
+            Some(MountStatus {
+                mode: *mode,
+                mountpoint,
+                mountpoint_hex,
+                blocks_verified: verified,
+                verification_failures: failed,
+                failed_requests: requests,
+            })
+        };
+        match records {
+            Ok(records) => {
+                status::build(&self.root, "snapshotter", records, &mount_status, &|id| {
+                    failures.get(&id).cloned()
+                })
+            }
+            Err(e) => {
+                let mut s =
+                    status::build(&self.root, "snapshotter", Vec::new(), &|_| None, &|_| None);
+                s.problems.push(e.to_string());
+                s
+            }
+        }
     }
 
     /// `Cleanup`: deletes directories, layer images (and the builder's temporary files) and mount
@@ -614,8 +706,8 @@ impl containerd_snapshots::Snapshotter for Service {
 
     type InfoStream = futures::stream::Iter<std::vec::IntoIter<Result<Info>>>;
 
-    async fn list(&self, _snapshotter: String, _filters: Vec<String>) -> Result<Self::InfoStream> {
-        let infos = self.run("list", "", |s| s.list()).await?;
+    async fn list(&self, _snapshotter: String, filters: Vec<String>) -> Result<Self::InfoStream> {
+        let infos = self.run("list", "", move |s| s.list(&filters)).await?;
         Ok(futures::stream::iter(
             infos.into_iter().map(Ok).collect::<Vec<_>>(),
         ))

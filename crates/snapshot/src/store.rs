@@ -76,6 +76,14 @@ impl Store {
         Ok(Store { db })
     }
 
+    /// Opens the existing store at `path` to read it, creating nothing (`sealfs snapshotter
+    /// status` when no snapshotter runs). While a snapshotter has it open this fails with
+    /// [`redb::Error::DatabaseAlreadyOpen`]: redb locks the file exclusively.
+    pub fn open_existing(path: &Path) -> Result<Store> {
+        let db = redb::Database::open(path).map_err(Error::store("opening"))?;
+        Ok(Store { db })
+    }
+
     /// The record of `key`.
     pub fn get(&self, key: &str) -> Result<Record> {
         let tx = self.db.begin_read().map_err(Error::store("reading"))?;
