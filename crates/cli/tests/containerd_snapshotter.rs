@@ -57,10 +57,8 @@ fn ctr_snapshots_lifecycle_through_containerd() {
     // the digest recorded at commit.
     let mounts = layer_mounts(&c.root());
     assert_eq!(mounts.len(), 1, "{mounts:?}");
-    c.snap(&["view", "v", "l2"]);
-    // ctr 1.6 labels what it prepares and commits as a root of containerd's garbage collection,
-    // not views: without it the collection after containerd's restart takes the view.
-    c.snap(&["label", "v", "containerd.io/gc.root=test"]);
+    // Kept from containerd's garbage collection (after its restart below too).
+    c.view_kept("v", "l2");
     let mounts = layer_mounts(&c.root());
     assert_eq!(mounts.len(), 2, "{mounts:?}");
     let log = fs::read_to_string(c.dir.path().join("snapshotter.log")).unwrap();
