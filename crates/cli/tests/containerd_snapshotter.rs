@@ -117,11 +117,7 @@ fn ctr_snapshots_lifecycle_through_containerd() {
     killed.wait().unwrap();
     c.start_snapshotter();
     // containerd redials the proxy plugin after its gRPC backoff (a second or more).
-    eventually("containerd reconnects to the restarted snapshotter", || {
-        run(c.ctr().args(["snapshots", "--snapshotter", "sealfs", "ls"]))
-            .status
-            .success()
-    });
+    c.wait_for_snapshotter();
     let ls_after = c.snap(&["ls"]);
     assert_eq!(ls_after, ls);
     check_view(&c);
@@ -201,8 +197,9 @@ fn image_runs_under_sealfs_as_under_overlayfs() {
         ours.lines().count()
     );
 
-    // Removing the image frees its layers: containerd's garbage collection removes them.
-    c.ok(&["image", "rm", "sealfs.test/img:t"]);
+    // Removing the image frees its layers: containerd's garbage collection removes them (run
+    // before `rm` returns, with --sync).
+    c.ok(&["image", "rm", "--sync", "sealfs.test/img:t"]);
     let root = c.root();
     eventually("the image's layers freed", || {
         ["snapshots", "layers", "mnt"]
