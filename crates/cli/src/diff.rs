@@ -38,9 +38,9 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
     let bases = sealfs_delta::Bases::index(&args.old, &seal.info().params)?;
     let plan = sealfs_delta::plan(&name, seal, opened.image_length, &bases)?;
     let remote = sealfs_remote::RemoteOptions::default();
-    let requests = plan
-        .requests(remote.coalesce_gap, remote.max_request_bytes)
-        .len();
+    let (gap, max) = (remote.coalesce_gap, remote.max_request_bytes);
+    let requests = plan.requests(gap, max).len();
+    let fetch_bytes = plan.fetch_bytes(gap, max);
     let (blocks, fetch_blocks) = (plan.data_blocks, plan.fetch_blocks());
     if args.json {
         let olds: Vec<_> = args
@@ -56,7 +56,7 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
             "fetch_blocks": fetch_blocks,
             "fetch_runs": plan.fetch.iter().map(|r| [r.start, r.end]).collect::<Vec<_>>(),
             "seal_bytes": plan.seal_bytes,
-            "fetch_bytes": plan.fetch_bytes(),
+            "fetch_bytes": fetch_bytes,
             "requests": requests,
             "image_length": plan.image_length,
         });
@@ -82,13 +82,13 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
         pct(plan.reused_blocks, blocks)
     );
     println!(
-        "fetch: {fetch_blocks} blocks ({} bytes) in {requests} request{}, and the tree and seal ({} bytes): {} of {} bytes ({:.1}%)",
-        fetch_blocks * plan.block_size,
+        "fetch: {fetch_blocks} blocks in {requests} request{} ({} bytes, with the blocks between runs they join), and the tree and seal ({} bytes): {} of {} bytes ({:.1}%)",
+        fetch_bytes - plan.seal_bytes,
         if requests == 1 { "" } else { "s" },
         plan.seal_bytes,
-        plan.fetch_bytes(),
+        fetch_bytes,
         plan.image_length,
-        pct(plan.fetch_bytes(), plan.image_length)
+        pct(fetch_bytes, plan.image_length)
     );
     Ok(ExitCode::SUCCESS)
 }

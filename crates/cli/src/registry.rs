@@ -5,6 +5,7 @@ use crate::open::{ImageArgs, TlsArgs};
 use crate::progress::TermProgress;
 use anyhow::{anyhow, Result};
 use clap::Args;
+use sealfs_reader::check::Progress as _;
 use sealfs_registry::push::{BlobOutcome, ReferrersVia};
 use sealfs_registry::{ImageRef, PushOptions, RegistryError};
 use std::path::PathBuf;
@@ -131,15 +132,157 @@ pub struct PullArgs {
     /// Where to write the seal of a detached image.
     #[arg(long = "sidecar-out", value_name = "PATH")]
     sidecar_out: Option<PathBuf>,
+    /// Images already here (files, or block devices holding one): the blocks of the image found in
+    /// them by their Merkle leaves are copied from them (each checked against the image's tree),
+    /// only the others fetched (`sealfs diff` says how many). With it (or for an image that is not
+    /// in a registry: a file, an http(s):// or s3:// URL), the image is written to a partial file
+    /// beside OUT (`.NAME.sealfs-part`), kept when the pull fails or is killed, and taken as a
+    /// base by the next pull to OUT: an interrupted update goes on from where it stopped.
+    #[arg(long = "base", value_name = "OLD")]
+    bases: Vec<PathBuf>,
+    /// With --base (or an image not in a registry): print one JSON object (blocks reused, blocks
+    /// and bytes fetched, requests made).
+    #[arg(long)]
+    json: bool,
+}
+
+/// The partial file of a pull to `out`, kept across interrupted runs.
+fn partial_path(out: &std::path::Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "image".into());
+    let mut part = std::ffi::OsString::from(".");
+    part.push(name);
+    part.push(".sealfs-part");
+    out.with_file_name(part)
+}
+
+/// `sealfs pull` of any image from the bases given and its source ([`sealfs_delta::update`]).
+fn run_pull_delta(args: PullArgs) -> Result<ExitCode> {
+    let name = sealfs_text::escape_path(&args.image.image);
+    if args.sidecar_out.is_some() {
+        return Err(anyhow!(
+            "{name}: --sidecar-out: pulling a detached image from bases is not done yet"
+        ));
+    }
+    args.image.refuse_double()?;
+    let options = args.image.options()?;
+    if matches!(options.verify, sealfs_reader::VerifyMode::None) {
+        return Err(anyhow!(
+            "{name}: --verify=none: a pull checks every block it writes"
+        ));
+    }
+    let opened = args.image.open()?;
+    let seal = opened.seal.as_deref().ok_or_else(|| {
+        anyhow!("{name}: the image is not sealed: nothing names its blocks to fetch or reuse")
+    })?;
+    if seal.is_detached() {
+        return Err(anyhow!(
+            "{name}: the image is detached (a plain EROFS image and its seal): pulling it from \
+             bases is not done yet"
+        ));
+    }
+    let part = partial_path(&args.out);
+    let mut bases = args.bases.clone();
+    if part.exists() {
+        bases.push(part.clone());
+    }
+    let index = sealfs_delta::Bases::index(&bases, &seal.info().params)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&part)
+        .map_err(|e| anyhow!("{}: {e}", sealfs_text::escape_path(&part)))?;
+    let remote = sealfs_remote::RemoteOptions::default();
+    let fetch = sealfs_delta::FetchOptions {
+        gap: remote.coalesce_gap,
+        max_request: remote.max_request_bytes,
+        in_flight: 4,
+    };
+    let progress = TermProgress::new(false);
+    progress.begin("pull", Some(opened.image_length));
+    let report = sealfs_delta::update(
+        &name,
+        seal,
+        &**seal.source(),
+        opened.image_length,
+        &index,
+        &file,
+        &part,
+        fetch,
+        &|n| progress.advance(n),
+    );
+    progress.end();
+    let report = report?;
+    file.sync_all()
+        .map_err(|e| anyhow!("{}: {e}", sealfs_text::escape_path(&part)))?;
+    drop(file);
+    // The whole file, checked as `sealfs verify` checks it, against what the open established.
+    let check = sealfs_reader::check::CheckOptions {
+        digest: opened.trust.digest().copied(),
+        keys: options.keys.clone(),
+        signatures: options.signatures.clone(),
+        min_version: options.min_version.clone(),
+        sidecar: None,
+        max_problems: 20,
+    };
+    let checked =
+        sealfs_reader::check::check(sealfs_reader::Source::Path(part.clone()), &check, &progress)?;
+    if !checked.problems.is_empty() {
+        let list: Vec<String> = checked.problems.iter().map(|p| p.to_string()).collect();
+        return Err(anyhow::Error::new(crate::read::ImageFault(format!(
+            "{name}: the pulled file does not verify: {}",
+            list.join("; ")
+        ))));
+    }
+    std::fs::rename(&part, &args.out)
+        .map_err(|e| anyhow!("{}: {e}", sealfs_text::escape_path(&args.out)))?;
+    let digest = checked.digest.map_or("-".into(), |d| d.to_string());
+    if args.json {
+        let mut out = serde_json::json!({
+            "digest": digest,
+            "bytes": opened.image_length,
+            "data_blocks": report.plan.data_blocks,
+            "planned_reuse_blocks": report.plan.reused_blocks,
+            "reused_blocks": report.reused_blocks,
+            "base_mismatches": report.base_mismatches,
+            "fetched_blocks": report.fetched_blocks,
+            "fetched_bytes": report.fetched_bytes,
+            "requests": report.requests,
+            "trust": opened.trust.to_string(),
+        });
+        for (k, v) in sealfs_text::json_path("out", &args.out) {
+            out[k] = v;
+        }
+        println!("{out}");
+    } else {
+        if report.base_mismatches > 0 {
+            eprintln!(
+                "sealfs: {} block(s) of the bases did not match the image's tree (changed or damaged since they were hashed): fetched instead",
+                report.base_mismatches
+            );
+        }
+        println!(
+            "{} {digest} ({} bytes, {}): {} blocks reused, {} fetched ({} bytes in {} requests)",
+            sealfs_text::escape_path(&args.out),
+            opened.image_length,
+            opened.trust,
+            report.reused_blocks,
+            report.fetched_blocks,
+            report.fetched_bytes,
+            report.requests
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `sealfs pull`.
 pub fn run_pull(args: PullArgs) -> Result<ExitCode> {
-    if args.image.registry_ref().is_none() {
-        return Err(anyhow!(
-            "{}: `sealfs pull` reads an image in a registry (oci://HOST/REPO:TAG)",
-            sealfs_text::escape_path(&args.image.image)
-        ));
+    if !args.bases.is_empty() || args.image.registry_ref().is_none() {
+        return run_pull_delta(args);
     }
     args.image.refuse_double()?;
     let (opened, _, located) = args.image.open_located()?;

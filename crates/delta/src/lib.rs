@@ -10,13 +10,16 @@
 //! and the requests that fetch them. A block taken from a base is still checked against the new
 //! tree when it is used: the hash only says where to look.
 
-use sealfs_reader::Seal;
-use sealfs_verity::{authentic_leaves, Params, TreeGeometry, TreeProblem};
+use sealfs_reader::{ReadAt, Seal};
+use sealfs_verity::{authentic_leaves, BlockHasher, Params, TreeGeometry, TreeProblem};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +40,34 @@ pub enum DeltaError {
         /// Why.
         source: std::io::Error,
     },
+    /// Bytes of the new image could not be fetched.
+    #[error("{name}: bytes {start}..{end}: {source}")]
+    Fetch {
+        /// The image, as messages name it.
+        name: String,
+        /// Where.
+        start: u64,
+        /// Where.
+        end: u64,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A fetched block is not the one the new image's tree names.
+    #[error("{name}: block {block} as fetched does not match its hash in the Merkle tree")]
+    Fetched {
+        /// The image, as messages name it.
+        name: String,
+        /// The block.
+        block: u64,
+    },
+    /// The output could not be written.
+    #[error("{}: {source}", sealfs_text::escape_path(path))]
+    Write {
+        /// The output.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A block of the new image's tree is not the one its digest names.
     #[error("{name}: Merkle tree block {index} of level {level} does not match the image digest")]
     Tree {
@@ -52,7 +83,7 @@ pub enum DeltaError {
 impl DeltaError {
     /// Whether the new image is at fault (its tree does not match its digest), not the machine.
     pub fn is_image_fault(&self) -> bool {
-        matches!(self, DeltaError::Tree { .. })
+        matches!(self, DeltaError::Tree { .. } | DeltaError::Fetched { .. })
     }
 }
 
@@ -68,9 +99,12 @@ pub struct Bases {
 }
 
 impl Bases {
-    /// Hashes every whole block of each of `paths` (image files or block devices holding one: the
-    /// EROFS data, the tree and seal alike) with `params` (the new image's hash, block size and
-    /// salt; a block hashes to a new image's leaf only under that image's salt).
+    /// Indexes the blocks of each of `paths` (image files or block devices holding one) by their
+    /// hash under `params` (the new image's hash, block size and salt: a block hashes to a new
+    /// image's leaf only under that image's salt). A sealed base with the same parameters gives
+    /// the hashes of its EROFS blocks from its own tree's level 0 (read, about 1/128 of it, not
+    /// checked: each block taken is checked against the new tree when it is read); any other
+    /// base (another salt or hash, a partial file, a plain image) has every whole block hashed.
     pub fn index(paths: &[PathBuf], params: &Params) -> Result<Bases, DeltaError> {
         let mut bases = Bases {
             paths: paths.to_vec(),
@@ -87,16 +121,21 @@ impl Bases {
             let mut file = File::open(path).map_err(err)?;
             // A block device's length is where it ends, not its metadata's.
             let len = file.seek(SeekFrom::End(0)).map_err(err)?;
-            let whole = len / bases.block_size * bases.block_size;
-            let leaves = sealfs_verity::leaf_hashes_from_file(params, &file, 0, whole, &|_| {})
-                .map_err(|e| err(std::io::Error::other(e)))?;
+            let leaves = match own_leaves(&file, params) {
+                Some(leaves) => leaves,
+                None => {
+                    let whole = len / bases.block_size * bases.block_size;
+                    sealfs_verity::leaf_hashes_from_file(params, &file, 0, whole, &|_| {})
+                        .map_err(|e| err(std::io::Error::other(e)))?
+                }
+            };
             for (b, h) in leaves.chunks_exact(d).enumerate() {
                 bases
                     .index
                     .entry(h.into())
                     .or_insert((k as u32, b as u64 * bases.block_size));
             }
-            bases.blocks += whole / bases.block_size;
+            bases.blocks += (leaves.len() / d) as u64;
         }
         Ok(bases)
     }
@@ -117,6 +156,34 @@ impl Bases {
             .get(digest)
             .map(|&(k, at)| (self.paths[k as usize].as_path(), at))
     }
+}
+
+/// The level-0 digests a sealed image at `file` records in its own tree, when its seal is attached
+/// and made with `params`.
+fn own_leaves(file: &File, params: &Params) -> Option<Vec<u8>> {
+    let source: std::sync::Arc<dyn ReadAt> = std::sync::Arc::new(file.try_clone().ok()?);
+    let sealfs_reader::Found::Sealed(seal) =
+        sealfs_reader::find_seal(&source, "base", None).ok()?
+    else {
+        return None;
+    };
+    let info = seal.info();
+    if seal.is_detached() || info.params != *params {
+        return None;
+    }
+    let tree = seal.read_tree().ok()?;
+    let g = TreeGeometry::new(params, info.data_length);
+    if g.num_levels() == 0 {
+        return None;
+    }
+    let d = params.digest_size();
+    let mut leaves = Vec::with_capacity(g.data_blocks() as usize * d);
+    for j in 0..g.data_blocks() {
+        let loc = g.hash_location(0, j)?;
+        let block = tree.get(loc.block as usize * params.block_size()..)?;
+        leaves.extend_from_slice(g.stored_digest(block, loc)?);
+    }
+    Some(leaves)
 }
 
 /// What an update of one image from bases takes.
@@ -143,9 +210,14 @@ impl Plan {
         self.fetch.iter().map(|r| r.end - r.start).sum()
     }
 
-    /// Bytes an update transfers: the blocks to fetch and the seal.
-    pub fn fetch_bytes(&self) -> u64 {
-        self.fetch_blocks() * self.block_size + self.seal_bytes
+    /// Bytes an update transfers after opening the image: its requests for blocks (`gap` and
+    /// `max` as [`Plan::requests`] takes them) and the seal (the tree included).
+    pub fn fetch_bytes(&self, gap: u64, max: u64) -> u64 {
+        self.requests(gap, max)
+            .iter()
+            .map(|r| r.end - r.start)
+            .sum::<u64>()
+            + self.seal_bytes
     }
 
     /// The byte ranges of the blocks to fetch as requests: runs at most `gap` bytes apart joined
@@ -173,10 +245,9 @@ impl Plan {
     }
 }
 
-/// The plan of an update to the image whose seal is `seal` (named `name` in messages) from
-/// `bases`: its tree read whole (from wherever the seal is: a file, a URL, a registry blob) and
-/// checked from the image digest down before any of its hashes is used.
-pub fn plan(name: &str, seal: &Seal, image_length: u64, bases: &Bases) -> Result<Plan, DeltaError> {
+/// The new image's tree read whole (from wherever the seal is: a file, a URL, a registry blob) and
+/// checked from the image digest down: (the tree's bytes, its level-0 digests).
+fn authentic_tree(name: &str, seal: &Seal) -> Result<(Vec<u8>, Vec<u8>), DeltaError> {
     let info = seal.info();
     let tree = seal.read_tree().map_err(|source| DeltaError::ReadTree {
         name: name.to_string(),
@@ -196,6 +267,26 @@ pub fn plan(name: &str, seal: &Seal, image_length: u64, bases: &Bases) -> Result
                     / TreeGeometry::new(&info.params, info.data_length).hashes_per_block() as u64,
             },
         })?;
+    Ok((tree, leaves))
+}
+
+/// The plan of an update to the image whose seal is `seal` (named `name` in messages) from
+/// `bases`: its tree read whole and checked from the image digest down before any of its hashes
+/// is used.
+pub fn plan(name: &str, seal: &Seal, image_length: u64, bases: &Bases) -> Result<Plan, DeltaError> {
+    let (_, leaves) = authentic_tree(name, seal)?;
+    Ok(plan_from_leaves(seal, &leaves, image_length, |h| {
+        bases.find(h).is_some()
+    }))
+}
+
+fn plan_from_leaves(
+    seal: &Seal,
+    leaves: &[u8],
+    image_length: u64,
+    mut found: impl FnMut(&[u8]) -> bool,
+) -> Plan {
+    let info = seal.info();
     let d = info.params.digest_size();
     let mut plan = Plan {
         block_size: info.params.block_size() as u64,
@@ -207,7 +298,7 @@ pub fn plan(name: &str, seal: &Seal, image_length: u64, bases: &Bases) -> Result
     };
     for (b, h) in leaves.chunks_exact(d).enumerate() {
         let b = b as u64;
-        if bases.find(h).is_some() {
+        if found(h) {
             plan.reused_blocks += 1;
             continue;
         }
@@ -216,7 +307,211 @@ pub fn plan(name: &str, seal: &Seal, image_length: u64, bases: &Bases) -> Result
             _ => plan.fetch.push(b..b + 1),
         }
     }
-    Ok(plan)
+    plan
+}
+
+/// How an update fetches.
+#[derive(Clone, Copy, Debug)]
+pub struct FetchOptions {
+    /// Runs of blocks to fetch at most this many bytes apart are fetched in one request.
+    pub gap: u64,
+    /// The longest request, in bytes.
+    pub max_request: u64,
+    /// Requests in flight at once.
+    pub in_flight: usize,
+}
+
+/// What an update did.
+#[derive(Clone, Debug)]
+pub struct UpdateReport {
+    /// The plan it followed (from the bases' hashes).
+    pub plan: Plan,
+    /// Blocks copied from a base, each checked against the new tree.
+    pub reused_blocks: u64,
+    /// Blocks a base was to give whose bytes no longer hash to the new tree's leaf (a base
+    /// changed or damaged since it was hashed): fetched instead.
+    pub base_mismatches: u64,
+    /// Blocks fetched (those between runs joined into one request included).
+    pub fetched_blocks: u64,
+    /// Bytes fetched: the blocks, and the seal (the tree included): what `sealfs diff`
+    /// predicts as its `fetch_bytes` when no base block mismatched.
+    pub fetched_bytes: u64,
+    /// Requests made for them.
+    pub requests: u64,
+}
+
+/// Writes the image whose seal is `seal` into `out` (`out_path` in messages) from `bases` and
+/// `source` (the image's own bytes: a file, a URL, a registry blob): its tree fetched and checked
+/// from the image digest down; each block whose leaf a base holds copied from it, and checked
+/// against the leaf; the others fetched, joined into requests, `options.in_flight` at a time, each
+/// block checked against its leaf before it is written; the tree written from what was checked,
+/// and the rest of the seal fetched. `progress` is called with bytes written. Nothing unverified is
+/// written but the seal's header and signatures, which the caller checks with the whole file (as
+/// `sealfs verify` does) before it uses it.
+#[allow(clippy::too_many_arguments)]
+pub fn update(
+    name: &str,
+    seal: &Seal,
+    source: &dyn ReadAt,
+    image_length: u64,
+    bases: &Bases,
+    out: &File,
+    out_path: &Path,
+    options: FetchOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<UpdateReport, DeltaError> {
+    let info = seal.info();
+    let (tree, leaves) = authentic_tree(name, seal)?;
+    let d = info.params.digest_size();
+    let bs = info.params.block_size() as u64;
+    let hasher = BlockHasher::new(&info.params);
+    let write_err = |source| DeltaError::Write {
+        path: out_path.to_path_buf(),
+        source,
+    };
+    out.set_len(image_length).map_err(write_err)?;
+    let leaf = |b: u64| &leaves[b as usize * d..(b as usize + 1) * d];
+
+    // Blocks from the bases, each checked against its leaf.
+    let mut files: HashMap<u32, File> = HashMap::new();
+    let mut mismatched: Vec<u64> = Vec::new();
+    let mut block = vec![0u8; bs as usize];
+    let mut reused = 0u64;
+    let plan = plan_from_leaves(seal, &leaves, image_length, |h| bases.find(h).is_some());
+    for (b, h) in leaves.chunks_exact(d).enumerate() {
+        let b = b as u64;
+        let Some(&(k, at)) = bases.index.get(h) else {
+            continue;
+        };
+        let file = match files.entry(k) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let path = &bases.paths[k as usize];
+                e.insert(File::open(path).map_err(|source| DeltaError::Base {
+                    path: path.clone(),
+                    source,
+                })?)
+            }
+        };
+        let ok = FileExt::read_exact_at(file, &mut block, at).is_ok()
+            && hasher.hash_block(&block).as_bytes() == h;
+        if !ok {
+            mismatched.push(b);
+            continue;
+        }
+        out.write_all_at(&block, b * bs).map_err(write_err)?;
+        progress(bs);
+        reused += 1;
+    }
+
+    // The others: the plan's runs and the blocks a base failed to give, as requests.
+    let mut wanted: Vec<u64> = plan.fetch.iter().flat_map(|r| r.clone()).collect();
+    wanted.extend(&mismatched);
+    wanted.sort_unstable();
+    let mut runs: Vec<Range<u64>> = Vec::new();
+    for b in wanted {
+        match runs.last_mut() {
+            Some(r) if r.end == b => r.end = b + 1,
+            _ => runs.push(b..b + 1),
+        }
+    }
+    let fetching = Plan {
+        fetch: runs,
+        ..plan.clone()
+    };
+    let requests = fetching.requests(options.gap, options.max_request);
+    let next = Mutex::new(requests.iter());
+    let fetched = AtomicU64::new(0);
+    let failed: Mutex<Option<DeltaError>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..options.in_flight.max(1) {
+            scope.spawn(|| {
+                let mut buf = Vec::new();
+                loop {
+                    if failed.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                        return;
+                    }
+                    let Some(r) = next
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .next()
+                        .cloned()
+                    else {
+                        return;
+                    };
+                    let result = (|| {
+                        buf.resize((r.end - r.start) as usize, 0);
+                        source.read_exact_at(&mut buf, r.start).map_err(|source| {
+                            DeltaError::Fetch {
+                                name: name.to_string(),
+                                start: r.start,
+                                end: r.end,
+                                source,
+                            }
+                        })?;
+                        for (k, chunk) in buf.chunks_exact(bs as usize).enumerate() {
+                            let b = r.start / bs + k as u64;
+                            if hasher.hash_block(chunk).as_bytes() != leaf(b) {
+                                return Err(DeltaError::Fetched {
+                                    name: name.to_string(),
+                                    block: b,
+                                });
+                            }
+                        }
+                        out.write_all_at(&buf, r.start).map_err(write_err)?;
+                        fetched.fetch_add((r.end - r.start) / bs, Relaxed);
+                        progress(r.end - r.start);
+                        Ok(())
+                    })();
+                    if let Err(e) = result {
+                        failed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+
+    // The seal: the tree as checked, the rest (its header, signatures) as fetched.
+    let tree_at = info.tree_offset;
+    let tree_end = tree_at + tree.len() as u64;
+    let mut seal_fetched = 0u64;
+    let gaps = [
+        info.data_length..tree_at.min(image_length),
+        tree_end.max(info.data_length)..image_length,
+    ];
+    for g in gaps.into_iter().filter(|g| g.start < g.end) {
+        let mut rest = vec![0u8; (g.end - g.start) as usize];
+        source
+            .read_exact_at(&mut rest, g.start)
+            .map_err(|source| DeltaError::Fetch {
+                name: name.to_string(),
+                start: g.start,
+                end: g.end,
+                source,
+            })?;
+        out.write_all_at(&rest, g.start).map_err(write_err)?;
+        seal_fetched += rest.len() as u64;
+    }
+    if tree_end <= image_length && tree_at >= info.data_length {
+        out.write_all_at(&tree, tree_at).map_err(write_err)?;
+    }
+    progress(image_length - info.data_length);
+    let fetched = fetched.into_inner();
+    Ok(UpdateReport {
+        plan,
+        reused_blocks: reused,
+        base_mismatches: mismatched.len() as u64,
+        fetched_blocks: fetched,
+        fetched_bytes: fetched * bs + seal_fetched + tree.len() as u64,
+        requests: requests.len() as u64 + u64::from(seal_fetched > 0),
+    })
 }
 
 #[cfg(test)]
