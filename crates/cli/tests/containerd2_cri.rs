@@ -296,6 +296,11 @@ fn wait_for_state(crictl: &Crictl, c: &Containerd, id: &str, state: &str) {
             return;
         }
         assert!(
+            s != "CONTAINER_EXITED",
+            "container {id} exited: {}",
+            crictl.ok(c, &["logs", id])
+        );
+        assert!(
             t.elapsed() < Duration::from_secs(60),
             "container {id} is {s}, not {state}"
         );
