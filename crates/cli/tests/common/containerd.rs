@@ -278,9 +278,19 @@ impl Containerd {
     /// `ctr run --rm` of `script` in `image` on `snapshotter`; what it wrote to stdout and
     /// stderr. Written to a file of a bind-mounted directory, not read from ctr's stdout: ctr
     /// 1.6 sometimes loses the last output of a process that exits at once.
+    ///
+    /// The container's ID is `name` and this containerd's directory name: runc keeps its
+    /// containers' state in one directory per namespace for the whole machine
+    /// (/run/containerd/runc/default), so two containerds (two test programs at once) running
+    /// containers of one ID collide ("runc create failed: container with given ID already
+    /// exists").
     pub fn run_script(&self, snapshotter: &str, image: &str, name: &str, script: &str) -> String {
         let out = self.dir.path().join("out").join(name);
         fs::create_dir_all(&out).unwrap();
+        let id = format!(
+            "{name}-{}",
+            self.dir.path().file_name().unwrap().to_string_lossy()
+        );
         self.ok(&[
             "run",
             "--rm",
@@ -289,7 +299,7 @@ impl Containerd {
             "--mount",
             &format!("type=bind,src={},dst=/out,options=rbind:rw", out.display()),
             image,
-            name,
+            &id,
             "/bin/sh",
             "-c",
             &format!("( {script}\n) > /out/output 2>&1"),
