@@ -8,6 +8,14 @@
 #   target/oracles/versitygw            the S3 server of the remote-image tests (Go, v1.8.0)
 #   target/oracles/oras                 the OCI registry client the registry tests read pushes with
 #                                       (Go, v1.3.6)
+#   target/oracles/containerd-2.4.2/bin/{containerd,ctr,containerd-shim-runc-v2}   containerd 2.x
+#                                       (Go, v2.4.2, tag no_btrfs) for the snapshotter's tests under
+#                                       config version 3 and its CRI plugins (and the erofs snapshotter
+#                                       of bench/snapshotter.py); 148 s on 2 cores with an empty Go
+#                                       build cache (modules already downloaded), about 3 min with
+#                                       the downloads, beside a cargo build
+#   target/oracles/crictl               the CRI client of those tests (Go, cri-tools v1.37.0); 44 s
+#                                       (about 2 min with the downloads)
 #   target/oracles/squashfuse-0.6/bin/squashfuse_ll   only with the argument `squashfuse` and
 #                                       SQUASHFUSE_SRC (benchmarks)
 #   target/oracles/toxiproxy-server     only with the argument `toxiproxy` (bench/remote.py's link)
@@ -94,6 +102,32 @@ if [[ ! -x "$out/oras" ]]; then
       echo "build-oracles: oras could not be built; the registry tests will say so" >&2
   else
     echo "build-oracles: go not found; the registry tests will say so" >&2
+  fi
+fi
+# containerd 2.x: the daemon, its ctr and its runc shim (2.x's containerd finds it first in PATH:
+# the tests put this directory there). no_btrfs: the btrfs snapshotter needs libbtrfs headers.
+ctd2="$out/containerd-2.4.2/bin"
+if [[ ! -x "$ctd2/containerd-shim-runc-v2" ]]; then
+  if [[ -x "$go" ]]; then
+    echo "building containerd v2.4.2 into $ctd2" >&2
+    GOBIN="$ctd2" "$go" install -tags no_btrfs \
+      -ldflags "-X github.com/containerd/containerd/v2/version.Version=v2.4.2" \
+      github.com/containerd/containerd/v2/cmd/containerd@v2.4.2 \
+      github.com/containerd/containerd/v2/cmd/ctr@v2.4.2 \
+      github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@v2.4.2 >&2 ||
+      echo "build-oracles: containerd 2 could not be built; its tests will say so" >&2
+  else
+    echo "build-oracles: go not found; the containerd 2 tests will say so" >&2
+  fi
+fi
+if [[ ! -x "$out/crictl" ]]; then
+  if [[ -x "$go" ]]; then
+    echo "building crictl v1.37.0 into $out" >&2
+    GOBIN="$out" "$go" install -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=v1.37.0" \
+      sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0 >&2 ||
+      echo "build-oracles: crictl could not be built; the CRI tests will say so" >&2
+  else
+    echo "build-oracles: go not found; the CRI tests will say so" >&2
   fi
 fi
 # squashfuse 0.6 (multi-threaded squashfuse_ll), only with the argument `squashfuse`: the FUSE peer

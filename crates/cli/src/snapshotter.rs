@@ -10,14 +10,27 @@ use std::process::ExitCode;
 /// Arguments of `sealfs snapshotter`.
 #[derive(Args)]
 #[command(
-    after_help = "Wire it into containerd (1.6, 1.7 and 2.x alike) as a proxy plugin in its \
-config.toml, then restart containerd:
+    after_help = "Wire it into containerd (1.6, 1.7, 2.x) as a proxy plugin in its config.toml, \
+then restart containerd:
 
   [proxy_plugins.sealfs]
     type = \"snapshot\"
     address = \"/run/sealfs/snapshotter.sock\"
 
-and use it with `ctr image pull --snapshotter sealfs ...`, `ctr run --snapshotter sealfs ...`.
+containerd 2.x (config version = 3) unpacks through its transfer service only for the snapshotters \
+listed there, so list it beside overlayfs:
+
+  [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+    platform = \"linux/amd64\"
+    snapshotter = \"sealfs\"
+  [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+    platform = \"linux/amd64\"
+    snapshotter = \"overlayfs\"
+
+Use it with `ctr image pull --snapshotter sealfs ...`, `ctr run --snapshotter sealfs ...`; for \
+Kubernetes, set snapshotter = \"sealfs\" in the CRI plugin's section: \
+[plugins.\"io.containerd.grpc.v1.cri\".containerd] (1.6, 1.7) or \
+[plugins.'io.containerd.cri.v1.images'] (2.x). docs/usage.md says more.
 Runs as root (it mounts overlayfs and FUSE); SIGINT or SIGTERM stop it, unmounting its layers."
 )]
 #[command(args_conflicts_with_subcommands = true)]

@@ -1,6 +1,8 @@
 //! A real containerd with `sealfs snapshotter` as its proxy plugin, for the tests that drive
-//! it with `ctr`: each [`Containerd`] has its own root, state, socket and config under a
-//! temporary directory, and is stopped (its mounts undone) on drop.
+//! it with `ctr` (and `crictl`): each [`Containerd`] has its own root, state, socket and config
+//! under a temporary directory, and is stopped (its mounts undone) on drop. Debian's containerd
+//! 1.6 by default ([`Containerd::start`]); [`Setup`] chooses another build (the containerd 2.x
+//! that `scripts/build-oracles.sh` builds, [`containerd2_bin_dir`]) and the CRI plugin.
 
 use super::*;
 use std::fs;
@@ -28,34 +30,126 @@ pub fn containerd_guard() -> bool {
     )
 }
 
+/// The version of containerd that `scripts/build-oracles.sh` builds from its Go module.
+pub const CONTAINERD2_VERSION: &str = "2.4.2";
+
+/// Where containerd 2.x's `containerd`, `ctr` and `containerd-shim-runc-v2` are:
+/// `$SEALFS_CONTAINERD2` or `target/oracles/containerd-2.4.2/bin` of this workspace (where
+/// `scripts/build-oracles.sh` builds them).
+pub fn containerd2_bin_dir() -> Result<PathBuf, String> {
+    let dir = match std::env::var_os("SEALFS_CONTAINERD2") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target/oracles")
+            .join(format!("containerd-{CONTAINERD2_VERSION}/bin")),
+    };
+    if ["containerd", "ctr", "containerd-shim-runc-v2"]
+        .iter()
+        .all(|b| dir.join(b).is_file())
+    {
+        Ok(dir)
+    } else {
+        Err(format!(
+            "containerd {CONTAINERD2_VERSION} not built in {} (scripts/build-oracles.sh builds it \
+             with `go install github.com/containerd/containerd/v2/cmd/...@v{CONTAINERD2_VERSION}`)",
+            dir.display()
+        ))
+    }
+}
+
+/// Which containerd [`Containerd::start_with`] runs, and how it is configured.
+pub struct Setup {
+    /// The directory of `containerd`, `ctr` and `containerd-shim-runc-v2` (put first in
+    /// containerd's `PATH`, where it finds its shim); `None`: those in `PATH` (Debian's 1.6).
+    pub bin_dir: Option<PathBuf>,
+    /// The config file's `version`: 2 for containerd 1.6/1.7, 3 for 2.x.
+    pub version: u32,
+    /// Whether the CRI plugin runs (otherwise it is disabled, as the `ctr` tests need nothing
+    /// of it).
+    pub cri: bool,
+    /// TOML appended to the config, each `{dir}` replaced by the containerd's directory.
+    pub extra: String,
+}
+
+impl Default for Setup {
+    fn default() -> Setup {
+        Setup {
+            bin_dir: None,
+            version: 2,
+            cri: false,
+            extra: String::new(),
+        }
+    }
+}
+
 /// A containerd and a `sealfs snapshotter` wired to it, each stopped on drop.
 pub struct Containerd {
     pub dir: tempfile::TempDir,
     pub containerd: Child,
     pub snapshotter: Option<Child>,
+    /// [`Setup::bin_dir`].
+    pub bin_dir: Option<PathBuf>,
 }
 
 impl Containerd {
+    /// Debian's containerd (1.6), CRI disabled.
     pub fn start() -> Containerd {
+        Self::start_with(Setup::default())
+    }
+
+    pub fn start_with(setup: Setup) -> Containerd {
         let dir = tempfile::Builder::new()
             .prefix("sealfs-ctd-")
             .tempdir()
             .unwrap();
         let d = dir.path();
+        let disabled = if setup.cri {
+            ""
+        } else {
+            "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n"
+        };
+        // 2.x serves NRI on one socket per machine (/var/run/nri/nri.sock), which the
+        // containerds of tests running at once would fight over; no test uses it. And its
+        // transfer service (what 2.x's `ctr image pull/import` and the CRI pull through)
+        // unpacks only for the snapshotters its `unpack_config` lists, overlayfs alone by
+        // default; a list replaces that default ("ctr: unable to initialize unpacker: no unpack
+        // platforms defined" otherwise).
+        let v3 = if setup.version >= 3 {
+            let platform = format!(
+                "linux/{}",
+                match std::env::consts::ARCH {
+                    "x86_64" => "amd64",
+                    "aarch64" => "arm64",
+                    other => other,
+                }
+            );
+            let mut v3 = "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n".to_string();
+            for snapshotter in ["overlayfs", "sealfs"] {
+                v3 += &format!(
+                    "[[plugins.\"io.containerd.transfer.v1.local\".unpack_config]]\n  \
+                     platform = \"{platform}\"\n  snapshotter = \"{snapshotter}\"\n"
+                );
+            }
+            v3
+        } else {
+            String::new()
+        };
         fs::write(
             d.join("config.toml"),
             format!(
-                "version = 2\nroot = \"{0}/root\"\nstate = \"{0}/state\"\n\
-                 disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+                "version = {1}\nroot = \"{0}/root\"\nstate = \"{0}/state\"\n{disabled}\
                  [grpc]\n  address = \"{0}/containerd.sock\"\n\
-                 [proxy_plugins.sealfs]\n  type = \"snapshot\"\n  address = \"{0}/sealfs.sock\"\n",
-                d.display()
+                 [proxy_plugins.sealfs]\n  type = \"snapshot\"\n  address = \"{0}/sealfs.sock\"\n{v3}{2}",
+                d.display(),
+                setup.version,
+                setup.extra.replace("{dir}", &d.display().to_string()),
             ),
         )
         .unwrap();
         let mut c = Containerd {
-            containerd: Self::spawn_containerd(d),
+            containerd: Self::spawn_containerd(d, setup.bin_dir.as_deref()),
             snapshotter: None,
+            bin_dir: setup.bin_dir,
             dir,
         };
         c.start_snapshotter();
@@ -63,14 +157,27 @@ impl Containerd {
         c
     }
 
-    pub fn spawn_containerd(d: &Path) -> Child {
+    /// `containerd --config d/config.toml`, its stderr appended to `d/containerd.log`; the one
+    /// in `bin_dir` (first in its `PATH`) when given.
+    pub fn spawn_containerd(d: &Path, bin_dir: Option<&Path>) -> Child {
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(d.join("containerd.log"))
             .unwrap();
-        Command::new("containerd")
-            .arg("--config")
+        let mut cmd = match bin_dir {
+            Some(b) => {
+                let mut cmd = Command::new(b.join("containerd"));
+                let mut path = vec![b.to_path_buf()];
+                path.extend(std::env::split_paths(
+                    &std::env::var_os("PATH").unwrap_or_default(),
+                ));
+                cmd.env("PATH", std::env::join_paths(path).unwrap());
+                cmd
+            }
+            None => Command::new("containerd"),
+        };
+        cmd.arg("--config")
             .arg(d.join("config.toml"))
             .stdout(Stdio::null())
             .stderr(log)
@@ -94,7 +201,7 @@ impl Containerd {
     pub fn restart_containerd(&mut self) {
         self.containerd.kill().unwrap();
         self.containerd.wait().unwrap();
-        self.containerd = Self::spawn_containerd(self.dir.path());
+        self.containerd = Self::spawn_containerd(self.dir.path(), self.bin_dir.as_deref());
         self.wait_for_containerd();
     }
 
@@ -128,8 +235,12 @@ impl Containerd {
         }
     }
 
+    /// The containerd's `ctr` (from [`Setup::bin_dir`], or `PATH`) on its socket.
     pub fn ctr(&self) -> Command {
-        let mut cmd = Command::new("ctr");
+        let mut cmd = match &self.bin_dir {
+            Some(b) => Command::new(b.join("ctr")),
+            None => Command::new("ctr"),
+        };
         cmd.arg("--address")
             .arg(self.dir.path().join("containerd.sock"));
         cmd.stdin(Stdio::null());
@@ -141,8 +252,9 @@ impl Containerd {
         let out = run(self.ctr().args(args));
         assert!(
             out.status.success(),
-            "ctr {args:?}: {}\nsnapshotter log:\n{}",
+            "ctr {args:?}: {}\ncontainerd log (end):\n{}\nsnapshotter log:\n{}",
             String::from_utf8_lossy(&out.stderr),
+            log_tail(&self.dir.path().join("containerd.log")),
             fs::read_to_string(self.dir.path().join("snapshotter.log")).unwrap_or_default()
         );
         String::from_utf8(out.stdout).unwrap()
@@ -193,9 +305,19 @@ impl Containerd {
     /// `ctr run --rm` of `script` in `image` on `snapshotter`; what it wrote to stdout and
     /// stderr. Written to a file of a bind-mounted directory, not read from ctr's stdout: ctr
     /// 1.6 sometimes loses the last output of a process that exits at once.
+    ///
+    /// The container's ID is `name` and this containerd's directory name: runc keeps its
+    /// containers' state in one directory per namespace for the whole machine
+    /// (/run/containerd/runc/default), so two containerds (two test programs at once) running
+    /// containers of one ID collide ("runc create failed: container with given ID already
+    /// exists").
     pub fn run_script(&self, snapshotter: &str, image: &str, name: &str, script: &str) -> String {
         let out = self.dir.path().join("out").join(name);
         fs::create_dir_all(&out).unwrap();
+        let id = format!(
+            "{name}-{}",
+            self.dir.path().file_name().unwrap().to_string_lossy()
+        );
         self.ok(&[
             "run",
             "--rm",
@@ -204,7 +326,7 @@ impl Containerd {
             "--mount",
             &format!("type=bind,src={},dst=/out,options=rbind:rw", out.display()),
             image,
-            name,
+            &id,
             "/bin/sh",
             "-c",
             &format!("( {script}\n) > /out/output 2>&1"),
@@ -337,6 +459,16 @@ impl Drop for Containerd {
         for p in left.iter().rev() {
             let _ = Command::new("umount").arg("-l").arg(p).status();
         }
+    }
+}
+
+/// The last 4000 bytes of a log file (containerd's logs are long), or what reading it said.
+pub fn log_tail(path: &Path) -> String {
+    match fs::read(path) {
+        Ok(bytes) => {
+            String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(4000)..]).into_owned()
+        }
+        Err(e) => format!("({}: {e})", path.display()),
     }
 }
 
