@@ -584,7 +584,7 @@ fn sigkill_of_containerd_mid_commit_records_no_layer_containerd_does_not_know() 
         let log = c.log();
         log.contains("abandoned") || log.lines().any(recorded)
     });
-    c.containerd = Containerd::spawn_containerd(c.dir.path());
+    c.containerd = Containerd::spawn_containerd(c.dir.path(), c.bin_dir.as_deref());
     c.wait_for_containerd();
     c.wait_for_snapshotter();
     // containerd and the snapshotter agree: a1 is active in both (`info` asks the snapshotter
