@@ -183,7 +183,15 @@ fn run_pull_delta(args: PullArgs) -> Result<ExitCode> {
              bases is not done yet"
         ));
     }
-    let part = partial_path(&args.out);
+    // A block device (an A/B slot) is written in place, and what it holds is one more base (the
+    // image it held, or what an interrupted pull wrote); a file is written beside OUT first.
+    let device = std::fs::metadata(&args.out)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()));
+    let part = if device {
+        args.out.clone()
+    } else {
+        partial_path(&args.out)
+    };
     let mut bases = args.bases.clone();
     if part.exists() {
         bases.push(part.clone());
@@ -192,7 +200,7 @@ fn run_pull_delta(args: PullArgs) -> Result<ExitCode> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create(!device)
         .truncate(false)
         .open(&part)
         .map_err(|e| anyhow!("{}: {e}", sealfs_text::escape_path(&part)))?;
@@ -219,7 +227,11 @@ fn run_pull_delta(args: PullArgs) -> Result<ExitCode> {
     let report = report?;
     file.sync_all()
         .map_err(|e| anyhow!("{}: {e}", sealfs_text::escape_path(&part)))?;
-    drop(file);
+    // The image's bytes of it (a device goes on past them).
+    let written = sealfs_reader::Source::reader(
+        std::sync::Arc::new(sealfs_reader::SubRange::new(file, 0, opened.image_length)),
+        part.display().to_string(),
+    );
     // The whole file, checked as `sealfs verify` checks it, against what the open established.
     let check = sealfs_reader::check::CheckOptions {
         digest: opened.trust.digest().copied(),
@@ -229,8 +241,7 @@ fn run_pull_delta(args: PullArgs) -> Result<ExitCode> {
         sidecar: None,
         max_problems: 20,
     };
-    let checked =
-        sealfs_reader::check::check(sealfs_reader::Source::Path(part.clone()), &check, &progress)?;
+    let checked = sealfs_reader::check::check(written, &check, &progress)?;
     if !checked.problems.is_empty() {
         let list: Vec<String> = checked.problems.iter().map(|p| p.to_string()).collect();
         return Err(anyhow::Error::new(crate::read::ImageFault(format!(
@@ -238,8 +249,10 @@ fn run_pull_delta(args: PullArgs) -> Result<ExitCode> {
             list.join("; ")
         ))));
     }
-    std::fs::rename(&part, &args.out)
-        .map_err(|e| anyhow!("{}: {e}", sealfs_text::escape_path(&args.out)))?;
+    if !device {
+        std::fs::rename(&part, &args.out)
+            .map_err(|e| anyhow!("{}: {e}", sealfs_text::escape_path(&args.out)))?;
+    }
     let digest = checked.digest.map_or("-".into(), |d| d.to_string());
     if args.json {
         let mut out = serde_json::json!({

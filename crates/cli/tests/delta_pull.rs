@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::compare::{compare_trees, Expect};
+use common::mount::mount_erofs;
 use common::servers::{nginx, FaultProxy};
 use common::*;
 use serde_json::Value;
@@ -269,4 +271,58 @@ fn a_killed_pull_goes_on_from_where_it_stopped() {
         resumed["fetched_bytes"].as_u64().unwrap() < planned["fetch_bytes"].as_u64().unwrap(),
         "{resumed}"
     );
+}
+
+/// A loop device over a file, detached on drop.
+struct LoopDevice(String);
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn pull_into_a_block_device_writes_the_image_in_place() {
+    if !oracle_guard(mount_env()) {
+        return;
+    }
+    let Some(f) = fixture() else { return };
+    let d = &f.dir;
+    let (old, new) = (d.join("1.img"), d.join("www/2.img"));
+    build_ok(&d.join("v1"), &old, &["-z", "lz4hc"]);
+    build_ok(&d.join("v2"), &new, &["-z", "lz4hc"]);
+    let dg = digest(&new);
+    // The B slot: a device larger than either image, holding v1 (the version it had).
+    let slot = d.join("slot");
+    let mut bytes = fs::read(&old).unwrap();
+    bytes.resize(12 << 20, 0);
+    fs::write(&slot, &bytes).unwrap();
+    let out = run(Command::new("losetup").args(["-f", "--show"]).arg(&slot));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dev = LoopDevice(String::from_utf8(out.stdout).unwrap().trim().to_string());
+    let pulled = sealfs_json(&[
+        "pull",
+        &f.http.url("2.img"),
+        &dev.0,
+        "--digest",
+        &dg,
+        "--no-cache",
+        "--json",
+    ]);
+    // The blocks v1 shares with v2 came from the device itself.
+    assert!(pulled["reused_blocks"].as_u64().unwrap() > 0, "{pulled}");
+    let want = fs::read(&new).unwrap();
+    let mut got = vec![0u8; want.len()];
+    std::os::unix::fs::FileExt::read_exact_at(&fs::File::open(&dev.0).unwrap(), &mut got, 0)
+        .unwrap();
+    assert!(got == want, "the device's first bytes are not v2's image");
+    // The kernel mounts the slot and sees v2's tree.
+    let mnt = mount_erofs(Path::new(&dev.0)).unwrap();
+    let diffs = compare_trees(&d.join("v2"), mnt.path(), &Expect::default());
+    assert!(diffs.is_empty(), "{diffs:?}");
 }

@@ -340,7 +340,8 @@ pub struct UpdateReport {
     pub requests: u64,
 }
 
-/// Writes the image whose seal is `seal` into `out` (`out_path` in messages) from `bases` and
+/// Writes the image whose seal is `seal` into `out` (`out_path` in messages: a file, sized to the
+/// image, or a block device at least its size, written in place) from `bases` and
 /// `source` (the image's own bytes: a file, a URL, a registry blob): its tree fetched and checked
 /// from the image digest down; each block whose leaf a base holds copied from it, and checked
 /// against the leaf; the others fetched, joined into requests, `options.in_flight` at a time, each
@@ -369,7 +370,16 @@ pub fn update(
         path: out_path.to_path_buf(),
         source,
     };
-    out.set_len(image_length).map_err(write_err)?;
+    // A file is sized to the image; a block device (an A/B slot) must hold it.
+    let meta = out.metadata().map_err(write_err)?;
+    if meta.is_file() {
+        out.set_len(image_length).map_err(write_err)?;
+    } else if ReadAt::len(out) < image_length {
+        return Err(write_err(std::io::Error::other(format!(
+            "{} bytes: the image needs {image_length}",
+            ReadAt::len(out)
+        ))));
+    }
     let leaf = |b: u64| &leaves[b as usize * d..(b as usize + 1) * d];
 
     // Blocks from the bases, each checked against its leaf.

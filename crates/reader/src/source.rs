@@ -96,10 +96,19 @@ impl ReadAt for std::fs::File {
         std::os::unix::fs::FileExt::read_at(self, buf, offset)
     }
 
-    /// The file's length when asked (0 if it cannot be determined: every read then fails its bounds
-    /// check instead of reading).
+    /// The file's length when asked, a block device's size (where it ends); 0 if it cannot be
+    /// determined: every read then fails its bounds check instead of reading.
     fn len(&self) -> u64 {
-        self.metadata().map(|m| m.len()).unwrap_or(0)
+        use std::os::unix::fs::FileTypeExt;
+        match self.metadata() {
+            Ok(m) if m.file_type().is_block_device() => {
+                // Reads are positional: moving the descriptor's offset changes none of them.
+                let mut f = self;
+                std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap_or(0)
+            }
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        }
     }
 
     fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
