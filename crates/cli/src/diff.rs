@@ -25,6 +25,11 @@ pub struct DiffArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Also list the files NEW changes, adds and removes against the first OLD (as `diff -rq
+    /// --no-dereference` of the two trees lists them), from the per-file digests both images
+    /// record: NEW's metadata and digest table are read too.
+    #[arg(long)]
+    files: bool,
 }
 
 /// Runs `sealfs diff`.
@@ -42,6 +47,13 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
     let requests = plan.requests(gap, max).len();
     let fetch_bytes = plan.fetch_bytes(gap, max);
     let (blocks, fetch_blocks) = (plan.data_blocks, plan.fetch_blocks());
+    let changes = if args.files {
+        let old = sealfs_reader::open(args.old[0].clone(), &sealfs_reader::OpenOptions::new())
+            .map_err(crate::open::open_error)?;
+        Some(sealfs_delta::file_changes(&old, &opened).map_err(|e| anyhow!("{e}"))?)
+    } else {
+        None
+    };
     if args.json {
         let olds: Vec<_> = args
             .old
@@ -63,6 +75,17 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
         for (k, v) in sealfs_text::json_path("image", &args.new.image) {
             out[k] = v;
         }
+        if let Some(c) = &changes {
+            let list = |paths: &[Vec<u8>]| -> Vec<serde_json::Value> {
+                paths
+                    .iter()
+                    .map(|p| serde_json::Value::Object(sealfs_text::json_bytes("path", p)))
+                    .collect()
+            };
+            out["changed"] = list(&c.changed).into();
+            out["added"] = list(&c.added).into();
+            out["removed"] = list(&c.removed).into();
+        }
         println!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
@@ -83,12 +106,23 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
     );
     println!(
         "fetch: {fetch_blocks} blocks in {requests} request{} ({} bytes, with the blocks between runs they join), and the tree and seal ({} bytes): {} of {} bytes ({:.1}%)",
-        fetch_bytes - plan.seal_bytes,
         if requests == 1 { "" } else { "s" },
+        fetch_bytes - plan.seal_bytes,
         plan.seal_bytes,
         fetch_bytes,
         plan.image_length,
         pct(fetch_bytes, plan.image_length)
     );
+    if let Some(c) = &changes {
+        for (what, paths) in [
+            ("changed", &c.changed),
+            ("added", &c.added),
+            ("removed", &c.removed),
+        ] {
+            for p in paths.iter() {
+                println!("{what} /{}", sealfs_text::escape(p));
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

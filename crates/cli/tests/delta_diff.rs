@@ -186,6 +186,101 @@ fn diff_finds_the_blocks_old_holds_for_every_layout() {
     }
 }
 
+/// What `diff -rq --no-dereference V1 V2` (GNU diffutils) says: (changed, added, removed) paths
+/// relative to the trees, each sorted.
+fn gnu_diff(v1: &Path, v2: &Path) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let out = run(Command::new("diff")
+        .args(["-rq", "--no-dereference"])
+        .arg(v1)
+        .arg(v2));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (p1, p2) = (format!("{}/", v1.display()), format!("{}/", v2.display()));
+    let rel = |p: &str, base: &str| p.strip_prefix(base).unwrap_or("").to_string();
+    let (mut changed, mut added, mut removed) = (Vec::new(), Vec::new(), Vec::new());
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        if let Some(rest) = line.strip_prefix("Only in ") {
+            let (dir, name) = rest.split_once(": ").unwrap();
+            let (list, base) = if dir == v1.to_str().unwrap() || dir.starts_with(&p1) {
+                (&mut removed, &p1)
+            } else {
+                (&mut added, &p2)
+            };
+            let dir = format!("{dir}/");
+            let under = rel(&dir, base);
+            list.push(format!("{under}{name}"));
+        } else {
+            // "Files A and B differ", "Symbolic links A and B differ", "File A is a ... while file
+            // B is a ...": the path after the first tree's prefix.
+            let at = line.find(&p1).unwrap_or_else(|| panic!("{line}"));
+            let path = line[at + p1.len()..].split(' ').next().unwrap();
+            changed.push(path.to_string());
+        }
+    }
+    for l in [&mut changed, &mut added, &mut removed] {
+        l.sort();
+    }
+    (changed, added, removed)
+}
+
+#[test]
+fn diff_files_lists_what_gnu_diff_lists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    tree_v1(&d.join("v1"));
+    tree_v2(&d.join("v1"), &d.join("v2"));
+    // A symlink retargeted, a directory turned into a file.
+    std::os::unix::fs::symlink("a/f001", d.join("v1/link")).unwrap();
+    std::os::unix::fs::symlink("a/f002", d.join("v2/link")).unwrap();
+    fs::create_dir_all(d.join("v1/was-dir/inner")).unwrap();
+    fs::write(d.join("v1/was-dir/inner/x"), b"x").unwrap();
+    fs::write(d.join("v2/was-dir"), b"now a file").unwrap();
+    let (old, new) = (d.join("1.img"), d.join("2.img"));
+    build_ok(&d.join("v1"), &old, &["-z", "lz4hc"]);
+    build_ok(&d.join("v2"), &new, &["-z", "lz4hc"]);
+    let v = diff_json(&["--files", old.to_str().unwrap(), new.to_str().unwrap()]);
+    let list = |k: &str| -> Vec<String> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (changed, added, removed) = gnu_diff(&d.join("v1"), &d.join("v2"));
+    assert_eq!(list("changed"), changed);
+    assert_eq!(list("added"), added);
+    assert_eq!(list("removed"), removed);
+    assert!(changed.contains(&"link".to_string()) && changed.contains(&"was-dir".to_string()));
+    // The text form: the same, one escaped path a line, and the summary lines.
+    let out = run(Command::new(sealfs_bin())
+        .args(["diff", "--files"])
+        .arg(&old)
+        .arg(&new));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let fetch = v["fetch_blocks"].as_u64().unwrap();
+    let requests = v["requests"].as_u64().unwrap();
+    assert!(
+        text.contains(&format!("fetch: {fetch} blocks in {requests} request")),
+        "{text}"
+    );
+    for p in &changed {
+        assert!(
+            text.lines().any(|l| l == format!("changed /{p}")),
+            "{p}: {text}"
+        );
+    }
+    for p in &removed {
+        assert!(
+            text.lines().any(|l| l == format!("removed /{p}")),
+            "{p}: {text}"
+        );
+    }
+}
+
 #[test]
 fn diff_over_http_fetches_only_the_tree_and_seal_and_enforces_the_digest() {
     let tmp = tempfile::tempdir().unwrap();

@@ -10,6 +10,9 @@
 //! and the requests that fetch them. A block taken from a base is still checked against the new
 //! tree when it is used: the hash only says where to look.
 
+mod files;
+
+pub use files::{file_changes, FileChanges};
 use sealfs_reader::{ReadAt, Seal};
 use sealfs_verity::{authentic_leaves, BlockHasher, Params, TreeGeometry, TreeProblem};
 use std::collections::HashMap;
