@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""How much of a new version an update fetches, per layout (issue 41, "measure first"), as
+`sealfs diff` reports it.
+
+    bench/delta_layouts.py    (after `cargo build --release -p sealfs-cli` and `bench/corpus.sh linux`;
+                               SEALFS=target/release/sealfs, CORPUS_DIR=bench/.corpus,
+                               WORK=/var/tmp/sealfs-delta-layouts)
+
+v1: `fs/` of linux-source-6.1 (2,078 files, 46 MB). v2: 20 of its `.c` files (picked with a fixed
+seed) with 20 bytes inserted in the middle, and one new file of 3,500 bytes. Each layout builds
+both and `sealfs diff --json v1.img v2.img` says how many of v2's blocks v1 holds and what the
+update fetches. Prints a Markdown table.
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SEALFS = os.environ.get("SEALFS", str(HERE.parent / "target/release/sealfs"))
+CORPUS = Path(os.environ.get("CORPUS_DIR", HERE / ".corpus"))
+WORK = Path(os.environ.get("WORK", "/var/tmp/sealfs-delta-layouts"))
+LAYOUTS = [("default (uncompressed)", []), ("`-z lz4hc -C 65536`", ["-z", "lz4hc", "-C", "65536"]),
+           ("`--preset small`", ["--preset", "small"])]
+
+
+def main():
+    src = next((CORPUS / "linux").glob("linux-source-*")) / "fs"
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    v1, v2 = WORK / "v1", WORK / "v2"
+    shutil.copytree(src, v1, symlinks=True)
+    shutil.copytree(src, v2, symlinks=True)
+    r = random.Random(41)
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(v2) for f in fs if f.endswith(".c"))
+    changed = 0
+    for p in r.sample(files, 20):
+        b = open(p, "rb").read()
+        m = len(b) // 2
+        open(p, "wb").write(b[:m] + b"/* 20 bytes added */" + b[m:])
+        changed += len(b) + 20
+    (v2 / "new-file.c").write_bytes(b"/* new */\n" * 350)
+    changed += 3500
+    print(f"changed and new files: {changed:,} bytes\n")
+    print("| build | v2 blocks | found in v1 | to fetch | fetched bytes (blocks, tree, seal) | of the image |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, args in LAYOUTS:
+        imgs = []
+        for v in (v1, v2):
+            img = WORK / f"{v.name}-{len(imgs)}-{args[:1]}.img"
+            subprocess.run([SEALFS, "build", *args, str(v), str(img)], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            imgs.append(img)
+        d = json.loads(subprocess.run([SEALFS, "diff", "--json", str(imgs[0]), str(imgs[1])], check=True,
+                                      capture_output=True).stdout)
+        print(f"| {label} | {d['data_blocks']:,} | {d['reused_blocks']:,} "
+              f"({100 * d['reused_blocks'] / d['data_blocks']:.1f}%) | {d['fetch_blocks']:,} in {d['requests']} requests "
+              f"| {d['fetch_bytes']:,} | {100 * d['fetch_bytes'] / d['image_length']:.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
