@@ -58,6 +58,9 @@ pub fn default_dir() -> PathBuf {
 #[derive(Debug)]
 struct Usage {
     bytes: AtomicU64,
+    /// Bytes ever added ([`DiskCache::grew`]): what a prune's scan may have missed is what was
+    /// added since it began.
+    added: AtomicU64,
     pruning: AtomicBool,
 }
 
@@ -112,6 +115,7 @@ impl DiskCache {
             max_bytes,
             usage: Arc::new(Usage {
                 bytes: AtomicU64::new(0),
+                added: AtomicU64::new(0),
                 pruning: AtomicBool::new(false),
             }),
         };
@@ -178,6 +182,7 @@ impl DiskCache {
 
     /// Deletes chunk files, least recently used first, until the cache takes at most `target` bytes.
     pub fn prune(&self, target: u64) -> io::Result<Pruned> {
+        let added_before = self.usage.added.load(Relaxed);
         let mut chunks = self.chunk_files()?;
         chunks.sort_by_key(|c| c.modified);
         let mut total: u64 = chunks.iter().map(|c| c.bytes).sum();
@@ -197,7 +202,10 @@ impl DiskCache {
             }
         }
         pruned.left = total;
-        self.usage.bytes.store(total, Relaxed);
+        // Blocks written while the scan and the removals ran may be missing from `total`:
+        // counted again (some perhaps twice, which only prunes a little early).
+        let added_since = self.usage.added.load(Relaxed) - added_before;
+        self.usage.bytes.store(total + added_since, Relaxed);
         Ok(pruned)
     }
 
@@ -228,16 +236,29 @@ impl DiskCache {
         Ok(out)
     }
 
-    /// Counts `bytes` more; past the bound, prunes to 90% of it on a background thread (one at a time).
+    /// Counts `bytes` more; past the bound, prunes to 90% of it on a background thread (one at a
+    /// time), again while what was written during a prune leaves the cache over its bound.
     fn grew(&self, bytes: u64) {
+        self.usage.added.fetch_add(bytes, Relaxed);
         let now = self.usage.bytes.fetch_add(bytes, Relaxed) + bytes;
         if now <= self.max_bytes || self.usage.pruning.swap(true, Relaxed) {
             return;
         }
         let cache = self.clone();
-        std::thread::spawn(move || {
-            let _ = cache.prune(cache.max_bytes / 10 * 9);
+        std::thread::spawn(move || loop {
+            let pruned = cache.prune(cache.max_bytes / 10 * 9);
+            if pruned.is_ok() && cache.usage.bytes.load(Relaxed) > cache.max_bytes {
+                continue;
+            }
             cache.usage.pruning.store(false, Relaxed);
+            // A write that came after the check and before the flag fell started no prune: this
+            // thread goes on unless another took over.
+            if pruned.is_err()
+                || cache.usage.bytes.load(Relaxed) <= cache.max_bytes
+                || cache.usage.pruning.swap(true, Relaxed)
+            {
+                break;
+            }
         });
     }
 
