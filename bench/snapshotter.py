@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """containerd snapshotters (issue 39): from `pull` to the first output of `ctr run`, and the disk
-used afterwards, for containerd 2.x's `overlayfs`, `sealfs snapshotter` (a proxy plugin), and
+used afterwards, for containerd 2.x's `overlayfs`, `sealfs snapshotter` (a proxy plugin, with its
+differ: layers sealed from their blobs), `sealfs-dir` (the same without the differ: containerd
+extracts each layer into a directory, the commit seals it; what containerd 1.6 does), and
 containerd 2.x's own `erofs` snapshotter (with its EROFS differ, mkfs.erofs 1.9).
 
     bench/snapshotter.py        (as root; RUNS=3, SEALFS=target/release/sealfs,
@@ -8,7 +10,7 @@ containerd 2.x's own `erofs` snapshotter (with its EROFS differ, mkfs.erofs 1.9)
                                  EROFS_UTILS=target/oracles/erofs-utils-1.9/bin,
                                  TREES="/usr/share SRC=/usr/src/linux" the large layers, one
                                  layer per tree, SRC=DEST copied to DEST in the image,
-                                 SNAPSHOTTERS="overlayfs sealfs erofs",
+                                 SNAPSHOTTERS="overlayfs sealfs erofs sealfs-dir",
                                  CONTAINERD_LOG_LEVEL=info, KEEP=1 keeps each containerd's
                                  directory and logs)
 
@@ -54,7 +56,12 @@ def src_dest(tree):
     """(source directory, path in the image) of a TREES entry, `SRC=DEST` or `PATH`."""
     src, _, dest = tree.partition("=")
     return src, dest or src
-SNAPSHOTTERS = os.environ.get("SNAPSHOTTERS", "overlayfs sealfs erofs").split()
+SNAPSHOTTERS = os.environ.get("SNAPSHOTTERS", "overlayfs sealfs erofs sealfs-dir").split()
+
+
+def ctr_snapshotter(variant):
+    """The snapshotter `ctr` names for a variant (`sealfs-dir` is `sealfs` without the differ)."""
+    return "sealfs" if variant.startswith("sealfs") else variant
 WORK = os.path.join(HERE, ".snapshotter")
 PLATFORM = "linux/amd64"
 # containerd's log level; `debug` logs each layer's apply time ("diff applied", d=...). The log
@@ -175,7 +182,8 @@ class Containerd:
         d = self.dir
         unpack = ""
         for s in ["overlayfs", "sealfs", "erofs"]:
-            differ = '\n  differ = "erofs"' if s == "erofs" else ""
+            differ = {"erofs": "erofs", "sealfs": "sealfs-diff" if snapshotter == "sealfs" else ""}
+            differ = f'\n  differ = "{differ[s]}"' if differ.get(s) else ""
             unpack += (
                 f"[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]\n"
                 f'  platform = "{PLATFORM}"\n  snapshotter = "{s}"{differ}\n'
@@ -190,6 +198,13 @@ class Containerd:
                 "[plugins.'io.containerd.differ.v1.erofs']\n"
                 '  mkfs_options = ["-T0", "--mkfs-time", "--sort=none"]\n'
             )
+        if snapshotter == "sealfs":
+            # docs/usage.md: the sealfs differ first, the walking one for the rest.
+            erofs = (
+                f'[proxy_plugins.sealfs-diff]\n  type = "diff"\n  address = "{d}/sealfs.sock"\n'
+                "[plugins.'io.containerd.service.v1.diff-service']\n"
+                '  default = ["sealfs-diff", "walking"]\n'
+            )
         with open(os.path.join(d, "config.toml"), "w") as f:
             f.write(
                 f'version = 3\nroot = "{d}/root"\nstate = "{d}/state"\n'
@@ -200,7 +215,8 @@ class Containerd:
                 f"[debug]\n  level = \"{LOG_LEVEL}\"\n"
             )
         self.snapshotter = subprocess.Popen(
-            [SEALFS, "snapshotter", "--root", f"{d}/sealfs", "--address", f"{d}/sealfs.sock"],
+            [SEALFS, "snapshotter", "--root", f"{d}/sealfs", "--address", f"{d}/sealfs.sock",
+             "--containerd-address", f"{d}/containerd.sock"],
             stdout=subprocess.DEVNULL,
             stderr=open(f"{d}/snapshotter.log", "w"),
         )
@@ -256,8 +272,9 @@ class Containerd:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def measure(snapshotter, reference, script):
-    c = Containerd(snapshotter)
+def measure(variant, reference, script):
+    c = Containerd(variant)
+    snapshotter = ctr_snapshotter(variant)
     try:
         drop_caches()
         t0 = time.monotonic()
@@ -289,6 +306,11 @@ def measure(snapshotter, reference, script):
             images = sh(["find", snaps_dir, "-xdev", "-type", "f", "-name", f"*{suffix}"]).split()
             if not images:
                 raise RuntimeError(f"{snapshotter}: no *{suffix} layer under {snaps_dir}")
+        if variant == "sealfs":
+            # Every layer sealed by the differ, none from a directory.
+            log = open(f"{c.dir}/snapshotter.log").read()
+            if log.count(" as a sealed layer: ") != 1 + len(TREES):
+                raise RuntimeError(f"sealfs: not every layer went through the differ:\n{log}")
         return {"time": t, "pull": pulled, "content": content, "snapshots": snaps}
     finally:
         c.stop()

@@ -27,6 +27,18 @@ listed there, so list it beside overlayfs:
     platform = \"linux/amd64\"
     snapshotter = \"overlayfs\"
 
+containerd 1.7 and 2.x also take the differ served on the same socket, which seals each layer \
+straight from its blob in containerd's content store (--containerd-address) rather than from a \
+directory containerd extracted it into:
+
+  [proxy_plugins.sealfs-diff]
+    type = \"diff\"
+    address = \"/run/sealfs/snapshotter.sock\"
+  [plugins.'io.containerd.service.v1.diff-service']
+    default = [\"sealfs-diff\", \"walking\"]
+
+and `differ = \"sealfs-diff\"` in sealfs's unpack_config entry.
+
 Use it with `ctr image pull --snapshotter sealfs ...`, `ctr run --snapshotter sealfs ...`; for \
 Kubernetes, set snapshotter = \"sealfs\" in the CRI plugin's section: \
 [plugins.\"io.containerd.grpc.v1.cri\".containerd] (1.6, 1.7) or \
@@ -52,6 +64,14 @@ pub struct SnapshotterArgs {
         default_value = "/run/sealfs/snapshotter.sock"
     )]
     address: PathBuf,
+    /// containerd's socket: the differ served on --address reads layer blobs from its content
+    /// store.
+    #[arg(
+        long,
+        value_name = "SOCKET",
+        default_value = "/run/containerd/containerd.sock"
+    )]
+    containerd_address: PathBuf,
 }
 
 /// What `sealfs snapshotter` does besides serving.
@@ -85,7 +105,7 @@ pub fn run(args: SnapshotterArgs) -> Result<ExitCode> {
     if let Some(SnapshotterCommand::Status(s)) = args.command {
         return run_status(s);
     }
-    sealfs_snapshot::serve(&args.root, &args.address)?;
+    sealfs_snapshot::serve(&args.root, &args.address, &args.containerd_address)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -34,6 +34,7 @@ fn containerd2_runs_an_image_under_sealfs_as_under_overlayfs() {
     let c = Containerd::start_with(Setup {
         bin_dir: Some(containerd2_bin_dir().unwrap()),
         version: 3,
+        differ: true,
         ..Setup::default()
     });
     let version = c.ok(&["version"]);
@@ -59,6 +60,14 @@ fn containerd2_runs_an_image_under_sealfs_as_under_overlayfs() {
         3,
         "one sealed layer per image layer: {ls}"
     );
+    // Each built by the differ from its tar stream (containerd asked it first), none from a
+    // directory of files.
+    let log = c.log();
+    assert_eq!(
+        log.matches(" as a sealed layer: ").count(),
+        3,
+        "the differ applied every layer: {log}"
+    );
     let survey = |snapshotter: &str| {
         c.run_script(
             snapshotter,
@@ -79,6 +88,263 @@ fn containerd2_runs_an_image_under_sealfs_as_under_overlayfs() {
         "containerd {CONTAINERD2_VERSION}: {} lines of survey, the same under both",
         ours.lines().count()
     );
+}
+
+/// An OCI image archive (as `ctr image import` takes it) in `dir/NAME.tar`, its layers gzip
+/// tars written by Python's `tarfile`: each layer a list of entries, each `{"name", "kind"}`
+/// (`file`, `dir`, or `link` to `target`) with optional `mode`, `uid`, `gid`, `mtime` and
+/// `xattrs` (PAX `SCHILY.xattr.*` records).
+fn oci_archive(dir: &Path, name: &str, layers: &serde_json::Value) -> PathBuf {
+    let out = dir.join(name);
+    let script = r#"
+import gzip, hashlib, io, json, os, sys, tarfile
+layers, out = json.loads(sys.argv[1]), sys.argv[2]
+os.makedirs(out + "/blobs/sha256", exist_ok=True)
+def blob(b):
+    d = hashlib.sha256(b).hexdigest()
+    open(out + "/blobs/sha256/" + d, "wb").write(b)
+    return {"digest": "sha256:" + d, "size": len(b)}
+descs, diff_ids = [], []
+for entries in layers:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for e in entries:
+            info = tarfile.TarInfo(e["name"])
+            info.mode = e.get("mode", 0o644 if e["kind"] == "file" else 0o755)
+            info.uid, info.gid, info.mtime = e.get("uid", 0), e.get("gid", 0), e.get("mtime", 0)
+            info.pax_headers = {"SCHILY.xattr." + k: v for k, v in e.get("xattrs", {}).items()}
+            if e["kind"] == "dir":
+                info.type = tarfile.DIRTYPE
+                t.addfile(info)
+            elif e["kind"] == "link":
+                info.type = tarfile.LNKTYPE
+                info.linkname = e["target"]
+                t.addfile(info)
+            else:
+                data = e.get("data", "data\n").encode()
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    diff_ids.append("sha256:" + hashlib.sha256(raw.getvalue()).hexdigest())
+    descs.append(dict(blob(gzip.compress(raw.getvalue(), mtime=0)),
+                      mediaType="application/vnd.oci.image.layer.v1.tar+gzip"))
+config = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
+    "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
+manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+    "config": dict(blob(config), mediaType="application/vnd.oci.image.config.v1+json"),
+    "layers": descs}).encode()
+index = {"schemaVersion": 2, "manifests": [dict(blob(manifest),
+    mediaType="application/vnd.oci.image.manifest.v1+json",
+    annotations={"org.opencontainers.image.ref.name": "t"})]}
+json.dump(index, open(out + "/index.json", "w"))
+json.dump({"imageLayoutVersion": "1.0.0"}, open(out + "/oci-layout", "w"))
+"#;
+    let made = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(layers.to_string())
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    sh(&format!("tar -C '{0}' -cf '{0}.tar' .", out.display()));
+    out.with_extension("tar")
+}
+
+#[test]
+fn containerd2_differ_refuses_a_layer_that_leaves_its_tree() {
+    if !containerd_guard() || !oracle_guard(containerd2_bin_dir().map(|_| ())) {
+        return;
+    }
+    let c = Containerd::start_with(Setup {
+        bin_dir: Some(containerd2_bin_dir().unwrap()),
+        version: 3,
+        differ: true,
+        ..Setup::default()
+    });
+    let escape = format!("sealfs-escape-{}", std::process::id());
+    let outside = std::env::temp_dir().join(&escape);
+    let up = format!("../../../../../../../..{}", outside.display());
+    let cases = [
+        serde_json::json!({"name": up, "kind": "file"}),
+        serde_json::json!({"name": "ok", "kind": "link", "target": up}),
+    ];
+    for (i, entry) in cases.iter().enumerate() {
+        let archive = oci_archive(
+            c.dir.path(),
+            &format!("hostile{i}"),
+            &serde_json::json!([[{"name": "a", "kind": "file"}, entry]]),
+        );
+        let out = run(c.ctr().args([
+            "image",
+            "import",
+            "--base-name",
+            &format!("sealfs.test/hostile{i}"),
+            "--snapshotter",
+            "sealfs",
+            archive.to_str().unwrap(),
+        ]));
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "imported: {said}");
+        // The reason, naming the entry, in ctr's error and the snapshotter's log (containerd's
+        // log has it too, as the differ's answer).
+        assert!(
+            said.contains("'..' component") && said.contains(&escape),
+            "ctr says why: {said}"
+        );
+        let log = c.log();
+        assert!(
+            log.contains("'..' component") && log.contains(&escape),
+            "{log}"
+        );
+        assert!(!outside.exists(), "{} was written", outside.display());
+    }
+    // No layer was committed, and nothing of the refused layers is left.
+    assert!(!c.snap(&["ls"]).contains("Committed"));
+    assert!(
+        fs::read_dir(c.root().join("layers"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "a layer image was left"
+    );
+}
+
+/// The top committed snapshot of `snapshotter` (the one no other has as parent), viewed as `key`
+/// (labelled a garbage-collection root, made again if a collection took it first) and mounted
+/// on `target` as `ctr snapshots mounts` says.
+fn mount_top(c: &Containerd, snapshotter: &str, key: &str, target: &Path) {
+    let ls = c.ok(&["snapshots", "--snapshotter", snapshotter, "ls"]);
+    let rows: Vec<Vec<&str>> = ls
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let top = rows
+        .iter()
+        .filter(|r| r.last() == Some(&"Committed"))
+        .map(|r| r[0])
+        .find(|k| !rows.iter().any(|r| r.len() == 3 && r[1] == *k))
+        .unwrap_or_else(|| panic!("no top snapshot: {ls}"));
+    let label = "containerd.io/gc.root=test";
+    let kept = (0..5).any(|_| {
+        c.ok(&["snapshots", "--snapshotter", snapshotter, "view", key, top]);
+        run(c.ctr().args([
+            "snapshots",
+            "--snapshotter",
+            snapshotter,
+            "label",
+            key,
+            label,
+        ]))
+        .status
+        .success()
+    });
+    assert!(kept, "the view {key} was collected five times over");
+    fs::create_dir_all(target).unwrap();
+    let line = c.ok(&[
+        "snapshots",
+        "--snapshotter",
+        snapshotter,
+        "mounts",
+        target.to_str().unwrap(),
+        key,
+    ]);
+    sh(&line);
+}
+
+#[test]
+fn containerd2_differ_makes_missing_parents_as_containerds_applier() {
+    if !containerd_guard() || !oracle_guard(containerd2_bin_dir().map(|_| ())) {
+        return;
+    }
+    let c = Containerd::start_with(Setup {
+        bin_dir: Some(containerd2_bin_dir().unwrap()),
+        version: 3,
+        differ: true,
+        ..Setup::default()
+    });
+    // The second layer adds files under d/ (and d/sub/) without entries for those directories,
+    // and under e/, which no layer gives.
+    let archive = oci_archive(
+        c.dir.path(),
+        "parents",
+        &serde_json::json!([
+            [
+                {"name": "d", "kind": "dir", "mode": 0o750, "uid": 1234, "gid": 5678,
+                 "mtime": 1000000000, "xattrs": {"user.colour": "blue"}},
+                {"name": "d/sub", "kind": "dir", "mode": 0o1777, "mtime": 1100000000},
+                {"name": "d/one", "kind": "file"},
+            ],
+            [
+                {"name": "d/two", "kind": "file"},
+                {"name": "d/sub/three", "kind": "file"},
+                {"name": "e/f", "kind": "file"},
+            ]
+        ]),
+    );
+    let mut seen = Vec::new();
+    for snapshotter in ["sealfs", "overlayfs"] {
+        c.ok(&[
+            "image",
+            "import",
+            "--base-name",
+            "sealfs.test/parents",
+            "--snapshotter",
+            snapshotter,
+            archive.to_str().unwrap(),
+        ]);
+        let m = c.dir.path().join(format!("m-{snapshotter}"));
+        mount_top(&c, snapshotter, &format!("v-{snapshotter}"), &m);
+        seen.push(sh(&format!(
+            "cd '{}' && stat -c '%n %f %u %g' d d/sub d/one d/two d/sub/three e e/f && \
+             getfattr --absolute-names -d -m user. d d/sub e && stat -c '%n %Y' d d/sub e",
+            m.display()
+        )));
+        sh(&format!("umount '{}'", m.display()));
+    }
+    assert!(
+        c.log().matches(" as a sealed layer: ").count() == 2,
+        "{}",
+        c.log()
+    );
+    // The same modes, owners and xattrs. The times differ: containerd's applier copies the
+    // lower directory's, then extracting into it sets the time of extraction; the differ keeps
+    // the lower one's (an image does not depend on when it was made).
+    let (ours, theirs) = (
+        seen[0].rsplit_once("# file").unwrap(),
+        seen[1].rsplit_once("# file").unwrap(),
+    );
+    assert_eq!(ours.0, theirs.0, "sealfs and overlayfs differ");
+    let times = |s: &str| {
+        s.lines()
+            .rev()
+            .take(3)
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        times(&seen[0]),
+        ["e 0", "d/sub 1100000000", "d 1000000000"],
+        "{}",
+        seen[0]
+    );
+    assert_eq!(
+        seen[0].lines().filter(|l| l.starts_with("user.")).count(),
+        seen[1].lines().filter(|l| l.starts_with("user.")).count()
+    );
+    // d and d/sub as the first layer made them (the second layer's copies shadow them).
+    assert!(seen[0].contains("d 41e8 1234 5678\n"), "{}", seen[0]);
+    assert!(seen[0].contains("d/sub 43ff 0 0\n"), "{}", seen[0]);
+    assert!(seen[0].contains("user.colour=\"blue\""), "{}", seen[0]);
+    println!("{}", seen[0]);
 }
 
 #[test]
@@ -353,6 +619,8 @@ fn cri_pod_survey(flavor: Flavor) {
         },
         cri: true,
         extra: cri_config(flavor, &pause),
+        // containerd 1.6 has no diff proxy plugins: its layers are committed from directories.
+        differ: matches!(flavor, Flavor::Containerd2),
     });
     let d = c.dir.path();
     let certs = d.join("certs.d").join(&host);
@@ -381,6 +649,13 @@ fn cri_pod_survey(flavor: Flavor) {
     println!("{}", crictl.ok(&c, &["version"]));
 
     crictl.ok(&c, &["pull", &image]);
+    if matches!(flavor, Flavor::Containerd2) {
+        let log = c.log();
+        assert!(
+            log.contains(" as a sealed layer: "),
+            "the CRI pull's layers went through the differ: {log}"
+        );
+    }
     // On the host's network, so in its UTS namespace too: no `hostname` (runc refuses to set
     // one without a private UTS namespace).
     let pod_json = d.join("pod.json");

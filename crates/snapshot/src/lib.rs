@@ -9,8 +9,11 @@
 //! transactional store ([`store`]); the lifecycle follows containerd's `snapshots/overlay`
 //! ([`service`]); [`serve`] answers containerd's snapshots API (gRPC, through the
 //! `containerd-snapshots` crate) on a unix socket, as a proxy plugin, and what it holds
-//! ([`status`]) on a second one; `List` takes containerd's filters ([`filter`]).
+//! ([`status`]) on a second one; `List` takes containerd's filters ([`filter`]). Where
+//! containerd lets a proxy plugin be its differ (1.7 and 2.x), [`differ`] builds each layer's
+//! image straight from its tar stream instead, and the commit takes it as it is.
 
+pub mod differ;
 pub mod error;
 pub mod filter;
 pub mod layer;
@@ -28,8 +31,10 @@ use std::sync::Arc;
 /// Serves the snapshotter with state under `root` on the unix socket `address` until SIGINT or
 /// SIGTERM, then unmounts its layers. A socket file left at `address` by a previous run is
 /// replaced; the new one is readable and writable by its owner only. Its status is served on
-/// `ROOT/status.sock` ([`status`]) the same way.
-pub fn serve(root: &Path, address: &Path) -> Result<()> {
+/// `ROOT/status.sock` ([`status`]) the same way. The same socket serves containerd's diff
+/// service ([`differ`]), which reads layers from the content store of the containerd at
+/// `containerd` (its socket).
+pub fn serve(root: &Path, address: &Path, containerd: &Path) -> Result<()> {
     let snapshotter = Arc::new(Snapshotter::open(root)?);
     let status_socket = status::socket_path(snapshotter.root());
     let status_listener = bind_owner_only(&status_socket)?;
@@ -77,6 +82,7 @@ pub fn serve(root: &Path, address: &Path) -> Result<()> {
             .add_service(containerd_snapshots::server(Arc::new(Service(
                 snapshotter.clone(),
             ))))
+            .add_service(differ::server(snapshotter.clone(), containerd))
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::UnixListenerStream::new(listener),
                 shutdown,

@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::filter::{Filters, SnapshotFields};
 use crate::layer::{self, LayerMount};
 use crate::status::{self, Layout, MountStatus, Status};
-use crate::store::{Kind, Record, Store};
+use crate::store::{Applied, Kind, Record, Store};
 use containerd_snapshots::api::types::Mount;
 use containerd_snapshots::{Info, Usage};
 use std::collections::{HashMap, HashSet};
@@ -44,6 +44,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
+
+/// The name, in an active snapshot's directory, of the layer image the differ built for it
+/// ([`Snapshotter::apply`]).
+pub const APPLIED_IMAGE: &str = "layer.sealfs";
 
 /// A containerd snapshotter over one root directory.
 pub struct Snapshotter {
@@ -351,9 +355,151 @@ impl Snapshotter {
         active(&r)?;
         let dir = self.snapshot_dir(r.id);
         let image = self.layer_image(r.id);
-        // 1. The image, complete, or nothing: the builder renames it into place when done.
-        let summary = sealfs_builder::build(
-            &dir.join("fs"),
+        // 1. The image, complete, or nothing: the builder renames it into place when done; a
+        //    layer the differ built is linked there (its own name stays until step 4, so a
+        //    crash before step 3 leaves it to a commit after the restart).
+        let built = match &r.applied {
+            Some(applied) => self
+                .link_applied(key, &dir, &image)
+                .map(|()| (applied.digest.clone(), applied.inodes)),
+            None => sealfs_builder::build(
+                &dir.join("fs"),
+                &image,
+                &layer_build_options(),
+                &sealfs_builder::NoProgress,
+            )
+            .map_err(|source| Error::Build {
+                key: key.to_string(),
+                source,
+            })
+            .and_then(|summary| {
+                let digest = summary.seal.map(|s| s.digest.to_string()).ok_or_else(|| {
+                    Error::FailedPrecondition("the layer image was built unsealed".into())
+                })?;
+                Ok((digest, summary.inodes))
+            }),
+        };
+        let (digest, inodes) = built?;
+        let record = || -> Result<()> {
+            // 2. On disk before the record that names it.
+            let size = sync_file(&image)?.blocks() * 512;
+            let layers = self.root.join("layers");
+            std::fs::File::open(&layers)
+                .and_then(|d| d.sync_all())
+                .map_err(Error::io(&layers))?;
+            if gone() {
+                // Logged here: nobody awaits the call's answer any more.
+                let e = Error::Abandoned(key.to_string());
+                eprintln!("sealfs snapshotter: commit: {e}");
+                return Err(e);
+            }
+            // 3. One transaction.
+            let r = self
+                .store
+                .commit(key, name, labels, digest.clone(), size, inodes)?;
+            eprintln!(
+                "sealfs snapshotter: committed {} as {}: layer {}, {size} bytes, {digest}",
+                sealfs_text::Escaped(key.as_bytes()),
+                sealfs_text::Escaped(name.as_bytes()),
+                r.id
+            );
+            Ok(())
+        };
+        if let Err(e) = record() {
+            let _ = std::fs::remove_file(&image);
+            return Err(e);
+        }
+        // 4. Freed; what a crash leaves here is deleted at the next start.
+        std::fs::remove_dir_all(&dir).map_err(Error::io(&dir))
+    }
+
+    /// The key of the active snapshot whose upper directory is `upper` (as `Prepare` returned
+    /// it in the mounts), if it is one of this snapshotter's.
+    pub fn active_with_upper(&self, upper: &Path) -> Result<Option<String>> {
+        let snapshots = self.root.join("snapshots");
+        let id = upper.strip_prefix(&snapshots).ok().and_then(|rest| {
+            let mut parts = rest.components();
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(id), Some(fs), None) if fs.as_os_str() == "fs" => {
+                    id.as_os_str().to_str()?.parse::<u64>().ok()
+                }
+                _ => None,
+            }
+        });
+        let Some(id) = id else { return Ok(None) };
+        Ok(self
+            .store
+            .list()?
+            .into_iter()
+            .find(|(_, r)| r.id == id && r.kind == Kind::Active)
+            .map(|(key, _)| key))
+    }
+
+    /// The committed layers below the active snapshot `key`, nearest first, each opened with
+    /// the digest recorded at its commit (every block read from them verified).
+    pub fn lower_images(&self, key: &str) -> Result<Vec<sealfs_reader::Image>> {
+        let r = self.store.get(key)?;
+        let mut out = Vec::new();
+        for (_, p) in self.ancestors(&r.parent)? {
+            let image = self.layer_image(p.id);
+            let fail = |reason: String| Error::Mount {
+                image: image.clone(),
+                reason,
+            };
+            let digest: sealfs_reader::Digest = p
+                .digest
+                .as_deref()
+                .ok_or_else(|| fail("no digest recorded for the layer".into()))?
+                .parse()
+                .map_err(|e| fail(format!("recorded digest: {e}")))?;
+            let opened = sealfs_reader::open(
+                image.clone(),
+                &sealfs_reader::OpenOptions::new().digest(digest),
+            )
+            .map_err(|e| fail(e.to_string()))?;
+            out.push(opened.image);
+        }
+        Ok(out)
+    }
+
+    /// Builds the sealed layer image of the active snapshot `key` from `source` (its layer's
+    /// tar, whiteouts kept as overlayfs reads them), in the snapshot's directory, and records it:
+    /// its commit then takes that image as it is. `diff_id` is asked once the source has been
+    /// read whole (it names what was read). Refused when the snapshot's upper directory is not
+    /// empty (a layer was applied into it as files). On any error no image is left and nothing
+    /// is recorded.
+    pub fn apply(
+        &self,
+        key: &str,
+        source: &mut dyn sealfs_builder::Source,
+        diff_id: &mut dyn FnMut() -> Result<String>,
+    ) -> Result<Applied> {
+        let _changing = self.changing.read().unwrap_or_else(|e| e.into_inner());
+        let r = self.store.get(key)?;
+        let _claim = self.claim_commit(r.id);
+        let r = self.store.get(key)?;
+        if r.kind != Kind::Active {
+            return Err(Error::FailedPrecondition(format!(
+                "snapshot {} is not active: a layer is applied only to an active snapshot",
+                sealfs_text::Escaped(key.as_bytes())
+            )));
+        }
+        let dir = self.snapshot_dir(r.id);
+        let upper = dir.join("fs");
+        if std::fs::read_dir(&upper)
+            .map_err(Error::io(&upper))?
+            .next()
+            .is_some()
+        {
+            return Err(Error::FailedPrecondition(format!(
+                "snapshot {}: its directory is not empty: a layer is applied as a sealed image \
+                 only to an empty snapshot",
+                sealfs_text::Escaped(key.as_bytes())
+            )));
+        }
+        let image = dir.join(APPLIED_IMAGE);
+        let summary = sealfs_builder::build_from(
+            source,
             &image,
             &layer_build_options(),
             &sealfs_builder::NoProgress,
@@ -362,41 +508,61 @@ impl Snapshotter {
             key: key.to_string(),
             source,
         })?;
-        let recorded = summary
-            .seal
-            .map(|s| s.digest.to_string())
-            .ok_or_else(|| Error::FailedPrecondition("the layer image was built unsealed".into()))
-            .and_then(|digest| {
-                // 2. On disk before the record that names it.
-                let size = sync_file(&image)?.blocks() * 512;
-                let layers = self.root.join("layers");
-                std::fs::File::open(&layers)
-                    .and_then(|d| d.sync_all())
-                    .map_err(Error::io(&layers))?;
-                if gone() {
-                    // Logged here: nobody awaits the call's answer any more.
-                    let e = Error::Abandoned(key.to_string());
-                    eprintln!("sealfs snapshotter: commit: {e}");
-                    return Err(e);
-                }
-                // 3. One transaction.
-                let r =
-                    self.store
-                        .commit(key, name, labels, digest.clone(), size, summary.inodes)?;
-                eprintln!(
-                    "sealfs snapshotter: committed {} as {}: layer {}, {size} bytes, {digest}",
-                    sealfs_text::Escaped(key.as_bytes()),
-                    sealfs_text::Escaped(name.as_bytes()),
-                    r.id
-                );
-                Ok(())
-            });
-        if let Err(e) = recorded {
+        let mut record = || -> Result<Applied> {
+            let digest = summary
+                .seal
+                .as_ref()
+                .map(|s| s.digest.to_string())
+                .ok_or_else(|| {
+                    Error::FailedPrecondition("the layer image was built unsealed".into())
+                })?;
+            let applied = Applied {
+                digest,
+                inodes: summary.inodes,
+                diff_id: diff_id()?,
+            };
+            sync_file(&image)?;
+            std::fs::File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(Error::io(&dir))?;
+            self.store.set_applied(key, Some(applied.clone()))?;
+            Ok(applied)
+        };
+        let applied = record().inspect_err(|_| {
             let _ = std::fs::remove_file(&image);
-            return Err(e);
+        })?;
+        eprintln!(
+            "sealfs snapshotter: applied {} to {} as a sealed layer: {} inodes, {}",
+            sealfs_text::Escaped(applied.diff_id.as_bytes()),
+            sealfs_text::Escaped(key.as_bytes()),
+            applied.inodes,
+            applied.digest
+        );
+        Ok(applied)
+    }
+
+    /// Links the layer image the differ built for the active snapshot `key` (in its directory
+    /// `dir`) at `image`. Refused when anything was written to the snapshot's upper directory
+    /// besides: the image holds the layer alone, and what was written would be lost.
+    fn link_applied(&self, key: &str, dir: &Path, image: &Path) -> Result<()> {
+        let upper = dir.join("fs");
+        let written = std::fs::read_dir(&upper)
+            .map_err(Error::io(&upper))?
+            .next()
+            .is_some();
+        if written {
+            return Err(Error::FailedPrecondition(format!(
+                "snapshot {}: its layer was applied as a sealed image, and files were written \
+                 to its directory besides: committing would lose them",
+                sealfs_text::Escaped(key.as_bytes())
+            )));
         }
-        // 4. Freed; what a crash leaves here is deleted at the next start.
-        std::fs::remove_dir_all(&dir).map_err(Error::io(&dir))
+        let applied = dir.join(APPLIED_IMAGE);
+        match std::fs::remove_file(image) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(image)(e)),
+            _ => {}
+        }
+        std::fs::hard_link(&applied, image).map_err(Error::io(&applied))
     }
 
     /// Waits until no other commit of snapshot `id` runs, then claims it.

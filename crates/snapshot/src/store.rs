@@ -47,6 +47,22 @@ pub struct Record {
     pub size: u64,
     /// Committed: inodes in the layer image.
     pub inodes: u64,
+    /// Active: the layer image the differ built from the layer's tar ([`crate::differ`]), which
+    /// the commit takes as it is (the snapshot's directory stays empty).
+    #[serde(default)]
+    pub applied: Option<Applied>,
+}
+
+/// A layer image built for an active snapshot from its layer's tar stream, waiting in the
+/// snapshot's directory for its commit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The sealed image's digest, recorded when it was built.
+    pub digest: String,
+    /// Inodes in it.
+    pub inodes: u64,
+    /// The uncompressed layer's digest (its diff ID), as the differ answered it.
+    pub diff_id: String,
 }
 
 /// The store of snapshot records.
@@ -150,6 +166,7 @@ impl Store {
                 digest: None,
                 size: 0,
                 inodes: 0,
+                applied: None,
             };
             t.insert(key, encode(&record).as_slice())
                 .map_err(Error::store("creating"))?;
@@ -194,11 +211,37 @@ impl Store {
             r.digest = Some(digest);
             r.size = size;
             r.inodes = inodes;
+            r.applied = None;
             t.insert(name, encode(&r).as_slice())
                 .map_err(Error::store("committing"))?;
             r
         };
         tx.commit().map_err(Error::store("committing"))?;
+        Ok(record)
+    }
+
+    /// Records (or with `None` forgets) the layer image built for the active snapshot `key`.
+    pub fn set_applied(&self, key: &str, applied: Option<Applied>) -> Result<Record> {
+        let tx = self.db.begin_write().map_err(Error::store("applying"))?;
+        let record = {
+            let mut t = tx.open_table(SNAPSHOTS).map_err(Error::store("applying"))?;
+            let mut r = match t.get(key).map_err(Error::store("applying"))? {
+                Some(v) => decode(key, v.value())?,
+                None => return Err(Error::NotFound(key.to_string())),
+            };
+            if r.kind != Kind::Active {
+                return Err(Error::FailedPrecondition(format!(
+                    "snapshot {} is not active: a layer is applied only to an active snapshot",
+                    sealfs_text::Escaped(key.as_bytes())
+                )));
+            }
+            r.applied = applied;
+            r.updated = SystemTime::now();
+            t.insert(key, encode(&r).as_slice())
+                .map_err(Error::store("applying"))?;
+            r
+        };
+        tx.commit().map_err(Error::store("applying"))?;
         Ok(record)
     }
 

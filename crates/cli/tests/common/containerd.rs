@@ -69,6 +69,11 @@ pub struct Setup {
     pub cri: bool,
     /// TOML appended to the config, each `{dir}` replaced by the containerd's directory.
     pub extra: String,
+    /// Whether the snapshotter's differ is wired in (containerd 1.7+; 1.6 has no diff proxy
+    /// plugins): a proxy plugin `sealfs-diff` of type `diff` on the snapshotter's socket, first
+    /// in the diff service's defaults and the differ of `sealfs` in the transfer service's
+    /// `unpack_config`.
+    pub differ: bool,
 }
 
 impl Default for Setup {
@@ -78,6 +83,7 @@ impl Default for Setup {
             version: 2,
             cri: false,
             extra: String::new(),
+            differ: false,
         }
     }
 }
@@ -129,8 +135,21 @@ impl Containerd {
                     "[[plugins.\"io.containerd.transfer.v1.local\".unpack_config]]\n  \
                      platform = \"{platform}\"\n  snapshotter = \"{snapshotter}\"\n"
                 );
+                if snapshotter == "sealfs" && setup.differ {
+                    v3 += "  differ = \"sealfs-diff\"\n";
+                }
             }
             v3
+        } else {
+            String::new()
+        };
+        let differ = if setup.differ {
+            format!(
+                "[proxy_plugins.sealfs-diff]\n  type = \"diff\"\n  address = \"{}/sealfs.sock\"\n\
+                 [plugins.\"io.containerd.service.v1.diff-service\"]\n  \
+                 default = [\"sealfs-diff\", \"walking\"]\n",
+                d.display()
+            )
         } else {
             String::new()
         };
@@ -139,7 +158,7 @@ impl Containerd {
             format!(
                 "version = {1}\nroot = \"{0}/root\"\nstate = \"{0}/state\"\n{disabled}\
                  [grpc]\n  address = \"{0}/containerd.sock\"\n\
-                 [proxy_plugins.sealfs]\n  type = \"snapshot\"\n  address = \"{0}/sealfs.sock\"\n{v3}{2}",
+                 [proxy_plugins.sealfs]\n  type = \"snapshot\"\n  address = \"{0}/sealfs.sock\"\n{differ}{v3}{2}",
                 d.display(),
                 setup.version,
                 setup.extra.replace("{dir}", &d.display().to_string()),
@@ -219,6 +238,8 @@ impl Containerd {
                 .arg(d.join("sealfs"))
                 .arg("--address")
                 .arg(d.join("sealfs.sock"))
+                .arg("--containerd-address")
+                .arg(d.join("containerd.sock"))
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -355,6 +376,8 @@ impl Containerd {
                 .arg(root)
                 .arg("--address")
                 .arg(d.join("sealfs.sock"))
+                .arg("--containerd-address")
+                .arg(d.join("containerd.sock"))
                 .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(log)

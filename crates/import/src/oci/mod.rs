@@ -33,7 +33,7 @@ use crate::tar::{Layer, TarSource};
 use spec::{Config, Descriptor, Parsed, Platform};
 use std::io::{self, Read};
 use std::sync::{Arc, Mutex};
-pub use verify::Verified;
+pub use verify::{Shared as SharedVerified, Verified};
 
 /// Where an image's blobs come from: a layout's `blobs/` directory, a registry. The importer
 /// checks every blob's size and digest as it reads it; a store need not.
