@@ -217,6 +217,79 @@ fn containerd2_differ_refuses_a_layer_that_leaves_its_tree() {
     );
 }
 
+#[test]
+fn containerd2_differ_refuses_a_blob_changed_in_the_content_store() {
+    if !containerd_guard() || !oracle_guard(containerd2_bin_dir().map(|_| ())) {
+        return;
+    }
+    let c = Containerd::start_with(Setup {
+        bin_dir: Some(containerd2_bin_dir().unwrap()),
+        version: 3,
+        differ: true,
+        ..Setup::default()
+    });
+    let image = make_image(c.dir.path());
+    let import = |snapshotter: &str| {
+        run(c.ctr().args([
+            "image",
+            "import",
+            "--base-name",
+            "sealfs.test/img",
+            "--snapshotter",
+            snapshotter,
+            image.to_str().unwrap(),
+        ]))
+    };
+    assert!(import("overlayfs").status.success());
+    // One byte of the largest layer blob flipped where containerd keeps it; importing again
+    // finds the blob present (by its digest) and unpacks what is there.
+    let blobs = c
+        .dir
+        .path()
+        .join("root/io.containerd.content.v1.content/blobs/sha256");
+    let largest = fs::read_dir(&blobs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| fs::metadata(p).unwrap().len())
+        .unwrap();
+    let mut bytes = fs::read(&largest).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x01;
+    fs::write(&largest, &bytes).unwrap();
+    let out = import("sealfs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "imported: {said}");
+    let digest = largest.file_name().unwrap().to_string_lossy().into_owned();
+    let log = c.log();
+    assert!(
+        log.contains("not to the digest its descriptor gives") && log.contains(&digest),
+        "the snapshotter names the blob and why: {log}"
+    );
+    assert!(
+        said.contains("not to the digest its descriptor gives"),
+        "ctr says why: {said}"
+    );
+    // Nothing built from it is left waiting for a commit.
+    let left = sh(&format!(
+        "find '{}' -name layer.sealfs",
+        c.root().join("snapshots").display()
+    ));
+    assert_eq!(left, "", "an applied image of the changed blob was left");
+    // No layer was built from the changed blob: the layers committed are those below it.
+    let applied = log.matches(" as a sealed layer: ").count();
+    let committed = c
+        .snap(&["ls"])
+        .lines()
+        .filter(|l| l.contains("Committed"))
+        .count();
+    assert_eq!(applied, committed, "{log}");
+    assert!(committed < 3, "{log}");
+}
+
 /// The top committed snapshot of `snapshotter` (the one no other has as parent), viewed as `key`
 /// (labelled a garbage-collection root, made again if a collection took it first) and mounted
 /// on `target` as `ctr snapshots mounts` says.

@@ -81,17 +81,28 @@ fn upper_dir(mounts: &[Mount]) -> Option<PathBuf> {
     }
 }
 
-/// A blocking reader of the chunks a task receives from containerd's content store.
+/// A blocking reader of chunks that another task or thread sends: the blob from containerd's
+/// content store, the decompressed layer.
 struct Chunks {
-    rx: tokio::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    next: Box<dyn FnMut() -> Option<io::Result<Vec<u8>>> + Send>,
     chunk: Vec<u8>,
     at: usize,
+}
+
+impl Chunks {
+    fn new(next: impl FnMut() -> Option<io::Result<Vec<u8>>> + Send + 'static) -> Chunks {
+        Chunks {
+            next: Box::new(next),
+            chunk: Vec::new(),
+            at: 0,
+        }
+    }
 }
 
 impl Read for Chunks {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.at == self.chunk.len() {
-            match self.rx.blocking_recv() {
+            match (self.next)() {
                 None => return Ok(0),
                 Some(Err(e)) => return Err(e),
                 Some(Ok(chunk)) => {
@@ -107,30 +118,74 @@ impl Read for Chunks {
     }
 }
 
-/// The uncompressed tar stream, hashed as it is read (its digest is the layer's diff ID).
-struct Hashed {
-    inner: Box<dyn Read + Send>,
-    hasher: sha2::Sha256,
-    len: u64,
-}
-
-impl Read for Hashed {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.len += n as u64;
-        Ok(n)
-    }
-}
-
-/// [`Hashed`], shared between the tar reader and the layer's finish.
+/// [`Chunks`], shared between the tar reader and the layer's finish.
 #[derive(Clone)]
-struct SharedHashed(Arc<Mutex<Hashed>>);
+struct SharedChunks(Arc<Mutex<Chunks>>);
 
-impl Read for SharedHashed {
+impl Read for SharedChunks {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).read(buf)
     }
+}
+
+/// Bytes a decompressed chunk holds.
+const CHUNK: usize = 1 << 20;
+
+/// The uncompressed stream of `blob` (compressed as `compression` says), decompressed and
+/// hashed on a thread of its own, so that decompressing overlaps parsing the tar and spilling
+/// its files: it ends once the blob was read to its end and its digest checked, the
+/// uncompressed stream's SHA-256 and length (the layer's diff ID and size) then in `done`.
+fn decompressing(
+    blob: SharedVerified,
+    compression: Compression,
+    done: Arc<Mutex<Option<(String, u64)>>>,
+) -> Chunks {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<io::Result<Vec<u8>>>(8);
+    let blob_check = blob.clone();
+    std::thread::spawn(move || {
+        let run = || -> io::Result<()> {
+            let mut r = decompressed(Box::new(blob.clone()), compression)?;
+            let mut hasher = sha2::Sha256::new();
+            let mut len = 0u64;
+            loop {
+                let mut buf = vec![0u8; CHUNK];
+                let mut n = 0;
+                while n < CHUNK {
+                    match r.read(&mut buf[n..]) {
+                        Ok(0) => break,
+                        Ok(k) => n += k,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+                buf.truncate(n);
+                hasher.update(&buf);
+                len += n as u64;
+                if tx.send(Ok(buf)).is_err() {
+                    // The build stopped reading: it failed already.
+                    return Ok(());
+                }
+            }
+            blob.finish()?;
+            let hex: String = hasher
+                .finalize()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            *done.lock().unwrap_or_else(|e| e.into_inner()) = Some((format!("sha256:{hex}"), len));
+            Ok(())
+        };
+        if let Err(e) = run() {
+            // A blob whose digest is wrong is named for that, not for what its bad bytes did
+            // to the decompressor.
+            let e = blob_check.finish().err().unwrap_or(e);
+            let _ = tx.send(Err(e));
+        }
+    });
+    Chunks::new(move || rx.recv().ok())
 }
 
 /// The decompressed stream of `blob`, compressed as `compression` says.
@@ -291,11 +346,8 @@ impl Differ {
                 }
             }
         });
-        Ok(Chunks {
-            rx,
-            chunk: Vec::new(),
-            at: 0,
-        })
+        let mut rx = rx;
+        Ok(Chunks::new(move || rx.blocking_recv()))
     }
 }
 
@@ -358,40 +410,32 @@ impl Diff for Differ {
             &described,
         ))));
         let diff_id: Arc<Mutex<Option<(String, u64)>>> = Arc::default();
-        let tar: Arc<Mutex<Option<SharedHashed>>> = Arc::default();
+        let tar: Arc<Mutex<Option<SharedChunks>>> = Arc::default();
         let layer = Layer {
             name: desc.digest.clone(),
             size: Some(described.size),
             compression: Some(Compression::None),
             open: {
-                let (blob, tar) = (blob.clone(), tar.clone());
+                let (diff_id, tar) = (diff_id.clone(), tar.clone());
                 Box::new(move || {
-                    let hashed = SharedHashed(Arc::new(Mutex::new(Hashed {
-                        inner: decompressed(Box::new(blob), compression)?,
-                        hasher: sha2::Sha256::new(),
-                        len: 0,
-                    })));
-                    *tar.lock().unwrap_or_else(|e| e.into_inner()) = Some(hashed.clone());
-                    Ok(Box::new(hashed) as Box<dyn Read + Send>)
+                    let stream = SharedChunks(Arc::new(Mutex::new(decompressing(
+                        blob,
+                        compression,
+                        diff_id,
+                    ))));
+                    *tar.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream.clone());
+                    Ok(Box::new(stream) as Box<dyn Read + Send>)
                 })
             },
-            finish: {
-                let diff_id = diff_id.clone();
-                Box::new(move || {
-                    // Read to the end, as containerd's applier reads past the tar's end
-                    // blocks: the diff ID is the digest of the whole stream, and the blob's
-                    // digest is checked at its end.
-                    if let Some(hashed) = tar.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                        let mut h = hashed.0.lock().unwrap_or_else(|e| e.into_inner());
-                        io::copy(&mut *h, &mut io::sink())?;
-                        let digest = h.hasher.finalize_reset();
-                        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-                        *diff_id.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some((format!("sha256:{hex}"), h.len));
-                    }
-                    blob.finish()
-                })
-            },
+            finish: Box::new(move || {
+                // Read to the end, as containerd's applier reads past the tar's end blocks:
+                // the diff ID is the digest of the whole stream, and the blob's digest is
+                // checked at its end.
+                if let Some(mut stream) = tar.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    io::copy(&mut stream, &mut io::sink())?;
+                }
+                Ok(())
+            }),
         };
         let applied = tokio::task::spawn_blocking(move || {
             let lowers = match snapshotter.lower_images(&key) {
