@@ -121,9 +121,12 @@ fn make_layout(dir: &Path) -> PathBuf {
 /// Returns the paths (relative, `/`-led) of the directories the layer has an entry for.
 fn tar_layer(blob: &Path, out: &Path) -> Vec<String> {
     fs::create_dir_all(out).unwrap();
+    // `umoci insert` ends its layers without tar's end-of-archive blocks (GNU tar then extracts
+    // every entry but exits on "Unexpected EOF" before setting directory times): they are
+    // added after the layer's bytes.
     sh(&format!(
-        "tar -xzf '{}' -C '{}' --numeric-owner --same-owner --same-permissions --xattrs \
-         --xattrs-include='*'",
+        "(gzip -dc '{}' && head -c 10240 /dev/zero) | tar -xf - -C '{}' --numeric-owner \
+         --same-owner --same-permissions --xattrs --xattrs-include='*'",
         s(blob),
         s(out)
     ));
@@ -150,11 +153,14 @@ for dp, dns, fns in os.walk(root):
 "#;
     let o = run(Command::new("python3").arg("-c").arg(OVERLAY).arg(out));
     assert!(o.status.success(), "whiteouts: {}", text(&o.stderr));
-    sh(&format!("tar -tzf '{}'", s(blob)))
-        .lines()
-        .filter(|l| l.ends_with('/'))
-        .map(|l| format!("/{}", l.trim_start_matches("./").trim_end_matches('/')))
-        .collect()
+    sh(&format!(
+        "(gzip -dc '{}' && head -c 10240 /dev/zero) | tar -tf -",
+        s(blob)
+    ))
+    .lines()
+    .filter(|l| l.ends_with('/'))
+    .map(|l| format!("/{}", l.trim_start_matches("./").trim_end_matches('/')))
+    .collect()
 }
 
 /// `skopeo inspect --raw` of `image` (a docker:// reference on the plain-HTTP registry).
@@ -261,6 +267,14 @@ fn convert_push_attaches_sealed_layers_that_extract_as_tar_and_verify_by_key() {
     assert_eq!(report["images"].as_array().unwrap().len(), 1);
     assert_eq!(image["manifest_digest"], manifest_digest.as_str());
 
+    // Tags: the image's and the referrer tags only (the sealed layers' manifests have none).
+    let tags = json(&sh(&format!(
+        "skopeo list-tags --tls-verify=false docker://{host}/conv/img"
+    )));
+    for t in tags["Tags"].as_array().unwrap() {
+        let t = t.as_str().unwrap();
+        assert!(t == "v1" || t.starts_with("sha256-"), "a tag {t} was made");
+    }
     // The image is as it was, by digest and by tag.
     assert_eq!(raw(&by_digest), before, "the manifest changed");
     assert_eq!(raw(&format!("docker://{host}/conv/img:v1")), before);
@@ -423,6 +437,160 @@ fn convert_push_attaches_sealed_layers_that_extract_as_tar_and_verify_by_key() {
             println!("oras discover lists the referrer {referrer_digest}");
         }
         Err(why) => println!("oras: {why}; not checked"),
+    }
+    drop(reg);
+}
+
+/// Makes `L:multi` in the layout: an index of the image `L:t` for linux/amd64 and linux/arm64
+/// (the same layers, each its own config and manifest) and an attestation-like entry for
+/// `unknown/unknown`, with Python's json and hashlib.
+fn add_multi_platform_index(layout: &Path) {
+    const MAKE: &str = r#"
+import hashlib, json, os, sys
+L = sys.argv[1]
+def blob(d):
+    return open(os.path.join(L, 'blobs', 'sha256', d[7:]), 'rb').read()
+def put(b):
+    h = 'sha256:' + hashlib.sha256(b).hexdigest()
+    open(os.path.join(L, 'blobs', 'sha256', h[7:]), 'wb').write(b)
+    return h, len(b)
+idx = json.load(open(os.path.join(L, 'index.json')))
+m = idx['manifests'][0]
+man = json.loads(blob(m['digest']))
+cfg = json.loads(blob(man['config']['digest']))
+entries = []
+for arch in ['amd64', 'arm64']:
+    c = dict(cfg, architecture=arch)
+    cd, cs = put(json.dumps(c).encode())
+    mm = dict(man, config=dict(man['config'], digest=cd, size=cs))
+    md, ms = put(json.dumps(mm).encode())
+    entries.append({'mediaType': 'application/vnd.oci.image.manifest.v1+json', 'digest': md,
+                    'size': ms, 'platform': {'os': 'linux', 'architecture': arch}})
+entries.append(dict(entries[0], platform={'os': 'unknown', 'architecture': 'unknown'}))
+ib = json.dumps({'schemaVersion': 2, 'mediaType': 'application/vnd.oci.image.index.v1+json',
+                 'manifests': entries}).encode()
+idig, isz = put(ib)
+idx['manifests'].append({'mediaType': 'application/vnd.oci.image.index.v1+json', 'digest': idig,
+                         'size': isz,
+                         'annotations': {'org.opencontainers.image.ref.name': 'multi'}})
+json.dump(idx, open(os.path.join(L, 'index.json'), 'w'))
+"#;
+    let o = run(Command::new("python3").arg("-c").arg(MAKE).arg(layout));
+    assert!(o.status.success(), "index: {}", text(&o.stderr));
+}
+
+#[test]
+fn convert_of_an_index_attaches_a_referrer_to_each_platform_manifest() {
+    if !guard() {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = tmp.path();
+    let layout = make_layout(d);
+    add_multi_platform_index(&layout);
+    let cache = d.join("cache");
+    let work = d.join("registry");
+    let reg = servers::docker_registry(&work, &servers::RegistrySetup::default())
+        .expect("docker-registry starts");
+    let host = format!("127.0.0.1:{}", reg.port);
+    sh(&format!(
+        "skopeo copy -q --all --dest-tls-verify=false oci:'{}':multi docker://{host}/multi/img:v1",
+        layout.display()
+    ));
+    let index_before = raw(&format!("docker://{host}/multi/img:v1"));
+    let index = json(&index_before);
+    let platform_manifests: Vec<(String, String)> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["platform"]["os"] == "linux")
+        .map(|m| {
+            (
+                m["platform"]["architecture"].as_str().unwrap().to_string(),
+                m["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(platform_manifests.len(), 2, "{index_before}");
+    let manifests_before: Vec<String> = platform_manifests
+        .iter()
+        .map(|(_, m)| raw(&format!("docker://{host}/multi/img@{m}")))
+        .collect();
+
+    let o = ok(
+        sealfs(
+            &[
+                "convert",
+                &format!("oci+http://{host}/multi/img:v1"),
+                "--push",
+                "--json",
+            ],
+            &cache,
+        ),
+        "convert",
+    );
+    let report = json(&text(&o.stdout));
+    let images = report["images"].as_array().unwrap();
+    assert_eq!(images.len(), 2, "{report:#}");
+    for ((arch, digest), image) in platform_manifests.iter().zip(images) {
+        assert_eq!(image["platform"], format!("linux/{arch}").as_str());
+        assert_eq!(image["manifest_digest"], digest.as_str());
+        let tag = digest.replacen(':', "-", 1);
+        let referrers = json(&raw(&format!("docker://{host}/multi/img:{tag}")));
+        let ours: Vec<&serde_json::Value> = referrers["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["artifactType"] == "application/vnd.sealfs.layers.v1+json")
+            .collect();
+        assert_eq!(ours.len(), 1, "{referrers}");
+        let referrer = json(&raw(&format!(
+            "docker://{host}/multi/img@{}",
+            ours[0]["digest"].as_str().unwrap()
+        )));
+        assert_eq!(referrer["subject"]["digest"], digest.as_str());
+        assert_eq!(referrer["layers"].as_array().unwrap().len(), 4);
+    }
+    // The same layers in both: built and pushed once.
+    for i in 0..4 {
+        assert_eq!(
+            images[0]["layers"][i]["pushed"]["manifest_digest"],
+            images[1]["layers"][i]["pushed"]["manifest_digest"]
+        );
+    }
+    // Nothing of the image changed.
+    assert_eq!(raw(&format!("docker://{host}/multi/img:v1")), index_before);
+    for ((_, m), before) in platform_manifests.iter().zip(&manifests_before) {
+        assert_eq!(&raw(&format!("docker://{host}/multi/img@{m}")), before);
+    }
+
+    // From the layout, one platform: the same sealed layers.
+    let out = d.join("out");
+    let o = ok(
+        sealfs(
+            &[
+                "convert",
+                &format!("{}:multi", layout.display()),
+                "--platform",
+                "linux/arm64",
+                "--out",
+                s(&out),
+                "--json",
+            ],
+            &cache,
+        ),
+        "convert a layout",
+    );
+    let local = json(&text(&o.stdout));
+    let local_images = local["images"].as_array().unwrap();
+    assert_eq!(local_images.len(), 1, "{local:#}");
+    assert_eq!(local_images[0]["platform"], "linux/arm64");
+    for i in 0..4 {
+        assert_eq!(
+            local_images[0]["layers"][i]["sealed_digest"],
+            images[1]["layers"][i]["sealed_digest"]
+        );
+        assert!(local_images[0]["layers"][i]["pushed"].is_null());
     }
     drop(reg);
 }

@@ -67,8 +67,9 @@ pub enum ConvertError {
     #[error(transparent)]
     Registry(#[from] RegistryError),
     /// A layer's sealed image could not be built (its bytes do not match its digest, its tar is
-    /// damaged, the disk is full): names the layer.
-    #[error("{layer}: {source}")]
+    /// damaged, the disk is full); the build's error names the layer (the tar stream's name is
+    /// the layer's) or the output path.
+    #[error("{source}")]
     Build {
         /// The layer (`IMAGE: layer N/M DIGEST`).
         layer: String,
@@ -221,7 +222,8 @@ pub fn convert(
     build_progress: &dyn sealfs_builder::Progress,
     push_progress: &dyn PushProgress,
 ) -> Result<ConvertReport, ConvertError> {
-    let target = options.push.clone();
+    // The repository: its tag, if any, is neither moved nor named in what is pushed.
+    let target = options.push.as_ref().map(|t| t.sibling(None, None));
     if target.is_none() && options.out_dir.is_none() {
         return Err(ConvertError::Usage(
             "nothing to do: name an output directory or a repository to push to".into(),
