@@ -41,7 +41,7 @@ pub struct ConvertedLayer {
     pub layer_digest: String,
     /// The original layer's uncompressed digest.
     pub diff_id: String,
-    /// The sealed image's blob.
+    /// The sealed image's blob (its annotations are the fields here: none kept).
     pub blob: Descriptor,
     /// The sealed image's artifact manifest (its digest), where its signatures hang.
     pub manifest: String,
@@ -96,7 +96,7 @@ pub fn converted_layers(m: &OciImageManifest) -> Result<Vec<ConvertedLayer>, Man
         .enumerate()
         .map(|(i, l)| {
             let at = format!("layers[{i}]");
-            let blob = Descriptor::from_oci(l, &at)?;
+            let mut blob = Descriptor::from_oci(l, &at)?;
             if blob.media_type != LAYER_SEALED {
                 return Err(bad(format!(
                     "{at}: media type {:?}, not {LAYER_SEALED}",
@@ -117,6 +117,8 @@ pub fn converted_layers(m: &OciImageManifest) -> Result<Vec<ConvertedLayer>, Man
                     facts.erofs_length, blob.size
                 )));
             }
+            // What the annotations say is in the fields.
+            blob.annotations.clear();
             Ok(ConvertedLayer {
                 layer_digest: digest(ANNOTATION_LAYER_DIGEST)?,
                 diff_id: digest(ANNOTATION_LAYER_DIFF_ID)?,
