@@ -228,7 +228,12 @@ fn convert_push_attaches_sealed_layers_that_extract_as_tar_and_verify_by_key() {
     let reference = format!("oci+http://{host}/conv/img:v1");
     let out = d.join("out-bad");
     let o = sealfs(&["convert", &reference, "--push", "--out", s(&out)], &cache);
-    assert!(!o.status.success(), "a spoiled layer converted");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a spoiled layer: {}",
+        text(&o.stderr)
+    );
     assert!(
         text(&o.stderr).contains(&layers[2]),
         "the error does not name the layer {}: {}",
@@ -595,5 +600,32 @@ fn convert_of_an_index_attaches_a_referrer_to_each_platform_manifest() {
         );
         assert!(local_images[0]["layers"][i]["pushed"].is_null());
     }
+    // A layout's single image, whatever its platform.
+    let o = ok(
+        sealfs(
+            &[
+                "convert",
+                &format!("{}:t", layout.display()),
+                "--out",
+                s(&d.join("out-t")),
+                "--json",
+            ],
+            &cache,
+        ),
+        "convert a layout's image",
+    );
+    let single = json(&text(&o.stdout));
+    assert_eq!(single["images"].as_array().unwrap().len(), 1, "{single:#}");
+    assert_eq!(
+        single["images"][0]["layers"][3]["sealed_digest"],
+        images[0]["layers"][3]["sealed_digest"]
+    );
+    // A layout has no repository of its own to push to.
+    let o = sealfs(
+        &["convert", &format!("{}:t", layout.display()), "--push"],
+        &cache,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("--to"), "{}", text(&o.stderr));
     drop(reg);
 }
