@@ -316,6 +316,32 @@ fn convert_push_attaches_sealed_layers_that_extract_as_tar_and_verify_by_key() {
     let entries = referrer["layers"].as_array().unwrap();
     assert_eq!(entries.len(), 4, "{referrer_text}");
 
+    // The library's reader of the referrer (what the snapshotter will use) finds each layer.
+    let repo: sealfs_registry::ImageRef = format!("oci+http://{host}/conv/img").parse().unwrap();
+    let client = sealfs_registry::Registry::connect(&repo, &Default::default()).unwrap();
+    let found = client.converted_layers(&manifest_digest).unwrap();
+    assert_eq!(found.len(), 4);
+    for (i, l) in found.iter().enumerate() {
+        let a = &entries[i]["annotations"];
+        assert_eq!(l.layer_digest, layers[i]);
+        assert_eq!(l.diff_id, diff_ids[i]);
+        assert_eq!(l.blob.digest, entries[i]["digest"].as_str().unwrap());
+        assert_eq!(l.manifest, a["org.sealfs.layer.manifest"].as_str().unwrap());
+        assert_eq!(
+            l.facts.digest.to_string(),
+            a["org.sealfs.image.digest"].as_str().unwrap()
+        );
+    }
+    let third = client
+        .converted_layer(&manifest_digest, &layers[2])
+        .unwrap()
+        .expect("layer 3 found");
+    assert_eq!(third, found[2]);
+    assert!(client
+        .converted_layer(&manifest_digest, &diff_ids[2].to_string())
+        .unwrap()
+        .is_none());
+
     let layer_blobs = layout.join("blobs/sha256");
     for (i, e) in entries.iter().enumerate() {
         let a = &e["annotations"];

@@ -20,8 +20,9 @@
 //! signatures (statements naming the layer digest) or a digest it has from elsewhere.
 
 use crate::manifest::{
-    empty_descriptor, Descriptor, ImageFacts, ManifestError, LAYER_SEALED, OCI_MANIFEST,
+    empty_descriptor, Descriptor, ImageFacts, ManifestError, Parsed, LAYER_SEALED, OCI_MANIFEST,
 };
+use crate::{Registry, RegistryError};
 use oci_client::manifest::OciImageManifest;
 use std::collections::BTreeMap;
 
@@ -128,6 +129,52 @@ pub fn converted_layers(m: &OciImageManifest) -> Result<Vec<ConvertedLayer>, Man
             })
         })
         .collect()
+}
+
+impl Registry {
+    /// The converted layers attached to the image manifest `subject` (its digest) in this
+    /// repository: every referrer of type [`LAYERS_TYPE`] (the referrers API, or the
+    /// `sha256-<hex>` tag), fetched by digest and read, in the order listed. A referrer whose
+    /// `subject` is another manifest is refused.
+    pub fn converted_layers(&self, subject: &str) -> Result<Vec<ConvertedLayer>, RegistryError> {
+        let mut out = Vec::new();
+        for entry in self.referrers(subject, LAYERS_TYPE)? {
+            let reference = self.repository().sibling(None, Some(&entry.digest));
+            let fetched = self.manifest(&reference)?;
+            let refused = |why: String| RegistryError::Manifest {
+                reference: reference.to_string(),
+                digest: fetched.digest.clone(),
+                source: ManifestError(why),
+            };
+            let m = match &fetched.parsed {
+                Parsed::Manifest(m) => m,
+                Parsed::Index(_) => {
+                    return Err(refused("an index, not a referrer manifest".into()))
+                }
+            };
+            let about = m.subject.as_ref().map(|s| s.digest.as_str());
+            if about != Some(subject) {
+                return Err(refused(format!(
+                    "listed as a referrer of {subject} but its subject is {about:?}"
+                )));
+            }
+            out.extend(converted_layers(m).map_err(|e| refused(e.0))?);
+        }
+        Ok(out)
+    }
+
+    /// The converted layer of the image manifest `subject` whose original layer is
+    /// `layer_digest` (see [`Registry::converted_layers`]), if one is attached.
+    pub fn converted_layer(
+        &self,
+        subject: &str,
+        layer_digest: &str,
+    ) -> Result<Option<ConvertedLayer>, RegistryError> {
+        Ok(self
+            .converted_layers(subject)?
+            .into_iter()
+            .find(|l| l.layer_digest == layer_digest))
+    }
 }
 
 #[cfg(test)]
