@@ -338,7 +338,7 @@ fn convert_push_attaches_sealed_layers_that_extract_as_tar_and_verify_by_key() {
         .expect("layer 3 found");
     assert_eq!(third, found[2]);
     assert!(client
-        .converted_layer(&manifest_digest, &diff_ids[2].to_string())
+        .converted_layer(&manifest_digest, diff_ids[2])
         .unwrap()
         .is_none());
 
