@@ -77,7 +77,7 @@ pub enum ConvertError {
         source: sealfs_builder::BuildError,
     },
     /// A sealed image could not be signed.
-    #[error("{layer}: signing {}: {source}", path.display())]
+    #[error("{layer}: signing {}: {source}", sealfs_text::escape_path(path))]
     Sign {
         /// The layer.
         layer: String,
