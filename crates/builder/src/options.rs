@@ -89,6 +89,23 @@ impl Default for BuildOptions {
     }
 }
 
+impl BuildOptions {
+    /// How a container image layer is built, by the snapshotter when it commits one and by
+    /// `sealfs convert` from a layer's tar (one function, so that a layer pulled and committed
+    /// and the same layer converted are built alike): sealed (SHA-256, 4 KiB blocks), xattrs
+    /// kept (overlay's opaque marks), file data in lz4 (4 KiB clusters), which every kernel
+    /// EROFS reads. Measured on `/usr/lib/python3.11` (52.6 MB, page-cached, one run each on a
+    /// loaded 2-core machine): uncompressed 52.9 MB in 0.29 s, lz4 28.8 MB in 0.51 s, lz4hc
+    /// 25.5 MB in 1.68 s, zstd 25.3 MB in 1.05 s: lz4 takes off almost all that compression can
+    /// for the least time a commit waits.
+    pub fn sealed_layer() -> BuildOptions {
+        BuildOptions {
+            compress: Some(CompressOptions::new(Algorithm::Lz4)),
+            ..BuildOptions::default()
+        }
+    }
+}
+
 /// Named compression settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Preset {

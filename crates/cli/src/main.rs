@@ -2,6 +2,7 @@
 
 mod build;
 mod cache;
+mod convert;
 mod diff;
 mod kernel;
 mod mount;
@@ -75,6 +76,11 @@ enum Command {
     /// Push a sealed image to an OCI registry as an artifact, its signatures attached as a
     /// referrer; prints the reference pinned to the manifest's digest, and the image digest.
     Push(registry::PushArgs),
+    /// Build every layer of a container image (a registry's or an OCI layout's; every platform
+    /// of an index) into a sealed image, as `build --oci-layer` does; keep them (--out) and/or
+    /// push them, listed in one referrer of each image manifest (--push); the image itself is
+    /// not touched. Prints `LAYER-DIGEST SEALED-DIGEST [WHERE]` per layer.
+    Convert(convert::ConvertArgs),
     /// Fetch an image from an OCI registry whole; it appears at OUT only once every block is
     /// verified (blocks already in the persistent cache are not fetched again).
     Pull(registry::PullArgs),
@@ -88,7 +94,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Build(_) | Command::Seal(_)) {
+    if matches!(
+        cli.command,
+        Command::Build(_) | Command::Seal(_) | Command::Convert(_)
+    ) {
         // Before any thread starts: they inherit the blocked signals.
         signals::remove_outputs_on_termination();
     }
@@ -111,6 +120,7 @@ fn main() -> ExitCode {
         Command::Stats(args) => mount::run_stats(args),
         Command::Cache(args) => cache::run(args),
         Command::Push(args) => registry::run_push(args),
+        Command::Convert(args) => convert::run(args),
         Command::Pull(args) => read::finish(registry::run_pull(args)),
         Command::Diff(args) => read::finish(diff::run(args)),
         Command::Snapshotter(args) => snapshotter::run(args),

@@ -58,6 +58,7 @@ pub fn run_push(args: PushArgs) -> Result<ExitCode> {
         sidecar: args.sidecar.clone(),
         mount_from: args.mount_from.clone(),
         no_signatures: args.no_signatures,
+        untagged: false,
     };
     let progress = TermProgress::new(args.json);
     let report = match sealfs_registry::push_image(&args.image, &target, &options, &push, &progress)

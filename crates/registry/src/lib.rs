@@ -23,6 +23,9 @@
 //!   upload: monolithic up to the chunk size, else chunked and resumable after a dropped
 //!   connection; then the manifest, then the signatures as a referrer artifact (the referrers API
 //!   where the registry takes the `subject`, the `sha256-<hex>` tag otherwise).
+//! - **Converted layers** ([`layers`]): `sealfs convert` pushes the sealed image of each layer
+//!   of a container image (each a sealfs artifact of its own, by digest, signatures attached)
+//!   and one referrer of the container image's manifest listing them by layer digest.
 //! - **For builds from container images** (`sealfs build --oci`), the same client gives
 //!   [`Registry::image_manifest`] (an index resolved for a [`manifest::PlatformSpec`]) and
 //!   [`Registry::blob_reader`] (a layer streamed with its digest checked as it is read).
@@ -61,6 +64,7 @@ pub mod auth;
 mod blob;
 pub mod client;
 mod error;
+pub mod layers;
 pub mod manifest;
 mod open;
 pub mod pull;

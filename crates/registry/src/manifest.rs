@@ -82,7 +82,7 @@ pub struct Descriptor {
 }
 
 impl Descriptor {
-    fn from_oci(d: &OciDescriptor, what: &str) -> Result<Descriptor, ManifestError> {
+    pub(crate) fn from_oci(d: &OciDescriptor, what: &str) -> Result<Descriptor, ManifestError> {
         check_descriptor(&d.digest, d.size, what)?;
         Ok(Descriptor {
             media_type: d.media_type.clone(),
@@ -200,6 +200,64 @@ pub struct ImageFacts {
     pub erofs_length: u64,
 }
 
+impl ImageFacts {
+    /// The facts `annotations` state ([`ANNOTATION_DIGEST`] and the others), checked: a digest
+    /// this crate reads, its algorithm the one [`ANNOTATION_HASH`] names, numbers that are
+    /// numbers, a block size that is a power of two.
+    pub fn from_annotations(
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<ImageFacts, ManifestError> {
+        let get = |k: &str| {
+            annotations
+                .get(k)
+                .map(String::as_str)
+                .ok_or_else(|| bad(format!("no annotation {k}")))
+        };
+        let digest: sealfs_verity::Digest = get(ANNOTATION_DIGEST)?
+            .parse()
+            .map_err(|e| bad(format!("annotation {ANNOTATION_DIGEST}: {e}")))?;
+        let alg = get(ANNOTATION_HASH)?;
+        if alg != digest.alg().to_string() {
+            return Err(bad(format!(
+                "annotation {ANNOTATION_HASH} {alg} does not match the digest's algorithm"
+            )));
+        }
+        let num = |k: &str| -> Result<u64, ManifestError> {
+            let v = get(k)?;
+            v.parse::<u64>()
+                .map_err(|_| bad(format!("annotation {k} {v:?} is not a number")))
+        };
+        let facts = ImageFacts {
+            digest,
+            block_size: num(ANNOTATION_BLOCK_SIZE)?,
+            erofs_length: num(ANNOTATION_EROFS_LENGTH)?,
+        };
+        if !facts.block_size.is_power_of_two() {
+            return Err(bad(format!(
+                "annotation {ANNOTATION_BLOCK_SIZE} {} is not a power of two",
+                facts.block_size
+            )));
+        }
+        Ok(facts)
+    }
+
+    /// The annotations that state these facts.
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (ANNOTATION_DIGEST.to_string(), self.digest.to_string()),
+            (ANNOTATION_HASH.to_string(), self.digest.alg().to_string()),
+            (
+                ANNOTATION_BLOCK_SIZE.to_string(),
+                self.block_size.to_string(),
+            ),
+            (
+                ANNOTATION_EROFS_LENGTH.to_string(),
+                self.erofs_length.to_string(),
+            ),
+        ])
+    }
+}
+
 /// A sealfs image as its manifest describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Artifact {
@@ -247,37 +305,7 @@ impl Artifact {
             }
         };
         let empty = BTreeMap::new();
-        let ann = m.annotations.as_ref().unwrap_or(&empty);
-        let get = |k: &str| {
-            ann.get(k)
-                .map(String::as_str)
-                .ok_or_else(|| bad(format!("no annotation {k}")))
-        };
-        let digest: sealfs_verity::Digest = get(ANNOTATION_DIGEST)?
-            .parse()
-            .map_err(|e| bad(format!("annotation {ANNOTATION_DIGEST}: {e}")))?;
-        let alg = get(ANNOTATION_HASH)?;
-        if alg != digest.alg().to_string() {
-            return Err(bad(format!(
-                "annotation {ANNOTATION_HASH} {alg} does not match the digest's algorithm"
-            )));
-        }
-        let num = |k: &str| -> Result<u64, ManifestError> {
-            let v = get(k)?;
-            v.parse::<u64>()
-                .map_err(|_| bad(format!("annotation {k} {v:?} is not a number")))
-        };
-        let facts = ImageFacts {
-            digest,
-            block_size: num(ANNOTATION_BLOCK_SIZE)?,
-            erofs_length: num(ANNOTATION_EROFS_LENGTH)?,
-        };
-        if !facts.block_size.is_power_of_two() {
-            return Err(bad(format!(
-                "annotation {ANNOTATION_BLOCK_SIZE} {} is not a power of two",
-                facts.block_size
-            )));
-        }
+        let facts = ImageFacts::from_annotations(m.annotations.as_ref().unwrap_or(&empty))?;
         if facts.erofs_length > image.size {
             return Err(bad(format!(
                 "annotation {ANNOTATION_EROFS_LENGTH} {} is past the image's {} bytes",
@@ -299,16 +327,7 @@ impl Artifact {
         if let Some(s) = &self.sidecar {
             layers.push(s.to_oci());
         }
-        let f = &self.facts;
-        let annotations = BTreeMap::from([
-            (ANNOTATION_DIGEST.to_string(), f.digest.to_string()),
-            (ANNOTATION_HASH.to_string(), f.digest.alg().to_string()),
-            (ANNOTATION_BLOCK_SIZE.to_string(), f.block_size.to_string()),
-            (
-                ANNOTATION_EROFS_LENGTH.to_string(),
-                f.erofs_length.to_string(),
-            ),
-        ]);
+        let annotations = self.facts.annotations();
         OciImageManifest {
             schema_version: 2,
             media_type: Some(OCI_MANIFEST.into()),

@@ -99,6 +99,9 @@ pub struct PushOptions {
     pub mount_from: Vec<String>,
     /// Leave the signatures out (the image's seal keeps its own).
     pub no_signatures: bool,
+    /// Put the manifest under its digest only, no tag (the target's tag, if any, is not
+    /// touched): for an artifact something else points to, as a converted layer's is.
+    pub untagged: bool,
 }
 
 /// Progress of a push (the read side's hook): a `hash` step per file, an `upload` step per blob
@@ -273,7 +276,8 @@ impl Body<'_> {
     }
 }
 
-/// Pushes the sealed image at `image` to `target` (a tag; `latest` if none): its blobs, its
+/// Pushes the sealed image at `image` to `target` (a tag; `latest` if none; with
+/// [`PushOptions::untagged`] its repository only, the manifest put by digest): its blobs, its
 /// manifest, and its signatures (the seal's and `IMAGE.sig`'s) as a referrer. The image is opened
 /// first, as any reader opens it: a plain (unsealed) image or a broken seal is refused before
 /// anything is sent.
@@ -288,7 +292,7 @@ pub fn push_image(
         path: sealfs_text::escape_path(image),
         reason,
     };
-    if target.tag.is_none() && target.digest.is_some() {
+    if target.tag.is_none() && target.digest.is_some() && !push.untagged {
         return Err(RegistryError::BadReference {
             reference: target.to_string(),
             reason: "a push names a tag, not a digest (the digest is what the push makes)".into(),
@@ -381,8 +385,12 @@ pub fn push_image(
     }
     let manifest_bytes =
         serde_json::to_vec(&artifact.to_manifest()).map_err(|e| image_err(e.to_string()))?;
-    let tag = target.tag_or_latest().unwrap_or("latest").to_string();
-    let pushed = registry.put_manifest(&tag, OCI_MANIFEST, manifest_bytes.clone().into())?;
+    let key = if push.untagged {
+        digest_like(&manifest_bytes, None)
+    } else {
+        target.tag_or_latest().unwrap_or("latest").to_string()
+    };
+    let pushed = registry.put_manifest(&key, OCI_MANIFEST, manifest_bytes.clone().into())?;
     let subject = Descriptor {
         media_type: OCI_MANIFEST.into(),
         digest: pushed.digest.clone(),

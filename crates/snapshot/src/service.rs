@@ -123,18 +123,10 @@ fn disk_usage(dir: &Path) -> Result<Usage> {
     Ok(usage)
 }
 
-/// How a layer is built: sealed (SHA-256, 4 KiB blocks), xattrs kept (overlay's opaque marks),
-/// file data in lz4 (4 KiB clusters), which every kernel EROFS reads. Measured on
-/// `/usr/lib/python3.11` (52.6 MB, page-cached, one run each on a loaded 2-core machine):
-/// uncompressed 52.9 MB in 0.29 s, lz4 28.8 MB in 0.51 s, lz4hc 25.5 MB in 1.68 s, zstd 25.3 MB
-/// in 1.05 s: lz4 takes off almost all that compression can for the least time a commit waits.
+/// How a layer is built: [`sealfs_builder::BuildOptions::sealed_layer`], the options `sealfs
+/// convert` builds a converted layer with too.
 pub fn layer_build_options() -> sealfs_builder::BuildOptions {
-    sealfs_builder::BuildOptions {
-        compress: Some(sealfs_builder::CompressOptions::new(
-            sealfs_builder::Algorithm::Lz4,
-        )),
-        ..sealfs_builder::BuildOptions::default()
-    }
+    sealfs_builder::BuildOptions::sealed_layer()
 }
 
 fn mount(kind: &str, source: &Path, options: Vec<String>) -> Mount {

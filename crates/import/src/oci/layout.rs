@@ -73,12 +73,9 @@ impl OciLayout {
             .join(&digest.hex)
     }
 
-    /// The image `reference` names (or the only one), an index resolved for `platform`.
-    pub fn image(
-        &self,
-        reference: Option<&str>,
-        platform: &Platform,
-    ) -> Result<OciImage, OciError> {
+    /// The entries of `index.json` that `reference` names (all without one), at least one: the
+    /// layout's name for messages, `index.json`'s, the entries, and the refs it has.
+    fn named(&self, reference: Option<&str>) -> Result<Named, OciError> {
         let layout = sealfs_text::escape_path(&self.dir);
         let name = match reference {
             Some(r) => format!("{layout}:{r}"),
@@ -105,32 +102,49 @@ impl OciLayout {
                 .collect(),
             None => index.manifests.clone(),
         };
-        let list = || {
-            if refs.is_empty() {
-                "none".to_string()
-            } else {
-                refs.iter()
-                    .map(|r| sealfs_text::escape(r.as_bytes()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
+        let list = if refs.is_empty() {
+            "none".to_string()
+        } else {
+            refs.iter()
+                .map(|r| sealfs_text::escape(r.as_bytes()))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
+        if candidates.is_empty() {
+            return Err(OciError::new(
+                &name,
+                match reference {
+                    Some(r) => {
+                        format!(
+                            "no image named {} in the layout (its refs: {list})",
+                            sealfs_text::escape(r.as_bytes()),
+                        )
+                    }
+                    None => "the layout's index.json names no image".to_string(),
+                },
+            ));
+        }
+        Ok(Named {
+            name,
+            index_at,
+            candidates,
+            list,
+        })
+    }
+
+    /// The image `reference` names (or the only one), an index resolved for `platform`.
+    pub fn image(
+        &self,
+        reference: Option<&str>,
+        platform: &Platform,
+    ) -> Result<OciImage, OciError> {
+        let Named {
+            name,
+            index_at,
+            candidates,
+            list,
+        } = self.named(reference)?;
         let chosen = match candidates.as_slice() {
-            [] => {
-                return Err(OciError::new(
-                    &name,
-                    match reference {
-                        Some(r) => {
-                            format!(
-                                "no image named {} in the layout (its refs: {})",
-                                sealfs_text::escape(r.as_bytes()),
-                                list()
-                            )
-                        }
-                        None => "the layout's index.json names no image".to_string(),
-                    },
-                ))
-            }
             [one] => one.clone(),
             several if several.iter().any(|d| d.platform.is_some()) => {
                 super::choose(several, platform)
@@ -143,13 +157,50 @@ impl OciLayout {
                     format!(
                         "{} images in the layout; name one as LAYOUT:REF (its refs: {})",
                         several.len(),
-                        list()
+                        list
                     ),
                 ))
             }
         };
         OciImage::resolve(self, &name, &chosen, platform)
     }
+
+    /// Every image `reference` names (or all of the layout's): each platform of an index (see
+    /// [`OciImage::resolve_all`]). Several images without a platform must be told apart by
+    /// `:REF`, as for [`OciLayout::image`].
+    pub fn images(&self, reference: Option<&str>) -> Result<Vec<OciImage>, OciError> {
+        let Named {
+            name,
+            candidates,
+            list,
+            ..
+        } = self.named(reference)?;
+        if candidates.len() > 1 && candidates.iter().all(|d| d.platform.is_none()) {
+            return Err(OciError::new(
+                &name,
+                format!(
+                    "{} images in the layout; name one as LAYOUT:REF (its refs: {list})",
+                    candidates.len()
+                ),
+            ));
+        }
+        let mut out = Vec::new();
+        for d in &candidates {
+            if candidates.len() > 1 && d.platform.as_ref().is_none_or(|p| p.is_unknown()) {
+                continue;
+            }
+            out.extend(OciImage::resolve_all(self, &name, d)?);
+        }
+        Ok(out)
+    }
+}
+
+/// What [`OciLayout::named`] found.
+struct Named {
+    name: String,
+    index_at: String,
+    candidates: Vec<Descriptor>,
+    list: String,
 }
 
 impl Blobs for OciLayout {

@@ -13,7 +13,10 @@
 //!   cause named);
 //! - [`whiteout`]: `.wh.NAME` and `.wh..wh..opq`, applied (flattened) or kept (per layer);
 //! - `registry` (with the `registry` feature): an image in an OCI registry, through
-//!   `sealfs-registry`'s client, its layers streamed into the build without being stored.
+//!   `sealfs-registry`'s client, its layers streamed into the build without being stored;
+//! - `convert` (with the `registry` feature): every layer of an image (every platform's) built
+//!   into its own sealed image, signed, pushed and attached to the image's manifest as a
+//!   referrer (`sealfs convert`).
 //!
 //! Layers are tar streams read by [`TarSource`] ([`TarSource::lazy_layers`]): each opened only
 //! when its turn comes, read once, its compression (gzip, zstd or none) the one its media type
@@ -21,6 +24,8 @@
 //! is, byte for byte, the image of the tree `umoci unpack` leaves (see
 //! `crates/cli/tests/oci_import.rs`).
 
+#[cfg(feature = "registry")]
+pub mod convert;
 pub mod layout;
 #[cfg(feature = "registry")]
 pub mod registry;
@@ -128,6 +133,27 @@ impl OciImage {
         m: spec::Manifest,
         platform: &Platform,
     ) -> Result<OciImage, OciError> {
+        Self::from_manifest_for(blobs, name, d, m, Some(platform))
+    }
+
+    /// The image of manifest `m` whatever platform its config names.
+    pub fn from_manifest_any(
+        blobs: &dyn Blobs,
+        name: &str,
+        d: &Descriptor,
+        m: spec::Manifest,
+    ) -> Result<OciImage, OciError> {
+        Self::from_manifest_for(blobs, name, d, m, None)
+    }
+
+    /// [`OciImage::from_manifest`], the config's platform checked only when one is wanted.
+    fn from_manifest_for(
+        blobs: &dyn Blobs,
+        name: &str,
+        d: &Descriptor,
+        m: spec::Manifest,
+        platform: Option<&Platform>,
+    ) -> Result<OciImage, OciError> {
         let config_at = format!("{name}: config {}", m.config.digest);
         if ![spec::OCI_CONFIG, spec::DOCKER_CONFIG].contains(&m.config.media_type.as_str()) {
             return Err(OciError::new(
@@ -142,7 +168,7 @@ impl OciImage {
         }
         let config = spec::parse_config(&fetch(blobs, &m.config, name)?)
             .map_err(|e| OciError::new(&config_at, e))?;
-        if let Some(p) = &config.platform {
+        if let (Some(p), Some(platform)) = (&config.platform, platform) {
             if !p.serves(platform) {
                 return Err(OciError::new(
                     name,
@@ -177,6 +203,61 @@ impl OciImage {
             config,
             layers: m.layers,
         })
+    }
+
+    /// Every image `d` (a manifest or an index) names: a manifest's image whatever its platform,
+    /// an index's images for each platform it lists (entries without one, or `unknown/unknown`
+    /// as attestations are, left out), nested indexes followed.
+    pub fn resolve_all(
+        blobs: &dyn Blobs,
+        name: &str,
+        d: &Descriptor,
+    ) -> Result<Vec<OciImage>, OciError> {
+        let mut out = Vec::new();
+        Self::resolve_all_at(blobs, name, d, None, 0, &mut out)?;
+        Ok(out)
+    }
+
+    fn resolve_all_at(
+        blobs: &dyn Blobs,
+        name: &str,
+        d: &Descriptor,
+        platform: Option<&Platform>,
+        depth: usize,
+        out: &mut Vec<OciImage>,
+    ) -> Result<(), OciError> {
+        let at = || {
+            format!(
+                "{name}: {} {}",
+                sealfs_text::escape(d.media_type.as_bytes()),
+                d.digest
+            )
+        };
+        let bytes = fetch(blobs, d, name)?;
+        match spec::parse(&bytes, Some(&d.media_type)).map_err(|e| OciError::new(at(), e))? {
+            Parsed::Index(index) => {
+                if depth >= MAX_DEPTH {
+                    return Err(OciError::new(
+                        name,
+                        format!("indexes nested more than {MAX_DEPTH} deep"),
+                    ));
+                }
+                for entry in &index.manifests {
+                    let Some(p) = entry.platform.as_ref().filter(|p| !p.is_unknown()) else {
+                        continue;
+                    };
+                    Self::resolve_all_at(blobs, name, entry, Some(p), depth + 1, out)?;
+                }
+                if out.is_empty() {
+                    return Err(OciError::new(at(), "the index lists no platform's image"));
+                }
+                Ok(())
+            }
+            Parsed::Manifest(m) => {
+                out.push(Self::from_manifest_for(blobs, name, d, m, platform)?);
+                Ok(())
+            }
+        }
     }
 
     /// How messages name layer `i` (from 0): `IMAGE: layer N/M DIGEST`.

@@ -53,6 +53,82 @@ pub enum OpenError {
     Image(#[from] OciError),
 }
 
+/// The descriptor of a manifest the registry crate fetched, in this importer's terms.
+fn descriptor_of(
+    fetched: &sealfs_registry::FetchedManifest,
+    at: &dyn Fn(String) -> OciError,
+) -> Result<Descriptor, OciError> {
+    let d = fetched.descriptor();
+    Ok(Descriptor {
+        media_type: d.media_type.clone(),
+        digest: d.digest.parse().map_err(at)?,
+        size: d.size,
+        platform: None,
+        annotations: d.annotations,
+    })
+}
+
+/// The image manifest `fetched` holds, parsed by this importer.
+fn manifest_of(
+    fetched: &sealfs_registry::FetchedManifest,
+    desc: &Descriptor,
+) -> Result<spec::Manifest, OciError> {
+    let name = fetched.reference.to_string();
+    match spec::parse(&fetched.bytes, Some(&desc.media_type)) {
+        Ok(spec::Parsed::Manifest(m)) => Ok(m),
+        Ok(spec::Parsed::Index(_)) => {
+            Err(OciError::new(&name, "an index where a manifest was chosen"))
+        }
+        Err(e) => Err(OciError::new(&name, e)),
+    }
+}
+
+/// Connects to the registry `reference` names and resolves it for every platform it has (see
+/// [`OciImage::resolve_all`]; an index of indexes is refused), or for `platform` only: the
+/// images and the store their blobs are read from.
+pub fn open_all(
+    reference: &str,
+    platform: Option<&Platform>,
+    options: &RegistryOptions,
+) -> Result<(Vec<OciImage>, RegistryBlobs), OpenError> {
+    if let Some(p) = platform {
+        let (image, blobs) = open(reference, p, options)?;
+        return Ok((vec![image], blobs));
+    }
+    let at = |e: String| OciError::new(reference, e);
+    let r: ImageRef = reference.parse().map_err(|e| at(format!("{e}")))?;
+    let registry = Registry::connect(&r, options)?;
+    let first = registry.manifest(&r)?;
+    let desc = descriptor_of(&first, &at)?;
+    let blobs = RegistryBlobs { registry };
+    let name = first.reference.to_string();
+    let index = match spec::parse(&first.bytes, Some(&desc.media_type)) {
+        Ok(spec::Parsed::Manifest(m)) => {
+            let image = OciImage::from_manifest_any(&blobs, &name, &desc, m)?;
+            return Ok((vec![image], blobs));
+        }
+        Ok(spec::Parsed::Index(index)) => index,
+        Err(e) => return Err(OciError::new(&name, e).into()),
+    };
+    let mut images = Vec::new();
+    for entry in &index.manifests {
+        let Some(p) = entry.platform.as_ref().filter(|p| !p.is_unknown()) else {
+            continue;
+        };
+        let fetched = blobs
+            .registry
+            .manifest(&r.pinned(&entry.digest.to_string()))?;
+        let d = descriptor_of(&fetched, &at)?;
+        let m = manifest_of(&fetched, &d)?;
+        let image = OciImage::from_manifest(&blobs, &fetched.reference.to_string(), &d, m, p)?;
+        images.push(image);
+    }
+    if images.is_empty() {
+        return Err(OciError::new(&name, "the index lists no platform's image").into());
+    }
+    Ok((images, blobs))
+}
+
 /// Connects to the registry `reference` names and resolves it for `platform`: the image and
 /// the store its blobs are read from.
 pub fn open(
@@ -68,22 +144,9 @@ pub fn open(
         .parse()
         .map_err(|e: manifest::ManifestError| at(e.to_string()))?;
     let (fetched, _index) = registry.image_manifest(&r, &wanted)?;
-    let d = fetched.descriptor();
-    let desc = Descriptor {
-        media_type: d.media_type.clone(),
-        digest: d.digest.parse().map_err(at)?,
-        size: d.size,
-        platform: None,
-        annotations: d.annotations,
-    };
+    let desc = descriptor_of(&fetched, &at)?;
     let name = fetched.reference.to_string();
-    let m = match spec::parse(&fetched.bytes, Some(&desc.media_type)) {
-        Ok(spec::Parsed::Manifest(m)) => m,
-        Ok(spec::Parsed::Index(_)) => {
-            return Err(OciError::new(&name, "an index where a manifest was chosen").into())
-        }
-        Err(e) => return Err(OciError::new(&name, e).into()),
-    };
+    let m = manifest_of(&fetched, &desc)?;
     let blobs = RegistryBlobs { registry };
     let image = OciImage::from_manifest(&blobs, &name, &desc, m, platform)?;
     Ok((image, blobs))

@@ -239,6 +239,12 @@ impl Platform {
         (os, arch, variant)
     }
 
+    /// Whether this is `unknown/unknown`, the platform of what an index lists beside images
+    /// (buildx's attestation manifests).
+    pub fn is_unknown(&self) -> bool {
+        self.os == "unknown" && self.architecture == "unknown"
+    }
+
     /// Whether an image for `self` (an index entry's platform, or an image config's) is one
     /// for `wanted`: same OS and architecture, and the variant asked for if one is (an
     /// architecture's default variant is the same as none).
