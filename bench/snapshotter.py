@@ -12,7 +12,7 @@ containerd 2.x's own `erofs` snapshotter (with its EROFS differ, mkfs.erofs 1.9)
                                  layer per tree, SRC=DEST copied to DEST in the image,
                                  SNAPSHOTTERS="overlayfs sealfs erofs sealfs-dir",
                                  CONTAINERD_LOG_LEVEL=info, KEEP=1 keeps each containerd's
-                                 directory and logs)
+                                 directory and logs, READ_ALL=0 leaves out the cost of running)
 
 The image: a busybox-static layer, then one layer per tree of TREES, made once by umoci into
 bench/.snapshotter/ and pushed by skopeo to a Debian docker-registry on 127.0.0.1 (a new one per
@@ -25,7 +25,10 @@ S` followed by `ctr run --rm --snapshotter S` of a shell that reads a few files 
 tree) and prints a line: the time from the pull's start to that line. Then the disk: `du -sx`
 (bytes, apparent sizes not counted: blocks) of containerd's content store, and of the snapshots
 (containerd's own snapshotter's directory; sealfs's root, whose FUSE layer mounts `-x` leaves
-out). The snapshotters run interleaved (the order turns each round), median (min-max) of RUNS.
+out). With READ_ALL (the default), the cost of running: the page cache dropped again, `ctr run`
+of `find / -xdev -type f -exec cat {} + | wc -c`, every file of the root file system read (the
+byte counts must agree). The snapshotters run interleaved (the order turns each round), median
+(min-max) of RUNS.
 
 Writes bench/results/snapshotter-<stamp>.csv and prints a Markdown table for docs/benchmarks.md.
 """
@@ -67,6 +70,10 @@ PLATFORM = "linux/amd64"
 # containerd's log level; `debug` logs each layer's apply time ("diff applied", d=...). The log
 # is deleted with the containerd's directory unless KEEP=1.
 LOG_LEVEL = os.environ.get("CONTAINERD_LOG_LEVEL", "info")
+# After the pull: the cost of running, a container reading every file of its root file system
+# (`find / -xdev -type f -exec cat {} +`), page cache dropped first. READ_ALL=0 leaves it out.
+READ_ALL = os.environ.get("READ_ALL", "1") == "1"
+APPLETS = ["sh", "cat", "head", "echo", "find", "wc"]
 KEEP = os.environ.get("KEEP") == "1"
 
 
@@ -103,7 +110,7 @@ def make_layout():
     """The umoci layout `WORK/layout:bench` (made once; delete WORK to make it again)."""
     layout = os.path.join(WORK, "layout")
     stamp = os.path.join(WORK, "layout.done")
-    want = " ".join(TREES)
+    want = " ".join(TREES) + " applets:" + ",".join(APPLETS)
     if os.path.exists(stamp) and open(stamp).read() == want:
         return layout
     shutil.rmtree(WORK, ignore_errors=True)
@@ -115,7 +122,7 @@ def make_layout():
     rootfs = os.path.join(bundle, "rootfs")
     os.makedirs(os.path.join(rootfs, "bin"))
     shutil.copy("/bin/busybox", os.path.join(rootfs, "bin"))
-    for t in ["sh", "cat", "head", "echo"]:
+    for t in APPLETS:
         os.symlink("busybox", os.path.join(rootfs, "bin", t))
     sh(["umoci", "repack", "--image", f"{layout}:bench", bundle])
     for tree in TREES:
@@ -311,7 +318,15 @@ def measure(variant, reference, script):
             log = open(f"{c.dir}/snapshotter.log").read()
             if log.count(" as a sealed layer: ") != 1 + len(TREES):
                 raise RuntimeError(f"sealfs: not every layer went through the differ:\n{log}")
-        return {"time": t, "pull": pulled, "content": content, "snapshots": snaps}
+        m = {"time": t, "pull": pulled, "content": content, "snapshots": snaps}
+        if READ_ALL:
+            drop_caches()
+            t1 = time.monotonic()
+            out = sh(c.ctr("run", "--rm", "--snapshotter", snapshotter, reference, "bench-all",
+                           "/bin/sh", "-c", "find / -xdev -type f -exec cat {} + | wc -c"))
+            m["read_all"] = time.monotonic() - t1
+            m["read_bytes"] = int(out.split()[-1])
+        return m
     finally:
         c.stop()
 
@@ -356,11 +371,15 @@ def main():
     with open(out, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["snapshotter", "round", "seconds_to_first_output", "seconds_pull",
-                    "content_bytes", "snapshot_bytes"])
+                    "content_bytes", "snapshot_bytes", "seconds_read_all", "bytes_read_all"])
         for s, ms in results.items():
             for i, m in enumerate(ms):
                 w.writerow([s, i + 1, f"{m['time']:.3f}", f"{m['pull']:.3f}", m["content"],
-                            m["snapshots"]])
+                            m["snapshots"], f"{m.get('read_all', 0):.3f}", m.get("read_bytes", "")])
+    if READ_ALL:
+        read = {m["read_bytes"] for ms in results.values() for m in ms}
+        if len(read) != 1:
+            raise RuntimeError(f"the containers read different byte counts: {read}")
     base = results.get("overlayfs")
     print(f"| snapshotter | pull to first output, s | of which pull, s | snapshots, MB | content store, MB | time / overlayfs | snapshots / overlayfs |")
     print("|---|---|---|---|---|---|---|")
@@ -376,6 +395,15 @@ def main():
         else:
             ratios = "– | –"
         print(f"| {s} | {fmt(t)} | {fmt(p)} | {fmt(sn)} | {fmt(ct)} | {ratios} |")
+    if READ_ALL:
+        print(f"\nReading every file ({read.pop():,} bytes), page cache dropped:\n")
+        print("| snapshotter | seconds | / overlayfs |")
+        print("|---|---|---|")
+        for s, ms in results.items():
+            r = [m["read_all"] for m in ms]
+            rel = (f"{statistics.median(r) / statistics.median([m['read_all'] for m in base]):.2f}×"
+                   if base else "–")
+            print(f"| {s} | {fmt(r)} | {rel} |")
     print(f"\n(raw rows: {os.path.relpath(out, REPO)})")
 
 
