@@ -5,13 +5,15 @@
 //! the pull does, equal the diff's `fetch_bytes` less the tree). A damaged block of the base is
 //! never used: it is fetched instead and the run says so. A pull killed mid-transfer (a slow
 //! link: the project's fault proxy) leaves its partial file, and the next pull to OUT takes its
-//! verified blocks and fetches only the rest.
+//! verified blocks and fetches only the rest. The same prediction holds from an S3 server
+//! (versitygw, behind an nginx that logs what it passes on: versitygw's own access log records 0
+//! bytes for ranged reads) and a registry (Debian's docker-registry, its log).
 
 mod common;
 
 use common::compare::{compare_trees, Expect};
 use common::mount::mount_erofs;
-use common::servers::{nginx, FaultProxy};
+use common::servers::{docker_registry, nginx, nginx_proxy, versitygw, FaultProxy};
 use common::*;
 use serde_json::Value;
 use std::fs;
@@ -48,7 +50,13 @@ fn tree(dir: &Path, version: u32) {
 }
 
 fn sealfs_json(args: &[&str]) -> Value {
-    let out = run(Command::new(sealfs_bin()).args(args));
+    sealfs_json_env(args, &[])
+}
+
+fn sealfs_json_env(args: &[&str], env: &[(&str, String)]) -> Value {
+    let out = run(Command::new(sealfs_bin())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v))));
     assert!(
         out.status.success(),
         "sealfs {args:?}: {}",
@@ -163,6 +171,147 @@ fn pull_from_a_base_fetches_what_diff_predicted_and_writes_v2_exactly() {
             pull_sent,
             fs::metadata(&new).unwrap().len(),
             pulled["reused_blocks"]
+        );
+    }
+}
+
+/// Body bytes the nginx in front of the S3 server sent so far.
+fn front_sent(front: &common::servers::Server) -> u64 {
+    std::thread::sleep(Duration::from_millis(500));
+    front
+        .requests()
+        .iter()
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// `diff` then `pull --base` from `url`, the bytes the server sent for each counted by `sent`
+/// (running totals); checks OUT is `new` and the pull's bytes are what the diff predicted.
+fn pull_checked(
+    label: &str,
+    old: &Path,
+    new: &Path,
+    url: &str,
+    env: &[(&str, String)],
+    sent: &dyn Fn() -> u64,
+) {
+    let dg = digest(new);
+    let tree_size = sealfs_json(&["inspect", "--json", new.to_str().unwrap()])["seal"]["tree_size"]
+        .as_u64()
+        .unwrap();
+    let old_s = old.to_str().unwrap();
+    let start = sent();
+    let diff = sealfs_json_env(
+        &["diff", "--json", old_s, url, "--digest", &dg, "--no-cache"],
+        env,
+    );
+    let after_diff = sent();
+    let out = new.with_extension("out");
+    let pulled = sealfs_json_env(
+        &[
+            "pull",
+            url,
+            out.to_str().unwrap(),
+            "--base",
+            old_s,
+            "--digest",
+            &dg,
+            "--no-cache",
+            "--json",
+        ],
+        env,
+    );
+    let (diff_sent, pull_sent) = (after_diff - start, sent() - after_diff);
+    assert_eq!(fs::read(&out).unwrap(), fs::read(new).unwrap(), "{label}");
+    let predicted = diff["fetch_bytes"].as_u64().unwrap();
+    assert_eq!(pulled["fetched_bytes"], predicted, "{label}: {pulled}");
+    // As from nginx (above): the open's tail is not fetched again.
+    let most = diff_sent + predicted - tree_size;
+    assert!(
+        pull_sent <= most && pull_sent + (64 << 10) >= most,
+        "{label}: the server sent {pull_sent} for the pull, {diff_sent} for the diff, \
+         {predicted} predicted"
+    );
+    println!(
+        "{label}: the server sent {pull_sent} bytes for the pull of {} ({} predicted, less the tree)",
+        fs::metadata(new).unwrap().len(),
+        predicted - tree_size
+    );
+}
+
+#[test]
+fn pull_from_s3_and_from_a_registry_fetches_what_diff_predicted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    tree(&d.join("v1"), 1);
+    tree(&d.join("v2"), 2);
+    let s3_root = d.join("s3");
+    fs::create_dir_all(s3_root.join("bucket")).unwrap();
+    fs::create_dir_all(d.join("s3-work")).unwrap();
+    fs::create_dir_all(d.join("s3-front")).unwrap();
+    let s3 = match versitygw(&s3_root, &d.join("s3-work")) {
+        Ok(s) => s,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let front = match nginx_proxy(s3.port, &d.join("s3-front")) {
+        Ok(s) => s,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let s3_env: Vec<(&str, String)> = s3
+        .s3_env()
+        .into_iter()
+        .map(|(k, v)| match k {
+            "AWS_ENDPOINT_URL" => (k, format!("http://127.0.0.1:{}", front.port)),
+            _ => (k, v),
+        })
+        .collect();
+    let registry = match docker_registry(&d.join("registry"), &Default::default()) {
+        Ok(r) => r,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    for (label, args) in [("default", &[][..]), ("small", &["--preset", "small"][..])] {
+        let old = d.join(format!("{label}-1.img"));
+        let new = d.join(format!("{label}-2.img"));
+        build_ok(&d.join("v1"), &old, args);
+        build_ok(&d.join("v2"), &new, args);
+        // S3: the object in versitygw's bucket directory.
+        fs::copy(&new, s3_root.join("bucket").join(format!("{label}-2.img"))).unwrap();
+        pull_checked(
+            &format!("{label} from S3"),
+            &old,
+            &new,
+            &format!("s3://bucket/{label}-2.img"),
+            &s3_env,
+            &|| front_sent(&front),
+        );
+        // A registry: pushed by sealfs, pulled by reference.
+        let reference = format!("oci+http://127.0.0.1:{}/delta/{label}:v2", registry.port);
+        let pushed =
+            run(Command::new(sealfs_bin()).args(["push", new.to_str().unwrap(), &reference]));
+        assert!(
+            pushed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&pushed.stderr)
+        );
+        pull_checked(
+            &format!("{label} from a registry"),
+            &old,
+            &new,
+            &reference,
+            &[],
+            &|| {
+                std::thread::sleep(Duration::from_millis(500));
+                registry.registry_blob_bytes()
+            },
         );
     }
 }

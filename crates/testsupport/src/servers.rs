@@ -199,6 +199,26 @@ pub fn tls_certificates(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf), Strin
 
 /// [`nginx`], serving HTTPS with `tls` (certificate and key, PEM) when given.
 pub fn nginx_with(root: &Path, work: &Path, tls: Option<(&Path, &Path)>) -> Result<Server, String> {
+    start_nginx(work, tls, &format!("root {};", root.display()))
+}
+
+/// nginx on loopback passing every request to the HTTP server on `upstream` (its `Host` header
+/// kept, so that S3 signatures made for nginx's address verify), each logged with the body bytes
+/// sent, as [`nginx`] logs them: what a server in front of an S3 server sent.
+pub fn nginx_proxy(upstream: u16, work: &Path) -> Result<Server, String> {
+    start_nginx(
+        work,
+        None,
+        &format!(
+            "location / {{\n      proxy_pass http://127.0.0.1:{upstream};\n      \
+             proxy_set_header Host $http_host;\n      proxy_http_version 1.1;\n      \
+             proxy_set_header Connection \"\";\n      proxy_buffering off;\n    }}"
+        ),
+    )
+}
+
+/// nginx with `site` as its one server's body.
+fn start_nginx(work: &Path, tls: Option<(&Path, &Path)>, site: &str) -> Result<Server, String> {
     let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
         .map(PathBuf::from)
@@ -234,11 +254,10 @@ http {{
   scgi_temp_path {w}/tmp;
   server {{
     {listen}
-    root {root};
+    {site}
   }}
 }}
-"#,
-        root = root.display()
+"#
     );
     fs::create_dir_all(work.join("tmp")).map_err(|e| e.to_string())?;
     let conf_path = work.join("nginx.conf");
