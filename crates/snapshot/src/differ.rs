@@ -51,6 +51,9 @@ const APPLIED_MEDIA_TYPE: &str = "application/vnd.oci.image.layer.v1.tar";
 /// How long connecting to containerd's socket may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a blob being read from containerd's content store may stall.
+const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The differ: the snapshotter it builds layers for, and containerd's socket (its content
 /// store).
 pub struct Differ {
@@ -331,14 +334,22 @@ impl Differ {
         let digest = digest.to_string();
         tokio::spawn(async move {
             loop {
-                let next = match stream.message().await {
-                    Ok(Some(m)) => Ok(m.data),
-                    Ok(None) => break,
-                    Err(e) => Err(io::Error::other(format!(
+                let next = match tokio::time::timeout(STALL_TIMEOUT, stream.message()).await {
+                    Ok(Ok(Some(m))) => Ok(m.data),
+                    Ok(Ok(None)) => break,
+                    Ok(Err(e)) => Err(io::Error::other(format!(
                         "reading {} from containerd's content store: {}",
                         sealfs_text::Escaped(digest.as_bytes()),
                         e.message()
                     ))),
+                    Err(_) => Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "reading {} from containerd's content store: nothing came for {} s",
+                            sealfs_text::Escaped(digest.as_bytes()),
+                            STALL_TIMEOUT.as_secs()
+                        ),
+                    )),
                 };
                 let failed = next.is_err();
                 if tx.send(next).await.is_err() || failed {
