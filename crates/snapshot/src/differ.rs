@@ -316,9 +316,16 @@ impl Differ {
             ))
         })?;
         request.metadata_mut().insert("containerd-namespace", ns);
-        let mut stream = ContentClient::new(channel)
-            .read(request)
+        let mut client = ContentClient::new(channel);
+        let mut stream = tokio::time::timeout(STALL_TIMEOUT, client.read(request))
             .await
+            .map_err(|_| {
+                tonic::Status::deadline_exceeded(format!(
+                    "reading {} from containerd's content store: no answer in {} s",
+                    sealfs_text::Escaped(digest.as_bytes()),
+                    STALL_TIMEOUT.as_secs()
+                ))
+            })?
             .map_err(|e| {
                 tonic::Status::new(
                     e.code(),
