@@ -273,6 +273,8 @@ def measure(pairs):
         facts = json.load(open(os.path.join(WORK, pair, "facts.json")))
         work = tempfile.mkdtemp(prefix="sealfs-delta-nginx-")
         nginx = remote.Nginx(os.path.join(WORK, pair, "www"), work)
+        # remote.Link shapes lo with a root qdisc of its own: the previous pair's goes first.
+        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], stderr=subprocess.DEVNULL)
         link = remote.Link(nginx.port)
         try:
             ts, out, cache = tools(pair, facts, f"http://127.0.0.1:{link.port}")
