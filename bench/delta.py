@@ -273,10 +273,11 @@ def measure(pairs):
         facts = json.load(open(os.path.join(WORK, pair, "facts.json")))
         work = tempfile.mkdtemp(prefix="sealfs-delta-nginx-")
         nginx = remote.Nginx(os.path.join(WORK, pair, "www"), work)
-        # remote.Link shapes lo with a root qdisc of its own: the previous pair's goes first.
-        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], stderr=subprocess.DEVNULL)
-        link = remote.Link(nginx.port)
+        link = None
         try:
+            # remote.Link shapes lo with a root qdisc of its own: the previous pair's goes first.
+            subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], stderr=subprocess.DEVNULL)
+            link = remote.Link(nginx.port)
             ts, out, cache = tools(pair, facts, f"http://127.0.0.1:{link.port}")
             checked = set()
             for rnd in range(1, RUNS + 1):
@@ -308,9 +309,10 @@ def measure(pairs):
                     rows.append((pair, rnd, tool, what, round(secs, 3), fetched, requests, reported))
                     log(f"{pair} round {rnd} {tool} {what}: {secs:.2f} s, {fetched:,} bytes in {requests} requests")
         finally:
-            link.stop()
+            if link:
+                link.stop()
             nginx.stop()
-            clean(out, cache)
+            clean(os.path.join(WORK, pair, "out"), os.path.join(WORK, pair, "sealfs-cache"))
             shutil.rmtree(work, ignore_errors=True)
     return rows
 
