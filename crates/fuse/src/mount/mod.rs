@@ -238,6 +238,46 @@ impl MountHandle {
         self.finish()
     }
 
+    /// Takes the mount down without waiting, for a caller that lets go of it while a thread of
+    /// its own process may still hold files on it (the bindings' `unmount` and garbage
+    /// collection): unmounts it, or when files are open on it (`EBUSY`) detaches it lazily
+    /// (`umount -l`: it leaves the namespace now, the files open keep working). The threads that
+    /// served it are joined, and the profile written, by a thread of their own once the mount has
+    /// ended (at once, or when the last of those files is closed); they never unmount anything
+    /// again, so the mount point can be reused at once. On success the handle is empty
+    /// ([`MountHandle::has_ended`], and [`MountHandle::unmount`] returns `Ok` at once); on
+    /// failure it is unchanged.
+    pub fn detach(&mut self) -> Result<(), MountError> {
+        let Some(session) = self.session.as_ref() else {
+            return Ok(());
+        };
+        let unmounted = match unmount(&self.mountpoint, false) {
+            Err(MountError::Unmount { source, .. })
+                if source.raw_os_error() == Some(libc::EBUSY) =>
+            {
+                unmount(&self.mountpoint, true)
+            }
+            other => other,
+        };
+        match unmounted {
+            // Not a mount point any more: taken down from outside.
+            Err(MountError::Unmount { source, .. })
+                if source.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(_) if session.guard.is_finished() => {}
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
+        let session = self.session.take().expect("checked above");
+        let profile = self.profile.take();
+        std::thread::spawn(move || {
+            let _ = session.join();
+            if let Some(p) = profile {
+                let _ = p.write();
+            }
+        });
+        Ok(())
+    }
+
     fn finish(&mut self) -> Result<(), MountError> {
         let Some(session) = self.session.take() else {
             return Ok(());
