@@ -41,9 +41,38 @@ pub fn parse_fill(fill: &str) -> PyResult<FillMode> {
 impl Spec {
     /// Opens the image (without the GIL: it reads, perhaps over the network).
     pub fn open(&self) -> Result<Opened, OpenError> {
+        self.open_with(&self.options)
+    }
+
+    /// Opens the image again to mount it: the same options with a mount's caches (as `sealfs
+    /// mount` sizes them, never smaller than asked) and readahead.
+    pub fn open_to_mount(&self) -> Result<Opened, OpenError> {
+        use sealfs_fuse::mount::{mount_cluster_cache, MOUNT_BLOCK_CACHE};
+        let options = OpenOptions {
+            cache_blocks: self.options.cache_blocks.max(MOUNT_BLOCK_CACHE),
+            cluster_cache_bytes: self.options.cluster_cache_bytes.max(mount_cluster_cache()),
+            // Streaming reads take no room in the cluster cache (the kernel's page cache keeps them).
+            keep_passed_extents: false,
+            readahead_blocks: OpenOptions::default().readahead_blocks,
+            ..self.options.clone()
+        };
+        self.open_with(&options)
+    }
+
+    /// Whether a URL is read through the persistent cache.
+    pub fn caches(&self) -> bool {
+        self.cache.is_some()
+    }
+
+    /// The `fill=` it was opened with.
+    pub fn fill(&self) -> FillMode {
+        self.options.fill
+    }
+
+    fn open_with(&self, options: &OpenOptions) -> Result<Opened, OpenError> {
         sealfs_remote::open_cached(
             &self.location,
-            &self.options,
+            options,
             self.trust,
             &self.remote,
             self.cache.as_ref(),
