@@ -241,39 +241,57 @@ impl MountHandle {
     /// Takes the mount down without waiting, for a caller that lets go of it while a thread of
     /// its own process may still hold files on it (the bindings' `unmount` and garbage
     /// collection): unmounts it, or when files are open on it (`EBUSY`) detaches it lazily
-    /// (`umount -l`: it leaves the namespace now, the files open keep working). The threads that
-    /// served it are joined, and the profile written, by a thread of their own once the mount has
-    /// ended (at once, or when the last of those files is closed); they never unmount anything
-    /// again, so the mount point can be reused at once. On success the handle is empty
+    /// (`umount -l`: it leaves the namespace now, the files open keep working). Unmounted with
+    /// nothing open, the threads that served it have ended, and the profile is written, when this
+    /// returns; detached, they are joined (and the profile written) by a thread of their own when
+    /// the last of those files is closed. Nothing unmounts anything again later, so the mount
+    /// point can be reused at once. On success the handle is empty
     /// ([`MountHandle::has_ended`], and [`MountHandle::unmount`] returns `Ok` at once); on
     /// failure it is unchanged.
     pub fn detach(&mut self) -> Result<(), MountError> {
         let Some(session) = self.session.as_ref() else {
             return Ok(());
         };
-        let unmounted = match unmount(&self.mountpoint, false) {
+        // Whether the session ends now: unmounted with nothing open, or already over.
+        let ends_now = match unmount(&self.mountpoint, false) {
+            Ok(()) => true,
             Err(MountError::Unmount { source, .. })
                 if source.raw_os_error() == Some(libc::EBUSY) =>
             {
-                unmount(&self.mountpoint, true)
+                unmount(&self.mountpoint, true)?;
+                false
             }
-            other => other,
-        };
-        match unmounted {
-            // Not a mount point any more: taken down from outside.
+            // Not a mount point any more: taken down from outside (perhaps lazily, files open).
             Err(MountError::Unmount { source, .. })
-                if source.raw_os_error() == Some(libc::EINVAL) => {}
-            Err(_) if session.guard.is_finished() => {}
+                if source.raw_os_error() == Some(libc::EINVAL) =>
+            {
+                session.guard.is_finished()
+            }
+            Err(_) if session.guard.is_finished() => true,
             Err(e) => return Err(e),
-            Ok(()) => {}
-        }
+        };
         let session = self.session.take().expect("checked above");
         let profile = self.profile.take();
+        let end = move || {
+            let joined = session.join().map_err(|source| MountError::Serve {
+                path: PathBuf::new(),
+                source,
+            });
+            let written = profile.map_or(Ok(()), |p| p.write());
+            joined.and(written)
+        };
+        if ends_now {
+            // Nothing was open: the serving threads end at once; every one has ended on return.
+            return end().map_err(|e| match e {
+                MountError::Serve { source, .. } => MountError::Serve {
+                    path: self.mountpoint.clone(),
+                    source,
+                },
+                e => e,
+            });
+        }
         std::thread::spawn(move || {
-            let _ = session.join();
-            if let Some(p) = profile {
-                let _ = p.write();
-            }
+            let _ = end();
         });
         Ok(())
     }
