@@ -443,10 +443,11 @@ int sealfs_mount(const struct sealfs_image *image,
  * are open on it (`EBUSY` for `umount`), it is detached lazily instead: it leaves the file system
  * tree at once, the files open keep working until closed. Never waits for them (a thread of
  * this process may hold them): the threads that served the mount end, and are joined, once the
- * last is closed. Returns 0; -1 with `errno` and `*error` when the system refuses (the handle
+ * last is closed. With nothing open, every thread of the mount has ended when this returns. Returns 0; -1 with `errno` and `*error` when the system refuses (the handle
  * then stays valid and mounted: call again, or `sealfs_unmount` it later).
  */
-int sealfs_unmount(struct sealfs_mount_handle *mount, struct sealfs_error *error);
+int sealfs_unmount(struct sealfs_mount_handle *mount,
+                   struct sealfs_error *error);
 
 /**
  * The mount's counters as `sealfs stats --json` prints them (a JSON object: requests, bytes read

@@ -212,7 +212,7 @@ pub extern "C" fn sealfs_mount(
 /// are open on it (`EBUSY` for `umount`), it is detached lazily instead: it leaves the file system
 /// tree at once, the files open keep working until closed. Never waits for them (a thread of
 /// this process may hold them): the threads that served the mount end, and are joined, once the
-/// last is closed. Returns 0; -1 with `errno` and `*error` when the system refuses (the handle
+/// last is closed. With nothing open, every thread of the mount has ended when this returns. Returns 0; -1 with `errno` and `*error` when the system refuses (the handle
 /// then stays valid and mounted: call again, or `sealfs_unmount` it later).
 #[no_mangle]
 pub extern "C" fn sealfs_unmount(

@@ -22,6 +22,7 @@
 static const char *src, *mnt;
 static size_t src_len;
 static int problems, files;
+static char first[4096]; /* a non-empty regular file, from the root of the tree */
 
 #define PROBLEM(...)                                                                               \
     do {                                                                                           \
@@ -64,6 +65,7 @@ static int visit(const char *path, const struct stat *want, int flag, struct FTW
                 want->st_mode, (long long)want->st_size, want->st_uid, want->st_gid);
     if (S_ISREG(want->st_mode)) {
         files++;
+        if (!*first && want->st_size > 0) snprintf(first, sizeof first, "%s", path + src_len);
         if (!same_bytes(there, path)) PROBLEM("%s: other bytes on the mount", path + src_len);
     }
     /* Symlink targets are not read here: valgrind (3.19) holds its lock through readlink, which
@@ -143,29 +145,19 @@ int main(int argc, char **argv) {
         return 1;
     }
     sealfs_close(img);
-    DIR *d = opendir(mnt);
-    int fd = -1;
-    struct dirent *e;
-    char first[4096] = "";
-    while (d && (e = readdir(d)) && fd < 0) {
-        char p[8192];
-        snprintf(p, sizeof p, "%s/%s", mnt, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-            fd = open(p, O_RDONLY);
-            snprintf(first, sizeof first, "%s/%s", src, e->d_name);
-        }
-    }
-    if (d) closedir(d);
-    if (fd < 0) PROBLEM("no regular file at the top of the mount");
+    char there[8192], here[8192];
+    snprintf(there, sizeof there, "%s%s", mnt, first);
+    snprintf(here, sizeof here, "%s%s", src, first);
+    int fd = *first ? open(there, O_RDONLY) : -1;
+    if (fd < 0) PROBLEM("%s: no file to hold open: %s", there, strerror(errno));
     if (sealfs_unmount(m, &err) != 0) PROBLEM("sealfs_unmount, busy: %s", err.message);
     if (in_proc_mounts()) PROBLEM("%s: still in /proc/mounts after a busy sealfs_unmount", mnt);
     if (fd >= 0) {
         char a[256], b[256];
-        int fs = open(first, O_RDONLY);
+        int fs = open(here, O_RDONLY);
         ssize_t x = pread(fd, a, sizeof a, 0), y = pread(fs, b, sizeof b, 0);
         if (x <= 0 || x != y || memcmp(a, b, (size_t)x) != 0)
-            PROBLEM("%s: an open file of the detached mount reads %zd bytes, want %zd", first, x, y);
+            PROBLEM("%s: an open file of the detached mount reads %zd bytes, want %zd", here, x, y);
         close(fs);
         close(fd);
         /* The serving threads end and are joined once the last file is closed. */

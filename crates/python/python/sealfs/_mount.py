@@ -43,7 +43,7 @@ class Mount:
         """Unmounts it, or, when files are open on it (``EBUSY``), detaches it lazily: it leaves
         the file system tree at once and the files open keep working until closed. Never waits
         for those files (a thread of this process may hold them); the threads that served the
-        mount end once the last is closed. Unmounting again does nothing. Raises ``OSError`` when
+        mount end once the last is closed (with nothing open, they have ended on return). Unmounting again does nothing. Raises ``OSError`` when
         the system refuses (``EPERM``)."""
         self._n.unmount()
 
