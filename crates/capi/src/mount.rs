@@ -7,7 +7,6 @@ use sealfs_fuse::mount::{
     self as fmount, LogTo, MountError, MountHandle, MountImage, MountOptions,
 };
 use sealfs_fuse::XattrMode;
-use sealfs_reader::OpenOptions;
 use std::ffi::{c_char, c_int, c_uint};
 
 /// `sealfs_mount_options::xattrs`: extended attributes are answered from the image until a
@@ -51,25 +50,9 @@ pub struct sealfs_mount_handle {
     handle: MountHandle,
 }
 
-/// The errno of a mount error.
+/// A mount error as a failure: the library's errno and chain of causes.
 fn mount_failure(e: MountError) -> Failure {
-    let code = match &e {
-        MountError::ReadWrite | MountError::UnknownOption(_) | MountError::NotAMountPoint(_) => {
-            libc::EINVAL
-        }
-        MountError::NotADirectory(_) => libc::ENOTDIR,
-        MountError::Stale(_) => libc::ENOTCONN,
-        MountError::Mountpoint { source, .. }
-        | MountError::Mount { source, .. }
-        | MountError::Serve { source, .. }
-        | MountError::Unmount { source, .. }
-        | MountError::NotSealfs { source, .. }
-        | MountError::Profile { source, .. }
-        | MountError::Daemon { source, .. }
-        | MountError::NoFusermount(source) => source.raw_os_error().unwrap_or(libc::EIO),
-        _ => libc::EIO,
-    };
-    Failure::new(code, sealfs_reader::ErrorChain(&e).to_string())
+    Failure::new(e.errno(), sealfs_reader::ErrorChain(&e).to_string())
 }
 
 /// The library's options for `o` (NULL: the defaults), the source named after `location`.
@@ -163,17 +146,7 @@ pub extern "C" fn sealfs_mount(
         let img = unsafe { &*image };
         let spec = &img.inner.spec;
         let (mount_options, xattrs, log) = self::options(options, &spec.location)?;
-        let open_options = OpenOptions {
-            cache_blocks: spec.options.cache_blocks.max(fmount::MOUNT_BLOCK_CACHE),
-            cluster_cache_bytes: spec
-                .options
-                .cluster_cache_bytes
-                .max(fmount::mount_cluster_cache()),
-            // Streaming reads take no room in the cluster cache (the page cache keeps them).
-            keep_passed_extents: false,
-            readahead_blocks: OpenOptions::default().readahead_blocks,
-            ..spec.options.clone()
-        };
+        let open_options = fmount::mount_open_options(&spec.options);
         let (opened, remote) = spec.open_with(&open_options)?;
         let (was, now) = (img.inner.opened.trust.digest(), opened.trust.digest());
         if was != now {

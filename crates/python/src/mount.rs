@@ -13,28 +13,14 @@ use sealfs_fuse::XattrMode;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// A mount error as an `OSError`: the system's errno when there is one (`EBUSY`, `ENOTCONN`,
-/// `EPERM`, ...), `EINVAL` for a refused option, `EIO` otherwise; the message is the library's
-/// chain of causes.
+/// A mount error as an `OSError` with the library's errno (a refused option, `-o rw`, is a
+/// `ValueError`); the message is the library's chain of causes.
 pub fn mount_error(e: MountError) -> PyErr {
-    let errno = match &e {
-        MountError::ReadWrite | MountError::UnknownOption(_) => {
-            return bad_argument(sealfs_reader::ErrorChain(&e))
-        }
-        MountError::NotADirectory(_) => libc::ENOTDIR,
-        MountError::Stale(_) => libc::ENOTCONN,
-        MountError::NotAMountPoint(_) => libc::EINVAL,
-        MountError::Mountpoint { source, .. }
-        | MountError::Mount { source, .. }
-        | MountError::Serve { source, .. }
-        | MountError::Unmount { source, .. }
-        | MountError::NotSealfs { source, .. }
-        | MountError::Profile { source, .. }
-        | MountError::Daemon { source, .. }
-        | MountError::NoFusermount(source) => source.raw_os_error().unwrap_or(libc::EIO),
-        _ => libc::EIO,
-    };
-    PyOSError::new_err((errno, sealfs_reader::ErrorChain(&e).to_string()))
+    let text = sealfs_reader::ErrorChain(&e).to_string();
+    match e {
+        MountError::ReadWrite | MountError::UnknownOption(_) => bad_argument(text),
+        e => PyOSError::new_err((e.errno(), text)),
+    }
 }
 
 /// The options of a mount: `options` is a comma-separated `-o` list.

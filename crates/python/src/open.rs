@@ -44,19 +44,10 @@ impl Spec {
         self.open_with(&self.options)
     }
 
-    /// Opens the image again to mount it: the same options with a mount's caches (as `sealfs
-    /// mount` sizes them, never smaller than asked) and readahead.
+    /// Opens the image again to mount it: the same options with a mount's caches and readahead
+    /// ([`sealfs_fuse::mount::mount_open_options`]).
     pub fn open_to_mount(&self) -> Result<Opened, OpenError> {
-        use sealfs_fuse::mount::{mount_cluster_cache, MOUNT_BLOCK_CACHE};
-        let options = OpenOptions {
-            cache_blocks: self.options.cache_blocks.max(MOUNT_BLOCK_CACHE),
-            cluster_cache_bytes: self.options.cluster_cache_bytes.max(mount_cluster_cache()),
-            // Streaming reads take no room in the cluster cache (the kernel's page cache keeps them).
-            keep_passed_extents: false,
-            readahead_blocks: OpenOptions::default().readahead_blocks,
-            ..self.options.clone()
-        };
-        self.open_with(&options)
+        self.open_with(&sealfs_fuse::mount::mount_open_options(&self.options))
     }
 
     /// Whether a URL is read through the persistent cache.

@@ -169,6 +169,44 @@ pub enum MountError {
     DaemonGone,
 }
 
+impl MountError {
+    /// The `errno` that tells a C or Python caller what failed: the system's when there is one
+    /// (`EPERM`, `EBUSY`, `ENODEV`, ...), `EINVAL` for a refused option or a path that cannot be a
+    /// mount point, `ENOTDIR`, `ENOTCONN` for a stale mount, `EIO` otherwise.
+    pub fn errno(&self) -> i32 {
+        match self {
+            MountError::ReadWrite
+            | MountError::UnknownOption(_)
+            | MountError::NotAMountPoint(_) => libc::EINVAL,
+            MountError::NotADirectory(_) => libc::ENOTDIR,
+            MountError::Stale(_) => libc::ENOTCONN,
+            MountError::Mountpoint { source, .. }
+            | MountError::Mount { source, .. }
+            | MountError::Serve { source, .. }
+            | MountError::Unmount { source, .. }
+            | MountError::NotSealfs { source, .. }
+            | MountError::Profile { source, .. }
+            | MountError::Daemon { source, .. }
+            | MountError::NoFusermount(source) => source.raw_os_error().unwrap_or(libc::EIO),
+            _ => libc::EIO,
+        }
+    }
+}
+
+/// `options` (how an image was opened to be read) as a mount opens it: caches sized as `sealfs
+/// mount` sizes them ([`MOUNT_BLOCK_CACHE`], [`mount_cluster_cache`]; never smaller than
+/// `options` asked), no cluster cache for streaming reads (the kernel's page cache keeps them),
+/// the default readahead. What the bindings open an image again with to mount it.
+pub fn mount_open_options(options: &sealfs_reader::OpenOptions) -> sealfs_reader::OpenOptions {
+    sealfs_reader::OpenOptions {
+        cache_blocks: options.cache_blocks.max(MOUNT_BLOCK_CACHE),
+        cluster_cache_bytes: options.cluster_cache_bytes.max(mount_cluster_cache()),
+        keep_passed_extents: false,
+        readahead_blocks: sealfs_reader::OpenOptions::default().readahead_blocks,
+        ..options.clone()
+    }
+}
+
 /// An image mounted in this process by [`mount`]: its FUSE session is served by background
 /// threads it owns. [`MountHandle::unmount`] or dropping it unmounts the file system and joins
 /// them; while files are open on the mount, that waits until the last is closed (the mount is
