@@ -47,6 +47,54 @@ fn must(what: &str, cmd: &mut Command) -> String {
     o.into_owned()
 }
 
+/// What [`install_with_fixture`] made.
+struct Installed {
+    pc_dir: std::path::PathBuf,
+    lib_dir: std::path::PathBuf,
+    src: std::path::PathBuf,
+    image: std::path::PathBuf,
+    digest: String,
+}
+
+/// Installs the library from `built` into `w/prefix` (install.sh), makes the small fixture tree
+/// (`seed`) at `w/src` and its lz4hc image at `w/fixture.img` with the `sealfs` binary.
+fn install_with_fixture(w: &Path, built: &Path, seed: u64) -> Installed {
+    // Installed as a user would install it.
+    let prefix = w.join("prefix");
+    must(
+        "install.sh",
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("install.sh"))
+            .arg(&prefix)
+            .env("SEALFS_LIB_DIR", built),
+    );
+    let pc_dir = prefix.join("lib/pkgconfig");
+    let lib_dir = prefix.join("lib");
+    assert!(lib_dir.join("libsealfs.so.0").exists() && lib_dir.join("libsealfs.a").exists());
+
+    // The fixture and its image.
+    let src = w.join("src");
+    fs::create_dir(&src).unwrap();
+    small_fixture::build(&src, seed, true);
+    let image = w.join("fixture.img");
+    let digest = must(
+        "sealfs build",
+        Command::new(built.join("sealfs"))
+            .args(["build", "-z", "lz4hc", "-C", "65536"])
+            .arg(&src)
+            .arg(&image)
+            .env_remove("SOURCE_DATE_EPOCH"),
+    )
+    .trim()
+    .to_string();
+    Installed {
+        pc_dir,
+        lib_dir,
+        src,
+        image,
+        digest,
+    }
+}
+
 #[test]
 fn a_c_program_reads_the_fixture_image_under_valgrind() {
     for tool in ["cc", "pkg-config", "valgrind"] {
@@ -62,33 +110,13 @@ fn a_c_program_reads_the_fixture_image_under_valgrind() {
         .unwrap();
     let w = work.path();
 
-    // Installed as a user would install it.
-    let prefix = w.join("prefix");
-    must(
-        "install.sh",
-        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("install.sh"))
-            .arg(&prefix)
-            .env("SEALFS_LIB_DIR", &built),
-    );
-    let pc_dir = prefix.join("lib/pkgconfig");
-    let lib_dir = prefix.join("lib");
-    assert!(lib_dir.join("libsealfs.so.0").exists() && lib_dir.join("libsealfs.a").exists());
-
-    // The fixture and its image.
-    let src = w.join("src");
-    fs::create_dir(&src).unwrap();
-    small_fixture::build(&src, 41, true);
-    let image = w.join("fixture.img");
-    let digest = must(
-        "sealfs build",
-        Command::new(built.join("sealfs"))
-            .args(["build", "-z", "lz4hc", "-C", "65536"])
-            .arg(&src)
-            .arg(&image)
-            .env_remove("SOURCE_DATE_EPOCH"),
-    )
-    .trim()
-    .to_string();
+    let Installed {
+        pc_dir,
+        lib_dir,
+        src,
+        image,
+        digest,
+    } = install_with_fixture(w, &built, 41);
 
     // Compiled against the installed header and library, as pkg-config says.
     let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/compare.c");
@@ -568,29 +596,13 @@ fn a_c_program_mounts_an_image_and_reads_it_with_plain_system_calls_under_valgri
         .tempdir_in("/var/tmp")
         .unwrap();
     let w = work.path();
-    let prefix = w.join("prefix");
-    must(
-        "install.sh",
-        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("install.sh"))
-            .arg(&prefix)
-            .env("SEALFS_LIB_DIR", &built),
-    );
-    let pc_dir = prefix.join("lib/pkgconfig");
-    let lib_dir = prefix.join("lib");
-    let src = w.join("src");
-    fs::create_dir(&src).unwrap();
-    small_fixture::build(&src, 43, true);
-    let image = w.join("fixture.img");
-    let digest = must(
-        "sealfs build",
-        Command::new(built.join("sealfs"))
-            .args(["build", "-z", "lz4hc", "-C", "65536"])
-            .arg(&src)
-            .arg(&image)
-            .env_remove("SOURCE_DATE_EPOCH"),
-    )
-    .trim()
-    .to_string();
+    let Installed {
+        pc_dir,
+        lib_dir,
+        src,
+        image,
+        digest,
+    } = install_with_fixture(w, &built, 43);
     let mnt = w.join("mnt");
     fs::create_dir(&mnt).unwrap();
     let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mount.c");
@@ -622,7 +634,7 @@ fn a_c_program_mounts_an_image_and_reads_it_with_plain_system_calls_under_valgri
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("valgrind ({:.1?}):\n{stdout}\n{stderr}", t.elapsed());
     // Whatever happened, nothing stays mounted.
-    let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    let _ = Command::new("umount").arg("-l").arg(&mnt).output();
     assert!(
         out.status.success(),
         "mount under valgrind failed ({}); 97 is valgrind's error exit",
