@@ -99,18 +99,12 @@ fn options(
         }
     };
     let log = match path_arg(o.log) {
-        Some(p) => LogTo::File(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&p)
-                .map_err(|e| {
-                    Failure::new(
-                        e.raw_os_error().unwrap_or(libc::EIO),
-                        format!("log {}: {e}", sealfs_text::escape_path(&p)),
-                    )
-                })?,
-        ),
+        Some(p) => LogTo::append(&p).map_err(|e| {
+            Failure::new(
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("log {}: {e}", sealfs_text::escape_path(&p)),
+            )
+        })?,
         None => LogTo::Stderr,
     };
     Ok((options, xattrs, log))

@@ -78,19 +78,13 @@ pub fn mount(
         }
     };
     let log = match log {
-        Some(p) => LogTo::File(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&p)
-                .map_err(|e| {
-                    PyOSError::new_err((
-                        e.raw_os_error().unwrap_or(libc::EIO),
-                        format!("log: {e}"),
-                        p.display().to_string(),
-                    ))
-                })?,
-        ),
+        Some(p) => LogTo::append(&p).map_err(|e| {
+            PyOSError::new_err((
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("log: {e}"),
+                p.display().to_string(),
+            ))
+        })?,
         None => LogTo::Stderr,
     };
     let handle = py.detach(|| -> PyResult<MountHandle> {
