@@ -51,6 +51,29 @@
 #define SEALFS_ERROR_MESSAGE_SIZE 1024
 
 /**
+ * `sealfs_mount_options::xattrs`: extended attributes are answered from the image until a
+ * background read of every inode finds it has none, then the kernel is told there are none
+ * (the default; `sealfs mount --xattrs=auto`).
+ */
+#define SEALFS_XATTRS_AUTO 0
+
+/**
+ * `sealfs_mount_options::xattrs`: every request is answered from the image.
+ */
+#define SEALFS_XATTRS_ON 1
+
+/**
+ * `sealfs_mount_options::xattrs`: the mount shows none.
+ */
+#define SEALFS_XATTRS_OFF 2
+
+/**
+ * `sealfs_mount_options::flags`: leave the kernel's readahead for the mount as it is (128 KiB)
+ * instead of setting `read_ahead`.
+ */
+#define SEALFS_MOUNT_KERNEL_READ_AHEAD 1
+
+/**
  * `sealfs_open_options::verify`: every block is checked against the seal before it is used (the
  * default).
  */
@@ -160,6 +183,65 @@ struct sealfs_file;
 struct sealfs_image;
 
 /**
+ * An image mounted by `sealfs_mount`, served by threads of this process until
+ * `sealfs_unmount`.
+ */
+struct sealfs_mount_handle;
+
+/**
+ * How `sealfs_mount` mounts an image: the options of `sealfs mount`. All zeros (`{0}`) means
+ * the defaults: only the calling user may use the mount, one serving thread per CPU (at least
+ * 2), a readahead of 1 MiB, failed reads logged to standard error.
+ */
+struct sealfs_mount_options {
+  /**
+   * Mount options, comma-separated (`sealfs mount -o`), or NULL: `allow_other` (every user may
+   * use the mount), `allow_root`, `nodev`, `nosuid`, `noexec`, `noatime` (and `dev`, `suid`,
+   * `exec`, `atime`), `fsname=NAME`; `ro` and `default_permissions` are always on; `rw` and
+   * anything else are refused (`EINVAL`).
+   */
+  const char *options;
+  /**
+   * Threads serving requests; 0 for the default (one per CPU, at least 2).
+   */
+  unsigned int threads;
+  /**
+   * The kernel's readahead for the mount, in bytes; 0 for the default (1 MiB). Setting it
+   * needs root (other users' mounts keep the kernel's).
+   */
+  uint64_t read_ahead;
+  /**
+   * `SEALFS_XATTRS_AUTO` (0), `SEALFS_XATTRS_ON` or `SEALFS_XATTRS_OFF`.
+   */
+  int xattrs;
+  /**
+   * `SEALFS_MOUNT_KERNEL_READ_AHEAD`, or 0.
+   */
+  unsigned int flags;
+  /**
+   * A file failed reads are appended to (once each), or NULL for standard error.
+   */
+  const char *log;
+};
+
+/**
+ * What went wrong, for the caller to keep: every function that can fail takes a pointer to one
+ * (or NULL) and fills it when it fails. `errno` is set to the same code.
+ */
+struct sealfs_error {
+  /**
+   * The `errno` value (`EIO` for a block that failed its check, `ENOENT` for a missing path,
+   * `EKEYREJECTED` for an image refused at open, ...).
+   */
+  int code;
+  /**
+   * What happened and where, NUL-terminated (the path, and for a failed check the block's
+   * byte offset in the image); cut to fit.
+   */
+  char message[SEALFS_ERROR_MESSAGE_SIZE];
+};
+
+/**
  * How `sealfs_open` opens an image. All zeros (`{0}`, or a designated initializer naming only
  * what it sets) means the defaults: every block verified against the image's own seal.
  */
@@ -214,23 +296,6 @@ struct sealfs_open_options {
    * rollbacks (`EKEYREJECTED`); NULL for no floor.
    */
   const char *min_version;
-};
-
-/**
- * What went wrong, for the caller to keep: every function that can fail takes a pointer to one
- * (or NULL) and fills it when it fails. `errno` is set to the same code.
- */
-struct sealfs_error {
-  /**
-   * The `errno` value (`EIO` for a block that failed its check, `ENOENT` for a missing path,
-   * `EKEYREJECTED` for an image refused at open, ...).
-   */
-  int code;
-  /**
-   * What happened and where, NUL-terminated (the path, and for a failed check the block's
-   * byte offset in the image); cut to fit.
-   */
-  char message[SEALFS_ERROR_MESSAGE_SIZE];
 };
 
 /**
@@ -352,6 +417,48 @@ extern "C" {
  * The library's version, `MAJOR.MINOR.PATCH` (a static string).
  */
 const char *sealfs_version(void);
+
+/**
+ * Mounts `image` read-only on directory `mountpoint` over FUSE, as `sealfs mount` does, but
+ * served by background threads of this process (no daemon) until `sealfs_unmount`. The image is
+ * opened again for the mount as `sealfs_open` opened it (the same digest, keys and cache, with a
+ * mount's larger caches) and must have the same digest (else `EKEYREJECTED`); `image` itself may
+ * be closed meanwhile. Every read through the mount is checked as the image's trust says: a
+ * block that fails its check fails that read with `EIO` (logged once), other files read fine.
+ *
+ * On success stores the handle in `*mount` and returns 0; on failure returns -1 with `errno`
+ * set and `*error` filled (when not NULL): `ENOTDIR` for a mount point that is not a directory,
+ * `ENOTCONN` for a stale FUSE mount there (`sealfs umount` it), `EINVAL` for an unknown or `rw`
+ * option, the kernel's errno when it refuses the mount (`EPERM`, `ENODEV` without
+ * `/dev/fuse`).
+ */
+int sealfs_mount(const struct sealfs_image *image,
+                 const char *mountpoint,
+                 const struct sealfs_mount_options *options,
+                 struct sealfs_mount_handle **mount,
+                 struct sealfs_error *error);
+
+/**
+ * Unmounts a mount made by `sealfs_mount` and frees its handle (NULL is ignored: 0). When files
+ * are open on it (`EBUSY` for `umount`), it is detached lazily instead: it leaves the file system
+ * tree at once, the files open keep working until closed. Never waits for them (a thread of
+ * this process may hold them): the threads that served the mount end, and are joined, once the
+ * last is closed. With nothing open, every thread of the mount has ended when this returns. Returns 0; -1 with `errno` and `*error` when the system refuses (the handle
+ * then stays valid and mounted: call again, or `sealfs_unmount` it later).
+ */
+int sealfs_unmount(struct sealfs_mount_handle *mount,
+                   struct sealfs_error *error);
+
+/**
+ * The mount's counters as `sealfs stats --json` prints them (a JSON object: requests, bytes read
+ * and verified, failed reads, `trust`), NUL-terminated into `buf` of `size` bytes. Returns the
+ * length of the JSON text (without its NUL; if it is `size` or more, the text was cut: call
+ * again with a larger buffer), or -1 with `errno` and `*error`.
+ */
+ssize_t sealfs_mount_stats(const struct sealfs_mount_handle *mount,
+                           char *buf,
+                           size_t size,
+                           struct sealfs_error *error);
 
 /**
  * Opens the image at `location`, a path or an `http://`, `https://` or `s3://` URL (S3 settings

@@ -6,11 +6,12 @@
 //! # Design
 //!
 //! - **Translation only.** Each function is one call of the libraries the `sealfs` command uses:
-//!   opening is [`sealfs_remote::open_cached`], reads are [`sealfs_reader::Image`]'s. This crate
+//!   opening is [`sealfs_remote::open_cached`], reads are [`sealfs_reader::Image`]'s, mounting
+//!   (in this process) [`sealfs_fuse::mount::mount`]. This crate
 //!   turns C strings into paths, options into [`sealfs_reader::OpenOptions`], and errors into
 //!   `errno` values with a message.
 //! - **No global state.** Everything lives in the handles the caller holds (`sealfs_image`,
-//!   `sealfs_file`, `sealfs_dir`); errors come back in `errno` and in the caller's own
+//!   `sealfs_file`, `sealfs_dir`, `sealfs_mount_handle`); errors come back in `errno` and in the caller's own
 //!   `sealfs_error`, never in library-wide state.
 //! - **Thread-safe handles.** An image and a file may be used by any number of threads at once
 //!   (the reader is `Sync`); a directory stream serializes its readers.
@@ -34,10 +35,15 @@
 )]
 
 mod error;
+mod mount;
 mod open;
 mod read;
 
 pub use error::{sealfs_error, SEALFS_ERROR_MESSAGE_SIZE};
+pub use mount::{
+    sealfs_mount, sealfs_mount_handle, sealfs_mount_options, sealfs_mount_stats, sealfs_unmount,
+    SEALFS_MOUNT_KERNEL_READ_AHEAD, SEALFS_XATTRS_AUTO, SEALFS_XATTRS_OFF, SEALFS_XATTRS_ON,
+};
 pub use open::{
     sealfs_close, sealfs_get_trust, sealfs_image, sealfs_open, sealfs_open_options, sealfs_trust,
     SEALFS_AUTHORITY_DIGEST, SEALFS_AUTHORITY_KEY, SEALFS_AUTHORITY_NONE, SEALFS_CHECKER_KERNEL,

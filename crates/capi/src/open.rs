@@ -73,6 +73,34 @@ pub(crate) struct Opened {
     pub(crate) opened: OpenedImage,
     /// The remote object, for a URL (kept with the image).
     _remote: Option<Arc<RemoteObject>>,
+    /// How it was opened (`sealfs_mount` opens it again so).
+    pub(crate) spec: Spec,
+}
+
+/// The location and the library's options of an open.
+pub(crate) struct Spec {
+    pub(crate) location: std::path::PathBuf,
+    pub(crate) options: OpenOptions,
+    pub(crate) trust: RemoteTrust,
+    pub(crate) remote: RemoteOptions,
+    pub(crate) cache: Option<CacheSettings>,
+}
+
+impl Spec {
+    /// Opens the image with `options` instead of the spec's own.
+    pub(crate) fn open_with(
+        &self,
+        options: &OpenOptions,
+    ) -> Result<(OpenedImage, Option<Arc<RemoteObject>>), Failure> {
+        sealfs_remote::open_cached(
+            &self.location,
+            options,
+            self.trust,
+            &self.remote,
+            self.cache.as_ref(),
+        )
+        .map_err(open_failure)
+    }
 }
 
 impl Drop for Opened {
@@ -234,16 +262,24 @@ pub extern "C" fn sealfs_open(
             return Err(Failure::invalid("image is NULL"));
         }
         let location = path_arg(location).ok_or_else(|| Failure::invalid("location is NULL"))?;
-        let (opts, trust, remote, cache) = self::options(options)?;
-        sealfs_remote::open_cached(&location, &opts, trust, &remote, cache.as_ref())
-            .map_err(open_failure)
+        let (options, trust, remote, cache) = self::options(options)?;
+        let spec = Spec {
+            location,
+            options,
+            trust,
+            remote,
+            cache,
+        };
+        let (opened, remote) = spec.open_with(&spec.options)?;
+        Ok((opened, remote, spec))
     });
     match opened {
-        Ok((opened, remote)) => {
+        Ok((opened, remote, spec)) => {
             let handle = Box::new(sealfs_image {
                 inner: Arc::new(Opened {
                     opened,
                     _remote: remote,
+                    spec,
                 }),
             });
             // SAFETY: checked not NULL above.

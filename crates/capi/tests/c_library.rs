@@ -3,7 +3,9 @@
 //! (built by the `sealfs` binary) and compares it with the source as the kernel's system calls
 //! show it, then reads it again from 8 threads sharing one handle; run under valgrind, which must
 //! find no invalid access and no leak. The same program linked statically runs too, and the
-//! README's example compiles and runs.
+//! README's example compiles and runs. As root with FUSE, `tests/c/mount.c` mounts an image with
+//! `sealfs_mount` and compares the mount with the source through plain system calls, under
+//! valgrind too.
 
 use sealfs_testsupport::{need_tool, oracle_guard, run, run_ok, small_fixture, workspace};
 use std::fs;
@@ -45,6 +47,54 @@ fn must(what: &str, cmd: &mut Command) -> String {
     o.into_owned()
 }
 
+/// What [`install_with_fixture`] made.
+struct Installed {
+    pc_dir: std::path::PathBuf,
+    lib_dir: std::path::PathBuf,
+    src: std::path::PathBuf,
+    image: std::path::PathBuf,
+    digest: String,
+}
+
+/// Installs the library from `built` into `w/prefix` (install.sh), makes the small fixture tree
+/// (`seed`) at `w/src` and its lz4hc image at `w/fixture.img` with the `sealfs` binary.
+fn install_with_fixture(w: &Path, built: &Path, seed: u64) -> Installed {
+    // Installed as a user would install it.
+    let prefix = w.join("prefix");
+    must(
+        "install.sh",
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("install.sh"))
+            .arg(&prefix)
+            .env("SEALFS_LIB_DIR", built),
+    );
+    let pc_dir = prefix.join("lib/pkgconfig");
+    let lib_dir = prefix.join("lib");
+    assert!(lib_dir.join("libsealfs.so.0").exists() && lib_dir.join("libsealfs.a").exists());
+
+    // The fixture and its image.
+    let src = w.join("src");
+    fs::create_dir(&src).unwrap();
+    small_fixture::build(&src, seed, true);
+    let image = w.join("fixture.img");
+    let digest = must(
+        "sealfs build",
+        Command::new(built.join("sealfs"))
+            .args(["build", "-z", "lz4hc", "-C", "65536"])
+            .arg(&src)
+            .arg(&image)
+            .env_remove("SOURCE_DATE_EPOCH"),
+    )
+    .trim()
+    .to_string();
+    Installed {
+        pc_dir,
+        lib_dir,
+        src,
+        image,
+        digest,
+    }
+}
+
 #[test]
 fn a_c_program_reads_the_fixture_image_under_valgrind() {
     for tool in ["cc", "pkg-config", "valgrind"] {
@@ -60,33 +110,13 @@ fn a_c_program_reads_the_fixture_image_under_valgrind() {
         .unwrap();
     let w = work.path();
 
-    // Installed as a user would install it.
-    let prefix = w.join("prefix");
-    must(
-        "install.sh",
-        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("install.sh"))
-            .arg(&prefix)
-            .env("SEALFS_LIB_DIR", &built),
-    );
-    let pc_dir = prefix.join("lib/pkgconfig");
-    let lib_dir = prefix.join("lib");
-    assert!(lib_dir.join("libsealfs.so.0").exists() && lib_dir.join("libsealfs.a").exists());
-
-    // The fixture and its image.
-    let src = w.join("src");
-    fs::create_dir(&src).unwrap();
-    small_fixture::build(&src, 41, true);
-    let image = w.join("fixture.img");
-    let digest = must(
-        "sealfs build",
-        Command::new(built.join("sealfs"))
-            .args(["build", "-z", "lz4hc", "-C", "65536"])
-            .arg(&src)
-            .arg(&image)
-            .env_remove("SOURCE_DATE_EPOCH"),
-    )
-    .trim()
-    .to_string();
+    let Installed {
+        pc_dir,
+        lib_dir,
+        src,
+        image,
+        digest,
+    } = install_with_fixture(w, &built, 41);
 
     // Compiled against the installed header and library, as pkg-config says.
     let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/compare.c");
@@ -534,4 +564,95 @@ fn sealfs_close_of_a_url_leaves_no_thread_nor_memory_behind() {
             "{what}: nothing possibly lost"
         );
     }
+}
+
+/// Issue 39, item 5: the C library mounts an image with the library's one mount API
+/// (`sealfs_mount`, served by threads of the calling process). `tests/c/mount.c` mounts an image
+/// of the fixture tree and compares it with the source through plain system calls (lstat, open,
+/// read), unmounts (`/proc/mounts` and the mount point checked), unmounts while a file is
+/// open (detached lazily, the file still reads) and checks the refusals (`ENOTDIR`, `-o rw`).
+/// Under valgrind: no error, no leak. Needs root and /dev/fuse.
+#[test]
+fn a_c_program_mounts_an_image_and_reads_it_with_plain_system_calls_under_valgrind() {
+    for tool in ["cc", "pkg-config", "valgrind"] {
+        let check = need_tool(tool).map_err(|_| format!("{tool} not installed"));
+        if !oracle_guard(check) {
+            return;
+        }
+    }
+    let fuse = if !sealfs_testsupport::is_root() {
+        Err("mounting needs root here".to_string())
+    } else if !Path::new("/dev/fuse").exists() {
+        Err("/dev/fuse missing (no FUSE)".to_string())
+    } else {
+        Ok(())
+    };
+    if !oracle_guard(fuse) {
+        return;
+    }
+    let built = workspace::cargo_build().unwrap_or_else(|e| panic!("cargo build: {e}"));
+    let work = tempfile::Builder::new()
+        .prefix("sealfs-capi-mount-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let w = work.path();
+    let Installed {
+        pc_dir,
+        lib_dir,
+        src,
+        image,
+        digest,
+    } = install_with_fixture(w, &built, 43);
+    let mnt = w.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mount.c");
+    let exe = w.join("mount");
+    must(
+        "cc",
+        Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
+            .arg(&program)
+            .args(pkg_config(&pc_dir, &["--cflags", "--libs"]))
+            .arg("-o")
+            .arg(&exe),
+    );
+    let t = Instant::now();
+    // The FUSE server is this process: valgrind must let its threads run while the main thread
+    // waits in a system call on the mount (fuse-compatible), else neither proceeds.
+    let out = run(Command::new("valgrind")
+        .args([
+            "--sim-hints=fuse-compatible",
+            "--error-exitcode=97",
+            "--leak-check=full",
+            "--show-leak-kinds=definite,indirect,possible",
+            "--errors-for-leak-kinds=definite,indirect,possible",
+        ])
+        .arg(&exe)
+        .args([s(&image), s(&src), &digest, s(&mnt)])
+        .env("LD_LIBRARY_PATH", &lib_dir));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("valgrind ({:.1?}):\n{stdout}\n{stderr}", t.elapsed());
+    // Whatever happened, nothing stays mounted.
+    let _ = Command::new("umount").arg("-l").arg(&mnt).output();
+    assert!(
+        out.status.success(),
+        "mount under valgrind failed ({}); 97 is valgrind's error exit",
+        out.status
+    );
+    assert!(stdout.contains(", 0 problems"), "{stdout}");
+    let files: usize = stdout
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(files > 10, "{files} files compared");
+    assert!(
+        stderr.contains("ERROR SUMMARY: 0 errors"),
+        "valgrind found errors"
+    );
+    assert!(
+        stderr.contains("definitely lost: 0 bytes") || stderr.contains("no leaks are possible"),
+        "valgrind found leaks"
+    );
 }

@@ -84,6 +84,11 @@ impl Core {
         Ok(fresh)
     }
 
+    /// How it was opened.
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
     /// The path or URL the image was opened from.
     pub fn location(&self) -> String {
         self.spec.location.display().to_string()
@@ -164,6 +169,32 @@ impl Image {
     #[getter]
     fn location(&self) -> String {
         self.core.location()
+    }
+
+    /// Mounts the image on `mountpoint` over FUSE, served by threads of this process
+    /// ([`crate::mount`]); `options` is a `-o` list.
+    #[pyo3(signature = (
+        mountpoint, *, options="", threads=None, read_ahead=sealfs_fuse::mount::DEFAULT_READ_AHEAD,
+        xattrs="auto", fsname=None, log=None
+    ))]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the keyword arguments of Image.mount"
+    )]
+    fn mount(
+        &self,
+        py: Python<'_>,
+        mountpoint: std::path::PathBuf,
+        options: &str,
+        threads: Option<usize>,
+        read_ahead: u64,
+        xattrs: &str,
+        fsname: Option<String>,
+        log: Option<std::path::PathBuf>,
+    ) -> PyResult<crate::mount::Mount> {
+        crate::mount::mount(
+            py, &self.core, mountpoint, options, threads, read_ahead, xattrs, fsname, log,
+        )
     }
 
     /// The stat fields of `path` (symlinks followed when `follow`).

@@ -9,7 +9,8 @@
 //!   keys, the persistent cache), reads are [`sealfs_reader::Image`]'s, the tree walk is
 //!   [`sealfs_reader::Image::walk`], extraction [`sealfs_extract::extract`], builds
 //!   [`sealfs_builder::build`], checks [`sealfs_remote::check`] (whose report is the JSON
-//!   `sealfs verify --json` prints). Nothing is implemented here but argument and error translation.
+//!   `sealfs verify --json` prints), mounts [`sealfs_fuse::mount::mount`] (in this process, as
+//!   `sealfs mount` options say). Nothing is implemented here but argument and error translation.
 //! - **The GIL is released** around every call into the libraries (reads, walks, listings, opens,
 //!   builds, checks, extraction), so threads read in parallel.
 //! - **Safe to share, usable after `fork`** ([`image::Core`]): an `Image` is `Sync` (the reader is);
@@ -28,6 +29,7 @@
 mod errors;
 mod file;
 mod image;
+mod mount;
 mod open;
 mod tools;
 
@@ -39,6 +41,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<image::Image>()?;
     m.add_class::<file::File>()?;
+    m.add_class::<mount::Mount>()?;
     m.add_function(wrap_pyfunction!(open::open, m)?)?;
     m.add_function(wrap_pyfunction!(tools::build, m)?)?;
     m.add_function(wrap_pyfunction!(tools::digest, m)?)?;

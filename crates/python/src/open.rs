@@ -41,9 +41,29 @@ pub fn parse_fill(fill: &str) -> PyResult<FillMode> {
 impl Spec {
     /// Opens the image (without the GIL: it reads, perhaps over the network).
     pub fn open(&self) -> Result<Opened, OpenError> {
+        self.open_with(&self.options)
+    }
+
+    /// Opens the image again to mount it: the same options with a mount's caches and readahead
+    /// ([`sealfs_fuse::mount::mount_open_options`]).
+    pub fn open_to_mount(&self) -> Result<Opened, OpenError> {
+        self.open_with(&sealfs_fuse::mount::mount_open_options(&self.options))
+    }
+
+    /// Whether a URL is read through the persistent cache.
+    pub fn caches(&self) -> bool {
+        self.cache.is_some()
+    }
+
+    /// The `fill=` it was opened with.
+    pub fn fill(&self) -> FillMode {
+        self.options.fill
+    }
+
+    fn open_with(&self, options: &OpenOptions) -> Result<Opened, OpenError> {
         sealfs_remote::open_cached(
             &self.location,
-            &self.options,
+            options,
             self.trust,
             &self.remote,
             self.cache.as_ref(),

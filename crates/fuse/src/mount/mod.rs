@@ -169,6 +169,44 @@ pub enum MountError {
     DaemonGone,
 }
 
+impl MountError {
+    /// The `errno` that tells a C or Python caller what failed: the system's when there is one
+    /// (`EPERM`, `EBUSY`, `ENODEV`, ...), `EINVAL` for a refused option or a path that cannot be a
+    /// mount point, `ENOTDIR`, `ENOTCONN` for a stale mount, `EIO` otherwise.
+    pub fn errno(&self) -> i32 {
+        match self {
+            MountError::ReadWrite
+            | MountError::UnknownOption(_)
+            | MountError::NotAMountPoint(_) => libc::EINVAL,
+            MountError::NotADirectory(_) => libc::ENOTDIR,
+            MountError::Stale(_) => libc::ENOTCONN,
+            MountError::Mountpoint { source, .. }
+            | MountError::Mount { source, .. }
+            | MountError::Serve { source, .. }
+            | MountError::Unmount { source, .. }
+            | MountError::NotSealfs { source, .. }
+            | MountError::Profile { source, .. }
+            | MountError::Daemon { source, .. }
+            | MountError::NoFusermount(source) => source.raw_os_error().unwrap_or(libc::EIO),
+            _ => libc::EIO,
+        }
+    }
+}
+
+/// `options` (how an image was opened to be read) as a mount opens it: caches sized as `sealfs
+/// mount` sizes them ([`MOUNT_BLOCK_CACHE`], [`mount_cluster_cache`]; never smaller than
+/// `options` asked), no cluster cache for streaming reads (the kernel's page cache keeps them),
+/// the default readahead. What the bindings open an image again with to mount it.
+pub fn mount_open_options(options: &sealfs_reader::OpenOptions) -> sealfs_reader::OpenOptions {
+    sealfs_reader::OpenOptions {
+        cache_blocks: options.cache_blocks.max(MOUNT_BLOCK_CACHE),
+        cluster_cache_bytes: options.cluster_cache_bytes.max(mount_cluster_cache()),
+        keep_passed_extents: false,
+        readahead_blocks: sealfs_reader::OpenOptions::default().readahead_blocks,
+        ..options.clone()
+    }
+}
+
 /// An image mounted in this process by [`mount`]: its FUSE session is served by background
 /// threads it owns. [`MountHandle::unmount`] or dropping it unmounts the file system and joins
 /// them; while files are open on the mount, that waits until the last is closed (the mount is
@@ -236,6 +274,64 @@ impl MountHandle {
     /// instead (new lookups no longer reach it) and this waits until the last of them is closed.
     pub fn unmount(mut self) -> Result<(), MountError> {
         self.finish()
+    }
+
+    /// Takes the mount down without waiting, for a caller that lets go of it while a thread of
+    /// its own process may still hold files on it (the bindings' `unmount` and garbage
+    /// collection): unmounts it, or when files are open on it (`EBUSY`) detaches it lazily
+    /// (`umount -l`: it leaves the namespace now, the files open keep working). Unmounted with
+    /// nothing open, the threads that served it have ended, and the profile is written, when this
+    /// returns; detached, they are joined (and the profile written) by a thread of their own when
+    /// the last of those files is closed. Nothing unmounts anything again later, so the mount
+    /// point can be reused at once. On success the handle is empty
+    /// ([`MountHandle::has_ended`], and [`MountHandle::unmount`] returns `Ok` at once); on
+    /// failure it is unchanged.
+    pub fn detach(&mut self) -> Result<(), MountError> {
+        let Some(session) = self.session.as_ref() else {
+            return Ok(());
+        };
+        // Whether the session ends now: unmounted with nothing open, or already over.
+        let ends_now = match unmount(&self.mountpoint, false) {
+            Ok(()) => true,
+            Err(MountError::Unmount { source, .. })
+                if source.raw_os_error() == Some(libc::EBUSY) =>
+            {
+                unmount(&self.mountpoint, true)?;
+                false
+            }
+            // Not a mount point any more: taken down from outside (perhaps lazily, files open).
+            Err(MountError::Unmount { source, .. })
+                if source.raw_os_error() == Some(libc::EINVAL) =>
+            {
+                session.guard.is_finished()
+            }
+            Err(_) if session.guard.is_finished() => true,
+            Err(e) => return Err(e),
+        };
+        let session = self.session.take().expect("checked above");
+        let profile = self.profile.take();
+        let end = move || {
+            let joined = session.join().map_err(|source| MountError::Serve {
+                path: PathBuf::new(),
+                source,
+            });
+            let written = profile.map_or(Ok(()), |p| p.write());
+            joined.and(written)
+        };
+        if ends_now {
+            // Nothing was open: the serving threads end at once; every one has ended on return.
+            return end().map_err(|e| match e {
+                MountError::Serve { source, .. } => MountError::Serve {
+                    path: self.mountpoint.clone(),
+                    source,
+                },
+                e => e,
+            });
+        }
+        std::thread::spawn(move || {
+            let _ = end();
+        });
+        Ok(())
     }
 
     fn finish(&mut self) -> Result<(), MountError> {

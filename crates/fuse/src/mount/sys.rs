@@ -214,6 +214,16 @@ pub enum LogTo {
 }
 
 impl LogTo {
+    /// Log lines appended to the file at `path` (created if missing), as `sealfs mount --log`
+    /// writes them.
+    pub fn append(path: &Path) -> std::io::Result<LogTo> {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map(LogTo::File)
+    }
+
     /// The logger itself (for syslog: opened now, in the process that serves).
     pub(crate) fn into_logger(self) -> Logger {
         match self {

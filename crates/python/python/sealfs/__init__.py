@@ -29,6 +29,11 @@ Building and checking:
     ``digest(path)`` computes the image digest from the bytes; ``verify(path, digest=..., key=...)``
     checks every block and returns the report ``sealfs verify --json`` prints.
 
+Mounting:
+    ``img.mount(mountpoint, allow_other=..., options=..., threads=..., read_ahead=...)`` mounts
+    the image over FUSE, served by threads of this process (``sealfs mount``'s options), and
+    returns a ``Mount`` (``mountpoint``, ``stats()``, ``unmount()``; a context manager).
+
 fsspec:
     ``fsspec.open("sealfs://data/train.parquet", image="s3://bucket/ds.img", key="pub.pem")``
     (the ``sealfs`` protocol, registered by entry point), so pandas, pyarrow, DuckDB and Hugging
@@ -60,6 +65,7 @@ from ._errors import (
     VerificationError,
 )
 from ._image import DirEntry, Image, PathArg, SealedFile, Trust, _opt_path, _paths, open
+from ._mount import Mount
 
 __version__: str = _native.__version__
 
@@ -69,6 +75,7 @@ __all__ = [
     "digest",
     "verify",
     "Image",
+    "Mount",
     "SealedFile",
     "DirEntry",
     "Trust",

@@ -25,6 +25,7 @@ from typing import Literal
 
 from . import _native
 from ._errors import OpenRefusedError
+from ._mount import Mount, log_path, mount_options
 
 PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 """A path inside an image (``/a/b`` or ``a/b``, both from its root) or on the host."""
@@ -370,6 +371,58 @@ class Image:
         if self._n is None:
             return f"<sealfs.Image {self._location!r} closed>"
         return f"<sealfs.Image {self._location!r} {self.trust}>"
+
+    # ---- mounting -------------------------------------------------------------------------
+
+    def mount(
+        self,
+        mountpoint: Union[str, "os.PathLike[str]"],
+        *,
+        allow_other: bool = False,
+        allow_root: bool = False,
+        options: Union[None, str, Sequence[str]] = None,
+        threads: Optional[int] = None,
+        read_ahead: int = 1 << 20,
+        xattrs: Literal["auto", "on", "off"] = "auto",
+        fsname: Optional[str] = None,
+        log: Optional[Union[str, "os.PathLike[str]"]] = None,
+    ) -> Mount:
+        """Mounts the image read-only on directory ``mountpoint`` over FUSE, as ``sealfs mount``
+        does, but served by background threads of this process (no daemon) until the returned
+        ``Mount`` is unmounted (or used as a context manager, or collected). The image is opened
+        again for the mount as it was opened (the same digest, keys and cache; a mount's larger
+        caches) and must have the same digest; every read through the mount is checked as
+        ``trust`` says: a block that fails its check fails that read with ``EIO``.
+
+        - ``allow_other``: every user may use the mount (``-o allow_other``; what an overlayfs
+          lower directory used by other users needs); ``allow_root``: root too. Otherwise only
+          this process's user. Permissions are checked by the kernel against the image's modes.
+        - ``options``: more ``-o`` options, a comma-separated string or a list: ``nodev``,
+          ``nosuid``, ``noexec``, ``noatime`` (and ``dev``, ``suid``, ``exec``, ``atime``),
+          ``fsname=NAME``; ``ro`` and ``default_permissions`` are always on, ``rw`` is refused
+          (``ValueError``).
+        - ``threads``: threads serving requests (default one per CPU, at least 2).
+        - ``read_ahead``: the kernel's readahead for the mount, in bytes (default 1 MiB; needs
+          root, kept as the kernel's otherwise; 0 leaves it).
+        - ``xattrs``: ``"on"`` answers every extended attribute request from the image, ``"off"``
+          shows none, ``"auto"`` turns them off once a background read of every inode finds none.
+        - ``fsname``: the mount's source in ``/proc/mounts`` (default the image's path).
+        - ``log``: a file failed reads are appended to (once each), instead of standard error.
+
+        A URL opened with the cache has its metadata fetched ahead and is filled as ``fill``
+        said. Raises ``OSError`` when the mount point is not a directory (``ENOTDIR``), is a
+        stale FUSE mount (``ENOTCONN``: ``sealfs umount`` it), or the kernel refuses the mount.
+        """
+        native = self._native.mount(
+            os.fsdecode(mountpoint),
+            options=mount_options(options, allow_other, allow_root),
+            threads=threads,
+            read_ahead=read_ahead,
+            xattrs=xattrs,
+            fsname=fsname,
+            log=log_path(log),
+        )
+        return Mount(native)
 
     # ---- files ----------------------------------------------------------------------------
 

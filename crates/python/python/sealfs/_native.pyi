@@ -22,11 +22,32 @@ class File:
     def pread(self, n: Optional[int], offset: int) -> bytes: ...
     def readinto_address(self, address: int, n: int, offset: int) -> int: ...
 
+class Mount:
+    """An image mounted by ``Image.mount``, served by threads of this process."""
+
+    @property
+    def mountpoint(self) -> str: ...
+    @property
+    def mounted(self) -> bool: ...
+    def stats(self) -> str: ...
+    def unmount(self) -> None: ...
+
 class Image:
     """An opened image (fork-aware: a forked child opens it again on first use)."""
 
     @property
     def location(self) -> str: ...
+    def mount(
+        self,
+        mountpoint: str,
+        *,
+        options: str = "",
+        threads: Optional[int] = None,
+        read_ahead: int = ...,
+        xattrs: str = "auto",
+        fsname: Optional[str] = None,
+        log: Optional[str] = None,
+    ) -> Mount: ...
     @property
     def trust(
         self,

@@ -30,6 +30,11 @@ def use(img: sealfs.Image) -> None:
         first: str = top
     for btop, bdirs, bfiles in img.walk(b"/"):
         bfirst: bytes = btop
+    with img.mount("/mnt", allow_other=True, options=["nodev"], threads=2) as m:
+        where: str = m.mountpoint
+        up: bool = m.mounted
+        trust: str = m.stats()["trust"]
+    m.unmount()
 
 img = sealfs.open("x.img", digest="sha256:00", fill="off")
 use(img)
@@ -43,6 +48,8 @@ BAD = {
     "keyword_argument_given_positionally": 'sealfs.open("x.img", "sha256:00")',
     "unknown_fill_policy": 'sealfs.open("x.img", fill="always")',
     "walk_names_used_as_bytes": 'z: List[bytes] = next(img.walk("/"))[1]',
+    "unknown_xattrs_policy": 'img.mount("/mnt", xattrs="maybe")',
+    "mount_option_given_positionally": 'img.mount("/mnt", True)',
 }
 
 
