@@ -59,9 +59,10 @@ pub fn source_name(digest: &str, mode: Mode) -> String {
     format!("sealfs:{digest}:{mode}")
 }
 
-/// A layer mounted and served. Dropping it detaches the mount at once (lazily: processes that
-/// still hold files of it keep them) and lets its threads end, in the background, once the last
-/// of them is closed; it never waits.
+/// A layer mounted and served. Dropping it takes the mount down at once
+/// ([`MountHandle::detach`]: unmounted, or lazily detached while processes still hold files of
+/// it, its threads then ending in the background once the last of them is closed); nothing
+/// unmounts the mount point again later, so the layer may be mounted there again at once.
 pub struct LayerMount {
     handle: Option<MountHandle>,
     mode: Mode,
@@ -76,9 +77,12 @@ impl LayerMount {
 
 impl Drop for LayerMount {
     fn drop(&mut self) {
-        if let Some(handle) = self.handle.take() {
-            detach(handle.mountpoint());
-            std::thread::spawn(move || drop(handle));
+        if let Some(mut handle) = self.handle.take() {
+            if handle.detach().is_err() {
+                // As before `detach` could: lazily, the handle dropped in the background.
+                detach(handle.mountpoint());
+                std::thread::spawn(move || drop(handle));
+            }
         }
     }
 }
