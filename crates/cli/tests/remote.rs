@@ -862,6 +862,89 @@ fn a_daemon_mount_of_a_url_reads_after_the_fork() {
     );
 }
 
+/// The processes whose command line names `path`.
+fn processes_naming(path: &Path) -> Vec<u32> {
+    let want = path.as_os_str().as_encoded_bytes();
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == want))
+        })
+        .collect()
+}
+
+#[test]
+fn a_mount_daemon_that_read_only_from_the_cache_exits_when_unmounted() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let images = images();
+    let Some((http, _)) = servers(&images) else {
+        return;
+    };
+    let local = images.local("z");
+    let digest = digest_of(&local);
+    let cache = images.dir.path().join("cache");
+    let url = http.url("z");
+    let cache_s = s(&cache).to_string();
+    // The cache is filled first, so the daemon (forked after its parent opened the image) never
+    // needs the network: it ends with its parent's client, whose threads it does not have.
+    let filled = sealfs_run(
+        &[
+            "cat",
+            "--cache-dir",
+            &cache_s,
+            "--digest",
+            digest.trim(),
+            &url,
+            "/big",
+        ],
+        &[],
+    );
+    assert!(
+        filled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&filled.stderr)
+    );
+    let mnt = images.dir.path().join("mnt-cached");
+    fs::create_dir(&mnt).unwrap();
+    let _unmount = Unmount(&mnt);
+    let o = sealfs_run(
+        &[
+            "mount",
+            "--cache-dir",
+            &cache_s,
+            "--fill=off",
+            "--digest",
+            digest.trim(),
+            &url,
+            s(&mnt),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let daemons = processes_naming(&mnt);
+    assert_eq!(daemons.len(), 1, "one mount daemon: {daemons:?}");
+    http.clear_requests();
+    let read = run(Command::new("timeout")
+        .args(["60", "cat"])
+        .arg(mnt.join("big")));
+    assert!(read.stdout == pseudo_random(BIG, 7), "the file's bytes");
+    let umount = sealfs_run(&["umount", s(&mnt)], &[]);
+    assert!(umount.status.success(), "{umount:?}");
+    let t = std::time::Instant::now();
+    while Path::new(&format!("/proc/{}", daemons[0])).exists() && t.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        !Path::new(&format!("/proc/{}", daemons[0])).exists(),
+        "the mount daemon {} still runs 20 s after its unmount",
+        daemons[0]
+    );
+}
+
 /// Root and /dev/fuse, for the tests that mount.
 fn fuse_env() -> Result<(), String> {
     root_env().and_then(|()| {

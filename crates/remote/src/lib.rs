@@ -460,7 +460,25 @@ struct Io {
     /// The same store without retries, for requests while the link is down
     /// ([`RemoteObject::unreachable`]).
     store_once: Arc<dyn ObjectStore>,
-    runtime: tokio::runtime::Runtime,
+    /// Always `Some` but in [`Io`]'s drop.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Io {
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl Drop for Io {
+    fn drop(&mut self) {
+        // A forked child's copy of its parent's client (a mount daemon that never needed the
+        // network: every read came from the cache): the runtime's threads live in the parent
+        // only, and shutting it down here would wait for them forever.
+        if self.pid != std::process::id() {
+            std::mem::forget(self.runtime.take());
+        }
+    }
 }
 
 impl Io {
@@ -486,7 +504,7 @@ impl Io {
             pid,
             store,
             store_once,
-            runtime,
+            runtime: Some(runtime),
         })
     }
 }
@@ -740,7 +758,7 @@ impl RemoteObject {
         options: RemoteOptions,
     ) -> Result<RemoteObject, RemoteError> {
         let io = Io::new(url, &options, &stores)?;
-        let (store, runtime) = (&io.store, &io.runtime);
+        let (store, runtime) = (&io.store, io.runtime());
         let stats = RemoteStats::default();
         let request_err = |what: &str, source: object_store::Error| match source {
             object_store::Error::NotFound { .. } => RemoteError::NotFound {
@@ -879,8 +897,9 @@ impl RemoteObject {
         let mut current = self.io.lock().unwrap_or_else(|e| e.into_inner());
         if current.pid != std::process::id() {
             let fresh = Io::new(&self.url, &self.options, &self.stores)?;
-            // The parent's runtime cannot be shut down here (its threads live in the parent only).
-            std::mem::forget(std::mem::replace(&mut *current, Arc::new(fresh)));
+            // The parent's runtime is not shut down here (its threads live in the parent only:
+            // `Io`'s drop leaves it).
+            *current = Arc::new(fresh);
         }
         Ok(current.clone())
     }
@@ -1121,7 +1140,7 @@ impl RemoteObject {
         let parts = split(&spans, self.options.max_request_bytes);
         let io = self.io()?;
         let io = &*io;
-        let fetched: Vec<(usize, Range<u64>, Bytes)> = io.runtime.block_on(
+        let fetched: Vec<(usize, Range<u64>, Bytes)> = io.runtime().block_on(
             stream::iter(parts)
                 .map(|(k, r)| async move { self.fetch(io, r.clone()).await.map(|b| (k, r, b)) })
                 .buffer_unordered(self.options.max_in_flight.max(1))
