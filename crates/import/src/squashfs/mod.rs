@@ -531,7 +531,9 @@ impl<'a, 'c> Scan<'a, 'c> {
                         pos,
                         word,
                     });
-                    pos += u64::from(len);
+                    // Saturating: a start near the end of the u64 range is then past the
+                    // image's end, refused below.
+                    pos = pos.saturating_add(u64::from(len));
                     stored += blen;
                     stretches.push((i * bs, blen));
                 }
