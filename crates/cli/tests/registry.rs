@@ -641,7 +641,14 @@ fn a_mount_equals_the_source_and_keeps_its_image_when_the_tag_moves() {
         "the mount after the tag moved:\n{}",
         diffs.join("\n")
     );
+    let daemons = processes_naming(&mnt);
+    assert_eq!(daemons.len(), 1, "one mount daemon: {daemons:?}");
     ok(sealfs(&["umount", s(&mnt)]), "umount");
+    let left = still_running_after(&daemons, std::time::Duration::from_secs(20));
+    assert!(
+        left.is_empty(),
+        "mount daemon {left:?} runs on 20 s after its unmount"
+    );
     let o = ok(
         sealfs(&["inspect", "--self-consistent", &target]),
         "inspect",
@@ -1144,6 +1151,76 @@ fn a_mount_of_a_reference_is_filled_like_a_url() {
     assert_eq!(state, "done");
     assert!(sent >= size * 9 / 10, "{sent} of {size}");
     let diffs = compare_trees(&fx.src, &mnt, &Expect::default());
+    let daemons = processes_naming(&mnt);
+    assert_eq!(daemons.len(), 1, "one mount daemon: {daemons:?}");
     ok(sealfs(&["umount", s(&mnt)]), "umount");
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    let left = still_running_after(&daemons, std::time::Duration::from_secs(20));
+    assert!(
+        left.is_empty(),
+        "mount daemon {left:?} runs on 20 s after its unmount"
+    );
+}
+
+/// A mount daemon whose reads all came from the persistent cache (filled by an earlier command,
+/// so the daemon never needed the network) exits when unmounted: it ends with its parent's
+/// registry client, whose runtime's threads it does not have, and must not wait for them.
+#[test]
+fn a_mount_daemon_of_a_reference_read_from_the_cache_exits_when_unmounted() {
+    if !need()
+        || !oracle_guard(mount::root_env().and_then(|()| {
+            Path::new("/dev/fuse")
+                .exists()
+                .then_some(())
+                .ok_or_else(|| "/dev/fuse missing".to_string())
+        }))
+    {
+        return;
+    }
+    let fx = Fixture::new(22);
+    let reg = Registry::start(&RegistrySetup::default());
+    let target = reg.reference("cached/img:latest");
+    ok(sealfs(&["push", s(&fx.image("z")), &target]), "push");
+    let (mnt, cache) = (fx.dir.path().join("mnt"), fx.dir.path().join("cache"));
+    fs::create_dir(&mnt).unwrap();
+    let key = s(&fx.public_key).to_string();
+    let out = fx.dir.path().join("pulled");
+    ok(
+        sealfs(&[
+            "extract",
+            "--key",
+            &key,
+            "--cache-dir",
+            s(&cache),
+            &target,
+            s(&out),
+        ]),
+        "extract (fills the cache)",
+    );
+    ok(
+        sealfs(&[
+            "mount",
+            "--key",
+            &key,
+            "--fill=off",
+            "--cache-dir",
+            s(&cache),
+            &target,
+            s(&mnt),
+        ]),
+        "mount",
+    );
+    let daemons = processes_naming(&mnt);
+    assert_eq!(daemons.len(), 1, "one mount daemon: {daemons:?}");
+    let sent_before = reg.server.registry_blob_bytes();
+    let diffs = compare_trees(&fx.src, &mnt, &Expect::default());
+    let sent = reg.server.registry_blob_bytes() - sent_before;
+    ok(sealfs(&["umount", s(&mnt)]), "umount");
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    assert_eq!(sent, 0, "the mount read everything from the cache");
+    let left = still_running_after(&daemons, std::time::Duration::from_secs(20));
+    assert!(
+        left.is_empty(),
+        "mount daemon {left:?} runs on 20 s after its unmount"
+    );
 }

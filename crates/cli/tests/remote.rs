@@ -862,19 +862,6 @@ fn a_daemon_mount_of_a_url_reads_after_the_fork() {
     );
 }
 
-/// The processes whose command line names `path`.
-fn processes_naming(path: &Path) -> Vec<u32> {
-    let want = path.as_os_str().as_encoded_bytes();
-    fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == want))
-        })
-        .collect()
-}
-
 #[test]
 fn a_mount_daemon_that_read_only_from_the_cache_exits_when_unmounted() {
     if !oracle_guard(fuse_env()) {
@@ -934,14 +921,10 @@ fn a_mount_daemon_that_read_only_from_the_cache_exits_when_unmounted() {
     assert!(read.stdout == pseudo_random(BIG, 7), "the file's bytes");
     let umount = sealfs_run(&["umount", s(&mnt)], &[]);
     assert!(umount.status.success(), "{umount:?}");
-    let t = std::time::Instant::now();
-    while Path::new(&format!("/proc/{}", daemons[0])).exists() && t.elapsed().as_secs() < 20 {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let left = still_running_after(&daemons, std::time::Duration::from_secs(20));
     assert!(
-        !Path::new(&format!("/proc/{}", daemons[0])).exists(),
-        "the mount daemon {} still runs 20 s after its unmount",
-        daemons[0]
+        left.is_empty(),
+        "the mount daemon {left:?} still runs 20 s after its unmount"
     );
 }
 

@@ -48,7 +48,7 @@ impl StoreFactory for BlobStores {
         // the system's certificate authorities, which costs more than a round trip on a LAN.
         // Otherwise one of its own, made at its first request (the store for an unreachable
         // server may never send one).
-        let shared = (inner.pid == std::process::id()
+        let shared = (inner.runtime.is_own()
             && options.connect_timeout == mine.connect_timeout
             && options.stall_timeout == mine.stall_timeout
             && options.timeout == mine.timeout)

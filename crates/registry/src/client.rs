@@ -52,13 +52,12 @@ pub(crate) struct Inner {
     pub(crate) credentials: Credentials,
     /// What the registry asked for, once a request has been answered (`None` before).
     challenge: Mutex<Option<Challenge>>,
-    pub(crate) runtime: tokio::runtime::Runtime,
+    /// Left alone by a forked child (its threads live in this process only).
+    pub(crate) runtime: sealfs_remote::ProcessRuntime,
     pub(crate) oci: oci_client::Client,
     pub(crate) http: reqwest::Client,
     /// Bearer tokens for this crate's own requests: pull, push.
     tokens: Mutex<[Option<String>; 2]>,
-    /// The process the clients were made in (a forked child makes its own).
-    pub(crate) pid: u32,
 }
 
 impl std::fmt::Debug for Registry {
@@ -301,15 +300,12 @@ impl Registry {
             None => credentials_for(&repo.registry)?,
         };
         let (oci, http) = clients(&repo, options, &options.remote)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("sealfs-registry")
-            .enable_all()
-            .build()
-            .map_err(|e| RegistryError::Setup {
+        let runtime = sealfs_remote::ProcessRuntime::new(2, "sealfs-registry").map_err(|e| {
+            RegistryError::Setup {
                 what: "the I/O runtime".into(),
                 reason: e.to_string(),
-            })?;
+            }
+        })?;
         Ok(Registry {
             inner: Arc::new(Inner {
                 repo,
@@ -320,7 +316,6 @@ impl Registry {
                 oci,
                 http,
                 tokens: Mutex::new([None, None]),
-                pid: std::process::id(),
             }),
         })
     }

@@ -453,31 +453,63 @@ pub struct RemoteObject {
 /// still carry a whole range.)
 pub const UNREACHABLE_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A store client and the runtime its requests run on, in the process that made them.
-struct Io {
+/// A tokio runtime that a forked child leaves alone: the runtime's threads live only in the
+/// process that made it, so shutting it down in a child (dropping a copy of the parent's client:
+/// a mount daemon whose reads all came from the cache, and never needed the network) would wait
+/// for them forever. In the process that made it, dropping it shuts it down as usual.
+pub struct ProcessRuntime {
     pid: u32,
-    store: Arc<dyn ObjectStore>,
-    /// The same store without retries, for requests while the link is down
-    /// ([`RemoteObject::unreachable`]).
-    store_once: Arc<dyn ObjectStore>,
-    /// Always `Some` but in [`Io`]'s drop.
+    /// Always `Some` but in the drop.
     runtime: Option<tokio::runtime::Runtime>,
 }
 
-impl Io {
-    fn runtime(&self) -> &tokio::runtime::Runtime {
+impl ProcessRuntime {
+    /// A multi-threaded runtime of `threads` workers named `name`, with I/O and timers.
+    pub fn new(threads: usize, name: &str) -> std::io::Result<ProcessRuntime> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name(name)
+            .enable_all()
+            .build()?;
+        Ok(ProcessRuntime {
+            pid: std::process::id(),
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Whether this is the process that made it (a forked child is not).
+    pub fn is_own(&self) -> bool {
+        self.pid == std::process::id()
+    }
+}
+
+impl std::ops::Deref for ProcessRuntime {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &tokio::runtime::Runtime {
         self.runtime.as_ref().expect("taken only when dropped")
     }
 }
 
-impl Drop for Io {
+impl Drop for ProcessRuntime {
     fn drop(&mut self) {
-        // A forked child's copy of its parent's client (a mount daemon that never needed the
-        // network: every read came from the cache): the runtime's threads live in the parent
-        // only, and shutting it down here would wait for them forever.
-        if self.pid != std::process::id() {
+        if !self.is_own() {
             std::mem::forget(self.runtime.take());
         }
+    }
+}
+
+/// A store client and the runtime its requests run on, in the process that made them.
+struct Io {
+    store: Arc<dyn ObjectStore>,
+    /// The same store without retries, for requests while the link is down
+    /// ([`RemoteObject::unreachable`]).
+    store_once: Arc<dyn ObjectStore>,
+    runtime: ProcessRuntime,
+}
+
+impl Io {
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
     }
 }
 
@@ -490,21 +522,14 @@ impl Io {
             ..options.clone()
         };
         let store_once = stores.make(url, &once)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("sealfs-remote")
-            .enable_all()
-            .build()
-            .map_err(|e| RemoteError::BadUrl {
-                url: url.to_string(),
-                reason: format!("cannot start the I/O runtime: {e}"),
-            })?;
-        let pid = std::process::id();
+        let runtime = ProcessRuntime::new(2, "sealfs-remote").map_err(|e| RemoteError::BadUrl {
+            url: url.to_string(),
+            reason: format!("cannot start the I/O runtime: {e}"),
+        })?;
         Ok(Io {
-            pid,
             store,
             store_once,
-            runtime: Some(runtime),
+            runtime,
         })
     }
 }
@@ -895,10 +920,10 @@ impl RemoteObject {
     /// of its parent's runtime threads, and must not share its connections: it builds its own.
     fn io(&self) -> Result<Arc<Io>, RemoteError> {
         let mut current = self.io.lock().unwrap_or_else(|e| e.into_inner());
-        if current.pid != std::process::id() {
+        if !current.runtime.is_own() {
             let fresh = Io::new(&self.url, &self.options, &self.stores)?;
             // The parent's runtime is not shut down here (its threads live in the parent only:
-            // `Io`'s drop leaves it).
+            // its [`ProcessRuntime`] leaves it).
             *current = Arc::new(fresh);
         }
         Ok(current.clone())

@@ -56,7 +56,10 @@ pub mod walk;
 pub mod zcraft;
 
 pub use erofs_utils::*;
-pub use mount::{mount_env, mount_erofs, mount_squashfs, root_env, ErofsMount, Tmpfs};
+pub use mount::{
+    mount_env, mount_erofs, mount_squashfs, processes_naming, root_env, still_running_after,
+    ErofsMount, Tmpfs,
+};
 pub use rng::{pseudo_random, Rng};
 
 use std::ffi::OsStr;

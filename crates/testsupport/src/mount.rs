@@ -69,6 +69,36 @@ fn fresh_dir(prefix: &str) -> std::io::Result<PathBuf> {
         .keep())
 }
 
+/// The processes whose command line has `path` as one of its arguments (a mount daemon started as
+/// `sealfs mount ... MOUNTPOINT`), as /proc shows them.
+pub fn processes_naming(path: &Path) -> Vec<u32> {
+    let want = path.as_os_str().as_encoded_bytes();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == want))
+        })
+        .collect()
+}
+
+/// Waits up to `limit` for the processes `pids` to exit; returns those still running then.
+pub fn still_running_after(pids: &[u32], limit: Duration) -> Vec<u32> {
+    let running = || -> Vec<u32> {
+        pids.iter()
+            .copied()
+            .filter(|p| Path::new(&format!("/proc/{p}")).exists())
+            .collect()
+    };
+    let start = std::time::Instant::now();
+    while !running().is_empty() && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    running()
+}
+
 /// Unmounts `path`, retrying a few times (a just-closed file may keep it busy for a moment), and
 /// falls back to a lazy unmount. Returns the last error text if even that failed.
 pub fn unmount(path: &Path) -> Result<(), String> {
