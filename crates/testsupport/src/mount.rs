@@ -84,12 +84,19 @@ pub fn processes_naming(path: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Waits up to `limit` for the processes `pids` to exit; returns those still running then.
+/// Waits up to `limit` for the processes `pids` to exit; returns those still running then. A
+/// zombie has exited (a daemon's parent is gone, and whoever inherits it reaps it when it will).
 pub fn still_running_after(pids: &[u32], limit: Duration) -> Vec<u32> {
     let running = || -> Vec<u32> {
         pids.iter()
             .copied()
-            .filter(|p| Path::new(&format!("/proc/{p}")).exists())
+            .filter(|p| {
+                // The state follows the command name, which ends with the last `)`.
+                fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|stat| {
+                    stat.rsplit_once(')')
+                        .is_none_or(|(_, rest)| rest.trim_start().as_bytes().first() != Some(&b'Z'))
+                })
+            })
             .collect()
     };
     let start = std::time::Instant::now();
