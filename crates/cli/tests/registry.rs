@@ -173,6 +173,17 @@ impl Registry {
 }
 
 /// `sha256:<hex>` of `bytes`, by `sha256sum`.
+/// [`need`], and root with `/dev/fuse` for the tests that mount (`SKIP` without, a failure in CI).
+fn need_fuse() -> bool {
+    need()
+        && oracle_guard(mount::root_env().and_then(|()| {
+            Path::new("/dev/fuse")
+                .exists()
+                .then_some(())
+                .ok_or_else(|| "/dev/fuse missing".to_string())
+        }))
+}
+
 fn sha256sum(bytes: &[u8]) -> String {
     use std::io::Write;
     let mut child = Command::new("sha256sum")
@@ -599,14 +610,7 @@ fn https_and_basic_credentials_from_the_environment_or_a_docker_config() {
 /// sees the new image.
 #[test]
 fn a_mount_equals_the_source_and_keeps_its_image_when_the_tag_moves() {
-    if !need()
-        || !oracle_guard(mount::root_env().and_then(|()| {
-            Path::new("/dev/fuse")
-                .exists()
-                .then_some(())
-                .ok_or_else(|| "/dev/fuse missing".to_string())
-        }))
-    {
+    if !need_fuse() {
         return;
     }
     let fx = Fixture::new(13);
@@ -1098,14 +1102,7 @@ fn redirects_to_presigned_storage_urls_are_followed() {
 /// sent), reports the fill done, and then serves a tree equal to the source.
 #[test]
 fn a_mount_of_a_reference_is_filled_like_a_url() {
-    if !need()
-        || !oracle_guard(mount::root_env().and_then(|()| {
-            Path::new("/dev/fuse")
-                .exists()
-                .then_some(())
-                .ok_or_else(|| "/dev/fuse missing".to_string())
-        }))
-    {
+    if !need_fuse() {
         return;
     }
     let fx = Fixture::new(21);
@@ -1167,14 +1164,7 @@ fn a_mount_of_a_reference_is_filled_like_a_url() {
 /// registry client, whose runtime's threads it does not have, and must not wait for them.
 #[test]
 fn a_mount_daemon_of_a_reference_read_from_the_cache_exits_when_unmounted() {
-    if !need()
-        || !oracle_guard(mount::root_env().and_then(|()| {
-            Path::new("/dev/fuse")
-                .exists()
-                .then_some(())
-                .ok_or_else(|| "/dev/fuse missing".to_string())
-        }))
-    {
+    if !need_fuse() {
         return;
     }
     let fx = Fixture::new(22);
