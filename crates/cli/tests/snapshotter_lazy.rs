@@ -95,18 +95,70 @@ fn lazy_mountpoints(root: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn cri_pull_mounts_signed_sealed_layers_lazily_and_fetches_no_layer_tar() {
-    let containerd2 = containerd2_bin_dir();
-    if !containerd_guard()
-        || !oracle_guard(
+fn guard() -> bool {
+    containerd_guard()
+        && oracle_guard(
             servers::docker_registry_bin()
                 .map(|_| ())
                 .and(need_tool("skopeo"))
                 .and(crictl_bin().map(|_| ()))
-                .and(containerd2.as_ref().map(|_| ()).map_err(Clone::clone)),
+                .and(containerd2_bin_dir().map(|_| ())),
         )
-    {
+}
+
+/// containerd 2.x with its CRI plugin on `sealfs`, snapshot annotations on, the registry at
+/// `host` over plain HTTP (certs.d), `pause` its sandbox image; the snapshotter with
+/// `--lazy-key public --plain-http host` and `args`. And crictl, once the CRI answers.
+fn start_cri(host: &str, pause: &str, public: &Path, args: &[&str]) -> (Containerd, Crictl) {
+    let config = cri_config(Flavor::Containerd2, pause).replacen(
+        "snapshotter = \"sealfs\"\n",
+        "snapshotter = \"sealfs\"\n  disable_snapshot_annotations = false\n",
+        1,
+    );
+    let mut snapshotter_args = vec![
+        "--lazy-key".to_string(),
+        public.to_str().unwrap().to_string(),
+        "--plain-http".to_string(),
+        host.to_string(),
+    ];
+    snapshotter_args.extend(args.iter().map(|a| a.to_string()));
+    let c = Containerd::start_with(Setup {
+        bin_dir: Some(containerd2_bin_dir().unwrap()),
+        version: 3,
+        cri: true,
+        extra: config,
+        differ: true,
+        snapshotter_args,
+    });
+    let d = c.dir.path();
+    let certs = d.join("certs.d").join(host);
+    fs::create_dir_all(&certs).unwrap();
+    fs::write(
+        certs.join("hosts.toml"),
+        format!(
+            "server = \"http://{host}\"\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        ),
+    )
+    .unwrap();
+    for sub in ["cni/bin", "cni/conf"] {
+        fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    let crictl = Crictl::new(&c);
+    let t = Instant::now();
+    while !run(&mut crictl.cmd(&["version"])).status.success() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the CRI plugin does not answer: {}",
+            log_tail(&d.join("containerd.log"))
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (c, crictl)
+}
+
+#[test]
+fn cri_pull_mounts_signed_sealed_layers_lazily_and_fetches_no_layer_tar() {
+    if !guard() {
         return;
     }
     let work = tempfile::Builder::new()
@@ -163,48 +215,8 @@ fn cri_pull_mounts_signed_sealed_layers_lazily_and_fetches_no_layer_tar() {
     );
     assert_eq!(image_layers.len(), 3, "{image_layers:?}");
 
-    let flavor = Flavor::Containerd2;
-    let config = cri_config(flavor, &pause).replacen(
-        "snapshotter = \"sealfs\"\n",
-        "snapshotter = \"sealfs\"\n  disable_snapshot_annotations = false\n",
-        1,
-    );
-    let mut c = Containerd::start_with(Setup {
-        bin_dir: Some(containerd2.unwrap()),
-        version: 3,
-        cri: true,
-        extra: config,
-        differ: true,
-        snapshotter_args: vec![
-            "--lazy-key".into(),
-            public.to_str().unwrap().into(),
-            "--plain-http".into(),
-            host.clone(),
-        ],
-    });
+    let (mut c, crictl) = start_cri(&host, &pause, &public, &[]);
     let d = c.dir.path().to_path_buf();
-    let certs = d.join("certs.d").join(&host);
-    fs::create_dir_all(&certs).unwrap();
-    fs::write(
-        certs.join("hosts.toml"),
-        format!(
-            "server = \"http://{host}\"\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
-        ),
-    )
-    .unwrap();
-    for sub in ["cni/bin", "cni/conf"] {
-        fs::create_dir_all(d.join(sub)).unwrap();
-    }
-    let crictl = Crictl::new(&c);
-    let t = Instant::now();
-    while !run(&mut crictl.cmd(&["version"])).status.success() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the CRI plugin does not answer: {}",
-            log_tail(&d.join("containerd.log"))
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 
     // The pull: no layer blob of the image requested; every layer committed lazily.
     let reg = registry.as_ref().unwrap();
@@ -352,4 +364,188 @@ fn cri_pull_mounts_signed_sealed_layers_lazily_and_fetches_no_layer_tar() {
         "with the registry stopped after the fill: {} files hashed, as before",
         offline.lines().count()
     );
+}
+
+/// Blocks that failed their check in the lazy layers' mounts (`sealfs stats`).
+fn verification_failures(c: &Containerd, cache: &Path) -> u64 {
+    lazy_mountpoints(&c.root())
+        .iter()
+        .map(|mp| {
+            let stats: serde_json::Value =
+                serde_json::from_str(&sealfs_ok(&["stats", "--json", mp], cache)).unwrap();
+            stats["verify"]["failures"].as_u64().unwrap()
+        })
+        .sum()
+}
+
+/// `sh -c SCRIPT` in container `cid` (`crictl exec`): its output and exit status together.
+fn exec(crictl: &Crictl, cid: &str, script: &str) -> String {
+    let out = run(&mut crictl.cmd(&[
+        "exec",
+        cid,
+        "sh",
+        "-c",
+        &format!("( {script} ) 2>&1; echo rc=$?"),
+    ]));
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn lazy_layer_reads_fail_only_where_the_registry_fails_them_and_resume() {
+    if !guard() {
+        return;
+    }
+    let work = tempfile::Builder::new()
+        .prefix("sealfs-lazy-faults-")
+        .tempdir()
+        .unwrap();
+    let w = work.path();
+    let cache = w.join("cache");
+    make_image(w);
+    make_pause_image(w);
+    let registry_work = w.join("registry");
+    let registry = servers::docker_registry(&registry_work, &Default::default()).unwrap();
+    let port = registry.port;
+    let host = format!("127.0.0.1:{port}");
+    let image = format!("{host}/sealfs-test/img:t");
+    let pause = format!("{host}/sealfs-test/pause:1");
+    for (tag, reference) in [("t", &image), ("pause", &pause)] {
+        sh(&format!(
+            "skopeo copy --quiet --dest-tls-verify=false 'oci:{}:{tag}' 'docker://{reference}'",
+            w.join("layout").display()
+        ));
+    }
+    let (key, public) = (w.join("key.pem"), w.join("key.pem.pub"));
+    sealfs_ok(&["keygen", key.to_str().unwrap()], &cache);
+    sealfs_ok(
+        &[
+            "convert",
+            &format!("oci+http://{image}"),
+            "--push",
+            "--key",
+            key.to_str().unwrap(),
+        ],
+        &cache,
+    );
+    let layers = layer_digests(&image);
+    // What /b/big holds: GNU tar's reading of the second layer's blob in the registry.
+    let big = sh(&format!(
+        "tar -xzOf '{}' --wildcards '*b/big' | sha256sum",
+        servers::Server::registry_blob(&registry_work, &layers[1]).display()
+    ));
+    let big = big.split_whitespace().next().unwrap().to_string();
+    // The sealed image of that layer, from the referrer (the tag schema: docker-registry has no
+    // referrers API): its blob and EROFS length.
+    let manifest = sh(&format!(
+        "skopeo inspect --raw --tls-verify=false 'docker://{image}'"
+    ));
+    let manifest_hex = {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(manifest.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let index: serde_json::Value = serde_json::from_str(&sh(&format!(
+        "skopeo inspect --raw --tls-verify=false 'docker://{host}/sealfs-test/img:sha256-{manifest_hex}'"
+    )))
+    .unwrap();
+    let referrer = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["artifactType"] == "application/vnd.sealfs.layers.v1+json")
+        .unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let referrer: serde_json::Value = serde_json::from_str(&sh(&format!(
+        "skopeo inspect --raw --tls-verify=false 'docker://{host}/sealfs-test/img@{referrer}'"
+    )))
+    .unwrap();
+    let sealed = &referrer["layers"][1];
+    assert_eq!(
+        sealed["annotations"]["org.sealfs.layer.digest"],
+        layers[1].as_str()
+    );
+    let sealed_blob =
+        servers::Server::registry_blob(&registry_work, sealed["digest"].as_str().unwrap());
+    let erofs_length: u64 = sealed["annotations"]["org.sealfs.image.erofs-length"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // Each block fetched when first read (no fill), so that /b/big stays unfetched.
+    let (c, crictl) = start_cri(&host, &pause, &public, &["--lazy-fill", "off"]);
+    crictl.ok(&c, &["pull", &image]);
+    assert_eq!(
+        c.log().matches(": committed lazily as ").count(),
+        3,
+        "{}",
+        c.log()
+    );
+    let (pod, cid, _) = run_pod(&c, &crictl, &image, "true");
+    assert_eq!(exec(&crictl, &cid, "cat /a/a1"), "two\nrc=0\n");
+
+    // The registry stopped: a read of blocks not fetched fails (EIO); what was read goes on.
+    drop(registry);
+    let said = exec(&crictl, &cid, "sha256sum /b/big");
+    assert!(
+        said.contains("Input/output error") && !said.ends_with("rc=0\n"),
+        "/b/big with the registry stopped: {said}"
+    );
+    assert_eq!(exec(&crictl, &cid, "cat /a/a1"), "two\nrc=0\n");
+    assert_eq!(
+        verification_failures(&c, &cache),
+        0,
+        "no block failed its check"
+    );
+    println!("registry stopped: {}", said.trim());
+
+    // Back, but serving a tampered block of the sealed layer: the reads it touches fail.
+    let good = fs::read(&sealed_blob).unwrap();
+    let mut bad = good.clone();
+    let at = usize::try_from(erofs_length / 2).unwrap();
+    bad[at] ^= 0x40;
+    fs::write(&sealed_blob, &bad).unwrap();
+    let registry = servers::docker_registry(
+        &registry_work,
+        &servers::RegistrySetup {
+            port: Some(port),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let said = exec(&crictl, &cid, "sha256sum /b/big");
+    assert!(
+        said.contains("Input/output error") && !said.ends_with("rc=0\n"),
+        "/b/big from a tampered blob: {said}"
+    );
+    assert_eq!(exec(&crictl, &cid, "cat /a/a1"), "two\nrc=0\n");
+    let log = c.log();
+    assert!(
+        log.contains("read failed") && log.contains("/b/big"),
+        "the failed read is logged naming the file: {log}"
+    );
+    // This time a block failed its check (not a request).
+    let failures = verification_failures(&c, &cache);
+    assert!(failures > 0, "the tampered block failed its check");
+    println!(
+        "tampered block: {} ({failures} blocks failed their check)",
+        said.trim()
+    );
+
+    // The blob as it was: reads resume, and give the layer's bytes.
+    fs::write(&sealed_blob, &good).unwrap();
+    let said = exec(&crictl, &cid, "sha256sum /b/big");
+    assert_eq!(said, format!("{big}  /b/big\nrc=0\n"), "{}", c.log());
+    crictl.ok(&c, &["stop", "--timeout", "1", &cid]);
+    crictl.ok(&c, &["rm", &cid]);
+    drop(pod);
+    drop(registry);
 }
