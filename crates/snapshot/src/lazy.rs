@@ -37,11 +37,13 @@ use crate::layer::{self, LayerMount, Mode};
 use sealfs_fuse::mount::{Access, LogTo, MountImage, MountOptions};
 use sealfs_fuse::XattrMode;
 use sealfs_reader::{Digest, FillMode, OpenOptions, OpenedImage};
+use sealfs_registry::layers::ConvertedLayer;
 use sealfs_registry::{ImageRef, Registry, RegistryOptions, Transport};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The committed snapshot containerd wants a prepared one to become (the layer's chain ID).
 pub const LABEL_TARGET: &str = "containerd.io/snapshot.ref";
@@ -152,6 +154,42 @@ pub fn wanted(labels: &HashMap<String, String>) -> Option<Wanted> {
     })
 }
 
+/// How long the converted layers of an image manifest are kept once read: containerd prepares
+/// the layers of one image one after the other, and each would otherwise read the same
+/// referrer again (a referrers query, the tag index and the referrer's manifest).
+const REFERRERS_KEPT: Duration = Duration::from_secs(60);
+
+/// The converted layers of image manifests read lately ([`REFERRERS_KEPT`]), by repository and
+/// manifest digest. Only pointers are kept: each layer is still checked as [`find`] says.
+#[derive(Default)]
+pub struct Referrers(Mutex<HashMap<String, (Instant, Arc<Vec<ConvertedLayer>>)>>);
+
+impl Referrers {
+    /// The converted layers attached to `manifest` in `registry`'s repository, read again only
+    /// when not read within [`REFERRERS_KEPT`].
+    fn get(
+        &self,
+        registry: &Registry,
+        manifest: &str,
+    ) -> std::result::Result<Arc<Vec<ConvertedLayer>>, sealfs_registry::RegistryError> {
+        let key = format!("{}@{manifest}", registry.repository());
+        let now = Instant::now();
+        {
+            let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            kept.retain(|_, (at, _)| now.duration_since(*at) < REFERRERS_KEPT);
+            if let Some((_, layers)) = kept.get(&key) {
+                return Ok(layers.clone());
+            }
+        }
+        let layers = Arc::new(registry.converted_layers(manifest)?);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (now, layers.clone()));
+        Ok(layers)
+    }
+}
+
 /// A sealed layer found and trusted for a [`Wanted`] layer.
 #[derive(Clone, Debug)]
 pub struct Found {
@@ -199,6 +237,7 @@ fn open_options(cache: Arc<sealfs_cache::DiskCache>) -> OpenOptions {
 pub fn find(
     config: &LazyConfig,
     cache_dir: &Path,
+    referrers: &Referrers,
     wanted: &Wanted,
 ) -> std::result::Result<Found, String> {
     if !config.enabled() {
@@ -209,9 +248,12 @@ pub fn find(
     let repo = repository(&wanted.image, &config.plain_http)?;
     let registry_options = config.registry_options(cache_dir);
     let registry = Registry::connect(&repo, &registry_options).map_err(|e| e.to_string())?;
-    let converted = registry
-        .converted_layer(&wanted.manifest, &wanted.layer)
+    let converted = referrers
+        .get(&registry, &wanted.manifest)
         .map_err(|e| format!("reading the referrers of {}: {e}", wanted.manifest))?
+        .iter()
+        .find(|l| l.layer_digest == wanted.layer)
+        .cloned()
         .ok_or_else(|| {
             format!(
                 "no sealed layer for it among the referrers of {}",
@@ -220,13 +262,11 @@ pub fn find(
         })?;
     let reference = repo.sibling(None, Some(&converted.manifest)).to_string();
     let mut options = open_options(config.cache(cache_dir).map_err(|e| e.to_string())?);
-    if config.keys.is_empty() {
-        // --lazy-unsigned: the referrer's word.
-        options.digest = Some(converted.facts.digest);
-    } else {
-        options.keys = config.keys.clone();
-        options.min_version = config.min_version.clone();
-    }
+    // Opened against the digest the referrer states: the seal must be the one it names.
+    // That proves nothing yet; with keys, the seal's own signed statements must vouch for it
+    // ([`layer_signer`], below; signatures attached as referrers are not looked for, which
+    // saves two requests per layer: `convert --key` signs in the seal).
+    options.digest = Some(converted.facts.digest);
     let (opened, _) = sealfs_registry::open(
         &reference,
         &options,

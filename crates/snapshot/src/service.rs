@@ -74,6 +74,8 @@ pub struct Snapshotter {
     mount_failures: Mutex<HashMap<u64, String>>,
     /// Which layers are used lazily, and how they are read.
     lazy: LazyConfig,
+    /// The converted-layers referrers read lately.
+    referrers: lazy::Referrers,
 }
 
 /// A claim on committing one snapshot, released when dropped.
@@ -172,6 +174,7 @@ impl Snapshotter {
             commit_done: Condvar::new(),
             mount_failures: Mutex::new(HashMap::new()),
             lazy,
+            referrers: lazy::Referrers::default(),
         };
         // The FUSE layers of a previous run died with it.
         let mnt = s.root.join("mnt");
@@ -336,7 +339,7 @@ impl Snapshotter {
                 sealfs_text::Escaped(wanted.layer.as_bytes()),
                 sealfs_text::Escaped(wanted.image.as_bytes())
             );
-            match lazy::find(&self.lazy, &self.cache_dir(), &wanted) {
+            match lazy::find(&self.lazy, &self.cache_dir(), &self.referrers, &wanted) {
                 Ok(found) => {
                     let mut labels = labels.clone();
                     labels.insert(lazy::LABEL_REMOTE.into(), "sealfs lazy".into());
