@@ -271,6 +271,36 @@ fn cri_pull_mounts_signed_sealed_layers_lazily_and_fetches_no_layer_tar() {
     for dir in &lower {
         assert!(lazy.contains(dir), "{dir} is a lazy layer: {lazy:?}");
     }
+    // `sealfs snapshotter status`: each lazy layer, its reference as its image, undamaged.
+    let status: serde_json::Value = serde_json::from_str(&sealfs_ok(
+        &[
+            "snapshotter",
+            "status",
+            "--root",
+            c.root().to_str().unwrap(),
+            "--json",
+        ],
+        &cache,
+    ))
+    .unwrap();
+    let lazy_status: Vec<&serde_json::Value> = status["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["layer"].as_object().map(|_| &s["layer"]))
+        .filter(|l| l["mount"]["mode"] == "lazy-fuse-verified")
+        .collect();
+    assert_eq!(lazy_status.len(), 3, "{status:#}");
+    for l in &lazy_status {
+        assert!(
+            l["image"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("oci+http://{host}/sealfs-test/img@sha256:"))
+                && l["damaged"] == false,
+            "{l:#}"
+        );
+    }
     crictl.ok(&c, &["stop", "--timeout", "1", &cid]);
     crictl.ok(&c, &["rm", &cid]);
     drop(pod);

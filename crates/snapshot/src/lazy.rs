@@ -162,7 +162,10 @@ const REFERRERS_KEPT: Duration = Duration::from_secs(60);
 /// The converted layers of image manifests read lately ([`REFERRERS_KEPT`]), by repository and
 /// manifest digest. Only pointers are kept: each layer is still checked as [`find`] says.
 #[derive(Default)]
-pub struct Referrers(Mutex<HashMap<String, (Instant, Arc<Vec<ConvertedLayer>>)>>);
+pub struct Referrers(Mutex<HashMap<String, Read>>);
+
+/// The converted layers of one image manifest, and when they were read.
+type Read = (Instant, Arc<Vec<ConvertedLayer>>);
 
 impl Referrers {
     /// The converted layers attached to `manifest` in `registry`'s repository, read again only
