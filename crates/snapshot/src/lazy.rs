@@ -437,6 +437,93 @@ mod tests {
         assert_eq!(wanted(&labels), None);
     }
 
+    /// A sealed layer image of one file, signed by `key` with a statement naming `layer` (and
+    /// `version`), as `sealfs convert --key` signs; opened against its digest.
+    fn signed_layer(
+        dir: &Path,
+        key: &sealfs_trust::SigningKey,
+        layer: &str,
+        version: Option<&str>,
+    ) -> (OpenedImage, Digest) {
+        let tree = dir.join("tree");
+        std::fs::create_dir_all(&tree).unwrap();
+        std::fs::write(tree.join("f"), b"layer file\n").unwrap();
+        let image = dir.join("layer.sealfs");
+        let summary = sealfs_builder::build(
+            &tree,
+            &image,
+            &crate::service::layer_build_options(),
+            &sealfs_builder::NoProgress,
+        )
+        .unwrap();
+        let digest = summary.seal.unwrap().digest;
+        let mut statement = sealfs_trust::seal_statement(&image, None).unwrap();
+        statement.name = Some(layer.to_string());
+        statement.version = version.map(str::to_string);
+        let target = sealfs_trust::SignTarget {
+            image: image.clone(),
+            sidecar: None,
+            detached: false,
+        };
+        sealfs_trust::sign_image(&target, key, &statement).unwrap();
+        let opened = sealfs_reader::open(image, &OpenOptions::new().digest(digest)).unwrap();
+        (opened, digest)
+    }
+
+    #[test]
+    fn a_sealed_layer_counts_only_if_signed_by_a_key_as_the_layer_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let (key, other) = (
+            sealfs_trust::SigningKey::generate(),
+            sealfs_trust::SigningKey::generate(),
+        );
+        let layer = format!("sha256:{}", "a".repeat(64));
+        let (opened, digest) = signed_layer(dir.path(), &key, &layer, Some("2"));
+        let config = |keys: Vec<sealfs_trust::PublicKey>, min: Option<&str>| LazyConfig {
+            keys,
+            min_version: min.map(|v| v.parse().unwrap()),
+            ..LazyConfig::default()
+        };
+        let signer = layer_signer(&config(vec![key.public()], None), &opened, &digest, &layer);
+        assert_eq!(signer.unwrap(), key.public().fingerprint());
+        // Signed by the key, but as another layer's conversion: a referrer pointing a layer at
+        // it is not believed.
+        let another = format!("sha256:{}", "b".repeat(64));
+        let e = layer_signer(
+            &config(vec![key.public()], None),
+            &opened,
+            &digest,
+            &another,
+        )
+        .unwrap_err();
+        assert!(e.contains(&another) && e.contains("not signed"), "{e}");
+        // Another key's signature.
+        let e = layer_signer(
+            &config(vec![other.public()], None),
+            &opened,
+            &digest,
+            &layer,
+        )
+        .unwrap_err();
+        assert!(e.contains("unknown keys"), "{e}");
+        // A version floor: at or below the signed version passes, above it is a rollback.
+        assert!(layer_signer(
+            &config(vec![key.public()], Some("2")),
+            &opened,
+            &digest,
+            &layer
+        )
+        .is_ok());
+        let e = layer_signer(
+            &config(vec![key.public()], Some("3")),
+            &opened,
+            &digest,
+            &layer,
+        )
+        .unwrap_err();
+        assert!(e.contains("rollback"), "{e}");
+    }
+
     #[test]
     fn plain_http_only_for_the_hosts_named() {
         let plain = vec!["127.0.0.1:5000".to_string()];
