@@ -25,7 +25,6 @@ use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 #[test]
 fn containerd2_runs_an_image_under_sealfs_as_under_overlayfs() {
@@ -481,29 +480,7 @@ fn cri_pod_survey(flavor: Flavor) {
         ..Setup::default()
     });
     let d = c.dir.path();
-    let certs = d.join("certs.d").join(&host);
-    fs::create_dir_all(&certs).unwrap();
-    fs::write(
-        certs.join("hosts.toml"),
-        format!(
-            "server = \"http://{host}\"\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
-        ),
-    )
-    .unwrap();
-    for sub in ["cni/bin", "cni/conf", "pod-logs", "out/cri"] {
-        fs::create_dir_all(d.join(sub)).unwrap();
-    }
-    let crictl = Crictl::new(&c);
-    // The CRI answers once its plugin has started (after containerd's own socket).
-    let t = Instant::now();
-    while !run(&mut crictl.cmd(&["version"])).status.success() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the CRI plugin does not answer: {}",
-            log_tail(&d.join("containerd.log"))
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let crictl = Crictl::ready(&c, &host);
     println!("{}", crictl.ok(&c, &["version"]));
 
     crictl.ok(&c, &["pull", &image]);

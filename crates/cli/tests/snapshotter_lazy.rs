@@ -130,29 +130,7 @@ fn start_cri(host: &str, pause: &str, public: &Path, args: &[&str]) -> (Containe
         differ: true,
         snapshotter_args,
     });
-    let d = c.dir.path();
-    let certs = d.join("certs.d").join(host);
-    fs::create_dir_all(&certs).unwrap();
-    fs::write(
-        certs.join("hosts.toml"),
-        format!(
-            "server = \"http://{host}\"\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
-        ),
-    )
-    .unwrap();
-    for sub in ["cni/bin", "cni/conf"] {
-        fs::create_dir_all(d.join(sub)).unwrap();
-    }
-    let crictl = Crictl::new(&c);
-    let t = Instant::now();
-    while !run(&mut crictl.cmd(&["version"])).status.success() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the CRI plugin does not answer: {}",
-            log_tail(&d.join("containerd.log"))
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let crictl = Crictl::ready(&c, host);
     (c, crictl)
 }
 

@@ -99,6 +99,36 @@ impl Crictl {
         }
     }
 
+    /// [`Crictl::new`], once the CRI answers (its plugin starts after containerd's own socket),
+    /// with the registry `host` reached over plain HTTP (`hosts.toml` in the directory
+    /// [`cri_config`] names) and the (empty) CNI directories made.
+    pub fn ready(c: &Containerd, host: &str) -> Crictl {
+        let d = c.dir.path();
+        let certs = d.join("certs.d").join(host);
+        fs::create_dir_all(&certs).unwrap();
+        fs::write(
+            certs.join("hosts.toml"),
+            format!(
+                "server = \"http://{host}\"\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+            ),
+        )
+        .unwrap();
+        for sub in ["cni/bin", "cni/conf", "pod-logs", "out/cri"] {
+            fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        let crictl = Crictl::new(c);
+        let t = Instant::now();
+        while !run(&mut crictl.cmd(&["version"])).status.success() {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "the CRI plugin does not answer: {}",
+                log_tail(&d.join("containerd.log"))
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        crictl
+    }
+
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.bin);
         cmd.arg("--config").arg(&self.config).args(args);
