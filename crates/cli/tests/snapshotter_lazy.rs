@@ -15,6 +15,11 @@
 //! - The sandbox (pause) image converted with another key, and a second image converted without
 //!   a key (an unsigned referrer), take the tar path: their layer blobs are requested from the
 //!   registry, and the snapshotter's log says why.
+//! - Faults, with the fill off: the registry stopped, a file not yet read fails `EIO` and one
+//!   read before reads on; restarted serving a tampered block, only that file's reads fail; the
+//!   blob restored, the file reads as GNU tar reads it from the original layer.
+//! - Debian's containerd 1.6: the pull fetches no layer blob either, and the pod's survey equals
+//!   `ctr run` on `overlayfs`.
 //!
 //! `ctr image pull` cannot drive the labels: containerd 2.x's `ctr` (transfer service, or
 //! `--local`) adds no `containerd.io/snapshot/cri.*` annotations to the layers (only the CRI
@@ -106,11 +111,17 @@ fn guard() -> bool {
         )
 }
 
-/// containerd 2.x with its CRI plugin on `sealfs`, snapshot annotations on, the registry at
+/// containerd (`flavor`) with its CRI plugin on `sealfs`, snapshot annotations on, the registry at
 /// `host` over plain HTTP (certs.d), `pause` its sandbox image; the snapshotter with
 /// `--lazy-key public --plain-http host` and `args`. And crictl, once the CRI answers.
-fn start_cri(host: &str, pause: &str, public: &Path, args: &[&str]) -> (Containerd, Crictl) {
-    let config = cri_config(Flavor::Containerd2, pause).replacen(
+fn start_cri(
+    flavor: Flavor,
+    host: &str,
+    pause: &str,
+    public: &Path,
+    args: &[&str],
+) -> (Containerd, Crictl) {
+    let config = cri_config(flavor, pause).replacen(
         "snapshotter = \"sealfs\"\n",
         "snapshotter = \"sealfs\"\n  disable_snapshot_annotations = false\n",
         1,
@@ -122,12 +133,14 @@ fn start_cri(host: &str, pause: &str, public: &Path, args: &[&str]) -> (Containe
         host.to_string(),
     ];
     snapshotter_args.extend(args.iter().map(|a| a.to_string()));
+    let containerd2 = matches!(flavor, Flavor::Containerd2);
     let c = Containerd::start_with(Setup {
-        bin_dir: Some(containerd2_bin_dir().unwrap()),
-        version: 3,
+        bin_dir: containerd2.then(|| containerd2_bin_dir().unwrap()),
+        version: if containerd2 { 3 } else { 2 },
         cri: true,
         extra: config,
-        differ: true,
+        // containerd 1.6 has no diff proxy plugins.
+        differ: containerd2,
         snapshotter_args,
     });
     let crictl = Crictl::ready(&c, host);
@@ -193,7 +206,7 @@ fn cri_pull_mounts_signed_sealed_layers_lazily_and_fetches_no_layer_tar() {
     );
     assert_eq!(image_layers.len(), 3, "{image_layers:?}");
 
-    let (mut c, crictl) = start_cri(&host, &pause, &public, &[]);
+    let (mut c, crictl) = start_cri(Flavor::Containerd2, &host, &pause, &public, &[]);
     let d = c.dir.path().to_path_buf();
 
     // The pull: no layer blob of the image requested; every layer committed lazily.
@@ -489,7 +502,13 @@ fn lazy_layer_reads_fail_only_where_the_registry_fails_them_and_resume() {
         .unwrap();
 
     // Each block fetched when first read (no fill), so that /b/big stays unfetched.
-    let (c, crictl) = start_cri(&host, &pause, &public, &["--lazy-fill", "off"]);
+    let (c, crictl) = start_cri(
+        Flavor::Containerd2,
+        &host,
+        &pause,
+        &public,
+        &["--lazy-fill", "off"],
+    );
     crictl.ok(&c, &["pull", &image]);
     assert_eq!(
         c.log().matches(": committed lazily as ").count(),
@@ -556,4 +575,79 @@ fn lazy_layer_reads_fail_only_where_the_registry_fails_them_and_resume() {
     crictl.ok(&c, &["rm", &cid]);
     drop(pod);
     drop(registry);
+}
+
+#[test]
+fn cri_pull_on_containerd_1_6_mounts_signed_sealed_layers_lazily() {
+    if !guard() {
+        return;
+    }
+    let work = tempfile::Builder::new()
+        .prefix("sealfs-lazy-16-")
+        .tempdir()
+        .unwrap();
+    let w = work.path();
+    let cache = w.join("cache");
+    make_image(w);
+    make_pause_image(w);
+    let registry = servers::docker_registry(&w.join("registry"), &Default::default()).unwrap();
+    let host = format!("127.0.0.1:{}", registry.port);
+    let image = format!("{host}/sealfs-test/img:t");
+    let pause = format!("{host}/sealfs-test/pause:1");
+    for (tag, reference) in [("t", &image), ("pause", &pause)] {
+        sh(&format!(
+            "skopeo copy --quiet --dest-tls-verify=false 'oci:{}:{tag}' 'docker://{reference}'",
+            w.join("layout").display()
+        ));
+    }
+    let (key, public) = (w.join("key.pem"), w.join("key.pem.pub"));
+    sealfs_ok(&["keygen", key.to_str().unwrap()], &cache);
+    sealfs_ok(
+        &[
+            "convert",
+            &format!("oci+http://{image}"),
+            "--push",
+            "--key",
+            key.to_str().unwrap(),
+        ],
+        &cache,
+    );
+    let layers = layer_digests(&image);
+    let (c, crictl) = start_cri(Flavor::Debian16, &host, &pause, &public, &[]);
+    let before = registry.registry_requests().len();
+    crictl.ok(&c, &["pull", &image]);
+    let fetched = blob_gets(&registry, before, &layers);
+    assert!(
+        fetched.is_empty(),
+        "the pull fetched layer blobs: {fetched:?}"
+    );
+    assert_eq!(
+        c.log().matches(": committed lazily as ").count(),
+        3,
+        "{}",
+        c.log()
+    );
+    let (pod, cid, cri) = survey_pod(&c, &crictl, &image);
+    assert_eq!(lazy_mountpoints(&c.root()).len(), 3);
+    crictl.ok(&c, &["stop", "--timeout", "1", &cid]);
+    crictl.ok(&c, &["rm", &cid]);
+    drop(pod);
+    c.ok(&[
+        "image",
+        "pull",
+        "--plain-http",
+        "--snapshotter",
+        "overlayfs",
+        &image,
+    ]);
+    let theirs = c.run_script("overlayfs", &image, "survey-overlayfs", SURVEY);
+    assert_eq!(
+        without(&cri, CRI_FILES),
+        without(&theirs, CTR_MOUNTS),
+        "containerd 1.6: the lazily mounted image and ctr on overlayfs differ"
+    );
+    println!(
+        "containerd 1.6: no layer blob fetched, {} lines of survey as on overlayfs",
+        cri.lines().count()
+    );
 }
