@@ -10,8 +10,9 @@
 //!   owner, size and hash, equal to `ctr run` of the image on containerd's `overlayfs`.
 //! - After a SIGKILL of the snapshotter, the lazy layers are mounted again from its store's
 //!   records and a new pod prints the same.
-//! - Once the background fill has completed every layer, with the registry stopped, a new pod
-//!   prints the same (`find / -type f | xargs sha256sum` included).
+//! - Once the background fill has completed every layer, with the registry stopped and the
+//!   snapshotter restarted (its layers mounted again from the cache alone), a new pod prints the
+//!   same (`find / -type f | xargs sha256sum`).
 //! - The sandbox (pause) image converted with another key, and a second image converted without
 //!   a key (an unsigned referrer), take the tar path: their layer blobs are requested from the
 //!   registry, and the snapshotter's log says why.
@@ -371,6 +372,10 @@ fn cri_pull_mounts_signed_sealed_layers_lazily_and_fetches_no_layer_tar() {
     crictl.ok(&c, &["rm", &cid]);
     drop(pod);
     drop(registry.take());
+    // And across a restart of the snapshotter: the layers mount again from the cache alone.
+    c.kill_snapshotter();
+    c.start_snapshotter();
+    c.wait_for_snapshotter();
     let hashes = "find / -xdev -type f | sort | xargs sha256sum";
     let (pod, cid, offline) = run_pod(&c, &crictl, &image, hashes);
     assert_eq!(

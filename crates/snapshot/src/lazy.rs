@@ -127,6 +127,22 @@ pub struct Remote {
     pub image: String,
     /// What vouched for the digest: `key FINGERPRINT`, or `unsigned referrer`.
     pub authority: String,
+    /// The sealed image's blob in the artifact's repository (`None` in records made before it
+    /// was kept): a mount opens it directly, with no manifest request, so that a layer whose
+    /// blocks are all cached mounts with the registry unreachable.
+    #[serde(default)]
+    pub blob: Option<Blob>,
+}
+
+/// A blob of a repository, as a descriptor names it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blob {
+    /// Its media type.
+    pub media_type: String,
+    /// `sha256:<hex>`.
+    pub digest: String,
+    /// Bytes.
+    pub size: u64,
 }
 
 /// A layer containerd prepares that may have a sealed counterpart: the labels of
@@ -302,6 +318,11 @@ pub fn find(
             layer_digest: wanted.layer.clone(),
             image: wanted.image.clone(),
             authority,
+            blob: Some(Blob {
+                media_type: converted.blob.media_type.clone(),
+                digest: converted.blob.digest.clone(),
+                size: converted.blob.size,
+            }),
         },
     })
 }
@@ -361,6 +382,27 @@ pub fn open(
     })?;
     let mut options = open_options(config.cache(cache_dir)?);
     options.digest = Some(digest);
+    if let Some(blob) = &remote.blob {
+        // The blob itself: its seal's tail, kept in the cache, stands in for the registry
+        // when it is unreachable.
+        let reference: ImageRef = remote
+            .reference
+            .parse()
+            .map_err(|e: sealfs_registry::RegistryError| fail(e.to_string()))?;
+        let registry = Registry::connect(&reference, &config.registry_options(cache_dir))
+            .map_err(|e| fail(e.to_string()))?;
+        let object = registry
+            .blob_object(&sealfs_registry::manifest::Descriptor {
+                media_type: blob.media_type.clone(),
+                digest: blob.digest.clone(),
+                size: blob.size,
+                annotations: Default::default(),
+            })
+            .map_err(|e| fail(e.to_string()))?;
+        let source = sealfs_reader::Source::reader(Arc::new(object), remote.reference.clone());
+        return sealfs_reader::open(source, &options)
+            .map_err(|e| fail(sealfs_reader::ErrorChain(&e).to_string()));
+    }
     sealfs_registry::open(
         &remote.reference,
         &options,
