@@ -101,6 +101,55 @@ fn lazy_mountpoints(root: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The umoci image of `common/containerd.rs` and its pause image in a registry on loopback
+/// (working directory `w/registry`), the image converted with `--push --key w/key.pem`.
+struct Converted {
+    registry: servers::Server,
+    host: String,
+    image: String,
+    pause: String,
+    /// The key's public half.
+    public: std::path::PathBuf,
+    /// The image's layer digests.
+    layers: Vec<String>,
+}
+
+fn converted(w: &Path, cache: &Path) -> Converted {
+    make_image(w);
+    make_pause_image(w);
+    let registry = servers::docker_registry(&w.join("registry"), &Default::default()).unwrap();
+    let host = format!("127.0.0.1:{}", registry.port);
+    let image = format!("{host}/sealfs-test/img:t");
+    let pause = format!("{host}/sealfs-test/pause:1");
+    for (tag, reference) in [("t", &image), ("pause", &pause)] {
+        sh(&format!(
+            "skopeo copy --quiet --dest-tls-verify=false 'oci:{}:{tag}' 'docker://{reference}'",
+            w.join("layout").display()
+        ));
+    }
+    let (key, public) = (w.join("key.pem"), w.join("key.pem.pub"));
+    sealfs_ok(&["keygen", key.to_str().unwrap()], cache);
+    sealfs_ok(
+        &[
+            "convert",
+            &format!("oci+http://{image}"),
+            "--push",
+            "--key",
+            key.to_str().unwrap(),
+        ],
+        cache,
+    );
+    let layers = layer_digests(&image);
+    Converted {
+        registry,
+        host,
+        image,
+        pause,
+        public,
+        layers,
+    }
+}
+
 fn guard() -> bool {
     containerd_guard()
         && oracle_guard(
@@ -431,33 +480,16 @@ fn lazy_layer_reads_fail_only_where_the_registry_fails_them_and_resume() {
         .unwrap();
     let w = work.path();
     let cache = w.join("cache");
-    make_image(w);
-    make_pause_image(w);
+    let Converted {
+        registry,
+        host,
+        image,
+        pause,
+        public,
+        layers,
+    } = converted(w, &cache);
     let registry_work = w.join("registry");
-    let registry = servers::docker_registry(&registry_work, &Default::default()).unwrap();
     let port = registry.port;
-    let host = format!("127.0.0.1:{port}");
-    let image = format!("{host}/sealfs-test/img:t");
-    let pause = format!("{host}/sealfs-test/pause:1");
-    for (tag, reference) in [("t", &image), ("pause", &pause)] {
-        sh(&format!(
-            "skopeo copy --quiet --dest-tls-verify=false 'oci:{}:{tag}' 'docker://{reference}'",
-            w.join("layout").display()
-        ));
-    }
-    let (key, public) = (w.join("key.pem"), w.join("key.pem.pub"));
-    sealfs_ok(&["keygen", key.to_str().unwrap()], &cache);
-    sealfs_ok(
-        &[
-            "convert",
-            &format!("oci+http://{image}"),
-            "--push",
-            "--key",
-            key.to_str().unwrap(),
-        ],
-        &cache,
-    );
-    let layers = layer_digests(&image);
     // What /b/big holds: GNU tar's reading of the second layer's blob in the registry.
     let big = sh(&format!(
         "tar -xzOf '{}' --wildcards '*b/big' | sha256sum",
@@ -593,31 +625,14 @@ fn cri_pull_on_containerd_1_6_mounts_signed_sealed_layers_lazily() {
         .unwrap();
     let w = work.path();
     let cache = w.join("cache");
-    make_image(w);
-    make_pause_image(w);
-    let registry = servers::docker_registry(&w.join("registry"), &Default::default()).unwrap();
-    let host = format!("127.0.0.1:{}", registry.port);
-    let image = format!("{host}/sealfs-test/img:t");
-    let pause = format!("{host}/sealfs-test/pause:1");
-    for (tag, reference) in [("t", &image), ("pause", &pause)] {
-        sh(&format!(
-            "skopeo copy --quiet --dest-tls-verify=false 'oci:{}:{tag}' 'docker://{reference}'",
-            w.join("layout").display()
-        ));
-    }
-    let (key, public) = (w.join("key.pem"), w.join("key.pem.pub"));
-    sealfs_ok(&["keygen", key.to_str().unwrap()], &cache);
-    sealfs_ok(
-        &[
-            "convert",
-            &format!("oci+http://{image}"),
-            "--push",
-            "--key",
-            key.to_str().unwrap(),
-        ],
-        &cache,
-    );
-    let layers = layer_digests(&image);
+    let Converted {
+        registry,
+        host,
+        image,
+        pause,
+        public,
+        layers,
+    } = converted(w, &cache);
     let (c, crictl) = start_cri(Flavor::Debian16, &host, &pause, &public, &[]);
     let before = registry.registry_requests().len();
     crictl.ok(&c, &["pull", &image]);
