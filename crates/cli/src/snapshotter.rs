@@ -43,6 +43,11 @@ Use it with `ctr image pull --snapshotter sealfs ...`, `ctr run --snapshotter se
 Kubernetes, set snapshotter = \"sealfs\" in the CRI plugin's section: \
 [plugins.\"io.containerd.grpc.v1.cri\".containerd] (1.6, 1.7) or \
 [plugins.'io.containerd.cri.v1.images'] (2.x). docs/usage.md says more.
+Lazy layers: for an image converted with `sealfs convert --push --key KEY`, pulled on the CRI \
+path with disable_snapshot_annotations = false (in [plugins.'io.containerd.cri.v1.images'] of 2.x, \
+[plugins.\"io.containerd.grpc.v1.cri\".containerd] of 1.6/1.7), each layer whose sealed counterpart \
+is signed by a --lazy-key is not downloaded: it is mounted from the registry, every block verified, \
+read through ROOT/cache and filled into it in the background. Others are pulled as usual.
 Runs as root (it mounts overlayfs and FUSE); SIGINT or SIGTERM stop it, unmounting its layers."
 )]
 #[command(args_conflicts_with_subcommands = true)]
@@ -72,6 +77,35 @@ pub struct SnapshotterArgs {
         default_value = "/run/containerd/containerd.sock"
     )]
     containerd_address: PathBuf,
+    /// A public key (PEM, as `sealfs keygen` writes it) whose signature makes a sealed layer
+    /// found through an image's referrers usable lazily: its statement must bind the sealed
+    /// image and name the original layer's digest (`sealfs convert --key` signs so). Repeatable.
+    /// Without any, no layer is used lazily (unless --lazy-unsigned).
+    #[arg(long, value_name = "PEM")]
+    lazy_key: Vec<PathBuf>,
+    /// With --lazy-key: the signed statement must also name a version at or above this one.
+    #[arg(long, value_name = "VERSION", requires = "lazy_key")]
+    lazy_min_version: Option<String>,
+    /// Without --lazy-key: use sealed layers lazily against the digest their referrer states. That
+    /// proves only that the blocks read are the ones the referrer names, not who made them:
+    /// anyone who can push to the repository can attach a referrer.
+    #[arg(long, conflicts_with = "lazy_key")]
+    lazy_unsigned: bool,
+    /// Whether a lazy layer is fetched whole into the cache in the background (`on`: once its
+    /// metadata is; `auto`: once reads scatter; `off`: each block when first read).
+    #[arg(long, value_name = "WHEN", default_value = "on", value_parser = ["auto", "on", "off"])]
+    lazy_fill: String,
+    /// The most the cache of lazy layers' verified blocks (ROOT/cache) may take (K, M, G suffixes).
+    #[arg(long, value_name = "SIZE", default_value = "2G", value_parser = crate::cache::parse_size)]
+    cache_size: u64,
+    /// A registry (`HOST[:PORT]`, as in image names) reached over plain HTTP rather than HTTPS,
+    /// for lazy layers. Repeatable.
+    #[arg(long, value_name = "HOST")]
+    plain_http: Vec<String>,
+    /// A certificate authority (PEM) to trust for HTTPS registries besides the system's.
+    /// Repeatable.
+    #[arg(long, value_name = "PEM")]
+    ca_cert: Vec<PathBuf>,
 }
 
 /// What `sealfs snapshotter` does besides serving.
@@ -105,8 +139,41 @@ pub fn run(args: SnapshotterArgs) -> Result<ExitCode> {
     if let Some(SnapshotterCommand::Status(s)) = args.command {
         return run_status(s);
     }
-    sealfs_snapshot::serve(&args.root, &args.address, &args.containerd_address)?;
+    let lazy = lazy_config(&args)?;
+    sealfs_snapshot::serve(&args.root, &args.address, &args.containerd_address, lazy)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The lazy layers' configuration the flags give.
+fn lazy_config(args: &SnapshotterArgs) -> Result<sealfs_snapshot::lazy::LazyConfig> {
+    let keys = args
+        .lazy_key
+        .iter()
+        .map(|p| {
+            sealfs_trust::PublicKey::read(p)
+                .map_err(|e| anyhow::anyhow!("--lazy-key {}: {e}", sealfs_text::escape_path(p)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let min_version = args
+        .lazy_min_version
+        .as_deref()
+        .map(|v| {
+            v.parse::<sealfs_trust::Version>()
+                .map_err(|e| anyhow::anyhow!("--lazy-min-version: {e}"))
+        })
+        .transpose()?;
+    Ok(sealfs_snapshot::lazy::LazyConfig {
+        keys,
+        min_version,
+        unsigned: args.lazy_unsigned,
+        plain_http: args.plain_http.clone(),
+        fill: args
+            .lazy_fill
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--lazy-fill: {e}"))?,
+        cache_max_bytes: args.cache_size,
+        ca_certificates: args.ca_cert.clone(),
+    })
 }
 
 fn run_status(args: StatusArgs) -> Result<ExitCode> {

@@ -26,6 +26,9 @@ pub enum Mode {
     KernelDmVerity,
     /// The kernel's EROFS over the image file with fs-verity enabled on it (not done yet).
     KernelFsVerity,
+    /// The verified FUSE mount of a layer read lazily from a registry ([`crate::lazy`]), through
+    /// the persistent cache: every block checked against the digest recorded when it was found.
+    LazyFuseVerified,
 }
 
 impl Mode {
@@ -35,6 +38,7 @@ impl Mode {
             Mode::FuseVerified => "fuse-verified",
             Mode::KernelDmVerity => "kernel-dm-verity",
             Mode::KernelFsVerity => "kernel-fs-verity",
+            Mode::LazyFuseVerified => "lazy-fuse-verified",
         }
     }
 
@@ -44,6 +48,9 @@ impl Mode {
             Mode::FuseVerified => "FUSE, every block verified against",
             Mode::KernelDmVerity => "kernel EROFS on dm-verity, every block verified against",
             Mode::KernelFsVerity => "kernel EROFS, fs-verity verifies every block against",
+            Mode::LazyFuseVerified => {
+                "FUSE, read lazily from the registry, every block verified against"
+            }
         }
     }
 }
@@ -69,6 +76,14 @@ pub struct LayerMount {
 }
 
 impl LayerMount {
+    /// A mount `handle` serves, in `mode` (a lazy layer's, [`crate::lazy::mount`]).
+    pub(crate) fn served(handle: MountHandle, mode: Mode) -> LayerMount {
+        LayerMount {
+            handle: Some(handle),
+            mode,
+        }
+    }
+
     /// How it is mounted.
     pub fn mode(&self) -> Mode {
         self.mode

@@ -11,12 +11,16 @@
 //! `containerd-snapshots` crate) on a unix socket, as a proxy plugin, and what it holds
 //! ([`status`]) on a second one; `List` takes containerd's filters ([`filter`]). Where
 //! containerd lets a proxy plugin be its differ (1.7 and 2.x), [`differ`] builds each layer's
-//! image straight from its tar stream instead, and the commit takes it as it is.
+//! image straight from its tar stream instead, and the commit takes it as it is. A layer whose
+//! sealed counterpart `sealfs convert` attached to the image is not pulled at all: [`lazy`]
+//! commits it at once, read from the registry block by block, verified (containerd's
+//! remote-snapshotter protocol).
 
 pub mod differ;
 pub mod error;
 pub mod filter;
 pub mod layer;
+pub mod lazy;
 pub mod service;
 pub mod status;
 pub mod store;
@@ -34,8 +38,9 @@ use std::sync::Arc;
 /// `ROOT/status.sock` ([`status`]) the same way. The same socket serves containerd's diff
 /// service ([`differ`]), which reads layers from the content store of the containerd at
 /// `containerd` (its socket).
-pub fn serve(root: &Path, address: &Path, containerd: &Path) -> Result<()> {
-    let snapshotter = Arc::new(Snapshotter::open(root)?);
+/// Layers with a sealed counterpart are used lazily as `lazy` says ([`lazy::LazyConfig`]).
+pub fn serve(root: &Path, address: &Path, containerd: &Path, lazy: lazy::LazyConfig) -> Result<()> {
+    let snapshotter = Arc::new(Snapshotter::open_with(root, lazy)?);
     let status_socket = status::socket_path(snapshotter.root());
     let status_listener = bind_owner_only(&status_socket)?;
     {

@@ -10,7 +10,10 @@
 //! snapshots/ID/work      its overlayfs work directory
 //! layers/ID.sealfs       a committed snapshot's sealed EROFS layer image
 //! mnt/ID                 where that layer is mounted (verified FUSE, read-only)
+//! cache/                 the verified blocks of lazy layers ([`crate::lazy`])
 //! ```
+//!
+//! A layer committed lazily has no image under `layers/`: it is read from its registry.
 //!
 //! Anything there the store does not name (a crash between a step on disk and the transaction
 //! that records it, a removal) is deleted by [`Snapshotter::cleanup`], which also runs at start.
@@ -35,6 +38,7 @@
 use crate::error::{Error, Result};
 use crate::filter::{Filters, SnapshotFields};
 use crate::layer::{self, LayerMount};
+use crate::lazy::{self, LazyConfig};
 use crate::status::{self, Layout, MountStatus, Status};
 use crate::store::{Applied, Kind, Record, Store};
 use containerd_snapshots::api::types::Mount;
@@ -68,6 +72,10 @@ pub struct Snapshotter {
     commit_done: Condvar,
     /// Why a committed layer could not be mounted, by id (for the status).
     mount_failures: Mutex<HashMap<u64, String>>,
+    /// Which layers are used lazily, and how they are read.
+    lazy: LazyConfig,
+    /// The converted-layers referrers read lately.
+    referrers: lazy::Referrers,
 }
 
 /// A claim on committing one snapshot, released when dropped.
@@ -146,6 +154,11 @@ impl Snapshotter {
     /// Opens the snapshotter's state under `root` (created if missing), taking down mounts a
     /// previous run left and deleting what no record names.
     pub fn open(root: &Path) -> Result<Snapshotter> {
+        Snapshotter::open_with(root, LazyConfig::default())
+    }
+
+    /// [`Snapshotter::open`], layers with a sealed counterpart used lazily as `lazy` says.
+    pub fn open_with(root: &Path, lazy: LazyConfig) -> Result<Snapshotter> {
         for dir in ["snapshots", "layers", "mnt"] {
             let d = root.join(dir);
             std::fs::create_dir_all(&d).map_err(Error::io(&d))?;
@@ -160,6 +173,8 @@ impl Snapshotter {
             committing: Mutex::new(HashSet::new()),
             commit_done: Condvar::new(),
             mount_failures: Mutex::new(HashMap::new()),
+            lazy,
+            referrers: lazy::Referrers::default(),
         };
         // The FUSE layers of a previous run died with it.
         let mnt = s.root.join("mnt");
@@ -215,7 +230,12 @@ impl Snapshotter {
                 reason: "no digest recorded for the layer".into(),
             })?;
             let label = format!("{} ({})", r.id, sealfs_text::Escaped(name.as_bytes()));
-            let mounted = layer::mount(&image, digest, &mp, &label);
+            let mounted = match &r.lazy {
+                Some(remote) => {
+                    lazy::mount(&self.lazy, &self.cache_dir(), remote, digest, &mp, &label)
+                }
+                None => layer::mount(&image, digest, &mp, &label),
+            };
             let mut failures = self
                 .mount_failures
                 .lock()
@@ -297,6 +317,70 @@ impl Snapshotter {
             let _ = std::fs::remove_dir_all(&dir);
         }
         made
+    }
+
+    /// `Prepare`: as [`Snapshotter::create`] an active snapshot, unless the labels of
+    /// containerd's remote-snapshotter protocol name a layer whose sealed counterpart is found
+    /// and trusted ([`lazy::find`]): then the snapshot containerd wants is committed at once,
+    /// read lazily, and the answer is [`Error::AlreadyExists`] (containerd then fetches nothing
+    /// of the layer). A layer that cannot be used lazily takes the tar path; the log says why.
+    pub fn prepare(
+        &self,
+        key: &str,
+        parent: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<Mount>> {
+        if let Some(wanted) = lazy::wanted(&labels).filter(|_| self.lazy.enabled()) {
+            if self.store.get(&wanted.target).is_ok() {
+                return Err(Error::AlreadyExists(wanted.target));
+            }
+            let layer = format!(
+                "layer {} of {}",
+                sealfs_text::Escaped(wanted.layer.as_bytes()),
+                sealfs_text::Escaped(wanted.image.as_bytes())
+            );
+            match lazy::find(&self.lazy, &self.cache_dir(), &self.referrers, &wanted) {
+                Ok(found) => {
+                    let mut labels = labels.clone();
+                    labels.insert(lazy::LABEL_REMOTE.into(), "sealfs lazy".into());
+                    let recorded = self.store.create_lazy(
+                        &wanted.target,
+                        parent,
+                        labels,
+                        found.digest.clone(),
+                        found.remote.clone(),
+                    );
+                    match recorded {
+                        Ok(r) => {
+                            eprintln!(
+                                "sealfs snapshotter: {layer}: committed lazily as {} (layer {}): \
+                                 {} {}, trusted by {}",
+                                sealfs_text::Escaped(wanted.target.as_bytes()),
+                                r.id,
+                                sealfs_text::Escaped(found.remote.reference.as_bytes()),
+                                found.digest,
+                                found.remote.authority
+                            );
+                            return Err(Error::AlreadyExists(wanted.target));
+                        }
+                        Err(e @ Error::AlreadyExists(_)) => return Err(e),
+                        Err(e) => eprintln!(
+                            "sealfs snapshotter: {layer}: pulled (not lazily): recording it: {e}"
+                        ),
+                    }
+                }
+                Err(why) => eprintln!(
+                    "sealfs snapshotter: {layer}: pulled (not lazily): {}",
+                    sealfs_text::escape_prose(why.as_bytes())
+                ),
+            }
+        }
+        self.create(key, parent, Kind::Active, labels)
+    }
+
+    /// The persistent cache of lazy layers' verified blocks.
+    fn cache_dir(&self) -> PathBuf {
+        self.root.join("cache")
     }
 
     /// `Mounts`: the mounts of an active snapshot or view.
@@ -433,6 +517,11 @@ impl Snapshotter {
         let r = self.store.get(key)?;
         let mut out = Vec::new();
         for (_, p) in self.ancestors(&r.parent)? {
+            if let (Some(remote), Some(digest)) = (&p.lazy, &p.digest) {
+                let opened = lazy::open(&self.lazy, &self.cache_dir(), remote, digest)?;
+                out.push(opened.image);
+                continue;
+            }
             let image = self.layer_image(p.id);
             let fail = |reason: String| Error::Mount {
                 image: image.clone(),
@@ -588,6 +677,10 @@ impl Snapshotter {
                 let mp = self.layer_mountpoint(r.id);
                 layer::detach(&mp);
                 let _ = std::fs::remove_dir(&mp);
+                if r.lazy.is_some() {
+                    // Nothing of it on disk but its blocks in the shared cache.
+                    return Ok(());
+                }
                 let image = self.layer_image(r.id);
                 std::fs::remove_file(&image).map_err(Error::io(&image))
             }
@@ -822,7 +915,7 @@ impl containerd_snapshots::Snapshotter for Service {
         labels: HashMap<String, String>,
     ) -> Result<Vec<Mount>> {
         self.run("prepare", &key.clone(), move |s| {
-            s.create(&key, &parent, Kind::Active, labels)
+            s.prepare(&key, &parent, labels)
         })
         .await
     }

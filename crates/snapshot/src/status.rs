@@ -251,10 +251,15 @@ fn layer_status(
     mounted: &dyn Fn(u64) -> Option<MountStatus>,
     problem: &dyn Fn(u64) -> Option<String>,
 ) -> LayerStatus {
-    let image = layout.layer_image(r.id);
+    let image = match &r.lazy {
+        // Read from its registry: its image is the sealed artifact's reference.
+        Some(remote) => PathBuf::from(&remote.reference),
+        None => layout.layer_image(r.id),
+    };
     let mut problems = Vec::new();
     let size_on_disk = match std::fs::metadata(&image) {
         Ok(md) => Some(md.blocks() * 512),
+        Err(_) if r.lazy.is_some() => None,
         Err(e) => {
             problems.push(format!(
                 "the layer image {} cannot be read: {e}",

@@ -51,6 +51,10 @@ pub struct Record {
     /// the commit takes as it is (the snapshot's directory stays empty).
     #[serde(default)]
     pub applied: Option<Applied>,
+    /// Committed lazily ([`crate::lazy`]): the layer is read from a registry, not from a local
+    /// image, and `digest` is the sealed image's, as its signed statement names it.
+    #[serde(default)]
+    pub lazy: Option<crate::lazy::Remote>,
 }
 
 /// A layer image built for an active snapshot from its layer's tar stream, waiting in the
@@ -130,6 +134,18 @@ impl Store {
         kind: Kind,
         labels: HashMap<String, String>,
     ) -> Result<Record> {
+        self.insert_new(key, parent, labels, |r| r.kind = kind)
+    }
+
+    /// Records a new snapshot `key` over `parent` (committed, or ""), its id the next one, as
+    /// `finish` completes it (an active snapshot until changed): one transaction.
+    fn insert_new(
+        &self,
+        key: &str,
+        parent: &str,
+        labels: HashMap<String, String>,
+        finish: impl FnOnce(&mut Record),
+    ) -> Result<Record> {
         let tx = self.db.begin_write().map_err(Error::store("creating"))?;
         let record = {
             let mut t = tx.open_table(SNAPSHOTS).map_err(Error::store("creating"))?;
@@ -156,9 +172,9 @@ impl Store {
             meta.insert("next_id", id + 1)
                 .map_err(Error::store("creating"))?;
             let now = SystemTime::now();
-            let record = Record {
+            let mut record = Record {
                 id,
-                kind,
+                kind: Kind::Active,
                 parent: parent.to_string(),
                 labels,
                 created: now,
@@ -167,7 +183,9 @@ impl Store {
                 size: 0,
                 inodes: 0,
                 applied: None,
+                lazy: None,
             };
+            finish(&mut record);
             t.insert(key, encode(&record).as_slice())
                 .map_err(Error::store("creating"))?;
             record
@@ -218,6 +236,24 @@ impl Store {
         };
         tx.commit().map_err(Error::store("committing"))?;
         Ok(record)
+    }
+
+    /// Records the committed snapshot `name` over `parent` (committed, or "") whose layer is
+    /// read lazily from `remote` ([`crate::lazy`]), checked against `digest`: containerd's
+    /// remote-snapshotter protocol, where no active snapshot is ever made for it.
+    pub fn create_lazy(
+        &self,
+        name: &str,
+        parent: &str,
+        labels: HashMap<String, String>,
+        digest: String,
+        remote: crate::lazy::Remote,
+    ) -> Result<Record> {
+        self.insert_new(name, parent, labels, |r| {
+            r.kind = Kind::Committed;
+            r.digest = Some(digest);
+            r.lazy = Some(remote);
+        })
     }
 
     /// Records (or with `None` forgets) the layer image built for the active snapshot `key`.

@@ -456,6 +456,9 @@ pub struct RegistrySetup {
     /// Store in the bucket `registry` of this S3 server (versitygw, [`versitygw`]) instead of the
     /// file system, with redirects on: blob reads are answered `307` to a presigned URL of it.
     pub s3: Option<u16>,
+    /// Listen on this port of 127.0.0.1 rather than a free one: a registry started again where
+    /// a stopped one served (its work directory, hence its storage, the same).
+    pub port: Option<u16>,
 }
 
 /// Where `docker-registry` (Debian's package of the CNCF distribution registry) is.
@@ -567,7 +570,7 @@ pub fn docker_registry(work: &Path, setup: &RegistrySetup) -> Result<Server, Str
     };
     // The port is picked after the token server has bound its own: picked before, it was free
     // for the token server's bind to take (seen once), and then the registry could not listen.
-    let port = free_port();
+    let port = setup.port.unwrap_or_else(free_port);
     let conf = format!(
         "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n{storage}  delete:\n    \
          enabled: true\n  maintenance:\n    uploadpurging:\n      enabled: false\nhttp:\n  addr: \

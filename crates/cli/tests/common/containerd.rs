@@ -74,6 +74,8 @@ pub struct Setup {
     /// in the diff service's defaults and the differ of `sealfs` in the transfer service's
     /// `unpack_config`.
     pub differ: bool,
+    /// Arguments added to `sealfs snapshotter`'s (its lazy layers' keys, say).
+    pub snapshotter_args: Vec<String>,
 }
 
 impl Default for Setup {
@@ -84,6 +86,7 @@ impl Default for Setup {
             cri: false,
             extra: String::new(),
             differ: false,
+            snapshotter_args: Vec::new(),
         }
     }
 }
@@ -95,6 +98,8 @@ pub struct Containerd {
     pub snapshotter: Option<Child>,
     /// [`Setup::bin_dir`].
     pub bin_dir: Option<PathBuf>,
+    /// [`Setup::snapshotter_args`].
+    pub snapshotter_args: Vec<String>,
 }
 
 impl Containerd {
@@ -169,6 +174,7 @@ impl Containerd {
             containerd: Self::spawn_containerd(d, setup.bin_dir.as_deref()),
             snapshotter: None,
             bin_dir: setup.bin_dir,
+            snapshotter_args: setup.snapshotter_args,
             dir,
         };
         c.start_snapshotter();
@@ -240,6 +246,7 @@ impl Containerd {
                 .arg(d.join("sealfs.sock"))
                 .arg("--containerd-address")
                 .arg(d.join("containerd.sock"))
+                .args(&self.snapshotter_args)
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -378,6 +385,7 @@ impl Containerd {
                 .arg(d.join("sealfs.sock"))
                 .arg("--containerd-address")
                 .arg(d.join("containerd.sock"))
+                .args(&self.snapshotter_args)
                 .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(log)

@@ -6,6 +6,7 @@
 pub use sealfs_testsupport::*;
 
 pub mod containerd;
+pub mod cri;
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
