@@ -7,7 +7,11 @@
 # STAGING_DIR holds what the guest sees: it becomes an ext4 file system made with the `verity`
 # feature, mounted read-write at /mnt in the guest, where /mnt/guest.sh is run with busybox sh. The
 # guest has busybox, `sealfs` (the binary in $SEALFS), `fsverity` (fsverity-utils), and `dmsetup` and
-# `losetup` (util-linux) in its PATH, and the loop, device-mapper, dm-verity and EROFS modules loaded.
+# `losetup` (util-linux) in its PATH, the loop, device-mapper, dm-verity, EROFS, overlayfs and FUSE
+# modules loaded, and /proc, /sys, /dev, cgroup2 (/sys/fs/cgroup) and tmpfs on /run and /tmp mounted
+# (what containerd and runc need: VM_EXTRA_BINS="containerd ctr containerd-shim-runc-v2 runc"; the
+# root is the initramfs, where runc cannot pivot_root: `ctr run --no-pivot`). VM_MEM sets the guest's
+# memory in MiB (default 1024).
 # Everything the guest prints reaches standard output (serial console); the last line is
 # "GUEST-EXIT <status of guest.sh>". Exits 0 when the guest ran to its end, whatever the status.
 #
@@ -34,8 +38,8 @@ done
 # The loop driver (the ext4 image lives in the initramfs), SHA-512 for fs-verity's --hash-alg=sha512,
 # and for kernel-verified mounts device-mapper with dm-verity and EROFS: modules in the cloud kernel,
 # kept with what they depend on, in load order (modules.order).
-MODULES="loop sha512_generic dm-verity erofs"
-if [[ ! -f "$VM_CACHE/.done-v2" ]]; then
+MODULES="loop sha512_generic dm-verity erofs overlay fuse"
+if [[ ! -f "$VM_CACHE/.done-v3" ]]; then
     rm -rf "$VM_CACHE" && mkdir -p "$VM_CACHE/deb" "$VM_CACHE/modules"
     pick() { apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}'; }
     pkg="$(pick)"
@@ -65,14 +69,14 @@ if [[ ! -f "$VM_CACHE/.done-v2" ]]; then
     for mod in $MODULES; do add "$mod"; done
     echo "$pkg" >"$VM_CACHE/PACKAGE"
     rm -rf "$VM_CACHE/x" "$VM_CACHE/deb"
-    touch "$VM_CACHE/.done-v2"
+    touch "$VM_CACHE/.done-v3"
 fi
 
 # --- initramfs: busybox, sealfs and fsverity with their libraries, the ext4 image -------------------
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 root="$work/root"
-mkdir -p "$root"/{bin,dev,proc,sys,mnt,tmp}
+mkdir -p "$root"/{bin,dev,proc,sys,mnt,tmp,run}
 cp /bin/busybox "$root/bin/"
 strip -o "$root/bin/sealfs" "$SEALFS"
 # VM_EXTRA_BINS: more host programs for the guest, in /usr/local/bin (call them by that path: busybox
@@ -99,6 +103,9 @@ export PATH=/bin:/usr/local/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /tmp
 while read -r ko; do insmod "/modules/$ko" || echo "GUEST: insmod $ko failed"; done </modules/modules.order
 mount -t ext4 -o loop /fs.ext4 /mnt || echo "GUEST: cannot mount the ext4 image"
 echo GUEST-START
@@ -115,6 +122,6 @@ chmod +x "$root/init"
 accel="${VM_ACCEL:-tcg}"
 cpu=max
 [[ "$accel" == kvm ]] && cpu=host
-qemu-system-x86_64 -machine "accel=$accel" -cpu "$cpu" -m 1024 -smp 2 -nographic -no-reboot \
+qemu-system-x86_64 -machine "accel=$accel" -cpu "$cpu" -m "${VM_MEM:-1024}" -smp 2 -nographic -no-reboot \
     -kernel "$VM_CACHE/vmlinuz" -initrd "$work/initrd" \
     -append "console=ttyS0 panic=-1 quiet loglevel=3" </dev/null

@@ -43,7 +43,8 @@ Use it with `ctr image pull --snapshotter sealfs ...`, `ctr run --snapshotter se
 Kubernetes, set snapshotter = \"sealfs\" in the CRI plugin's section: \
 [plugins.\"io.containerd.grpc.v1.cri\".containerd] (1.6, 1.7) or \
 [plugins.'io.containerd.cri.v1.images'] (2.x). docs/usage.md says more.
-Runs as root (it mounts overlayfs and FUSE); SIGINT or SIGTERM stop it, unmounting its layers."
+Runs as root (it mounts overlayfs, EROFS on dm-verity, FUSE); SIGINT or SIGTERM stop it, unmounting \
+its layers and removing their device-mapper devices."
 )]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct SnapshotterArgs {
@@ -72,6 +73,18 @@ pub struct SnapshotterArgs {
         default_value = "/run/containerd/containerd.sock"
     )]
     containerd_address: PathBuf,
+    /// How committed layers are mounted: `kernel`, by the kernel's EROFS on a dm-verity device of
+    /// the layer image (root hash from the digest recorded at commit; needs device-mapper with
+    /// dm-verity, EROFS and loop devices), a layer it cannot mount being an error; `fuse`, by the
+    /// verified FUSE mount in this process; `auto`, the kernel where it can, else FUSE (the log
+    /// says why). `sealfs snapshotter status` shows each layer's mode.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "auto",
+        value_parser = ["auto", "kernel", "fuse"]
+    )]
+    layer_mount: String,
 }
 
 /// What `sealfs snapshotter` does besides serving.
@@ -105,7 +118,16 @@ pub fn run(args: SnapshotterArgs) -> Result<ExitCode> {
     if let Some(SnapshotterCommand::Status(s)) = args.command {
         return run_status(s);
     }
-    sealfs_snapshot::serve(&args.root, &args.address, &args.containerd_address)?;
+    let layer_mount: sealfs_snapshot::layer::Policy = args
+        .layer_mount
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--layer-mount {e}"))?;
+    sealfs_snapshot::serve(
+        &args.root,
+        &args.address,
+        &args.containerd_address,
+        layer_mount,
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
