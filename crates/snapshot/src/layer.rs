@@ -308,3 +308,95 @@ pub fn kernel_state(mountpoint: &Path) -> Option<(Option<String>, bool)> {
     let corrupted = chain.verity.as_ref().is_some_and(|v| v.corrupted());
     Some((name, corrupted))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sealed layer image of one file, as a commit builds it; its digest.
+    fn layer(dir: &Path) -> (PathBuf, String) {
+        let src = dir.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("f"), b"layer bytes\n").unwrap();
+        let image = dir.join("1.sealfs");
+        let summary = sealfs_builder::build(
+            &src,
+            &image,
+            &crate::service::layer_build_options(),
+            &sealfs_builder::NoProgress,
+        )
+        .unwrap();
+        (image, summary.seal.unwrap().digest.to_string())
+    }
+
+    /// `kernel` mounts by the kernel or fails saying why; `auto` then takes the kernel where
+    /// `kernel` could, else FUSE; `fuse` always FUSE. Each reads the layer's file, and leaves
+    /// nothing mounted when dropped. (On a machine without device-mapper, as this one may be,
+    /// the kernel ways are proved in a guest: crates/cli/tests/snapshotter_kernel.rs.)
+    #[test]
+    fn each_policy_mounts_the_way_it_says() {
+        let fuse = if Path::new("/dev/fuse").exists() {
+            Ok(())
+        } else {
+            Err("no /dev/fuse".to_string())
+        };
+        if !sealfs_testsupport::oracle_guard(sealfs_testsupport::root_env().and(fuse)) {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let dir_path = std::fs::canonicalize(dir.path()).unwrap();
+        let (image, digest) = layer(&dir_path);
+        let mp = dir_path.join("mnt");
+        let kernel = match mount(&image, &digest, &mp, "t", Policy::Kernel) {
+            Ok(m) => {
+                assert_eq!(m.mode(), Mode::KernelDmVerity);
+                assert!(m.source().starts_with(sealfs_kernel::NAME_PREFIX));
+                assert_eq!(std::fs::read(mp.join("f")).unwrap(), b"layer bytes\n");
+                true
+            }
+            Err(e) => {
+                let e = e.to_string();
+                assert!(e.contains("kernel mount: "), "{e}");
+                println!("no kernel mount here: {e}");
+                false
+            }
+        };
+        assert!(sealfs_kernel::sysfs::mount_at(&mp).unwrap().is_none());
+        for (policy, want) in [
+            (
+                Policy::Auto,
+                if kernel {
+                    Mode::KernelDmVerity
+                } else {
+                    Mode::FuseVerified
+                },
+            ),
+            (Policy::Fuse, Mode::FuseVerified),
+        ] {
+            let m = mount(&image, &digest, &mp, "t", policy).unwrap();
+            assert_eq!(m.mode(), want, "{policy}");
+            if want == Mode::FuseVerified {
+                assert_eq!(m.source(), source_name(&digest, Mode::FuseVerified));
+            }
+            assert_eq!(std::fs::read(mp.join("f")).unwrap(), b"layer bytes\n");
+            drop(m);
+            assert!(
+                sealfs_kernel::sysfs::mount_at(&mp).unwrap().is_none(),
+                "{policy}: still mounted"
+            );
+        }
+        // A digest that is not the image's is refused by every policy.
+        let wrong = format!("sha256:{}", "0".repeat(64));
+        for policy in [Policy::Auto, Policy::Kernel, Policy::Fuse] {
+            assert!(mount(&image, &wrong, &mp, "t", policy).is_err(), "{policy}");
+        }
+    }
+
+    #[test]
+    fn policies_parse_by_name() {
+        for p in [Policy::Auto, Policy::Kernel, Policy::Fuse] {
+            assert_eq!(p.as_str().parse::<Policy>(), Ok(p));
+        }
+        assert!("dm".parse::<Policy>().is_err());
+    }
+}
