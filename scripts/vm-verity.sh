@@ -94,7 +94,8 @@ done
 mkdir -p "$root/modules"
 cp "$VM_CACHE"/modules/*.ko "$VM_CACHE/modules.order" "$root/modules/"
 # Room for the staged files, their fs-verity trees and ext4's own metadata.
-size_kib=$(( $(du -sk "$staging" | cut -f1) * 3 / 2 + 16384 ))
+# VM_DISK_MB: that much more room, for what the guest writes there (a containerd root).
+size_kib=$(( $(du -sk "$staging" | cut -f1) * 3 / 2 + 16384 + ${VM_DISK_MB:-0} * 1024 ))
 mkfs.ext4 -q -F -O verity -b 4096 -d "$staging" "$root/fs.ext4" "${size_kib}k"
 cat >"$root/init" <<'EOF'
 #!/bin/busybox sh
