@@ -332,7 +332,7 @@ fn kernel_verified_layers_in_a_guest() {
         "{mounts}"
     );
     assert!(
-        section(&text, "snapshotter-log").contains("(mode kernel-dm-verity, source sealfs-"),
+        section(&text, "snapshotter-log").contains("(mode kernel-dm-verity): kernel EROFS on dm-verity, every block verified against sha256:"),
         "{}",
         section(&text, "snapshotter-log")
     );

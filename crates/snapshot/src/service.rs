@@ -244,10 +244,10 @@ impl Snapshotter {
             // mount's source) and in `sealfs snapshotter status`.
             let mode = mounted.mode();
             eprintln!(
-                "sealfs snapshotter: layer {label} mounted on {} (mode {mode}, source {}): {} {digest}",
+                "sealfs snapshotter: layer {label} mounted on {} (mode {mode}): {} {digest} (mount source {})",
                 sealfs_text::escape_path(&mp),
+                mode.describe(),
                 sealfs_text::Escaped(mounted.source().as_bytes()),
-                mode.describe()
             );
             slot.insert(mounted);
         }

@@ -88,7 +88,8 @@ impl Default for Setup {
     }
 }
 
-/// A containerd and a `sealfs snapshotter` wired to it, each stopped on drop.
+/// A containerd and a `sealfs snapshotter` wired to it (its layers FUSE-mounted:
+/// `--layer-mount fuse`), each stopped on drop.
 pub struct Containerd {
     pub dir: tempfile::TempDir,
     pub containerd: Child,
@@ -240,6 +241,9 @@ impl Containerd {
                 .arg(d.join("sealfs.sock"))
                 .arg("--containerd-address")
                 .arg(d.join("containerd.sock"))
+                // These tests check the FUSE layers (their mounts, counters and logs) whatever
+                // the machine has; the kernel's are snapshotter_kernel.rs's.
+                .args(["--layer-mount", "fuse"])
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -378,6 +382,9 @@ impl Containerd {
                 .arg(d.join("sealfs.sock"))
                 .arg("--containerd-address")
                 .arg(d.join("containerd.sock"))
+                // These tests check the FUSE layers (their mounts, counters and logs) whatever
+                // the machine has; the kernel's are snapshotter_kernel.rs's.
+                .args(["--layer-mount", "fuse"])
                 .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(log)
