@@ -30,7 +30,7 @@
 
 mod common;
 
-use common::containerd::make_image;
+use common::containerd::{make_image, SURVEY};
 use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -68,15 +68,6 @@ fn vm_env() -> Result<(), String> {
     }
     Ok(())
 }
-
-/// What the container prints (as `common::containerd::SURVEY`, the same survey under both
-/// snapshotters): every path's mode, owner and size, symlink targets, every file's SHA-256.
-const SURVEY: &str = "cd / && find / -xdev | sort | while read f; do
-  if [ -d \"$f\" ]; then stat -c '%n %f %u %g' \"$f\"; else stat -c '%n %f %u %g %s' \"$f\"; fi
-done
-find / -xdev -type l | sort | while read f; do echo \"$f -> $(readlink $f)\"; done
-find / -xdev -type f | sort | xargs sha256sum
-ls /o; cat /a/a1 /o/o2; cat /del 2>&1; true";
 
 /// After the flip: the damaged file's read, then files of every layer.
 const AFTER_FLIP: &str = "cat /b/big > /dev/null; echo \"big-rc $?\"
@@ -201,20 +192,6 @@ i=0; while ! $C version >/dev/null 2>&1 && [ $i -lt 300 ]; do sleep 0.2; i=$((i+
         "grep -v level=info /run/ctd.log | tail -n 20",
     );
     s
-}
-
-/// The guest's output between `BEGIN name` and `END name`.
-fn section<'a>(out: &'a str, name: &str) -> &'a str {
-    let begin = format!("BEGIN {name}\n");
-    let end = format!("END {name}\n");
-    let start = out
-        .find(&begin)
-        .unwrap_or_else(|| panic!("no section {name} in the guest output:\n{out}"))
-        + begin.len();
-    let len = out[start..]
-        .find(&end)
-        .unwrap_or_else(|| panic!("section {name} not ended in the guest output:\n{out}"));
-    &out[start..start + len]
 }
 
 /// Section `name`, after checking its step exited 0; the snapshotter's log is shown when not.
