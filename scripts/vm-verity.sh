@@ -27,7 +27,7 @@ SEALFS="${SEALFS:-$here/target/release/sealfs}"
 VM_CACHE="${VM_CACHE:-$here/target/vm-kernel}"
 die() { printf 'vm-verity: %s\n' "$*" >&2; exit 2; }
 
-for tool in qemu-system-x86_64 mkfs.ext4 fsverity dmsetup losetup objcopy apt-get dpkg-deb; do
+for tool in qemu-system-x86_64 mkfs.ext4 fsverity dmsetup losetup objcopy apt-get dpkg-deb flock; do
     command -v "$tool" >/dev/null || die "$tool not found"
 done
 [[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1 || die "/bin/busybox missing or not static (apt-get install busybox-static)"
@@ -39,6 +39,10 @@ done
 # and for kernel-verified mounts device-mapper with dm-verity and EROFS: modules in the cloud kernel,
 # kept with what they depend on, in load order (modules.order).
 MODULES="loop sha512_generic dm-verity erofs overlay fuse"
+# One download at a time: test programs that boot guests run side by side.
+mkdir -p "$(dirname "$VM_CACHE")"
+exec 9>"$VM_CACHE.lock"
+flock 9
 if [[ ! -f "$VM_CACHE/.done-v3" ]]; then
     rm -rf "$VM_CACHE" && mkdir -p "$VM_CACHE/deb" "$VM_CACHE/modules"
     pick() { apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}'; }
@@ -71,6 +75,8 @@ if [[ ! -f "$VM_CACHE/.done-v3" ]]; then
     rm -rf "$VM_CACHE/x" "$VM_CACHE/deb"
     touch "$VM_CACHE/.done-v3"
 fi
+flock -u 9
+exec 9>&-
 
 # --- initramfs: busybox, sealfs and fsverity with their libraries, the ext4 image -------------------
 work="$(mktemp -d)"
