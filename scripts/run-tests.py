@@ -34,6 +34,7 @@ WEIGHTS = {
     "fragments": 50,
     "remote": 45,
     "kernel_verity": 40,
+    "snapshotter_kernel": 70,
     "read_commands": 40,
 }
 # A program still running after this long is stopped and counted as failed.

@@ -7,7 +7,11 @@
 # STAGING_DIR holds what the guest sees: it becomes an ext4 file system made with the `verity`
 # feature, mounted read-write at /mnt in the guest, where /mnt/guest.sh is run with busybox sh. The
 # guest has busybox, `sealfs` (the binary in $SEALFS), `fsverity` (fsverity-utils), and `dmsetup` and
-# `losetup` (util-linux) in its PATH, and the loop, device-mapper, dm-verity and EROFS modules loaded.
+# `losetup` (util-linux) in its PATH, the loop, device-mapper, dm-verity, EROFS, overlayfs and FUSE
+# modules loaded, and /proc, /sys, /dev, cgroup2 (/sys/fs/cgroup) and tmpfs on /run and /tmp mounted
+# (what containerd and runc need: VM_EXTRA_BINS="containerd ctr containerd-shim-runc-v2 runc"; the
+# root is the initramfs, where runc cannot pivot_root: `ctr run --no-pivot`). VM_MEM sets the guest's
+# memory in MiB (default 1024).
 # Everything the guest prints reaches standard output (serial console); the last line is
 # "GUEST-EXIT <status of guest.sh>". Exits 0 when the guest ran to its end, whatever the status.
 #
@@ -23,7 +27,7 @@ SEALFS="${SEALFS:-$here/target/release/sealfs}"
 VM_CACHE="${VM_CACHE:-$here/target/vm-kernel}"
 die() { printf 'vm-verity: %s\n' "$*" >&2; exit 2; }
 
-for tool in qemu-system-x86_64 mkfs.ext4 fsverity dmsetup losetup objcopy apt-get dpkg-deb; do
+for tool in qemu-system-x86_64 mkfs.ext4 fsverity dmsetup losetup objcopy apt-get dpkg-deb flock; do
     command -v "$tool" >/dev/null || die "$tool not found"
 done
 [[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1 || die "/bin/busybox missing or not static (apt-get install busybox-static)"
@@ -34,8 +38,12 @@ done
 # The loop driver (the ext4 image lives in the initramfs), SHA-512 for fs-verity's --hash-alg=sha512,
 # and for kernel-verified mounts device-mapper with dm-verity and EROFS: modules in the cloud kernel,
 # kept with what they depend on, in load order (modules.order).
-MODULES="loop sha512_generic dm-verity erofs"
-if [[ ! -f "$VM_CACHE/.done-v2" ]]; then
+MODULES="loop sha512_generic dm-verity erofs overlay fuse"
+# One download at a time: test programs that boot guests run side by side.
+mkdir -p "$(dirname "$VM_CACHE")"
+exec 9>"$VM_CACHE.lock"
+flock 9
+if [[ ! -f "$VM_CACHE/.done-v3" ]]; then
     rm -rf "$VM_CACHE" && mkdir -p "$VM_CACHE/deb" "$VM_CACHE/modules"
     pick() { apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}'; }
     pkg="$(pick)"
@@ -65,14 +73,16 @@ if [[ ! -f "$VM_CACHE/.done-v2" ]]; then
     for mod in $MODULES; do add "$mod"; done
     echo "$pkg" >"$VM_CACHE/PACKAGE"
     rm -rf "$VM_CACHE/x" "$VM_CACHE/deb"
-    touch "$VM_CACHE/.done-v2"
+    touch "$VM_CACHE/.done-v3"
 fi
+flock -u 9
+exec 9>&-
 
 # --- initramfs: busybox, sealfs and fsverity with their libraries, the ext4 image -------------------
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 root="$work/root"
-mkdir -p "$root"/{bin,dev,proc,sys,mnt,tmp}
+mkdir -p "$root"/{bin,dev,proc,sys,mnt,tmp,run}
 cp /bin/busybox "$root/bin/"
 strip -o "$root/bin/sealfs" "$SEALFS"
 # VM_EXTRA_BINS: more host programs for the guest, in /usr/local/bin (call them by that path: busybox
@@ -90,7 +100,8 @@ done
 mkdir -p "$root/modules"
 cp "$VM_CACHE"/modules/*.ko "$VM_CACHE/modules.order" "$root/modules/"
 # Room for the staged files, their fs-verity trees and ext4's own metadata.
-size_kib=$(( $(du -sk "$staging" | cut -f1) * 3 / 2 + 16384 ))
+# VM_DISK_MB: that much more room, for what the guest writes there (a containerd root).
+size_kib=$(( $(du -sk "$staging" | cut -f1) * 3 / 2 + 16384 + ${VM_DISK_MB:-0} * 1024 ))
 mkfs.ext4 -q -F -O verity -b 4096 -d "$staging" "$root/fs.ext4" "${size_kib}k"
 cat >"$root/init" <<'EOF'
 #!/bin/busybox sh
@@ -99,6 +110,9 @@ export PATH=/bin:/usr/local/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /tmp
 while read -r ko; do insmod "/modules/$ko" || echo "GUEST: insmod $ko failed"; done </modules/modules.order
 mount -t ext4 -o loop /fs.ext4 /mnt || echo "GUEST: cannot mount the ext4 image"
 echo GUEST-START
@@ -115,6 +129,6 @@ chmod +x "$root/init"
 accel="${VM_ACCEL:-tcg}"
 cpu=max
 [[ "$accel" == kvm ]] && cpu=host
-qemu-system-x86_64 -machine "accel=$accel" -cpu "$cpu" -m 1024 -smp 2 -nographic -no-reboot \
+qemu-system-x86_64 -machine "accel=$accel" -cpu "$cpu" -m "${VM_MEM:-1024}" -smp 2 -nographic -no-reboot \
     -kernel "$VM_CACHE/vmlinuz" -initrd "$work/initrd" \
     -append "console=ttyS0 panic=-1 quiet loglevel=3" </dev/null

@@ -48,7 +48,8 @@ path with disable_snapshot_annotations = false (in [plugins.'io.containerd.cri.v
 [plugins.\"io.containerd.grpc.v1.cri\".containerd] of 1.6/1.7), each layer whose sealed counterpart \
 is signed by a --lazy-key is not downloaded: it is mounted from the registry, every block verified, \
 read through ROOT/cache and filled into it in the background. Others are pulled as usual.
-Runs as root (it mounts overlayfs and FUSE); SIGINT or SIGTERM stop it, unmounting its layers."
+Runs as root (it mounts overlayfs, EROFS on dm-verity, FUSE); SIGINT or SIGTERM stop it, unmounting \
+its layers and removing their device-mapper devices."
 )]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct SnapshotterArgs {
@@ -106,6 +107,18 @@ pub struct SnapshotterArgs {
     /// Repeatable.
     #[arg(long, value_name = "PEM")]
     ca_cert: Vec<PathBuf>,
+    /// How committed layers are mounted: `kernel`, by the kernel's EROFS on a dm-verity device of
+    /// the layer image (root hash from the digest recorded at commit; needs device-mapper with
+    /// dm-verity, EROFS and loop devices), a layer it cannot mount being an error; `fuse`, by the
+    /// verified FUSE mount in this process; `auto`, the kernel where it can, else FUSE (the log
+    /// says why). `sealfs snapshotter status` shows each layer's mode.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "auto",
+        value_parser = ["auto", "kernel", "fuse"]
+    )]
+    layer_mount: String,
 }
 
 /// What `sealfs snapshotter` does besides serving.
@@ -140,7 +153,17 @@ pub fn run(args: SnapshotterArgs) -> Result<ExitCode> {
         return run_status(s);
     }
     let lazy = lazy_config(&args)?;
-    sealfs_snapshot::serve(&args.root, &args.address, &args.containerd_address, lazy)?;
+    let layer_mount: sealfs_snapshot::layer::Policy = args
+        .layer_mount
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--layer-mount {e}"))?;
+    sealfs_snapshot::serve(
+        &args.root,
+        &args.address,
+        &args.containerd_address,
+        layer_mount,
+        lazy,
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -104,20 +104,6 @@ fn run_guest(staging: &Path, script_text: &str) -> String {
     text
 }
 
-/// The guest's output between `BEGIN name` and `END name`.
-fn section<'a>(out: &'a str, name: &str) -> &'a str {
-    let begin = format!("BEGIN {name}\n");
-    let end = format!("END {name}");
-    let start = out
-        .find(&begin)
-        .unwrap_or_else(|| panic!("no section {name} in the guest output:\n{out}"))
-        + begin.len();
-    let len = out[start..]
-        .find(&end)
-        .unwrap_or_else(|| panic!("section {name} not ended in the guest output:\n{out}"));
-    &out[start..start + len]
-}
-
 #[test]
 fn kernel_fs_verity_agrees_with_the_seal_and_takes_over_verification() {
     if !oracle_guard(vm_env()) {

@@ -431,9 +431,10 @@ pub fn mount(
     served.xattrs = XattrMode::On;
     served.warm = true;
     served.fill = config.fill;
+    let source = layer::source_name(digest, Mode::LazyFuseVerified);
     let options = MountOptions {
         access: Access::All,
-        fsname: Some(layer::source_name(digest, Mode::LazyFuseVerified)),
+        fsname: Some(source.clone()),
         // Reads wait on the network: more of them at once than a local layer's.
         threads: Some(4),
         ..MountOptions::default()
@@ -452,7 +453,7 @@ pub fn mount(
             image: PathBuf::from(&remote.reference),
             reason: e.to_string(),
         })?;
-    Ok(LayerMount::served(handle, Mode::LazyFuseVerified))
+    Ok(LayerMount::served(handle, Mode::LazyFuseVerified, source))
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //! directory into an EROFS image with the builder, overlay whiteouts (0:0 character devices,
 //! `trusted.overlay.opaque`) kept as they are, so the images stack under overlayfs as
 //! `sealfs build --oci-layer` images do. Committed layers are mounted read-only, every block
-//! verified against the digest recorded at commit ([`layer`]). The metadata lives in one
+//! verified against the digest recorded at commit: by the kernel (EROFS on dm-verity) where the
+//! machine allows it, else by the verified FUSE mount ([`layer`]). The metadata lives in one
 //! transactional store ([`store`]); the lifecycle follows containerd's `snapshots/overlay`
 //! ([`service`]); [`serve`] answers containerd's snapshots API (gRPC, through the
 //! `containerd-snapshots` crate) on a unix socket, as a proxy plugin, and what it holds
@@ -38,9 +39,16 @@ use std::sync::Arc;
 /// `ROOT/status.sock` ([`status`]) the same way. The same socket serves containerd's diff
 /// service ([`differ`]), which reads layers from the content store of the containerd at
 /// `containerd` (its socket).
-/// Layers with a sealed counterpart are used lazily as `lazy` says ([`lazy::LazyConfig`]).
-pub fn serve(root: &Path, address: &Path, containerd: &Path, lazy: lazy::LazyConfig) -> Result<()> {
-    let snapshotter = Arc::new(Snapshotter::open_with(root, lazy)?);
+/// Committed layers are mounted the way `layer_mount` says ([`layer::Policy`]); layers with a
+/// sealed counterpart are used lazily as `lazy` says ([`lazy::LazyConfig`]).
+pub fn serve(
+    root: &Path,
+    address: &Path,
+    containerd: &Path,
+    layer_mount: layer::Policy,
+    lazy: lazy::LazyConfig,
+) -> Result<()> {
+    let snapshotter = Arc::new(Snapshotter::open_with(root, layer_mount, lazy)?);
     let status_socket = status::socket_path(snapshotter.root());
     let status_listener = bind_owner_only(&status_socket)?;
     {

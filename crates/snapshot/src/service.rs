@@ -9,7 +9,7 @@
 //! snapshots/ID/fs        an active snapshot's upper directory (a view's empty one)
 //! snapshots/ID/work      its overlayfs work directory
 //! layers/ID.sealfs       a committed snapshot's sealed EROFS layer image
-//! mnt/ID                 where that layer is mounted (verified FUSE, read-only)
+//! mnt/ID                 where that layer is mounted (read-only, kernel or FUSE: crate::layer)
 //! cache/                 the verified blocks of lazy layers ([`crate::lazy`])
 //! ```
 //!
@@ -76,6 +76,8 @@ pub struct Snapshotter {
     lazy: LazyConfig,
     /// The converted-layers referrers read lately.
     referrers: lazy::Referrers,
+    /// How committed layers are mounted.
+    layer_mount: layer::Policy,
 }
 
 /// A claim on committing one snapshot, released when dropped.
@@ -152,13 +154,19 @@ fn path_option(name: &str, path: &Path) -> String {
 
 impl Snapshotter {
     /// Opens the snapshotter's state under `root` (created if missing), taking down mounts a
-    /// previous run left and deleting what no record names.
+    /// previous run left and deleting what no record names; layers are mounted the
+    /// [`layer::Policy::Auto`] way.
     pub fn open(root: &Path) -> Result<Snapshotter> {
-        Snapshotter::open_with(root, LazyConfig::default())
+        Snapshotter::open_with(root, layer::Policy::default(), LazyConfig::default())
     }
 
-    /// [`Snapshotter::open`], layers with a sealed counterpart used lazily as `lazy` says.
-    pub fn open_with(root: &Path, lazy: LazyConfig) -> Result<Snapshotter> {
+    /// [`Snapshotter::open`], committed layers mounted the way `layer_mount` says, layers with a
+    /// sealed counterpart used lazily as `lazy` says.
+    pub fn open_with(
+        root: &Path,
+        layer_mount: layer::Policy,
+        lazy: LazyConfig,
+    ) -> Result<Snapshotter> {
         for dir in ["snapshots", "layers", "mnt"] {
             let d = root.join(dir);
             std::fs::create_dir_all(&d).map_err(Error::io(&d))?;
@@ -175,8 +183,10 @@ impl Snapshotter {
             mount_failures: Mutex::new(HashMap::new()),
             lazy,
             referrers: lazy::Referrers::default(),
+            layer_mount,
         };
-        // The FUSE layers of a previous run died with it.
+        // The FUSE layers of a previous run died with it; its kernel mounts and their
+        // device-mapper devices are taken down (lazily, where a container still reads them).
         let mnt = s.root.join("mnt");
         for entry in std::fs::read_dir(&mnt).map_err(Error::io(&mnt))? {
             layer::detach(&entry.map_err(Error::io(&mnt))?.path());
@@ -234,7 +244,7 @@ impl Snapshotter {
                 Some(remote) => {
                     lazy::mount(&self.lazy, &self.cache_dir(), remote, digest, &mp, &label)
                 }
-                None => layer::mount(&image, digest, &mp, &label),
+                None => layer::mount(&image, digest, &mp, &label, self.layer_mount),
             };
             let mut failures = self
                 .mount_failures
@@ -253,12 +263,13 @@ impl Snapshotter {
             // Which mode each layer is served in is visible: here, in /proc/mounts (the
             // mount's source) and in `sealfs snapshotter status`.
             let mode = mounted.mode();
-            slot.insert(mounted);
             eprintln!(
-                "sealfs snapshotter: layer {label} mounted on {} (mode {mode}): {} {digest}",
+                "sealfs snapshotter: layer {label} mounted on {} (mode {mode}): {} {digest} (mount source {})",
                 sealfs_text::escape_path(&mp),
-                mode.describe()
+                mode.describe(),
+                sealfs_text::Escaped(mounted.source().as_bytes()),
             );
+            slot.insert(mounted);
         }
         Ok(mp)
     }
@@ -742,12 +753,17 @@ impl Snapshotter {
     /// that cannot be read gives a status with no snapshots and that reason as the one problem.
     pub fn status(&self) -> Status {
         let records = self.store.list();
-        let mounted: HashMap<u64, (layer::Mode, PathBuf)> = self
+        let mounted: HashMap<u64, (layer::Mode, String, PathBuf)> = self
             .mounts
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|(id, m)| (*id, (m.mode(), self.layer_mountpoint(*id))))
+            .map(|(id, m)| {
+                (
+                    *id,
+                    (m.mode(), m.source().to_string(), self.layer_mountpoint(*id)),
+                )
+            })
             .collect();
         let failures = self
             .mount_failures
@@ -755,20 +771,28 @@ impl Snapshotter {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         // The counters are asked of the mounts outside the lock: each is a request to a FUSE
-        // mount this process serves.
+        // mount this process serves, or to the kernel.
         let mount_status = |id: u64| {
-            let (mode, mp) = mounted.get(&id)?;
-            let (verified, failed, requests) = sealfs_fuse::mount::query_stats(mp)
-                .map(|v| status::mount_counters(&v))
-                .unwrap_or_default();
+            let (mode, source, mp) = mounted.get(&id)?;
+            let (mut verified, mut failed, mut requests) = (None, None, None);
+            let mut kernel_corruption = None;
+            if *mode == layer::Mode::FuseVerified {
+                (verified, failed, requests) = sealfs_fuse::mount::query_stats(mp)
+                    .map(|v| status::mount_counters(&v))
+                    .unwrap_or_default();
+            } else if let Some((_, corrupted)) = layer::kernel_state(mp) {
+                kernel_corruption = Some(corrupted);
+            }
             let (mountpoint, mountpoint_hex) = status::path_fields(mp);
             Some(MountStatus {
                 mode: *mode,
+                source: Some(source.clone()),
                 mountpoint,
                 mountpoint_hex,
                 blocks_verified: verified,
                 verification_failures: failed,
                 failed_requests: requests,
+                kernel_corruption,
             })
         };
         match records {

@@ -105,6 +105,10 @@ pub struct LayerStatus {
 pub struct MountStatus {
     /// How: `fuse-verified`, `kernel-dm-verity`, `kernel-fs-verity`.
     pub mode: Mode,
+    /// The mount's source: `sealfs:DIGEST:fuse-verified` for FUSE, the device-mapper device's
+    /// name for dm-verity (`dmsetup table NAME`), the loop device for fs-verity.
+    #[serde(default)]
+    pub source: Option<String>,
     /// Where.
     pub mountpoint: String,
     /// Its exact bytes in hex, when they are not UTF-8.
@@ -116,6 +120,10 @@ pub struct MountStatus {
     pub verification_failures: Option<u64>,
     /// Requests that failed because of a verification failure (reads, file checks).
     pub failed_requests: Option<u64>,
+    /// A dm-verity mount: whether the kernel has seen a block of it fail its check (its
+    /// status `C`; the kernel counts no blocks).
+    #[serde(default)]
+    pub kernel_corruption: Option<bool>,
 }
 
 /// A path as a JSON string and, when it is not UTF-8, its exact bytes in hex.
@@ -274,6 +282,13 @@ fn layer_status(
     problems.extend(problem(r.id));
     let mount = mounted(r.id);
     if let Some(m) = &mount {
+        if m.kernel_corruption == Some(true) {
+            problems.push(
+                "dm-verity has seen a block fail its check since it was mounted (the kernel log \
+                 names it)"
+                    .into(),
+            );
+        }
         if m.verification_failures.unwrap_or(0) > 0 || m.failed_requests.unwrap_or(0) > 0 {
             problems.push(format!(
                 "{} blocks failed verification ({} requests failed) since it was mounted",
@@ -417,9 +432,14 @@ pub fn write_text(out: &mut dyn Write, status: &Status) -> std::io::Result<()> {
                     (Some(v), Some(f)) => format!(": {v} blocks verified, {f} failed"),
                     _ => String::new(),
                 };
+                let source = m
+                    .source
+                    .as_deref()
+                    .map(|s| format!(" from {}", sealfs_text::escape(s.as_bytes())))
+                    .unwrap_or_default();
                 writeln!(
                     out,
-                    "  mounted {} on {}{counted}",
+                    "  mounted {} on {}{source}{counted}",
                     m.mode,
                     shown(&m.mountpoint, m.mountpoint_hex.as_deref())
                 )?;

@@ -91,7 +91,8 @@ impl Default for Setup {
     }
 }
 
-/// A containerd and a `sealfs snapshotter` wired to it, each stopped on drop.
+/// A containerd and a `sealfs snapshotter` wired to it (its layers FUSE-mounted:
+/// `--layer-mount fuse`), each stopped on drop.
 pub struct Containerd {
     pub dir: tempfile::TempDir,
     pub containerd: Child,
@@ -246,6 +247,9 @@ impl Containerd {
                 .arg(d.join("sealfs.sock"))
                 .arg("--containerd-address")
                 .arg(d.join("containerd.sock"))
+                // These tests check the FUSE layers (their mounts, counters and logs) whatever
+                // the machine has; the kernel's are snapshotter_kernel.rs's.
+                .args(["--layer-mount", "fuse"])
                 .args(&self.snapshotter_args)
                 .stdout(Stdio::null())
                 .stderr(log)
@@ -385,6 +389,9 @@ impl Containerd {
                 .arg(d.join("sealfs.sock"))
                 .arg("--containerd-address")
                 .arg(d.join("containerd.sock"))
+                // These tests check the FUSE layers (their mounts, counters and logs) whatever
+                // the machine has; the kernel's are snapshotter_kernel.rs's.
+                .args(["--layer-mount", "fuse"])
                 .args(&self.snapshotter_args)
                 .envs(env.iter().copied())
                 .stdout(Stdio::null())

@@ -124,3 +124,17 @@ pub fn temp_leftovers(dir: &Path) -> Vec<String> {
         Err(_) => Vec::new(),
     }
 }
+
+/// The output of a QEMU guest (`scripts/vm-verity.sh`) between `BEGIN name` and `END name`.
+pub fn section<'a>(out: &'a str, name: &str) -> &'a str {
+    let begin = format!("BEGIN {name}\n");
+    let end = format!("END {name}");
+    let start = out
+        .find(&begin)
+        .unwrap_or_else(|| panic!("no section {name} in the guest output:\n{out}"))
+        + begin.len();
+    let len = out[start..]
+        .find(&end)
+        .unwrap_or_else(|| panic!("section {name} not ended in the guest output:\n{out}"));
+    &out[start..start + len]
+}
