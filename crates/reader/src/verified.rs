@@ -140,6 +140,12 @@ pub struct VerifyStats {
     pub store_hits: AtomicU64,
     /// Blocks the store returned that failed verification (forgotten, then fetched).
     pub store_discards: AtomicU64,
+    /// Data blocks taken from the store's entries of other images with the same leaf hash (each
+    /// checked against this image's tree) instead of fetched.
+    pub leaf_hits: AtomicU64,
+    /// Blocks another image's entry gave for a leaf that did not hash to it (damaged on disk):
+    /// forgotten there, and fetched.
+    pub leaf_discards: AtomicU64,
     /// Blocks fetched beyond what reads asked for (the miss window and sequential readahead), into
     /// the store.
     pub readahead_blocks: AtomicU64,
@@ -564,96 +570,22 @@ impl VerifiedBlocks {
             self.stats.store_hits.fetch_add(hits as u64, Relaxed);
         }
 
-        // One batch: the data and every missing hash block the store did not have.
-        {
-            let (data_part, zero_tail) = buf.split_at_mut(avail);
-            zero_tail.fill(0);
-            let mut hashes: Vec<(u64, &mut [u8])> = missing
-                .iter()
-                .zip(hash_bufs.iter_mut())
-                .zip(&hash_stored)
-                .filter(|(_, &stored)| !stored)
-                .map(|(((_, b), v), _)| (self.seal.tree_offset + b * bs as u64, v.as_mut_slice()))
-                .collect();
-            // The data not in the store, as runs of blocks (the partial last block always fetched).
-            let mut fetch: Vec<(usize, usize)> = runs(&data_stored, false);
-            if avail > whole_avail * bs {
-                match fetch.last_mut() {
-                    Some(last) if last.1 == whole_avail => last.1 = whole_avail + 1,
-                    _ => fetch.push((whole_avail, whole_avail + 1)),
-                }
-            }
-            let mut data_reqs: Vec<(u64, &mut [u8])> = Vec::new();
-            let mut rest = data_part;
-            let mut at = 0usize;
-            for (a, b) in fetch {
-                let (_, tail) = rest.split_at_mut(a * bs - at);
-                let len = (b * bs).min(avail) - a * bs;
-                let (piece, tail) = tail.split_at_mut(len);
-                data_reqs.push((start + (a * bs) as u64, piece));
-                rest = tail;
-                at = a * bs + len;
-            }
-            let io = |e: std::io::Error| Error::Io {
-                at: Location {
-                    offset: Some(start),
-                    ..Location::image()
-                },
-                source: e,
-            };
-            let fetched_hashes = hashes.len();
-            let fetched_data: usize = data_reqs.iter().map(|(_, b)| b.len()).sum();
-            if !hashes.is_empty() || !data_reqs.is_empty() {
-                self.stats.batches.fetch_add(1, Relaxed);
-            }
-            // Timed, for the link's round trip and rate.
-            let timing = ((self.data.is_remote() || self.tree.is_remote())
-                && fetched_data + fetched_hashes > 0)
-                .then(|| self.link.begin((fetched_data + fetched_hashes * bs) as u64));
-            if self.same_source && !self.dependent_hash_fetch {
-                hashes.append(&mut data_reqs);
-                if !hashes.is_empty() {
-                    self.data.read_batch(&mut hashes).map_err(io)?;
-                }
-            } else if !self.dependent_hash_fetch
-                && (self.data.is_remote() || self.tree.is_remote())
-                && !hashes.is_empty()
-                && !data_reqs.is_empty()
-            {
-                // A detached seal over the network: the hashes come from their own source in a
-                // batch of its own, at the same time as the data (one round trip, not two).
-                let (data, tree) = (&self.data, &self.tree);
-                let (d, h) = std::thread::scope(|s| {
-                    let h = s.spawn(|| tree.read_batch(&mut hashes));
-                    let d = data.read_batch(&mut data_reqs);
-                    (d, h.join())
-                });
-                d.map_err(io)?;
-                h.unwrap_or_else(|p| std::panic::resume_unwind(p))
-                    .map_err(io)?;
-            } else {
-                // Data first, then the hashes that check it.
-                if !data_reqs.is_empty() {
-                    self.data.read_batch(&mut data_reqs).map_err(io)?;
-                }
-                if !hashes.is_empty() {
-                    self.tree.read_batch(&mut hashes).map_err(io)?;
-                }
-            }
-            if let Some(t) = timing {
-                self.link.end(t);
-            }
-            used.fetched += fetched_data as u64;
-            self.stats
-                .data_bytes
-                .fetch_add(fetched_data as u64, Relaxed);
-            self.stats
-                .hash_bytes
-                .fetch_add((fetched_hashes * bs) as u64, Relaxed);
-            self.stats
-                .hash_blocks_read
-                .fetch_add(fetched_hashes as u64, Relaxed);
-        }
+        // With other images' blocks to draw on by leaf hash, the hash blocks come first (a batch
+        // of their own, when the store lacks some): the leaves say which data blocks those images
+        // hold; only the others are fetched, after. Otherwise one batch: the data and every
+        // missing hash block the store did not have.
+        let by_leaf = store
+            .filter(|s| g.num_levels() > 0 && data_stored.contains(&false) && s.shares_leaves());
+        let fetched = self.fetch(
+            start,
+            &mut buf[..],
+            avail,
+            by_leaf.is_none().then_some(&data_stored[..]),
+            &missing,
+            &mut hash_bufs,
+            &hash_stored,
+        )?;
+        used.fetched += fetched;
 
         // Verify fetched hash blocks top-down; parents come from this batch, the cache, or the read
         // fetching them (waited for only now, after this read's own I/O).
@@ -720,6 +652,49 @@ impl VerifiedBlocks {
             claims.publish(block, bytes);
         }
 
+        // Data blocks other images' entries hold (by this image's verified leaves), each checked
+        // against its leaf before it is used (one that fails is forgotten there and fetched);
+        // then the rest fetched.
+        if let Some(store) = by_leaf {
+            let mut have = data_stored.clone();
+            let (mut hits, mut discards) = (0u64, 0u64);
+            for (k, have) in have.iter_mut().enumerate() {
+                if *have {
+                    continue;
+                }
+                // Stored by a concurrent read meanwhile: read back, checked below like any.
+                let slot = &mut buf[k * bs..(k + 1) * bs];
+                if store.get(Region::Data, first + k as u64, slot).first() == Some(&true) {
+                    *have = true;
+                    used.data.push((first + k as u64, 1));
+                    continue;
+                }
+                let blk = first + k as u64;
+                let loc = g.hash_location(0, blk).expect("data block inside the tree");
+                need(&mut known, loc.block)?;
+                let Some(leaf) = known
+                    .get(&loc.block)
+                    .and_then(|hb| g.stored_digest(hb, loc))
+                else {
+                    continue;
+                };
+                if !store.get_by_leaf(leaf, slot) {
+                    continue;
+                }
+                if self.hasher.hash_block(slot).as_bytes() == leaf {
+                    *have = true;
+                    hits += 1;
+                } else {
+                    store.discard_leaf(leaf);
+                    discards += 1;
+                }
+            }
+            self.stats.leaf_hits.fetch_add(hits, Relaxed);
+            self.stats.leaf_discards.fetch_add(discards, Relaxed);
+            let fetched = self.fetch(start, &mut buf[..], avail, Some(&have), &[], &mut [], &[])?;
+            used.fetched += fetched;
+        }
+
         // Verify the data blocks: whole blocks two at a time (the hasher's interleaved path), a last
         // partial block (the end of the data) zero-padded.
         let whole = (n as usize).min(avail / bs);
@@ -763,6 +738,117 @@ impl VerifiedBlocks {
             }
         }
         Ok(())
+    }
+}
+
+impl VerifiedBlocks {
+    /// Fetches in one batch the hash blocks of `missing` that `hash_stored` says the store did not
+    /// give (into `hash_bufs`) and, when `have` is given, the data blocks of `buf` (read `start`
+    /// bytes into the image, `avail` of them inside it) that it marks absent, with the partial
+    /// last block; zeroes what lies past the image; counts what it fetched. Returns the bytes of
+    /// data fetched.
+    #[allow(clippy::too_many_arguments)]
+    fn fetch(
+        &self,
+        start: u64,
+        buf: &mut [u8],
+        avail: usize,
+        have: Option<&[bool]>,
+        missing: &[(usize, u64)],
+        hash_bufs: &mut [Vec<u8>],
+        hash_stored: &[bool],
+    ) -> Result<u64> {
+        let bs = self.bs();
+        let whole_avail = avail / bs;
+        let (data_part, zero_tail) = buf.split_at_mut(avail);
+        zero_tail.fill(0);
+        let mut hashes: Vec<(u64, &mut [u8])> = missing
+            .iter()
+            .zip(hash_bufs.iter_mut())
+            .zip(hash_stored)
+            .filter(|(_, &stored)| !stored)
+            .map(|(((_, b), v), _)| (self.seal.tree_offset + b * bs as u64, v.as_mut_slice()))
+            .collect();
+        // The data not in the store, as runs of blocks (the partial last block always fetched).
+        let mut data_reqs: Vec<(u64, &mut [u8])> = Vec::new();
+        if let Some(have) = have {
+            let mut fetch: Vec<(usize, usize)> = runs(have, false);
+            if avail > whole_avail * bs {
+                match fetch.last_mut() {
+                    Some(last) if last.1 == whole_avail => last.1 = whole_avail + 1,
+                    _ => fetch.push((whole_avail, whole_avail + 1)),
+                }
+            }
+            let mut rest = data_part;
+            let mut at = 0usize;
+            for (a, b) in fetch {
+                let (_, tail) = rest.split_at_mut(a * bs - at);
+                let len = (b * bs).min(avail) - a * bs;
+                let (piece, tail) = tail.split_at_mut(len);
+                data_reqs.push((start + (a * bs) as u64, piece));
+                rest = tail;
+                at = a * bs + len;
+            }
+        }
+        let io = |e: std::io::Error| Error::Io {
+            at: Location {
+                offset: Some(start),
+                ..Location::image()
+            },
+            source: e,
+        };
+        let fetched_hashes = hashes.len();
+        let fetched_data: usize = data_reqs.iter().map(|(_, b)| b.len()).sum();
+        if !hashes.is_empty() || !data_reqs.is_empty() {
+            self.stats.batches.fetch_add(1, Relaxed);
+        }
+        // Timed, for the link's round trip and rate.
+        let timing = ((self.data.is_remote() || self.tree.is_remote())
+            && fetched_data + fetched_hashes > 0)
+            .then(|| self.link.begin((fetched_data + fetched_hashes * bs) as u64));
+        if self.same_source && !self.dependent_hash_fetch {
+            hashes.append(&mut data_reqs);
+            if !hashes.is_empty() {
+                self.data.read_batch(&mut hashes).map_err(io)?;
+            }
+        } else if !self.dependent_hash_fetch
+            && (self.data.is_remote() || self.tree.is_remote())
+            && !hashes.is_empty()
+            && !data_reqs.is_empty()
+        {
+            // A detached seal over the network: the hashes come from their own source in a
+            // batch of its own, at the same time as the data (one round trip, not two).
+            let (data, tree) = (&self.data, &self.tree);
+            let (d, h) = std::thread::scope(|s| {
+                let h = s.spawn(|| tree.read_batch(&mut hashes));
+                let d = data.read_batch(&mut data_reqs);
+                (d, h.join())
+            });
+            d.map_err(io)?;
+            h.unwrap_or_else(|p| std::panic::resume_unwind(p))
+                .map_err(io)?;
+        } else {
+            // Data first, then the hashes that check it.
+            if !data_reqs.is_empty() {
+                self.data.read_batch(&mut data_reqs).map_err(io)?;
+            }
+            if !hashes.is_empty() {
+                self.tree.read_batch(&mut hashes).map_err(io)?;
+            }
+        }
+        if let Some(t) = timing {
+            self.link.end(t);
+        }
+        self.stats
+            .data_bytes
+            .fetch_add(fetched_data as u64, Relaxed);
+        self.stats
+            .hash_bytes
+            .fetch_add((fetched_hashes * bs) as u64, Relaxed);
+        self.stats
+            .hash_blocks_read
+            .fetch_add(fetched_hashes as u64, Relaxed);
+        Ok(fetched_data as u64)
     }
 }
 
