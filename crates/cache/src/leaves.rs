@@ -60,7 +60,7 @@ impl DiskCache {
                 let (chunk, at) = (block / CHUNK_BLOCKS, block % CHUNK_BLOCKS);
                 out.push(CachedLeaf {
                     leaf: leaf.into(),
-                    digest: digest.clone(),
+                    digest,
                     block,
                     path: store.chunk_path(Region::Data, chunk),
                     offset: HEADER + at * params.block_size() as u64,

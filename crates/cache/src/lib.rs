@@ -287,7 +287,7 @@ impl StoreProvider for DiskCache {
         let mut store = self.image(digest, seal.params.block_size());
         store.write_meta(digest, seal).ok()?;
         store.sharing = Some(Sharing {
-            digest: digest.clone(),
+            digest: *digest,
             params: seal.params,
             index: OnceLock::new(),
         });

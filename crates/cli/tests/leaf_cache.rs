@@ -292,6 +292,7 @@ fn a_lazy_mount_of_v2_takes_what_v1_left_in_the_cache() {
             &sealfs_ok(&[
                 "diff",
                 "--json",
+                "--no-cache",
                 img1.to_str().unwrap(),
                 img2.to_str().unwrap(),
             ])
@@ -412,4 +413,163 @@ fn a_lazy_mount_of_v2_takes_what_v1_left_in_the_cache() {
         );
         println!("{label}: v2 alone: nginx sent {alone} bytes");
     }
+}
+
+fn sealfs_json(args: &[&str]) -> Value {
+    serde_json::from_slice(&sealfs_ok(args).stdout).unwrap()
+}
+
+/// `sealfs pull URL OUT --base OLD` takes the blocks the persistent cache holds for other images
+/// too: v1 read through a cache directory (`sealfs extract` over HTTP), v2 pulled with an
+/// unrelated base and that cache: OUT is byte-identical to v2 (`cmp`), blocks come from the cache
+/// (`cache_reused_blocks`), the bytes fetched are what `sealfs diff` with the same cache predicted
+/// and nginx's access log agrees (at least the data blocks planned, at most the prediction and the
+/// diff's own bytes less the tree); a v1 entry damaged in the cache is fetched instead, and said.
+#[test]
+fn pull_takes_blocks_from_the_persistent_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    tree(&d.join("v1"), 1);
+    tree(&d.join("v2"), 2);
+    fs::create_dir_all(d.join("other")).unwrap();
+    fs::write(d.join("other/x"), b"unrelated\n").unwrap();
+    let www = d.join("www");
+    fs::create_dir_all(&www).unwrap();
+    let http = match nginx(&www, &d.join("nginx")) {
+        Ok(s) => s,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let (img1, img2, base) = (www.join("1.img"), www.join("2.img"), d.join("other.img"));
+    build_ok(&d.join("v1"), &img1, &["-z", "lz4hc"]);
+    build_ok(&d.join("v2"), &img2, &["-z", "lz4hc"]);
+    build_ok(&d.join("other"), &base, &["-z", "lz4hc"]);
+    let (dg1, dg2) = (digest(&img1), digest(&img2));
+    let (url1, url2) = (http.url("1.img"), http.url("2.img"));
+    let cache = d.join("cache");
+    let c = cache.to_str().unwrap();
+    sealfs_ok(&[
+        "extract",
+        "-q",
+        "--digest",
+        &dg1,
+        "--cache-dir",
+        c,
+        &url1,
+        d.join("x1").to_str().unwrap(),
+    ]);
+    let tampered = d.join("cache-tampered");
+    assert!(run(Command::new("cp").arg("-a").arg(&cache).arg(&tampered))
+        .status
+        .success());
+    let tree_size = sealfs_json(&["inspect", "--json", img2.to_str().unwrap()])["seal"]
+        ["tree_size"]
+        .as_u64()
+        .unwrap();
+    let b = base.to_str().unwrap();
+
+    http.clear_requests();
+    let diff = sealfs_json(&[
+        "diff",
+        "--json",
+        b,
+        &url2,
+        "--digest",
+        &dg2,
+        "--cache-dir",
+        c,
+    ]);
+    let diff_sent = bytes_sent(&settled_requests(&http));
+    let without = sealfs_json(&["diff", "--json", b, &url2, "--digest", &dg2, "--no-cache"]);
+    assert!(diff["cache_blocks"].as_u64().unwrap() > 0, "{diff}");
+    assert!(
+        diff["reused_blocks"].as_u64().unwrap() > without["reused_blocks"].as_u64().unwrap() + 100,
+        "{diff}\n{without}"
+    );
+    let out = d.join("out.img");
+    http.clear_requests();
+    let pulled = sealfs_json(&[
+        "pull",
+        &url2,
+        out.to_str().unwrap(),
+        "--base",
+        b,
+        "--digest",
+        &dg2,
+        "--cache-dir",
+        c,
+        "--json",
+    ]);
+    let pull_sent = bytes_sent(&settled_requests(&http));
+    assert!(
+        run(Command::new("cmp").arg(&out).arg(&img2))
+            .status
+            .success(),
+        "the pulled image is v2"
+    );
+    let predicted = diff["fetch_bytes"].as_u64().unwrap();
+    assert_eq!(pulled["fetched_bytes"], predicted, "{pulled}");
+    assert_eq!(pulled["reused_blocks"], diff["reused_blocks"], "{pulled}");
+    assert_eq!(pulled["base_mismatches"], 0, "{pulled}");
+    assert!(
+        pulled["cache_reused_blocks"].as_u64().unwrap() > 100,
+        "{pulled}"
+    );
+    // At most the prediction less the tree the diff read too (the pull's open finds in the cache
+    // what the diff's open kept there); at least the data blocks planned to be fetched.
+    let most = diff_sent + predicted - tree_size;
+    let least = predicted - diff["seal_bytes"].as_u64().unwrap();
+    assert!(
+        pull_sent <= most && pull_sent >= least,
+        "nginx sent {pull_sent} for the pull, {diff_sent} for the diff, {predicted} predicted"
+    );
+    println!(
+        "pull from the cache: {} of {} blocks reused ({} from the cache), {pull_sent} bytes sent \
+         for a {}-byte image",
+        pulled["reused_blocks"],
+        pulled["data_blocks"],
+        pulled["cache_reused_blocks"],
+        fs::metadata(&img2).unwrap().len()
+    );
+
+    // A v1 entry that v2 shares, damaged in the cache: fetched instead, and said.
+    let (b1, b2) = (fs::read(&img1).unwrap(), fs::read(&img2).unwrap());
+    let (in1, in2) = (
+        blocks_of(&b1, erofs_length(&img1)),
+        blocks_of(&b2, erofs_length(&img2)),
+    );
+    let k1 = in1
+        .iter()
+        .filter(|(blk, &(_, n))| n == 1 && in2.get(*blk).is_some_and(|&(_, m)| m == 1))
+        .map(|(_, &(k, _))| k)
+        .filter(|&k| k > 16)
+        .min()
+        .expect("a shared block");
+    let hex = dg1.strip_prefix("sha256:").unwrap();
+    let chunk = tampered
+        .join(format!("sha256-{hex}"))
+        .join(format!("d{:012x}", k1 / 64));
+    let mut bytes = fs::read(&chunk).unwrap();
+    bytes[4096 + (k1 % 64) * 4096 + 7] ^= 0x01;
+    fs::write(&chunk, bytes).unwrap();
+    let out2 = d.join("out2.img");
+    let o = sealfs(&[
+        "pull",
+        &url2,
+        out2.to_str().unwrap(),
+        "--base",
+        b,
+        "--digest",
+        &dg2,
+        "--cache-dir",
+        tampered.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("did not match the image's tree"), "{err}");
+    assert!(run(Command::new("cmp").arg(&out2).arg(&img2))
+        .status
+        .success());
 }
