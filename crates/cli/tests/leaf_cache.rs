@@ -9,27 +9,19 @@
 
 mod common;
 
+use common::mount::{processes_naming, UnmountOnDrop};
 use common::servers::{nginx, Server};
 use common::*;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn tree(dir: &Path, version: u32) {
-    let mut seed = 23u64;
-    let mut bytes = |n: usize| -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (seed >> 33) as u8
-            })
-            .collect()
-    };
+    let mut rng = Rng::new(23);
+    let mut bytes = |n: usize| rng.bytes(n);
     fs::create_dir_all(dir.join("a/b")).unwrap();
     for i in 0..60 {
         fs::write(dir.join(format!("a/f{i:03}")), bytes(300 + i * 733)).unwrap();
@@ -50,6 +42,23 @@ fn tree(dir: &Path, version: u32) {
     }
     fs::write(dir.join("big"), big).unwrap();
     fs::write(dir.join("a/b/edit"), edit).unwrap();
+}
+
+/// v1 and v2 of the tree in a temporary directory (`v1/`, `v2/`), and nginx serving its `www/`;
+/// `None` (the test skipped) without nginx.
+fn fixture() -> Option<(tempfile::TempDir, Server)> {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    tree(&d.join("v1"), 1);
+    tree(&d.join("v2"), 2);
+    fs::create_dir_all(d.join("www")).unwrap();
+    match nginx(&d.join("www"), &d.join("nginx")) {
+        Ok(http) => Some((tmp, http)),
+        Err(e) => {
+            oracle_guard(Err(e));
+            None
+        }
+    }
 }
 
 fn sealfs(args: &[&str]) -> Output {
@@ -152,40 +161,12 @@ fn distinct_and_repeated(lines: &[String], len: u64) -> (u64, u64) {
     (distinct, total - distinct)
 }
 
-/// The processes whose command line names `path` (a mount daemon).
-fn processes_naming(path: &Path) -> Vec<u32> {
-    let want = path.as_os_str().as_encoded_bytes();
-    fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == want))
-        })
-        .collect()
-}
-
-/// Unmounts (lazily) on drop, if still mounted.
-struct Unmount(PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let mounted = fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
-            m.lines()
-                .any(|l| l.split(' ').nth(1) == Some(&*self.0.to_string_lossy()))
-        });
-        if mounted {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-}
-
 /// Mounts `url` lazily at `mnt` through the cache `cache`, reads every file (GNU `diff -r`
 /// against `src`, which must say nothing), and returns the mount's `sealfs stats --json` taken
 /// just before it is unmounted; waits until the mount daemon has exited.
 fn mount_and_read(url: &str, dg: &str, cache: &Path, mnt: &Path, src: &Path) -> Value {
     fs::create_dir_all(mnt).unwrap();
-    let _guard = Unmount(mnt.to_path_buf());
+    let _guard = UnmountOnDrop(mnt.to_path_buf());
     sealfs_ok(&[
         "mount",
         "--digest",
@@ -254,19 +235,9 @@ fn a_lazy_mount_of_v2_takes_what_v1_left_in_the_cache() {
     if !oracle_guard(fuse) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let Some((tmp, http)) = fixture() else { return };
     let d = tmp.path();
-    tree(&d.join("v1"), 1);
-    tree(&d.join("v2"), 2);
     let www = d.join("www");
-    fs::create_dir_all(&www).unwrap();
-    let http = match nginx(&www, &d.join("nginx")) {
-        Ok(s) => s,
-        Err(e) => {
-            oracle_guard(Err(e));
-            return;
-        }
-    };
     for (label, args) in [("default", &[][..]), ("lz4hc", &["-z", "lz4hc"][..])] {
         let (n1, n2) = (format!("{label}-1.img"), format!("{label}-2.img"));
         let (img1, img2) = (www.join(&n1), www.join(&n2));
@@ -427,21 +398,11 @@ fn sealfs_json(args: &[&str]) -> Value {
 /// diff's own bytes less the tree); a v1 entry damaged in the cache is fetched instead, and said.
 #[test]
 fn pull_takes_blocks_from_the_persistent_cache() {
-    let tmp = tempfile::tempdir().unwrap();
+    let Some((tmp, http)) = fixture() else { return };
     let d = tmp.path();
-    tree(&d.join("v1"), 1);
-    tree(&d.join("v2"), 2);
     fs::create_dir_all(d.join("other")).unwrap();
     fs::write(d.join("other/x"), b"unrelated\n").unwrap();
     let www = d.join("www");
-    fs::create_dir_all(&www).unwrap();
-    let http = match nginx(&www, &d.join("nginx")) {
-        Ok(s) => s,
-        Err(e) => {
-            oracle_guard(Err(e));
-            return;
-        }
-    };
     let (img1, img2, base) = (www.join("1.img"), www.join("2.img"), d.join("other.img"));
     build_ok(&d.join("v1"), &img1, &["-z", "lz4hc"]);
     build_ok(&d.join("v2"), &img2, &["-z", "lz4hc"]);

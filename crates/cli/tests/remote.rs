@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::mount::processes_naming;
 use common::servers::{nginx, nginx_with, tls_certificates, versitygw, FaultProxy, Server};
 use common::*;
 use std::fs;
@@ -860,19 +861,6 @@ fn a_daemon_mount_of_a_url_reads_after_the_fork() {
         fetched * 4 <= size * 5,
         "{fetched} bytes fetched for {size}"
     );
-}
-
-/// The processes whose command line names `path`.
-fn processes_naming(path: &Path) -> Vec<u32> {
-    let want = path.as_os_str().as_encoded_bytes();
-    fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == want))
-        })
-        .collect()
 }
 
 #[test]
