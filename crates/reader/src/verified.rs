@@ -658,14 +658,17 @@ impl VerifiedBlocks {
         if let Some(store) = by_leaf {
             let mut have = data_stored.clone();
             let (mut hits, mut discards) = (0u64, 0u64);
-            for (k, have) in have.iter_mut().enumerate() {
-                if *have {
+            // Stored by a concurrent read meanwhile: read back, checked below like any.
+            let stored_now = store.has(Region::Data, first, whole_avail as u64);
+            for (k, got) in have.iter_mut().enumerate() {
+                if *got {
                     continue;
                 }
-                // Stored by a concurrent read meanwhile: read back, checked below like any.
                 let slot = &mut buf[k * bs..(k + 1) * bs];
-                if store.get(Region::Data, first + k as u64, slot).first() == Some(&true) {
-                    *have = true;
+                if stored_now.get(k) == Some(&true)
+                    && store.get(Region::Data, first + k as u64, slot).first() == Some(&true)
+                {
+                    *got = true;
                     used.data.push((first + k as u64, 1));
                     continue;
                 }
@@ -682,7 +685,7 @@ impl VerifiedBlocks {
                     continue;
                 }
                 if self.hasher.hash_block(slot).as_bytes() == leaf {
-                    *have = true;
+                    *got = true;
                     hits += 1;
                 } else {
                     store.discard_leaf(leaf);
