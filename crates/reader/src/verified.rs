@@ -237,7 +237,17 @@ pub struct VerifiedBlocks {
     link: Arc<link::Link>,
     /// How the rest of the image is fetched into the store.
     fill_mode: Mutex<FillMode>,
+    /// Reads that fetched their hash blocks in a batch of their own, before their data, to look
+    /// for their data among other images' blocks ([`BlockStore::shares_leaves`]).
+    leaf_probes: AtomicU64,
 }
+
+/// Reads that fetch their hash blocks first ([`BlockStore::shares_leaves`]) without any block found
+/// among other images' before a reader stops looking: an image that shares nothing with what the
+/// cache holds pays one round trip more per such read until then (a read needs a hash block of its
+/// own at most once per 128 data blocks: 256 reads cover at least 128 MiB of 4 KiB blocks), never
+/// after; an image that found one block keeps looking.
+pub const LEAF_PROBES: u64 = 256;
 
 /// Default number of hash blocks kept verified: 1024 (4 MiB of hashes, which cover 512 MiB of data
 /// at level 0 with SHA-256 and 4 KiB blocks).
@@ -300,6 +310,7 @@ impl VerifiedBlocks {
             stats: VerifyStats::default(),
             link: Arc::default(),
             fill_mode: Mutex::new(FillMode::default()),
+            leaf_probes: AtomicU64::new(0),
         })
     }
 
@@ -574,8 +585,14 @@ impl VerifiedBlocks {
         // of their own, when the store lacks some): the leaves say which data blocks those images
         // hold; only the others are fetched, after. Otherwise one batch: the data and every
         // missing hash block the store did not have.
-        let by_leaf = store
-            .filter(|s| g.num_levels() > 0 && data_stored.contains(&false) && s.shares_leaves());
+        let probing =
+            self.leaf_probes.load(Relaxed) < LEAF_PROBES || self.stats.leaf_hits.load(Relaxed) > 0;
+        let by_leaf = store.filter(|s| {
+            probing && g.num_levels() > 0 && data_stored.contains(&false) && s.shares_leaves()
+        });
+        if by_leaf.is_some() && hash_stored.contains(&false) {
+            self.leaf_probes.fetch_add(1, Relaxed);
+        }
         let fetched = self.fetch(
             start,
             &mut buf[..],
@@ -1119,5 +1136,108 @@ mod tests {
             vb.cache.lock().unwrap().inflight.is_empty(),
             "no claim left behind"
         );
+    }
+    /// A store that holds nothing but says other images' blocks may serve (as a cache holding
+    /// unrelated images does); `give` makes it find every leaf, with the right bytes or not.
+    struct Sharing {
+        data: Vec<u8>,
+        give: Option<bool>,
+        discarded: AtomicU64,
+    }
+
+    impl BlockStore for Sharing {
+        fn get(&self, _: Region, _: u64, buf: &mut [u8]) -> Vec<bool> {
+            vec![false; buf.len() / 4096]
+        }
+        fn put(&self, _: Region, _: u64, _: &[u8]) {}
+        fn discard(&self, _: Region, _: u64, _: u64) {}
+        fn has(&self, _: Region, _: u64, count: u64) -> Vec<bool> {
+            vec![false; count as usize]
+        }
+        fn shares_leaves(&self) -> bool {
+            true
+        }
+        fn get_by_leaf(&self, leaf: &[u8], out: &mut [u8]) -> bool {
+            let Some(right) = self.give else {
+                return false;
+            };
+            // The block with that leaf, found by hashing (a test only).
+            let params = Params::new(sealfs_verity::HashAlg::Sha256, 4096, b"").unwrap();
+            let hasher = BlockHasher::new(&params);
+            let Some(b) = self
+                .data
+                .chunks_exact(4096)
+                .position(|c| hasher.hash_block(c).as_bytes() == leaf)
+            else {
+                return false;
+            };
+            out.copy_from_slice(&self.data[b * 4096..(b + 1) * 4096]);
+            if !right {
+                out[9] ^= 1;
+            }
+            true
+        }
+        fn discard_leaf(&self, _: &[u8]) {
+            self.discarded.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Reads through a store that may share leaves take their hash blocks first (two batches when
+    /// their level-0 block is not cached); after LEAF_PROBES such reads without a block found, one
+    /// batch again. Blocks found by leaf are used, not fetched; wrong ones are discarded, fetched,
+    /// and the read returns the right bytes.
+    #[test]
+    fn reads_look_for_shared_blocks_until_the_probes_find_none() {
+        let (data, tree, info) = sealed(5 * 128 * 4096, b"");
+        let vb = VerifiedBlocks::new(
+            Arc::new(data.clone()),
+            Arc::new(tree.clone()),
+            info.clone(),
+            4,
+        )
+        .unwrap()
+        .with_store(Arc::new(Sharing {
+            data: data.clone(),
+            give: None,
+            discarded: AtomicU64::new(0),
+        }));
+        let mut buf = vec![0u8; 8 * 4096];
+        let reads = LEAF_PROBES + 20;
+        for r in 0..reads {
+            // Five regions in turn: each read's level-0 hash block was evicted (4 kept).
+            let first = (r % 5) * 128 + 3;
+            vb.read_blocks(first, &mut buf).unwrap();
+            assert!(buf == data[first as usize * 4096..(first as usize + 8) * 4096]);
+        }
+        assert_eq!(vb.stats().batches.load(Relaxed), LEAF_PROBES * 2 + 20);
+
+        for right in [true, false] {
+            let store = Arc::new(Sharing {
+                data: data.clone(),
+                give: Some(right),
+                discarded: AtomicU64::new(0),
+            });
+            let vb = VerifiedBlocks::new(
+                Arc::new(data.clone()),
+                Arc::new(tree.clone()),
+                info.clone(),
+                4,
+            )
+            .unwrap()
+            .with_store(store.clone());
+            vb.read_blocks(200, &mut buf).unwrap();
+            assert!(buf == data[200 * 4096..208 * 4096]);
+            let s = vb.stats();
+            let (hits, fetched) = (s.leaf_hits.load(Relaxed), s.data_bytes.load(Relaxed));
+            if right {
+                assert_eq!((hits, fetched, s.leaf_discards.load(Relaxed)), (8, 0, 0));
+            } else {
+                assert_eq!(
+                    (hits, fetched, s.leaf_discards.load(Relaxed)),
+                    (0, 8 * 4096, 8)
+                );
+                assert_eq!(store.discarded.load(Relaxed), 8);
+            }
+        }
     }
 }
