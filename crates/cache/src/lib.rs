@@ -7,6 +7,13 @@
 //! a 4 KiB header (magic, block size, a bitmap of the blocks present) followed by its blocks at
 //! fixed places (sparse where absent).
 //!
+//! Blocks are shared across images by leaf hash (`leaves`): a store a reader reads through finds,
+//! for a data block it lacks, the same block of another cached image with the same tree
+//! parameters (hash algorithm, block size, salt) by the leaf its image's cached tree records for
+//! it, and the reader uses it once it hashes to the leaf of its own verified tree (then keeps it in
+//! its own image's chunks, like a fetched block). A lazy read of version N+1 thus takes the blocks
+//! that did not change from version N's entries, without the network.
+//!
 //! Rules that make it safe:
 //! - Only verified blocks are written (the reader's [`sealfs_reader::VerifiedBlocks`] calls
 //!   [`BlockStore::put`] after the check), and everything read back is verified again before use; a
@@ -19,6 +26,10 @@
 //!   on a background thread when a write takes the cache past its bound; a reader that has a chunk
 //!   open keeps reading it, one that opens it afterwards finds it gone and fetches.
 
+mod leaves;
+
+pub use leaves::CachedLeaf;
+use leaves::LeafIndex;
 use rustix::fs::FlockOperation;
 use sealfs_reader::{BlockStore, Region, SealInfo, StoreProvider};
 use sealfs_verity::Digest;
@@ -28,7 +39,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Blocks per chunk file (256 KiB of 4 KiB blocks).
@@ -142,6 +153,7 @@ impl DiskCache {
             bs: block_size as u64,
             cache: self.clone(),
             touched: Mutex::new(HashMap::new()),
+            sharing: None,
         }
     }
 
@@ -272,8 +284,13 @@ impl DiskCache {
 
 impl StoreProvider for DiskCache {
     fn store_for(&self, digest: &Digest, seal: &SealInfo) -> Option<Arc<dyn BlockStore>> {
-        let store = self.image(digest, seal.params.block_size());
+        let mut store = self.image(digest, seal.params.block_size());
         store.write_meta(digest, seal).ok()?;
+        store.sharing = Some(Sharing {
+            digest: *digest,
+            params: seal.params,
+            index: OnceLock::new(),
+        });
         Some(Arc::new(store))
     }
 }
@@ -349,6 +366,37 @@ pub struct ImageStore {
     cache: DiskCache,
     /// When this process last refreshed each chunk's modification time.
     touched: Mutex<HashMap<(Region, u64), Instant>>,
+    /// For a store a reader reads through ([`StoreProvider::store_for`]): the blocks of other
+    /// images it may take by leaf hash.
+    sharing: Option<Sharing>,
+}
+
+/// What a store needs to take blocks of other images by leaf hash.
+#[derive(Debug)]
+struct Sharing {
+    /// Its own image (left out of the index).
+    digest: Digest,
+    /// Its tree's parameters: only images made with the same ones share leaves.
+    params: sealfs_verity::Params,
+    /// Built on first use: the images cached then.
+    index: OnceLock<Option<LeafIndex>>,
+}
+
+impl ImageStore {
+    /// The index of other images' blocks by leaf, built on first use; `None` when there is none
+    /// (no store to share, no other image with this image's tree parameters, or the cache
+    /// directory could not be read).
+    fn leaf_index(&self) -> Option<&LeafIndex> {
+        let sharing = self.sharing.as_ref()?;
+        sharing
+            .index
+            .get_or_init(|| {
+                LeafIndex::build(&self.cache, &sharing.params, &sharing.digest)
+                    .ok()
+                    .filter(|i| !i.is_empty())
+            })
+            .as_ref()
+    }
 }
 
 impl ImageStore {
@@ -481,6 +529,20 @@ impl BlockStore for ImageStore {
 
     fn capacity(&self) -> Option<u64> {
         Some(self.cache.max_bytes)
+    }
+
+    fn shares_leaves(&self) -> bool {
+        self.leaf_index().is_some()
+    }
+
+    fn get_by_leaf(&self, leaf: &[u8], out: &mut [u8]) -> bool {
+        self.leaf_index().is_some_and(|i| i.get(leaf, out))
+    }
+
+    fn discard_leaf(&self, leaf: &[u8]) {
+        if let Some(i) = self.leaf_index() {
+            i.discard(leaf);
+        }
     }
 
     fn discard(&self, region: Region, first: u64, count: u64) {

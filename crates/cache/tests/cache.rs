@@ -116,24 +116,7 @@ fn options(cache: &DiskCache, digest: sealfs_verity::Digest) -> OpenOptions {
 
 /// Reads every file through a fresh open; returns the files that failed or differ.
 fn read_all(remote: &Arc<Remote>, opts: &OpenOptions, files: &[(String, Vec<u8>)]) -> Vec<String> {
-    let source = Source::reader(remote.clone(), "remote");
-    let opened = match open(source, opts) {
-        Ok(o) => o,
-        Err(e) => return vec![format!("open: {e}")],
-    };
-    let mut bad = Vec::new();
-    for (name, want) in files {
-        let got = opened
-            .image
-            .resolve(format!("/{name}"), Follow::All)
-            .and_then(|ino| opened.image.read_vec(&ino, 0, want.len() + 1));
-        match got {
-            Ok(got) if &got == want => {}
-            Ok(_) => bad.push(format!("{name}: WRONG BYTES")),
-            Err(e) => bad.push(format!("{name}: {e}")),
-        }
-    }
-    bad
+    read_all_counting(remote, opts, files).0
 }
 
 /// Every block the cache claims holds the image's bytes at that place (data blocks from offset 0,
@@ -544,4 +527,163 @@ fn the_image_is_filled_once_reads_scatter_over_it_and_only_then() {
         );
         assert!(fetched < read as u64 * 3, "{name}: {fetched}");
     }
+}
+
+/// Reads every file through a fresh open; returns the files that failed or differ, and the open's
+/// (leaf_hits, leaf_discards).
+fn read_all_counting(
+    remote: &Arc<Remote>,
+    opts: &OpenOptions,
+    files: &[(String, Vec<u8>)],
+) -> (Vec<String>, u64, u64) {
+    let opened = match open(Source::reader(remote.clone(), "remote"), opts) {
+        Ok(o) => o,
+        Err(e) => return (vec![format!("open: {e}")], 0, 0),
+    };
+    let mut bad = Vec::new();
+    for (name, want) in files {
+        let got = opened
+            .image
+            .resolve(format!("/{name}"), Follow::All)
+            .and_then(|ino| opened.image.read_vec(&ino, 0, want.len() + 1));
+        match got {
+            Ok(got) if &got == want => {}
+            Ok(_) => bad.push(format!("{name}: WRONG BYTES")),
+            Err(e) => bad.push(format!("{name}: {e}")),
+        }
+    }
+    let v = opened.verified.as_ref().unwrap().stats();
+    (
+        bad,
+        v.leaf_hits.load(Relaxed),
+        v.leaf_discards.load(Relaxed),
+    )
+}
+
+/// Two versions of a tree whose images differ only in one block of `big` (edited in place, its
+/// modification time kept) and the digest table's block holding its digest: with v1 read into the
+/// cache, v2 reads offline from v1's entries but for big (which fails, none returns wrong bytes),
+/// and online fetches those blocks and no other data; a shared entry of v1 damaged on disk is never used (offline, the file that needs it
+/// fails; online, it reads, the block fetched instead, counted as a leaf discard). An image of
+/// the same tree with another salt shares nothing (every file's bytes fetched).
+#[test]
+fn a_damaged_shared_entry_is_never_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = d.join("src");
+    let mut files = make_tree(&src);
+    let build_to = |name: &str, salt: Option<&str>| -> (Vec<u8>, sealfs_verity::Digest) {
+        let img = d.join(name);
+        let mut o = sealfs_builder::BuildOptions::default();
+        if let (Some(s), Some(seal)) = (salt, o.seal.as_mut()) {
+            seal.params =
+                sealfs_verity::Params::new(sealfs_verity::HashAlg::Sha256, 4096, s.as_bytes())
+                    .unwrap();
+        }
+        let summary = sealfs_builder::build(&src, &img, &o, &sealfs_builder::NoProgress).unwrap();
+        (std::fs::read(&img).unwrap(), summary.seal.unwrap().digest)
+    };
+    let (image1, digest1) = build_to("v1", None);
+    let v1_files = files.clone();
+    // v2: 100 bytes of big changed in place, its modification time kept.
+    let big = src.join("big");
+    let mtime = std::fs::metadata(&big).unwrap().modified().unwrap();
+    let last = files.len() - 1;
+    files[last].1[2_000_000..2_000_100].fill(0x5a);
+    std::fs::write(&big, &files[last].1).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&big)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let (image2, digest2) = build_to("v2", None);
+    let differing: Vec<usize> = image1
+        .chunks(4096)
+        .zip(image2.chunks(4096))
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(k, _)| k)
+        .collect();
+    let tree2 = tree_offset(&image2) as usize;
+    let changed: Vec<usize> = differing
+        .iter()
+        .copied()
+        .filter(|&k| k * 4096 < tree2)
+        .collect();
+    // The block of big, and the one of the per-file digest table holding big's digest.
+    assert_eq!(changed.len(), 2, "EROFS blocks that differ: {changed:?}");
+
+    let cache = DiskCache::open(d.join("cache"), 1 << 30).unwrap();
+    let remote1 = Remote::new(image1.clone());
+    let (bad, _, _) = read_all_counting(&remote1, &options(&cache, digest1), &v1_files);
+    assert_eq!(bad, Vec::<String>::new());
+    let tampered = d.join("cache-tampered");
+    assert!(std::process::Command::new("cp")
+        .arg("-a")
+        .arg(d.join("cache"))
+        .arg(&tampered)
+        .status()
+        .unwrap()
+        .success());
+
+    // Offline: everything but big from v1's entries.
+    let remote2 = Remote::new(image2.clone());
+    let opts2 = options(&cache, digest2);
+    remote2.offline.store(true, Relaxed);
+    let (bad, hits, discards) = read_all_counting(&remote2, &opts2, &files);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].starts_with("big: ") && !bad[0].contains("WRONG"),
+        "{bad:?}"
+    );
+    assert!(hits > 0 && discards == 0, "{hits} {discards}");
+    // Online: the changed block, its hash blocks and nothing else of the data.
+    remote2.offline.store(false, Relaxed);
+    remote2.bytes_read.store(0, Relaxed);
+    let (bad, _, _) = read_all_counting(&remote2, &opts2, &files);
+    assert_eq!(bad, Vec::<String>::new());
+    let seal = (image2.len() - tree2) as u64;
+    let fetched = remote2.bytes_read.load(Relaxed);
+    println!(
+        "v2 through v1's entries: {hits} blocks shared, {fetched} bytes fetched (seal {seal})"
+    );
+    assert!(
+        fetched <= 2 * 4096 + seal + 65536,
+        "{fetched} bytes fetched"
+    );
+
+    // A shared entry of v1 damaged on disk: the file f05's first block.
+    let f05 = &files[5].1;
+    let at = image1
+        .chunks(4096)
+        .position(|b| b == &f05[..4096])
+        .expect("f05's first block in v1") as u64;
+    let chunk = tampered
+        .join(format!("{}-{}", digest1.alg(), digest1.to_hex()))
+        .join(format!("d{:012x}", at / 64));
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    bytes[4096 + (at % 64) as usize * 4096 + 9] ^= 0x04;
+    std::fs::write(&chunk, &bytes).unwrap();
+    let cache_t = DiskCache::open(&tampered, 1 << 30).unwrap();
+    let remote2 = Remote::new(image2.clone());
+    remote2.offline.store(true, Relaxed);
+    let (bad, _, discards) = read_all_counting(&remote2, &options(&cache_t, digest2), &files);
+    assert!(
+        bad.iter().any(|b| b.starts_with("f05: ")) && bad.iter().all(|b| !b.contains("WRONG")),
+        "{bad:?}"
+    );
+    assert!(discards >= 1);
+    remote2.offline.store(false, Relaxed);
+    let (bad, _, _) = read_all_counting(&remote2, &options(&cache_t, digest2), &files);
+    assert_eq!(bad, Vec::<String>::new());
+
+    // Another salt: nothing shared (every data block fetched).
+    let (image3, digest3) = build_to("v3", Some("another salt"));
+    let remote3 = Remote::new(image3);
+    let (bad, hits, _) = read_all_counting(&remote3, &options(&cache, digest3), &files);
+    assert_eq!(bad, Vec::<String>::new());
+    assert_eq!(hits, 0);
+    let sizes: usize = files.iter().map(|f| f.1.len()).sum();
+    assert!(remote3.bytes_read.load(Relaxed) as usize >= sizes);
 }

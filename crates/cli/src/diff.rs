@@ -11,9 +11,10 @@ use std::process::ExitCode;
 #[command(
     after_help = "Only NEW's Merkle tree and seal are fetched (about 1/128 of the image), and the tree \
 is checked from NEW's digest down (--digest, --key) before any of its hashes is used. A block of \
-NEW whose hash (under NEW's salt) is the hash of a block of an OLD image need not be fetched; the \
-others are fetched in requests that join runs at most 64 KiB apart, each at most 2 MiB, as the \
-remote reads do."
+NEW whose hash (under NEW's salt) is the hash of a block of an OLD image, or of a block the \
+persistent cache holds for another image (unless --no-cache), need not be fetched; the others \
+are fetched in requests that join runs at most 64 KiB apart, each at most 2 MiB, as the remote \
+reads do."
 )]
 pub struct DiffArgs {
     /// The images already here (files, or block devices holding one).
@@ -40,7 +41,10 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
         .seal
         .as_deref()
         .ok_or_else(|| anyhow!("{name}: the image is not sealed: it has no tree to compare"))?;
-    let bases = sealfs_delta::Bases::index(&args.old, &seal.info().params)?;
+    let mut bases = sealfs_delta::Bases::index(&args.old, &seal.info().params)?;
+    let cached = args
+        .new
+        .add_cached_leaves(&mut bases, &seal.info().params)?;
     let plan = sealfs_delta::plan(&name, seal, opened.image_length, &bases)?;
     let remote = sealfs_remote::RemoteOptions::default();
     let (gap, max) = (remote.coalesce_gap, remote.max_request_bytes);
@@ -65,6 +69,7 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
             "block_size": plan.block_size,
             "data_blocks": blocks,
             "reused_blocks": plan.reused_blocks,
+            "cache_blocks": cached,
             "fetch_blocks": fetch_blocks,
             "fetch_runs": plan.fetch.iter().map(|r| [r.start, r.end]).collect::<Vec<_>>(),
             "seal_bytes": plan.seal_bytes,

@@ -4,7 +4,7 @@
 //! path, or an `http://`, `https://` or `s3://` URL, with the remote trust rule) or
 //! [`sealfs_registry::open()`] (an image reference, `oci://HOST/REPO:TAG`).
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use sealfs_reader::{OpenError, OpenOptions, OpenedImage, Source, VerifyMode};
 use sealfs_remote::{RemoteObject, RemoteTrust};
@@ -143,6 +143,26 @@ pub fn open_error(e: OpenError) -> anyhow::Error {
 }
 
 impl ImageArgs {
+    /// Adds to `bases` the blocks the persistent cache holds (unless `--no-cache`) for images made
+    /// with `params`, by leaf ([`sealfs_delta::Bases::add_cached`]). A cache directory that does not
+    /// exist is not created. Returns the blocks added.
+    pub fn add_cached_leaves(
+        &self,
+        bases: &mut sealfs_delta::Bases,
+        params: &sealfs_verity::Params,
+    ) -> Result<u64> {
+        let dir = self.cache.dir();
+        if self.no_cache || !dir.is_dir() {
+            return Ok(0);
+        }
+        let cache = self.cache.open()?;
+        let entries = cache
+            .leaf_entries(params, None)
+            .with_context(|| format!("cache directory {}", sealfs_text::escape_path(&dir)))?;
+        let before = bases.cached_blocks();
+        bases.add_cached(entries.into_iter().map(|e| (e.leaf, e.path, e.offset)));
+        Ok(bases.cached_blocks() - before)
+    }
     /// Opens the image as the options say (`--verify=double` is refused: it is `mount`'s).
     pub fn open(&self) -> Result<OpenImage> {
         self.refuse_double()?;

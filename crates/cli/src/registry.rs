@@ -135,7 +135,8 @@ pub struct PullArgs {
     sidecar_out: Option<PathBuf>,
     /// Images already here (files, or block devices holding one): the blocks of the image found in
     /// them by their Merkle leaves are copied from them (each checked against the image's tree),
-    /// only the others fetched (`sealfs diff` says how many). With it (or for an image that is not
+    /// only the others fetched (`sealfs diff` says how many). The blocks the persistent cache
+    /// holds for other images are taken the same way (unless --no-cache). With it (or for an image that is not
     /// in a registry: a file, an http(s):// or s3:// URL), the image is written to a partial file
     /// beside OUT (`.NAME.sealfs-part`), kept when the pull fails or is killed, and taken as a
     /// base by the next pull to OUT: an interrupted update goes on from where it stopped.
@@ -197,7 +198,9 @@ fn run_pull_delta(args: PullArgs) -> Result<ExitCode> {
     if part.exists() {
         bases.push(part.clone());
     }
-    let index = sealfs_delta::Bases::index(&bases, &seal.info().params)?;
+    let mut index = sealfs_delta::Bases::index(&bases, &seal.info().params)?;
+    args.image
+        .add_cached_leaves(&mut index, &seal.info().params)?;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -262,6 +265,7 @@ fn run_pull_delta(args: PullArgs) -> Result<ExitCode> {
             "data_blocks": report.plan.data_blocks,
             "planned_reuse_blocks": report.plan.reused_blocks,
             "reused_blocks": report.reused_blocks,
+            "cache_reused_blocks": report.cache_reused_blocks,
             "base_mismatches": report.base_mismatches,
             "fetched_blocks": report.fetched_blocks,
             "fetched_bytes": report.fetched_bytes,

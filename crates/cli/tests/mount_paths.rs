@@ -14,7 +14,7 @@ mod common;
 use common::servers::{nginx_with, tls_certificates};
 use common::*;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -76,20 +76,8 @@ impl Drop for CleanRoot {
     }
 }
 
-/// Unmounts `sealfs umount`, then lazily, whatever is still mounted at the path when dropped.
-struct Unmount(PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let mounted = fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
-            m.lines()
-                .any(|l| l.split(' ').nth(1) == Some(&*self.0.to_string_lossy()))
-        });
-        if mounted {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-}
+/// Unmounts lazily whatever is still mounted at the path when dropped.
+use common::mount::UnmountOnDrop as Unmount;
 
 /// `sealfs umount mnt` in `cwd`, then waits (up to 10 s) for the daemon's last act: writing
 /// `profile` when given.

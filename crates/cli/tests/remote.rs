@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::mount::processes_naming;
 use common::servers::{nginx, nginx_with, tls_certificates, versitygw, FaultProxy, Server};
 use common::*;
 use std::fs;

@@ -96,9 +96,13 @@ type Found = (u32, u64);
 /// The blocks of local images, by their hash under one image's tree parameters.
 pub struct Bases {
     paths: Vec<PathBuf>,
+    /// The files blocks are found in: the bases, then the files of blocks added by
+    /// [`Bases::add_cached`].
+    files: Vec<PathBuf>,
     block_size: u64,
     index: HashMap<Box<[u8]>, Found>,
     blocks: u64,
+    cached: u64,
 }
 
 impl Bases {
@@ -111,9 +115,11 @@ impl Bases {
     pub fn index(paths: &[PathBuf], params: &Params) -> Result<Bases, DeltaError> {
         let mut bases = Bases {
             paths: paths.to_vec(),
+            files: paths.to_vec(),
             block_size: params.block_size() as u64,
             index: HashMap::new(),
             blocks: 0,
+            cached: 0,
         };
         let d = params.digest_size();
         for (k, path) in paths.iter().enumerate() {
@@ -148,6 +154,36 @@ impl Bases {
         self.blocks
     }
 
+    /// Adds blocks held elsewhere by their leaf under the new image's parameters, `(leaf, file,
+    /// offset)`: the persistent cache's entries of images with the same hash algorithm, block size
+    /// and salt (`sealfs_cache::DiskCache::leaf_entries`). A leaf a base holds keeps the base's
+    /// block. Hints like a base's hashes: a block is used only once it hashes to the new image's
+    /// leaf, and one whose file has gone (a cache chunk pruned since) is fetched instead.
+    pub fn add_cached(&mut self, entries: impl IntoIterator<Item = (Box<[u8]>, PathBuf, u64)>) {
+        let mut file_of: HashMap<PathBuf, u32> = HashMap::new();
+        for (leaf, path, offset) in entries {
+            if self.index.contains_key(&leaf) {
+                continue;
+            }
+            let k = *file_of.entry(path).or_insert_with_key(|p| {
+                self.files.push(p.clone());
+                (self.files.len() - 1) as u32
+            });
+            self.index.insert(leaf, (k, offset));
+            self.cached += 1;
+        }
+    }
+
+    /// Blocks added by [`Bases::add_cached`] (whose leaf no base holds).
+    pub fn cached_blocks(&self) -> u64 {
+        self.cached
+    }
+
+    /// Whether the block found at `found` is one [`Bases::add_cached`] added.
+    fn is_cached(&self, found: Found) -> bool {
+        found.0 as usize >= self.paths.len()
+    }
+
     /// The bases, in the order given.
     pub fn paths(&self) -> &[PathBuf] {
         &self.paths
@@ -157,7 +193,7 @@ impl Bases {
     pub fn find(&self, digest: &[u8]) -> Option<(&Path, u64)> {
         self.index
             .get(digest)
-            .map(|&(k, at)| (self.paths[k as usize].as_path(), at))
+            .map(|&(k, at)| (self.files[k as usize].as_path(), at))
     }
 }
 
@@ -329,8 +365,10 @@ pub struct FetchOptions {
 pub struct UpdateReport {
     /// The plan it followed (from the bases' hashes).
     pub plan: Plan,
-    /// Blocks copied from a base, each checked against the new tree.
+    /// Blocks copied from a base (or the cache), each checked against the new tree.
     pub reused_blocks: u64,
+    /// Of them, taken from the persistent cache's entries ([`Bases::add_cached`]).
+    pub cache_reused_blocks: u64,
     /// Blocks a base was to give whose bytes no longer hash to the new tree's leaf (a base
     /// changed or damaged since it was hashed): fetched instead.
     pub base_mismatches: u64,
@@ -385,29 +423,39 @@ pub fn update(
     }
     let leaf = |b: u64| &leaves[b as usize * d..(b as usize + 1) * d];
 
-    // Blocks from the bases, each checked against its leaf.
-    let mut files: HashMap<u32, File> = HashMap::new();
+    // Blocks from the bases (and the cache), each checked against its leaf.
+    let mut files: HashMap<u32, Option<File>> = HashMap::new();
     let mut mismatched: Vec<u64> = Vec::new();
     let mut block = vec![0u8; bs as usize];
-    let mut reused = 0u64;
+    let (mut reused, mut from_cache) = (0u64, 0u64);
     let plan = plan_from_leaves(seal, &leaves, image_length, |h| bases.find(h).is_some());
     for (b, h) in leaves.chunks_exact(d).enumerate() {
         let b = b as u64;
         let Some(&(k, at)) = bases.index.get(h) else {
             continue;
         };
+        let cached = bases.is_cached((k, at));
         let file = match files.entry(k) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let path = &bases.paths[k as usize];
-                e.insert(File::open(path).map_err(|source| DeltaError::Base {
-                    path: path.clone(),
-                    source,
-                })?)
+                let path = &bases.files[k as usize];
+                match File::open(path) {
+                    Ok(f) => e.insert(Some(f)),
+                    // A cache chunk pruned since it was listed: its blocks are fetched.
+                    Err(_) if cached => e.insert(None),
+                    Err(source) => {
+                        return Err(DeltaError::Base {
+                            path: path.clone(),
+                            source,
+                        })
+                    }
+                }
             }
         };
-        let ok = FileExt::read_exact_at(file, &mut block, at).is_ok()
-            && hasher.hash_block(&block).as_bytes() == h;
+        let ok = file.as_ref().is_some_and(|f| {
+            FileExt::read_exact_at(f, &mut block, at).is_ok()
+                && hasher.hash_block(&block).as_bytes() == h
+        });
         if !ok {
             mismatched.push(b);
             continue;
@@ -415,6 +463,7 @@ pub fn update(
         out.write_all_at(&block, b * bs).map_err(write_err)?;
         progress(bs);
         reused += 1;
+        from_cache += u64::from(cached);
     }
 
     // The others: the plan's runs and the blocks a base failed to give, as requests.
@@ -520,6 +569,7 @@ pub fn update(
     Ok(UpdateReport {
         plan,
         reused_blocks: reused,
+        cache_reused_blocks: from_cache,
         base_mismatches: mismatched.len() as u64,
         fetched_blocks: fetched,
         fetched_bytes: fetched * bs + seal_fetched + tree.len() as u64,

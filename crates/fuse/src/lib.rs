@@ -419,6 +419,8 @@ impl SealFs {
                 "failures": load(&vs.failures),
                 "store_hits": load(&vs.store_hits),
                 "store_discards": load(&vs.store_discards),
+                "leaf_hits": load(&vs.leaf_hits),
+                "leaf_discards": load(&vs.leaf_discards),
                 "readahead_blocks": load(&vs.readahead_blocks),
                 "handed_over_blocks": load(&vs.handed_over_blocks),
                 "fill": vb.fill_state().to_string(),

@@ -106,7 +106,7 @@ pub use store::{BlockStore, Region, StoreProvider};
 pub use superblock::{ComprInfo, SuperInfo};
 pub use verified::{
     enable_kernel_verity, kernel_verity_digest, FillMode, FillState, SealInfo, VerifiedBlocks,
-    VerifyStats, READAHEAD_FETCHERS,
+    VerifyStats, LEAF_PROBES, READAHEAD_FETCHERS,
 };
 pub use walk::{join_path, show_path, ReadAhead, Visit, WalkEntry, WalkEvent};
 pub use xattr::{LongPrefix, XattrBody};

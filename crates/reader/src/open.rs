@@ -384,6 +384,8 @@ impl OpenedImage {
                 ("verification_failures", v.failures.load(Relaxed)),
                 ("store_hits", v.store_hits.load(Relaxed)),
                 ("store_discards", v.store_discards.load(Relaxed)),
+                ("leaf_hits", v.leaf_hits.load(Relaxed)),
+                ("leaf_discards", v.leaf_discards.load(Relaxed)),
                 ("readahead_blocks", v.readahead_blocks.load(Relaxed)),
             ]);
         }

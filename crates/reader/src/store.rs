@@ -40,6 +40,28 @@ pub trait BlockStore: Send + Sync {
     fn capacity(&self) -> Option<u64> {
         None
     }
+
+    /// Whether blocks kept for other images may serve this one by leaf hash
+    /// ([`Self::get_by_leaf`]): reads then take the hash blocks a read needs (from the store, or
+    /// fetched) before its data, to know which data blocks another image's entries hold.
+    fn shares_leaves(&self) -> bool {
+        false
+    }
+
+    /// Copies into `out` (one block) a block kept for another image whose leaf hash under this
+    /// image's hash algorithm, block size and salt is `leaf`; whether it had one. A hint only: the
+    /// caller checks the bytes against `leaf` (taken from this image's verified tree) before it
+    /// uses them, and calls [`Self::discard_leaf`] when they do not match.
+    fn get_by_leaf(&self, leaf: &[u8], out: &mut [u8]) -> bool {
+        let _ = (leaf, out);
+        false
+    }
+
+    /// The block [`Self::get_by_leaf`] gave for `leaf` does not hash to it (damaged on disk):
+    /// forgets it.
+    fn discard_leaf(&self, leaf: &[u8]) {
+        let _ = leaf;
+    }
 }
 
 /// Hands out the [`BlockStore`] of an image once its seal is known (a cache directory, say, with

@@ -140,6 +140,12 @@ pub struct VerifyStats {
     pub store_hits: AtomicU64,
     /// Blocks the store returned that failed verification (forgotten, then fetched).
     pub store_discards: AtomicU64,
+    /// Data blocks taken from the store's entries of other images with the same leaf hash (each
+    /// checked against this image's tree) instead of fetched.
+    pub leaf_hits: AtomicU64,
+    /// Blocks another image's entry gave for a leaf that did not hash to it (damaged on disk):
+    /// forgotten there, and fetched.
+    pub leaf_discards: AtomicU64,
     /// Blocks fetched beyond what reads asked for (the miss window and sequential readahead), into
     /// the store.
     pub readahead_blocks: AtomicU64,
@@ -231,7 +237,17 @@ pub struct VerifiedBlocks {
     link: Arc<link::Link>,
     /// How the rest of the image is fetched into the store.
     fill_mode: Mutex<FillMode>,
+    /// Reads that fetched their hash blocks in a batch of their own, before their data, to look
+    /// for their data among other images' blocks ([`BlockStore::shares_leaves`]).
+    leaf_probes: AtomicU64,
 }
+
+/// Reads that fetch their hash blocks first ([`BlockStore::shares_leaves`]) without any block found
+/// among other images' before a reader stops looking: an image that shares nothing with what the
+/// cache holds pays one round trip more per such read until then (a read needs a hash block of its
+/// own at most once per 128 data blocks: 256 reads cover at least 128 MiB of 4 KiB blocks), never
+/// after; an image that found one block keeps looking.
+pub const LEAF_PROBES: u64 = 256;
 
 /// Default number of hash blocks kept verified: 1024 (4 MiB of hashes, which cover 512 MiB of data
 /// at level 0 with SHA-256 and 4 KiB blocks).
@@ -294,6 +310,7 @@ impl VerifiedBlocks {
             stats: VerifyStats::default(),
             link: Arc::default(),
             fill_mode: Mutex::new(FillMode::default()),
+            leaf_probes: AtomicU64::new(0),
         })
     }
 
@@ -564,96 +581,28 @@ impl VerifiedBlocks {
             self.stats.store_hits.fetch_add(hits as u64, Relaxed);
         }
 
-        // One batch: the data and every missing hash block the store did not have.
-        {
-            let (data_part, zero_tail) = buf.split_at_mut(avail);
-            zero_tail.fill(0);
-            let mut hashes: Vec<(u64, &mut [u8])> = missing
-                .iter()
-                .zip(hash_bufs.iter_mut())
-                .zip(&hash_stored)
-                .filter(|(_, &stored)| !stored)
-                .map(|(((_, b), v), _)| (self.seal.tree_offset + b * bs as u64, v.as_mut_slice()))
-                .collect();
-            // The data not in the store, as runs of blocks (the partial last block always fetched).
-            let mut fetch: Vec<(usize, usize)> = runs(&data_stored, false);
-            if avail > whole_avail * bs {
-                match fetch.last_mut() {
-                    Some(last) if last.1 == whole_avail => last.1 = whole_avail + 1,
-                    _ => fetch.push((whole_avail, whole_avail + 1)),
-                }
-            }
-            let mut data_reqs: Vec<(u64, &mut [u8])> = Vec::new();
-            let mut rest = data_part;
-            let mut at = 0usize;
-            for (a, b) in fetch {
-                let (_, tail) = rest.split_at_mut(a * bs - at);
-                let len = (b * bs).min(avail) - a * bs;
-                let (piece, tail) = tail.split_at_mut(len);
-                data_reqs.push((start + (a * bs) as u64, piece));
-                rest = tail;
-                at = a * bs + len;
-            }
-            let io = |e: std::io::Error| Error::Io {
-                at: Location {
-                    offset: Some(start),
-                    ..Location::image()
-                },
-                source: e,
-            };
-            let fetched_hashes = hashes.len();
-            let fetched_data: usize = data_reqs.iter().map(|(_, b)| b.len()).sum();
-            if !hashes.is_empty() || !data_reqs.is_empty() {
-                self.stats.batches.fetch_add(1, Relaxed);
-            }
-            // Timed, for the link's round trip and rate.
-            let timing = ((self.data.is_remote() || self.tree.is_remote())
-                && fetched_data + fetched_hashes > 0)
-                .then(|| self.link.begin((fetched_data + fetched_hashes * bs) as u64));
-            if self.same_source && !self.dependent_hash_fetch {
-                hashes.append(&mut data_reqs);
-                if !hashes.is_empty() {
-                    self.data.read_batch(&mut hashes).map_err(io)?;
-                }
-            } else if !self.dependent_hash_fetch
-                && (self.data.is_remote() || self.tree.is_remote())
-                && !hashes.is_empty()
-                && !data_reqs.is_empty()
-            {
-                // A detached seal over the network: the hashes come from their own source in a
-                // batch of its own, at the same time as the data (one round trip, not two).
-                let (data, tree) = (&self.data, &self.tree);
-                let (d, h) = std::thread::scope(|s| {
-                    let h = s.spawn(|| tree.read_batch(&mut hashes));
-                    let d = data.read_batch(&mut data_reqs);
-                    (d, h.join())
-                });
-                d.map_err(io)?;
-                h.unwrap_or_else(|p| std::panic::resume_unwind(p))
-                    .map_err(io)?;
-            } else {
-                // Data first, then the hashes that check it.
-                if !data_reqs.is_empty() {
-                    self.data.read_batch(&mut data_reqs).map_err(io)?;
-                }
-                if !hashes.is_empty() {
-                    self.tree.read_batch(&mut hashes).map_err(io)?;
-                }
-            }
-            if let Some(t) = timing {
-                self.link.end(t);
-            }
-            used.fetched += fetched_data as u64;
-            self.stats
-                .data_bytes
-                .fetch_add(fetched_data as u64, Relaxed);
-            self.stats
-                .hash_bytes
-                .fetch_add((fetched_hashes * bs) as u64, Relaxed);
-            self.stats
-                .hash_blocks_read
-                .fetch_add(fetched_hashes as u64, Relaxed);
+        // With other images' blocks to draw on by leaf hash, the hash blocks come first (a batch
+        // of their own, when the store lacks some): the leaves say which data blocks those images
+        // hold; only the others are fetched, after. Otherwise one batch: the data and every
+        // missing hash block the store did not have.
+        let probing =
+            self.leaf_probes.load(Relaxed) < LEAF_PROBES || self.stats.leaf_hits.load(Relaxed) > 0;
+        let by_leaf = store.filter(|s| {
+            probing && g.num_levels() > 0 && data_stored.contains(&false) && s.shares_leaves()
+        });
+        if by_leaf.is_some() && hash_stored.contains(&false) {
+            self.leaf_probes.fetch_add(1, Relaxed);
         }
+        let fetched = self.fetch(
+            start,
+            &mut buf[..],
+            avail,
+            by_leaf.is_none().then_some(&data_stored[..]),
+            &missing,
+            &mut hash_bufs,
+            &hash_stored,
+        )?;
+        used.fetched += fetched;
 
         // Verify fetched hash blocks top-down; parents come from this batch, the cache, or the read
         // fetching them (waited for only now, after this read's own I/O).
@@ -720,6 +669,52 @@ impl VerifiedBlocks {
             claims.publish(block, bytes);
         }
 
+        // Data blocks other images' entries hold (by this image's verified leaves), each checked
+        // against its leaf before it is used (one that fails is forgotten there and fetched);
+        // then the rest fetched.
+        if let Some(store) = by_leaf {
+            let mut have = data_stored.clone();
+            let (mut hits, mut discards) = (0u64, 0u64);
+            // Stored by a concurrent read meanwhile: read back, checked below like any.
+            let stored_now = store.has(Region::Data, first, whole_avail as u64);
+            for (k, got) in have.iter_mut().enumerate() {
+                if *got {
+                    continue;
+                }
+                let slot = &mut buf[k * bs..(k + 1) * bs];
+                if stored_now.get(k) == Some(&true)
+                    && store.get(Region::Data, first + k as u64, slot).first() == Some(&true)
+                {
+                    *got = true;
+                    used.data.push((first + k as u64, 1));
+                    continue;
+                }
+                let blk = first + k as u64;
+                let loc = g.hash_location(0, blk).expect("data block inside the tree");
+                need(&mut known, loc.block)?;
+                let Some(leaf) = known
+                    .get(&loc.block)
+                    .and_then(|hb| g.stored_digest(hb, loc))
+                else {
+                    continue;
+                };
+                if !store.get_by_leaf(leaf, slot) {
+                    continue;
+                }
+                if self.hasher.hash_block(slot).as_bytes() == leaf {
+                    *got = true;
+                    hits += 1;
+                } else {
+                    store.discard_leaf(leaf);
+                    discards += 1;
+                }
+            }
+            self.stats.leaf_hits.fetch_add(hits, Relaxed);
+            self.stats.leaf_discards.fetch_add(discards, Relaxed);
+            let fetched = self.fetch(start, &mut buf[..], avail, Some(&have), &[], &mut [], &[])?;
+            used.fetched += fetched;
+        }
+
         // Verify the data blocks: whole blocks two at a time (the hasher's interleaved path), a last
         // partial block (the end of the data) zero-padded.
         let whole = (n as usize).min(avail / bs);
@@ -763,6 +758,117 @@ impl VerifiedBlocks {
             }
         }
         Ok(())
+    }
+}
+
+impl VerifiedBlocks {
+    /// Fetches in one batch the hash blocks of `missing` that `hash_stored` says the store did not
+    /// give (into `hash_bufs`) and, when `have` is given, the data blocks of `buf` (read `start`
+    /// bytes into the image, `avail` of them inside it) that it marks absent, with the partial
+    /// last block; zeroes what lies past the image; counts what it fetched. Returns the bytes of
+    /// data fetched.
+    #[allow(clippy::too_many_arguments)]
+    fn fetch(
+        &self,
+        start: u64,
+        buf: &mut [u8],
+        avail: usize,
+        have: Option<&[bool]>,
+        missing: &[(usize, u64)],
+        hash_bufs: &mut [Vec<u8>],
+        hash_stored: &[bool],
+    ) -> Result<u64> {
+        let bs = self.bs();
+        let whole_avail = avail / bs;
+        let (data_part, zero_tail) = buf.split_at_mut(avail);
+        zero_tail.fill(0);
+        let mut hashes: Vec<(u64, &mut [u8])> = missing
+            .iter()
+            .zip(hash_bufs.iter_mut())
+            .zip(hash_stored)
+            .filter(|(_, &stored)| !stored)
+            .map(|(((_, b), v), _)| (self.seal.tree_offset + b * bs as u64, v.as_mut_slice()))
+            .collect();
+        // The data not in the store, as runs of blocks (the partial last block always fetched).
+        let mut data_reqs: Vec<(u64, &mut [u8])> = Vec::new();
+        if let Some(have) = have {
+            let mut fetch: Vec<(usize, usize)> = runs(have, false);
+            if avail > whole_avail * bs {
+                match fetch.last_mut() {
+                    Some(last) if last.1 == whole_avail => last.1 = whole_avail + 1,
+                    _ => fetch.push((whole_avail, whole_avail + 1)),
+                }
+            }
+            let mut rest = data_part;
+            let mut at = 0usize;
+            for (a, b) in fetch {
+                let (_, tail) = rest.split_at_mut(a * bs - at);
+                let len = (b * bs).min(avail) - a * bs;
+                let (piece, tail) = tail.split_at_mut(len);
+                data_reqs.push((start + (a * bs) as u64, piece));
+                rest = tail;
+                at = a * bs + len;
+            }
+        }
+        let io = |e: std::io::Error| Error::Io {
+            at: Location {
+                offset: Some(start),
+                ..Location::image()
+            },
+            source: e,
+        };
+        let fetched_hashes = hashes.len();
+        let fetched_data: usize = data_reqs.iter().map(|(_, b)| b.len()).sum();
+        if !hashes.is_empty() || !data_reqs.is_empty() {
+            self.stats.batches.fetch_add(1, Relaxed);
+        }
+        // Timed, for the link's round trip and rate.
+        let timing = ((self.data.is_remote() || self.tree.is_remote())
+            && fetched_data + fetched_hashes > 0)
+            .then(|| self.link.begin((fetched_data + fetched_hashes * bs) as u64));
+        if self.same_source && !self.dependent_hash_fetch {
+            hashes.append(&mut data_reqs);
+            if !hashes.is_empty() {
+                self.data.read_batch(&mut hashes).map_err(io)?;
+            }
+        } else if !self.dependent_hash_fetch
+            && (self.data.is_remote() || self.tree.is_remote())
+            && !hashes.is_empty()
+            && !data_reqs.is_empty()
+        {
+            // A detached seal over the network: the hashes come from their own source in a
+            // batch of its own, at the same time as the data (one round trip, not two).
+            let (data, tree) = (&self.data, &self.tree);
+            let (d, h) = std::thread::scope(|s| {
+                let h = s.spawn(|| tree.read_batch(&mut hashes));
+                let d = data.read_batch(&mut data_reqs);
+                (d, h.join())
+            });
+            d.map_err(io)?;
+            h.unwrap_or_else(|p| std::panic::resume_unwind(p))
+                .map_err(io)?;
+        } else {
+            // Data first, then the hashes that check it.
+            if !data_reqs.is_empty() {
+                self.data.read_batch(&mut data_reqs).map_err(io)?;
+            }
+            if !hashes.is_empty() {
+                self.tree.read_batch(&mut hashes).map_err(io)?;
+            }
+        }
+        if let Some(t) = timing {
+            self.link.end(t);
+        }
+        self.stats
+            .data_bytes
+            .fetch_add(fetched_data as u64, Relaxed);
+        self.stats
+            .hash_bytes
+            .fetch_add((fetched_hashes * bs) as u64, Relaxed);
+        self.stats
+            .hash_blocks_read
+            .fetch_add(fetched_hashes as u64, Relaxed);
+        Ok(fetched_data as u64)
     }
 }
 
@@ -1030,5 +1136,108 @@ mod tests {
             vb.cache.lock().unwrap().inflight.is_empty(),
             "no claim left behind"
         );
+    }
+    /// A store that holds nothing but says other images' blocks may serve (as a cache holding
+    /// unrelated images does); `give` makes it find every leaf, with the right bytes or not.
+    struct Sharing {
+        data: Vec<u8>,
+        give: Option<bool>,
+        discarded: AtomicU64,
+    }
+
+    impl BlockStore for Sharing {
+        fn get(&self, _: Region, _: u64, buf: &mut [u8]) -> Vec<bool> {
+            vec![false; buf.len() / 4096]
+        }
+        fn put(&self, _: Region, _: u64, _: &[u8]) {}
+        fn discard(&self, _: Region, _: u64, _: u64) {}
+        fn has(&self, _: Region, _: u64, count: u64) -> Vec<bool> {
+            vec![false; count as usize]
+        }
+        fn shares_leaves(&self) -> bool {
+            true
+        }
+        fn get_by_leaf(&self, leaf: &[u8], out: &mut [u8]) -> bool {
+            let Some(right) = self.give else {
+                return false;
+            };
+            // The block with that leaf, found by hashing (a test only).
+            let params = Params::new(sealfs_verity::HashAlg::Sha256, 4096, b"").unwrap();
+            let hasher = BlockHasher::new(&params);
+            let Some(b) = self
+                .data
+                .chunks_exact(4096)
+                .position(|c| hasher.hash_block(c).as_bytes() == leaf)
+            else {
+                return false;
+            };
+            out.copy_from_slice(&self.data[b * 4096..(b + 1) * 4096]);
+            if !right {
+                out[9] ^= 1;
+            }
+            true
+        }
+        fn discard_leaf(&self, _: &[u8]) {
+            self.discarded.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Reads through a store that may share leaves take their hash blocks first (two batches when
+    /// their level-0 block is not cached); after LEAF_PROBES such reads without a block found, one
+    /// batch again. Blocks found by leaf are used, not fetched; wrong ones are discarded, fetched,
+    /// and the read returns the right bytes.
+    #[test]
+    fn reads_look_for_shared_blocks_until_the_probes_find_none() {
+        let (data, tree, info) = sealed(5 * 128 * 4096, b"");
+        let vb = VerifiedBlocks::new(
+            Arc::new(data.clone()),
+            Arc::new(tree.clone()),
+            info.clone(),
+            4,
+        )
+        .unwrap()
+        .with_store(Arc::new(Sharing {
+            data: data.clone(),
+            give: None,
+            discarded: AtomicU64::new(0),
+        }));
+        let mut buf = vec![0u8; 8 * 4096];
+        let reads = LEAF_PROBES + 20;
+        for r in 0..reads {
+            // Five regions in turn: each read's level-0 hash block was evicted (4 kept).
+            let first = (r % 5) * 128 + 3;
+            vb.read_blocks(first, &mut buf).unwrap();
+            assert!(buf == data[first as usize * 4096..(first as usize + 8) * 4096]);
+        }
+        assert_eq!(vb.stats().batches.load(Relaxed), LEAF_PROBES * 2 + 20);
+
+        for right in [true, false] {
+            let store = Arc::new(Sharing {
+                data: data.clone(),
+                give: Some(right),
+                discarded: AtomicU64::new(0),
+            });
+            let vb = VerifiedBlocks::new(
+                Arc::new(data.clone()),
+                Arc::new(tree.clone()),
+                info.clone(),
+                4,
+            )
+            .unwrap()
+            .with_store(store.clone());
+            vb.read_blocks(200, &mut buf).unwrap();
+            assert!(buf == data[200 * 4096..208 * 4096]);
+            let s = vb.stats();
+            let (hits, fetched) = (s.leaf_hits.load(Relaxed), s.data_bytes.load(Relaxed));
+            if right {
+                assert_eq!((hits, fetched, s.leaf_discards.load(Relaxed)), (8, 0, 0));
+            } else {
+                assert_eq!(
+                    (hits, fetched, s.leaf_discards.load(Relaxed)),
+                    (0, 8 * 4096, 8)
+                );
+                assert_eq!(store.discarded.load(Relaxed), 8);
+            }
+        }
     }
 }

@@ -232,3 +232,34 @@ pub fn mount_erofs(image: &Path) -> Result<ErofsMount, String> {
     )?;
     Ok(ErofsMount { path })
 }
+
+/// Unmounts (lazily, `umount -l`) whatever is still mounted at its path when dropped: a FUSE
+/// mount a failed test leaves behind.
+pub struct UnmountOnDrop(pub PathBuf);
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        let mounted = fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+            m.lines()
+                .any(|l| l.split(' ').nth(1) == Some(&*self.0.to_string_lossy()))
+        });
+        if mounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// The processes whose command line has `path` as one of its arguments (a mount daemon, by its
+/// mount point).
+pub fn processes_naming(path: &Path) -> Vec<u32> {
+    let want = path.as_os_str().as_encoded_bytes();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == want))
+        })
+        .collect()
+}
