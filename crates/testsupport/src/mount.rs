@@ -248,18 +248,3 @@ impl Drop for UnmountOnDrop {
         }
     }
 }
-
-/// The processes whose command line has `path` as one of its arguments (a mount daemon, by its
-/// mount point).
-pub fn processes_naming(path: &Path) -> Vec<u32> {
-    let want = path.as_os_str().as_encoded_bytes();
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == want))
-        })
-        .collect()
-}
