@@ -9,7 +9,10 @@
 v1: `fs/` of linux-source-6.1 (2,078 files, 46 MB). v2: 20 of its `.c` files (picked with a fixed
 seed) with 20 bytes inserted in the middle, and one new file of 3,500 bytes. Each layout builds
 both and `sealfs diff --json v1.img v2.img` says how many of v2's blocks v1 holds and what the
-update fetches. Prints a Markdown table.
+update fetches, and `--regions` where those blocks are (data of kept files, of changed files,
+directories, the packed inode, the metabox, other metadata). Prints Markdown tables: the fetch, the
+fetched blocks by region, and the images' sizes. LAYOUTS (a Python list of (label, [args]))
+replaces the builds compared.
 """
 import json
 import os
@@ -24,6 +27,9 @@ CORPUS = Path(os.environ.get("CORPUS_DIR", HERE / ".corpus"))
 WORK = Path(os.environ.get("WORK", "/var/tmp/sealfs-delta-layouts"))
 LAYOUTS = [("default (uncompressed)", []), ("`-z lz4hc -C 65536`", ["-z", "lz4hc", "-C", "65536"]),
            ("`--preset small`", ["--preset", "small"])]
+if os.environ.get("LAYOUTS"):
+    LAYOUTS = eval(os.environ["LAYOUTS"])  # noqa: S307 (a benchmark's own knob)
+REGIONS = ["kept_files", "changed_files", "directories", "packed", "metabox", "metadata"]
 
 
 def main():
@@ -44,20 +50,34 @@ def main():
     (v2 / "new-file.c").write_bytes(b"/* new */\n" * 350)
     changed += 3500
     print(f"changed and new files: {changed:,} bytes\n")
+    rows, regions, sizes = [], [], []
     print("| build | v2 blocks | found in v1 | to fetch | fetched bytes (blocks, tree, seal) | of the image |")
     print("|---|---:|---:|---:|---:|---:|")
     for label, args in LAYOUTS:
         imgs = []
         for v in (v1, v2):
-            img = WORK / f"{v.name}-{len(imgs)}-{args[:1]}.img"
-            subprocess.run([SEALFS, "build", *args, str(v), str(img)], check=True,
+            img = WORK / f"{v.name}-{LAYOUTS.index((label, args))}.img"
+            # "LIKE": v2 is built --like v1's image (v1 without it).
+            a = [x for y in args for x in (["--like", str(imgs[0])] if imgs else []) if y == "LIKE"]
+            a = [y for y in args if y != "LIKE"] + a
+            subprocess.run([SEALFS, "build", *a, str(v), str(img)], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             imgs.append(img)
-        d = json.loads(subprocess.run([SEALFS, "diff", "--json", str(imgs[0]), str(imgs[1])], check=True,
+        d = json.loads(subprocess.run([SEALFS, "diff", "--json", "--regions", str(imgs[0]), str(imgs[1])], check=True,
                                       capture_output=True).stdout)
         print(f"| {label} | {d['data_blocks']:,} | {d['reused_blocks']:,} "
               f"({100 * d['reused_blocks'] / d['data_blocks']:.1f}%) | {d['fetch_blocks']:,} in {d['requests']} requests "
               f"| {d['fetch_bytes']:,} | {100 * d['fetch_bytes'] / d['image_length']:.1f}% |")
+        regions.append((label, d["regions"]))
+        sizes.append((label, imgs[0].stat().st_size, imgs[1].stat().st_size))
+    print("\nBlocks to fetch by region (of the region's blocks in v2):\n")
+    print("| build | " + " | ".join(REGIONS) + " |")
+    print("|---|" + "---:|" * len(REGIONS))
+    for label, r in regions:
+        print(f"| {label} | " + " | ".join(f"{r[k]['fetch_blocks']:,} of {r[k]['blocks']:,}" for k in REGIONS) + " |")
+    print("\n| build | v1 image bytes | v2 image bytes |\n|---|---:|---:|")
+    for label, a, b in sizes:
+        print(f"| {label} | {a:,} | {b:,} |")
 
 
 if __name__ == "__main__":
