@@ -612,6 +612,8 @@ pub(crate) struct Copier<'a> {
     /// Per-file fs-verity digests (4 KiB blocks, no salt); shares the image hashes when its parameters
     /// are the image hasher's.
     pub file_hasher: Option<&'a BlockHasher>,
+    /// Byte offset of the metadata area, where inline tails are (inode offsets count from it).
+    pub meta_base: u64,
 }
 
 /// The hashers [`write_image`] runs over file data as it copies it.
@@ -782,7 +784,13 @@ impl Copier<'_> {
                     file: None,
                 };
                 let tail_at = f.size - p.inline_len;
-                self.copy(&mut *src, tail_at, p.inline_offset(), p.inline_len, leaves)?;
+                self.copy(
+                    &mut *src,
+                    tail_at,
+                    self.meta_base + p.inline_offset(),
+                    p.inline_len,
+                    leaves,
+                )?;
             }
             src.finish()?;
             let known = known.expect("files sharing blocks have content digests");
@@ -844,7 +852,7 @@ impl Copier<'_> {
                 self.copy(
                     &mut *src,
                     block_bytes,
-                    p.inline_offset(),
+                    self.meta_base + p.inline_offset(),
                     p.inline_len,
                     leaves,
                 )?;
@@ -908,6 +916,7 @@ pub(crate) fn write_image(
         image_hasher: hashers.image,
         leaves: hashers.leaves,
         file_hasher: hashers.file,
+        meta_base: plan.meta_base,
     };
     let copy = |id: usize, inode: &Inode, p: &InodePlan| -> Result<Option<Digest>> {
         let Kind::File(f) = &inode.kind else {

@@ -38,25 +38,15 @@ pub struct Placement {
     /// do), so a change of the metadata's size does not move every file's blocks (and so every
     /// inode).
     pub data_first: bool,
-    /// Compressed builds with a packed inode (fragments, compressed directories): the packed
-    /// inode is compressed in pieces whose boundaries its content decides (a gear hash, as in
-    /// FastCDC), so a fragment that changes rewrites its piece, not every pcluster after it.
-    pub packed_pieces: bool,
 }
 
 impl Placement {
     /// Every choice off: the densest images, as before issue 41.
-    pub const DENSE: Placement = Placement {
-        data_first: false,
-        packed_pieces: false,
-    };
-    /// Every choice on.
-    pub const STABLE: Placement = Placement {
-        data_first: true,
-        packed_pieces: true,
-    };
+    pub const DENSE: Placement = Placement { data_first: false };
+    /// Every choice on (today the one).
+    pub const STABLE: Placement = Placement { data_first: true };
 
-    /// Parses `dense`, `stable`, or a comma-separated list of `data-first`, `packed-pieces`.
+    /// Parses `dense`, `stable`, or a comma-separated list of `data-first`.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "dense" => return Ok(Placement::DENSE),
@@ -67,10 +57,9 @@ impl Placement {
         for part in s.split(',') {
             match part {
                 "data-first" => p.data_first = true,
-                "packed-pieces" => p.packed_pieces = true,
                 _ => {
                     return Err(format!(
-                        "unknown layout {part:?} (dense, stable, or a list of data-first, packed-pieces)"
+                        "unknown layout {part:?} (dense, stable, or a list of data-first)"
                     ))
                 }
             }

@@ -978,6 +978,8 @@ pub(crate) fn write_data(
         image_hasher: hashers.image,
         leaves: hashers.leaves,
         file_hasher: hashers.file,
+        // (It copies sparse files, whose block maps are not inline.)
+        meta_base: 0,
     };
     let mut units: Vec<(usize, u64, u64)> = Vec::new(); // (id, segment, bytes)
     let mut multi = Vec::new(); // files of more than one segment

@@ -123,9 +123,9 @@ pub struct BuildArgs {
     #[arg(long, value_name = "NAME")]
     preset: Option<String>,
     /// Placement for smaller updates (issue 41; docs/usage.md, "Layouts for updates"): `dense`
-    /// (the default), `stable` (both of these), or a comma-separated list: `data-first`
-    /// (uncompressed: file data before the metadata), `packed-pieces` (the packed inode
-    /// compressed in pieces its content decides).
+    /// (the default), `stable` (all of these), or a comma-separated list of: `data-first`
+    /// (uncompressed builds: file data from block 1, the metadata after it, so that metadata
+    /// growing does not move every file's blocks).
     #[arg(long, value_name = "LAYOUT")]
     layout: Option<String>,
     /// Build like this earlier image (an earlier version of the tree; docs/usage.md, "Layouts
