@@ -13,6 +13,9 @@ use sealfs_format::{round_up, BLKSZ, INODE_SLOT_SIZE};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
+/// Inode offsets from here on are not kept (a metadata area of 1 TiB).
+const MAX_META_OFFSET: u64 = 1 << 40;
+
 /// Where the earlier image put one path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LikeItem {
@@ -43,7 +46,15 @@ pub struct Like {
 impl Like {
     /// The placement of an earlier image holding `items`, whose metadata area is its first
     /// block's (`meta_first`: `meta_blkaddr` is 0) or not.
-    pub fn new(items: Vec<LikeItem>, meta_first: bool) -> Like {
+    pub fn new(mut items: Vec<LikeItem>, meta_first: bool) -> Like {
+        // (Places no image of ours has: ignored, whatever image they came from.)
+        items.retain(|i| i.meta_offset < MAX_META_OFFSET);
+        for i in &mut items {
+            i.data_blocks = i
+                .data_blocks
+                .take()
+                .filter(|b| b.end < sealfs_format::EROFS_NULL_ADDR as u64);
+        }
         let mut offsets: Vec<u64> = items.iter().map(|i| i.meta_offset).collect();
         offsets.sort_unstable();
         offsets.dedup();
