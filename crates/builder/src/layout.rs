@@ -471,6 +471,11 @@ impl MetaAllocator {
     }
 }
 
+/// Building like an earlier image, the data blocks left unused by keeping old places may be at
+/// most this fraction (numerator, denominator) of the data area: the size budget for
+/// layouts that favour updates (2%).
+const LIKE_MAX_UNUSED: (u64, u64) = (2, 100);
+
 /// Inodes are placed in windows of this many, in id (breadth-first) order; inside a window the largest
 /// go first, so the small ones fill the gaps the large ones leave (first-fit decreasing, kept local).
 const PLACEMENT_WINDOW: usize = 256;
@@ -685,46 +690,60 @@ pub(crate) fn plan(
     // Data blocks are given out in order from `next_blk`; building like an earlier image
     // (uncompressed), the files and directories that still fit their old blocks keep them first,
     // and the others take the room between first.
-    let kept_runs = match (like, &pre) {
+    let mut kept_runs = match (like, &pre) {
         (Some(like), None) => keep_data_places(like, &paths, &mut inodes, next_blk)?,
         _ => Vec::new(),
     };
-    let mut blocks = BlockGaps::new(next_blk, &kept_runs);
-    let mut chunk_masks = chunk_masks.into_iter().peekable();
-    for (id, p) in inodes.iter_mut().enumerate() {
-        let mask = chunk_masks
-            .next_if(|(of, _)| *of == id)
-            .map(|(_, mask)| mask);
-        if p.blocks_of.is_some() {
-            continue; // placed with the file it shares its blocks with
+    loop {
+        let mut blocks = BlockGaps::new(next_blk, &kept_runs);
+        let mut masks = chunk_masks.iter().peekable();
+        for (id, p) in inodes.iter_mut().enumerate() {
+            let mask = masks.next_if(|(of, _)| *of == id).map(|(_, mask)| mask);
+            if p.blocks_of.is_some() {
+                continue; // placed with the file it shares its blocks with
+            }
+            if pre.is_none() && p.startblk != EROFS_NULL_ADDR {
+                continue; // kept in its old place
+            }
+            if p.zmap().is_some()
+                || (pre.is_some() && p.startblk != EROFS_NULL_ADDR)
+                || (pre.is_some() && p.chunks().is_some_and(|c| !c.map.is_empty()))
+            {
+                continue; // placed by the data phase
+            }
+            let size = p.size;
+            if let (DataMap::Chunks(chunks), Some(mask)) = (&mut p.map, mask) {
+                let cs = 1u64 << chunks.chunkbits;
+                chunks.map = mask
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &m)| {
+                        if !m {
+                            return Ok(EROFS_NULL_ADDR);
+                        }
+                        let n = round_up(cs.min(size - c as u64 * cs), BLKSZ) / BLKSZ;
+                        block_addr(blocks.take(n))
+                    })
+                    .collect::<Result<_>>()?;
+            } else if p.full_blocks() > 0 {
+                p.startblk = block_addr(blocks.take(p.full_blocks()))?;
+            }
         }
-        if pre.is_none() && p.startblk != EROFS_NULL_ADDR {
-            continue; // kept in its old place
-        }
-        if p.zmap().is_some()
-            || (pre.is_some() && p.startblk != EROFS_NULL_ADDR)
-            || (pre.is_some() && p.chunks().is_some_and(|c| !c.map.is_empty()))
+        // Keeping old places may leave room no file takes (of files removed, or that grew
+        // past their old blocks): more than [`LIKE_MAX_UNUSED`] of the data, and every file is
+        // placed in order instead (the inodes keep their places).
+        if !kept_runs.is_empty()
+            && blocks.unused() * LIKE_MAX_UNUSED.1 > (blocks.end - next_blk) * LIKE_MAX_UNUSED.0
         {
-            continue; // placed by the data phase
+            kept_runs.clear();
+            for p in inodes.iter_mut().filter(|p| p.blocks_of.is_none()) {
+                p.startblk = EROFS_NULL_ADDR;
+            }
+            continue;
         }
-        let size = p.size;
-        if let (DataMap::Chunks(chunks), Some(mask)) = (&mut p.map, mask) {
-            let cs = 1u64 << chunks.chunkbits;
-            chunks.map = mask
-                .iter()
-                .enumerate()
-                .map(|(c, &m)| {
-                    if !m {
-                        return Ok(EROFS_NULL_ADDR);
-                    }
-                    block_addr(blocks.take(round_up(cs.min(size - c as u64 * cs), BLKSZ) / BLKSZ))
-                })
-                .collect::<Result<_>>()?;
-        } else if p.full_blocks() > 0 {
-            p.startblk = block_addr(blocks.take(p.full_blocks()))?;
-        }
+        next_blk = blocks.end;
+        break;
     }
-    next_blk = blocks.end;
     for id in 0..inodes.len() {
         if let Some(owner) = inodes[id].blocks_of {
             inodes[id].startblk = inodes[owner as usize].startblk;

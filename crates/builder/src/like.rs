@@ -141,6 +141,11 @@ impl BlockGaps {
         BlockGaps { gaps, end: at }
     }
 
+    /// Blocks in the gaps no one took.
+    pub fn unused(&self) -> u64 {
+        self.gaps.iter().map(|(s, e)| e - s).sum()
+    }
+
     /// `n` blocks, first fit.
     pub fn take(&mut self, n: u64) -> u64 {
         let found = self
