@@ -666,7 +666,7 @@ pub(crate) fn plan(
         window.clear();
         window.extend(
             (start..(start + PLACEMENT_WINDOW).min(inodes.len()))
-                .filter(|&id| !(metabox && Some(id) == packed) && !kept[id]),
+                .filter(|&id| !(kept[id] || (metabox && Some(id) == packed))),
         );
         window.sort_by_key(|&id| std::cmp::Reverse(item_lens[id]));
         for &id in &window {

@@ -171,8 +171,7 @@ pub fn like_image(image: &OpenedImage) -> Result<sealfs_builder::Like, String> {
         Ok(sealfs_builder::LikeItem {
             path: path.to_vec(),
             meta_offset: (inode.nid() & sealfs_format::EROFS_DIRENT_NID_MASK)
-                .checked_mul(1 << sealfs_format::INODE_SLOT_BITS)
-                .unwrap_or(u64::MAX),
+                .saturating_mul(1 << sealfs_format::INODE_SLOT_BITS),
             data_blocks,
         })
     };
