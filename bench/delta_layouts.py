@@ -33,7 +33,8 @@ LAYOUTS = [("default (uncompressed)", []), ("default, v2 `--like` v1", ["LIKE"])
            ("`--layout data-first`, v2 `--like` v1", ["--layout", "data-first", "LIKE"]),
            ("`-z lz4hc -C 65536`", LZ4HC), ("`-z lz4hc -C 65536`, v2 `--like` v1", LZ4HC + ["LIKE"]),
            ("`--preset small`", ["--preset", "small"]),
-           ("`--preset small`, v2 `--like` v1", ["--preset", "small", "LIKE"])]
+           ("`--preset small`, v2 `--like` v1", ["--preset", "small", "LIKE"]),
+           ("`--preset small --layout packed-pieces`", ["--preset", "small", "--layout", "packed-pieces"])]
 if os.environ.get("LAYOUTS"):
     LAYOUTS = eval(os.environ["LAYOUTS"])  # noqa: S307 (a benchmark's own knob)
 REGIONS = ["kept_files", "changed_files", "directories", "packed", "metabox", "metadata"]

@@ -289,6 +289,7 @@ fn build_in_pool(
                 &codecs,
                 hashers,
                 progress,
+                opts.placement.packed_pieces,
             )?;
             // The packed inode (fragments) is an inode of the image no directory names.
             tree.inodes.extend(data.packed);
@@ -312,6 +313,7 @@ fn build_in_pool(
                     c,
                     plan.total_blocks,
                     progress,
+                    &packed.pieces,
                 )?;
                 let id = plan
                     .packed

@@ -38,15 +38,26 @@ pub struct Placement {
     /// do), so a change of the metadata's size does not move every file's blocks (and so every
     /// inode).
     pub data_first: bool,
+    /// Compressed builds with compressed directories (`--preset small`): the packed inode (the
+    /// small files, packed together) is compressed in pieces whose ends its files' content
+    /// decides, each from a block boundary of the packed inode, so that a small file that changes
+    /// rewrites its piece, not every pcluster after it.
+    pub packed_pieces: bool,
 }
 
 impl Placement {
     /// Every choice off: the densest images, as before issue 41.
-    pub const DENSE: Placement = Placement { data_first: false };
-    /// Every choice on (today the one).
-    pub const STABLE: Placement = Placement { data_first: true };
+    pub const DENSE: Placement = Placement {
+        data_first: false,
+        packed_pieces: false,
+    };
+    /// Every choice on.
+    pub const STABLE: Placement = Placement {
+        data_first: true,
+        packed_pieces: true,
+    };
 
-    /// Parses `dense`, `stable`, or a comma-separated list of `data-first`.
+    /// Parses `dense`, `stable`, or a comma-separated list of `data-first`, `packed-pieces`.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "dense" => return Ok(Placement::DENSE),
@@ -57,9 +68,10 @@ impl Placement {
         for part in s.split(',') {
             match part {
                 "data-first" => p.data_first = true,
+                "packed-pieces" => p.packed_pieces = true,
                 _ => {
                     return Err(format!(
-                        "unknown layout {part:?} (dense, stable, or a list of data-first)"
+                        "unknown layout {part:?} (dense, stable, or a list of data-first, packed-pieces)"
                     ))
                 }
             }

@@ -125,7 +125,9 @@ pub struct BuildArgs {
     /// Placement for smaller updates (issue 41; docs/usage.md, "Layouts for updates"): `dense`
     /// (the default), `stable` (all of these), or a comma-separated list of: `data-first`
     /// (uncompressed builds: file data from block 1, the metadata after it, so that metadata
-    /// growing does not move every file's blocks).
+    /// growing does not move every file's blocks), `packed-pieces` (with compressed directories,
+    /// as --preset small: the packed inode, which holds the small files, compressed in pieces its
+    /// files' content decides, so that one changed file does not shift every pcluster after it).
     #[arg(long, value_name = "LAYOUT")]
     layout: Option<String>,
     /// Build like this earlier image (an earlier version of the tree; docs/usage.md, "Layouts
