@@ -768,9 +768,9 @@ struct FragPlacer<'a> {
 }
 
 /// With [`crate::Placement::packed_pieces`]: a piece of the packed inode holds at least this many
-/// bytes... (Measured on linux `fs/` with `--preset small`, docs/benchmarks.md: pieces of 64 KiB
-/// + 256 KiB made the image 10.2% larger, 256 KiB + 1 MiB 2.8%, these 0.7%, for 24%, 57% and 76%
-/// of it fetched by an update of 20 small files, against 100%.)
+/// bytes... (Measured on linux `fs/` with `--preset small`, docs/benchmarks.md: pieces of at
+/// least 64 KiB then about 256 KiB more made the image 10.3% larger, 256 KiB then 1 MiB 2.8%,
+/// these 0.7%, for 24%, 57% and 76% of it fetched by an update of 20 small files, against 100%.)
 const PIECE_MIN: u64 = 1 << 20;
 /// ... and then ends before a file with a chance of its size in this many, decided by a hash of
 /// its first bytes: pieces of about `PIECE_MIN + PIECE_TARGET` bytes, the same in two versions of
