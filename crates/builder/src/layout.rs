@@ -6,7 +6,10 @@
 //! bits), the shared xattr area (`xattr_blkaddr = 0`), then every other inode in breadth-first order.
 //! Inline tails never cross a block: an inode with a tail that does not fit the rest of the current block
 //! starts the next one, and the gap it leaves is offered to later inodes. Data blocks follow the
-//! metadata area, file by file in the same order.
+//! metadata area, file by file in the same order (with [`Placement::data_first`], they come first,
+//! from block 1, and the metadata area after them, as in compressed builds). Built like an earlier
+//! image ([`Like`], `--like`), inodes and uncompressed data keep their old places first where they
+//! fit, and the rest fills the room left, then goes after.
 
 use crate::dedupe::ContentDigests;
 use crate::error::{BuildError, Result};

@@ -7,7 +7,7 @@
 //!    model of the tree ([`tree`]; metadata only, never file data), numbered in a fixed
 //!    breadth-first, name-sorted order whatever order the entries came in;
 //! 2. [`layout`]: plan every byte position (inodes, inline tails, shared xattrs, data blocks) before
-//!    anything is written;
+//!    anything is written (optionally keeping an earlier image's places: [`Like`], module `like`);
 //! 3. [`emit`]: stream the metadata in offset order, copy file data (read back through the source)
 //!    in parallel straight to its planned position, write the superblock and its checksum last.
 //!
