@@ -71,7 +71,7 @@ impl<'a> Stream<'a> {
 }
 
 /// Encodes the inode core of `inode` as planned.
-fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_len: u64) -> Vec<u8> {
+fn encode_inode(inode: &Inode, p: &InodePlan, plan: &Plan, ibody_len: u64) -> Vec<u8> {
     let i_u = match (&inode.kind, p.chunks()) {
         _ if p.zmap().is_some() => p.zmap().map_or(0, |z| z.blocks() as u32),
         _ if p.fragment().is_some() => 0,
@@ -82,6 +82,11 @@ fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_le
     };
     let i_format = p.layout.i_format(p.extended);
     let icount = xattrs::icount(ibody_len);
+    // The nid's low 32 bits (unused by the kernel, which shows the nid; unique, as nids are). Not
+    // a count: every inode after an added or removed file would change, and an update from the
+    // earlier version would fetch every block of inodes (issue 41); nids stay where the layout
+    // keeps inodes in place (`--like`).
+    let i_ino = p.nid() as u32;
     if p.extended {
         InodeExtended {
             i_format: i_format.into(),
@@ -90,7 +95,7 @@ fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_le
             i_nb: 0.into(),
             i_size: p.size.into(),
             i_u: i_u.into(),
-            i_ino: (id as u32).wrapping_add(1).into(),
+            i_ino: i_ino.into(),
             i_uid: inode.uid.into(),
             i_gid: inode.gid.into(),
             i_mtime: inode.mtime.into(),
@@ -113,7 +118,7 @@ fn encode_inode(id: InodeId, inode: &Inode, p: &InodePlan, plan: &Plan, ibody_le
             i_size: (p.size as u32).into(),
             i_mtime: 0.into(),
             i_u: i_u.into(),
-            i_ino: (id as u32).wrapping_add(1).into(),
+            i_ino: i_ino.into(),
             i_uid: (inode.uid as u16).into(),
             i_gid: (inode.gid as u16).into(),
             i_reserved: 0.into(),
@@ -493,7 +498,7 @@ fn encode_part(
     let shared_base_id = (plan.shared_offset / 4) as u32;
     let (inode, p) = (&tree.inodes[id], &plan.inodes[id]);
     let ibody = xattrs::encode_ibody(inode, shared, shared_base_id, opts.xattr_filter);
-    let mut item = encode_inode(id, inode, p, plan, ibody.len() as u64);
+    let mut item = encode_inode(inode, p, plan, ibody.len() as u64);
     item.extend_from_slice(&ibody);
     if let Some(z) = p.zmap() {
         encode_zmap(&mut item, p, z);
@@ -607,6 +612,8 @@ pub(crate) struct Copier<'a> {
     /// Per-file fs-verity digests (4 KiB blocks, no salt); shares the image hashes when its parameters
     /// are the image hasher's.
     pub file_hasher: Option<&'a BlockHasher>,
+    /// Byte offset of the metadata area, where inline tails are (inode offsets count from it).
+    pub meta_base: u64,
 }
 
 /// The hashers [`write_image`] runs over file data as it copies it.
@@ -777,7 +784,13 @@ impl Copier<'_> {
                     file: None,
                 };
                 let tail_at = f.size - p.inline_len;
-                self.copy(&mut *src, tail_at, p.inline_offset(), p.inline_len, leaves)?;
+                self.copy(
+                    &mut *src,
+                    tail_at,
+                    self.meta_base + p.inline_offset(),
+                    p.inline_len,
+                    leaves,
+                )?;
             }
             src.finish()?;
             let known = known.expect("files sharing blocks have content digests");
@@ -839,7 +852,7 @@ impl Copier<'_> {
                 self.copy(
                     &mut *src,
                     block_bytes,
-                    p.inline_offset(),
+                    self.meta_base + p.inline_offset(),
                     p.inline_len,
                     leaves,
                 )?;
@@ -903,6 +916,7 @@ pub(crate) fn write_image(
         image_hasher: hashers.image,
         leaves: hashers.leaves,
         file_hasher: hashers.file,
+        meta_base: plan.meta_base,
     };
     let copy = |id: usize, inode: &Inode, p: &InodePlan| -> Result<Option<Digest>> {
         let Kind::File(f) = &inode.kind else {

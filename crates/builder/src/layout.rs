@@ -6,10 +6,15 @@
 //! bits), the shared xattr area (`xattr_blkaddr = 0`), then every other inode in breadth-first order.
 //! Inline tails never cross a block: an inode with a tail that does not fit the rest of the current block
 //! starts the next one, and the gap it leaves is offered to later inodes. Data blocks follow the
-//! metadata area, file by file in the same order.
+//! metadata area, file by file in the same order (with [`Placement::data_first`], they come first,
+//! from block 1, and the metadata area after them, as in compressed builds). Built like an earlier
+//! image ([`Like`], `--like`), inodes and uncompressed data keep their old places first where they
+//! fit, and the rest fills the room left, then goes after.
 
 use crate::dedupe::ContentDigests;
 use crate::error::{BuildError, Result};
+use crate::like::{room_pieces, BlockGaps, Like};
+use crate::options::Placement;
 use crate::spill::{Spill, Spilled};
 use crate::tree::{Inode, InodeId, Kind, Tree};
 use crate::xattrs::{self, SharedXattrs};
@@ -469,6 +474,11 @@ impl MetaAllocator {
     }
 }
 
+/// Building like an earlier image, the data blocks left unused by keeping old places may be at
+/// most this fraction (numerator, denominator) of the data area: the size budget for
+/// layouts that favour updates (2%).
+const LIKE_MAX_UNUSED: (u64, u64) = (2, 100);
+
 /// Inodes are placed in windows of this many, in id (breadth-first) order; inside a window the largest
 /// go first, so the small ones fill the gaps the large ones leave (first-fit decreasing, kept local).
 const PLACEMENT_WINDOW: usize = 256;
@@ -489,7 +499,13 @@ pub(crate) fn plan(
     mut pre: Option<PreData>,
     metabox: bool,
     alike: ContentDigests,
+    placement: Placement,
+    like: Option<&Like>,
 ) -> Result<Plan> {
+    // Uncompressed file data first (from block 1, after the superblock), the metadata after it
+    // (also when building like an earlier image that has it so).
+    let data_first =
+        pre.is_none() && (placement.data_first || like.is_some_and(|l| !l.meta_first()));
     let (epoch, fixed_nsec) = choose_epoch(tree);
     let mut chunked = false;
     let mut inodes = Vec::with_capacity(tree.inodes.len());
@@ -596,25 +612,55 @@ pub(crate) fn plan(
     let packed = pre.as_ref().and_then(|p| p.packed);
     let mut alloc = MetaAllocator::new(if metabox {
         0
-    } else if pre.is_some() {
+    } else if pre.is_some() || data_first {
         fmt::INODE_SLOT_SIZE
     } else {
         fmt::EROFS_SUPER_OFFSET + 128
     });
+    // With `like`: each inode's path, and whether the inode keeps its old place.
+    let paths: Vec<Option<Vec<u8>>> = match like {
+        Some(_) => tree
+            .inodes
+            .iter()
+            .map(|i| match i.origin {
+                crate::tree::Origin::Special(_) => None,
+                _ => Some(tree.rel_path(i)),
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut kept = vec![false; inodes.len()];
+    if let Some(like) = like {
+        keep_meta_places(
+            like,
+            &paths,
+            &item_lens,
+            &mut inodes,
+            &mut kept,
+            &mut alloc,
+            metabox,
+            packed,
+        );
+    }
     // The root first (its nid must fit 16 bits, unless it is in the metabox), then the shared xattr
     // area, then everything else. In the metabox the shared area comes first, at block 0.
-    let shared_offset = match metabox {
+    // (Building like an earlier image: the inodes kept in place first, the rest after them or in
+    // the room left.)
+    let shared_offset = match metabox && like.is_none() {
         true => alloc.place(shared.bytes.len() as u64, false),
         false => 0,
     };
     inodes[0].in_metabox = metabox;
-    inodes[0].offset = alloc.place(item_lens[0], inodes[0].inline_len > 0);
-    if !metabox && inodes[0].nid() > u16::MAX as u64 {
-        return Err(BuildError::TooLarge(
-            "root inode does not fit a 16-bit nid".into(),
-        ));
+    if !kept[0] {
+        inodes[0].offset = alloc.place(item_lens[0], inodes[0].inline_len > 0);
     }
-    let shared_offset = match metabox {
+    if !metabox && inodes[0].nid() > u16::MAX as u64 {
+        return Err(BuildError::TooLarge(match like {
+            Some(_) => "root inode does not fit a 16-bit nid after the inodes kept in place (build without --like)".into(),
+            None => "root inode does not fit a 16-bit nid".into(),
+        }));
+    }
+    let shared_offset = match metabox && like.is_none() {
         true => shared_offset,
         false => alloc.place(shared.bytes.len() as u64, false),
     };
@@ -623,7 +669,7 @@ pub(crate) fn plan(
         window.clear();
         window.extend(
             (start..(start + PLACEMENT_WINDOW).min(inodes.len()))
-                .filter(|&id| !(metabox && Some(id) == packed)),
+                .filter(|&id| !(kept[id] || (metabox && Some(id) == packed))),
         );
         window.sort_by_key(|&id| std::cmp::Reverse(item_lens[id]));
         for &id in &window {
@@ -640,42 +686,66 @@ pub(crate) fn plan(
     };
     let mut next_blk = match &pre {
         Some(pre) => pre.data_end,
+        None if data_first => 1,
         None => meta_len / BLKSZ,
     };
     share_blocks(&mut inodes, &alike);
-    let mut chunk_masks = chunk_masks.into_iter().peekable();
-    for (id, p) in inodes.iter_mut().enumerate() {
-        let mask = chunk_masks
-            .next_if(|(of, _)| *of == id)
-            .map(|(_, mask)| mask);
-        if p.blocks_of.is_some() {
-            continue; // placed with the file it shares its blocks with
+    // Data blocks are given out in order from `next_blk`; building like an earlier image
+    // (uncompressed), the files and directories that still fit their old blocks keep them first,
+    // and the others take the room between first.
+    let mut kept_runs = match (like, &pre) {
+        (Some(like), None) => keep_data_places(like, &paths, &mut inodes, next_blk)?,
+        _ => Vec::new(),
+    };
+    loop {
+        let mut blocks = BlockGaps::new(next_blk, &kept_runs);
+        let mut masks = chunk_masks.iter().peekable();
+        for (id, p) in inodes.iter_mut().enumerate() {
+            let mask = masks.next_if(|(of, _)| *of == id).map(|(_, mask)| mask);
+            if p.blocks_of.is_some() {
+                continue; // placed with the file it shares its blocks with
+            }
+            if pre.is_none() && p.startblk != EROFS_NULL_ADDR {
+                continue; // kept in its old place
+            }
+            if p.zmap().is_some()
+                || (pre.is_some() && p.startblk != EROFS_NULL_ADDR)
+                || (pre.is_some() && p.chunks().is_some_and(|c| !c.map.is_empty()))
+            {
+                continue; // placed by the data phase
+            }
+            let size = p.size;
+            if let (DataMap::Chunks(chunks), Some(mask)) = (&mut p.map, mask) {
+                let cs = 1u64 << chunks.chunkbits;
+                chunks.map = mask
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &m)| {
+                        if !m {
+                            return Ok(EROFS_NULL_ADDR);
+                        }
+                        let n = round_up(cs.min(size - c as u64 * cs), BLKSZ) / BLKSZ;
+                        block_addr(blocks.take(n))
+                    })
+                    .collect::<Result<_>>()?;
+            } else if p.full_blocks() > 0 {
+                p.startblk = block_addr(blocks.take(p.full_blocks()))?;
+            }
         }
-        if p.zmap().is_some()
-            || (pre.is_some() && p.startblk != EROFS_NULL_ADDR)
-            || (pre.is_some() && p.chunks().is_some_and(|c| !c.map.is_empty()))
+        // Keeping old places may leave room no file takes (of files removed, or that grew
+        // past their old blocks): more than [`LIKE_MAX_UNUSED`] of the data, and every file is
+        // placed in order instead (the inodes keep their places).
+        if !kept_runs.is_empty()
+            && blocks.unused() * LIKE_MAX_UNUSED.1 > (blocks.end - next_blk) * LIKE_MAX_UNUSED.0
         {
-            continue; // placed by the data phase
+            kept_runs.clear();
+            for p in inodes.iter_mut().filter(|p| p.blocks_of.is_none()) {
+                p.startblk = EROFS_NULL_ADDR;
+            }
+            continue;
         }
-        let size = p.size;
-        if let (DataMap::Chunks(chunks), Some(mask)) = (&mut p.map, mask) {
-            let cs = 1u64 << chunks.chunkbits;
-            chunks.map = mask
-                .iter()
-                .enumerate()
-                .map(|(c, &m)| {
-                    if !m {
-                        return Ok(EROFS_NULL_ADDR);
-                    }
-                    let blk = block_addr(next_blk)?;
-                    next_blk += round_up(cs.min(size - c as u64 * cs), BLKSZ) / BLKSZ;
-                    Ok(blk)
-                })
-                .collect::<Result<_>>()?;
-        } else if p.full_blocks() > 0 {
-            p.startblk = block_addr(next_blk)?;
-            next_blk += p.full_blocks();
-        }
+        next_blk = blocks.end;
+        break;
     }
     for id in 0..inodes.len() {
         if let Some(owner) = inodes[id].blocks_of {
@@ -683,6 +753,11 @@ pub(crate) fn plan(
         }
     }
     let meta_base = match &pre {
+        _ if data_first => {
+            let base = next_blk * BLKSZ;
+            next_blk += meta_len / BLKSZ;
+            base
+        }
         Some(_) => {
             let base = next_blk * BLKSZ;
             next_blk += meta_len / BLKSZ;
@@ -756,6 +831,95 @@ pub(crate) fn place_outside_metabox(plan: &mut Plan, metabox: InodeId) -> Result
     plan.total_blocks += round_up(alloc.cursor, BLKSZ) / BLKSZ;
     block_addr(plan.total_blocks)?;
     Ok(())
+}
+
+/// Building like an earlier image: every inode whose path `like` holds, and which fits the room
+/// its old place had (within one block, with inline data), goes there again (marked in `kept`);
+/// the allocator then starts after the earlier metadata area, and the room left (old places no
+/// inode took, the ends of those taken) is offered to the others.
+#[allow(clippy::too_many_arguments, reason = "the parts of the plan it fills")]
+fn keep_meta_places(
+    like: &Like,
+    paths: &[Option<Vec<u8>>],
+    item_lens: &[u64],
+    inodes: &mut [InodePlan],
+    kept: &mut [bool],
+    alloc: &mut MetaAllocator,
+    metabox: bool,
+    packed: Option<InodeId>,
+) {
+    let start = alloc.cursor;
+    let mut used: HashMap<u64, u64> = HashMap::new();
+    for id in 0..inodes.len() {
+        if metabox && Some(id) == packed {
+            continue;
+        }
+        let Some((at, room)) = paths[id].as_deref().and_then(|p| like.meta(p)) else {
+            continue;
+        };
+        let len = round_up(item_lens[id], fmt::INODE_SLOT_SIZE);
+        let crosses = at / BLKSZ != (at + len - 1) / BLKSZ;
+        let root_too_far = id == 0 && !metabox && at >> fmt::INODE_SLOT_BITS > u16::MAX as u64;
+        if at < start
+            || len > room
+            || (inodes[id].inline_len > 0 && crosses)
+            || root_too_far
+            || used.contains_key(&at)
+        {
+            continue;
+        }
+        used.insert(at, len);
+        inodes[id].offset = at;
+        inodes[id].in_metabox = metabox;
+        kept[id] = true;
+    }
+    alloc.cursor = alloc.cursor.max(like.meta_end());
+    let mut rooms: Vec<(u64, u64)> = like.meta_rooms().collect();
+    rooms.sort_unstable();
+    rooms.dedup();
+    for (at, room) in rooms {
+        let taken = used.get(&at).copied().unwrap_or(0);
+        if at < start || taken >= room {
+            continue;
+        }
+        for piece in room_pieces(at + taken, room - taken) {
+            alloc.holes.insert((piece.1, piece.0));
+        }
+    }
+}
+
+/// Building an uncompressed image like an earlier one: every file and directory whose path
+/// `like` holds, and whose whole blocks fit its old run of blocks (from `first` on, not
+/// overlapping another kept run), gets that run's start again. Returns the runs kept, sorted.
+fn keep_data_places(
+    like: &Like,
+    paths: &[Option<Vec<u8>>],
+    inodes: &mut [InodePlan],
+    first: u64,
+) -> Result<Vec<std::ops::Range<u64>>> {
+    let mut wanted: Vec<(u64, u64, InodeId)> = Vec::new();
+    for (id, p) in inodes.iter().enumerate() {
+        if p.blocks_of.is_some() || p.chunks().is_some() || p.full_blocks() == 0 {
+            continue;
+        }
+        let Some(run) = paths[id].as_deref().and_then(|path| like.blocks(path)) else {
+            continue;
+        };
+        if run.start >= first && p.full_blocks() <= run.end - run.start {
+            wanted.push((run.start, run.start + p.full_blocks(), id));
+        }
+    }
+    wanted.sort_unstable();
+    let mut runs: Vec<std::ops::Range<u64>> = Vec::with_capacity(wanted.len());
+    for (start, end, id) in wanted {
+        if runs.last().is_some_and(|r| r.end > start) {
+            continue; // another file took (part of) it
+        }
+        inodes[id].startblk = block_addr(start)?;
+        block_addr(end)?;
+        runs.push(start..end);
+    }
+    Ok(runs)
 }
 
 fn block_addr(blk: u64) -> Result<u32> {

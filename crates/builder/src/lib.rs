@@ -7,7 +7,7 @@
 //!    model of the tree ([`tree`]; metadata only, never file data), numbered in a fixed
 //!    breadth-first, name-sorted order whatever order the entries came in;
 //! 2. [`layout`]: plan every byte position (inodes, inline tails, shared xattrs, data blocks) before
-//!    anything is written;
+//!    anything is written (optionally keeping an earlier image's places: [`Like`], module `like`);
 //! 3. [`emit`]: stream the metadata in offset order, copy file data (read back through the source)
 //!    in parallel straight to its planned position, write the superblock and its checksum last.
 //!
@@ -22,6 +22,7 @@ mod dirscan;
 mod emit;
 mod error;
 mod layout;
+mod like;
 mod options;
 mod output;
 mod seal;
@@ -35,7 +36,8 @@ mod zdata;
 pub use compress::{Algorithm, CompressOptions, Fragments};
 pub use dirscan::DirSource;
 pub use error::{BuildError, Result};
-pub use options::{BuildOptions, CompressRule, Preset, UuidChoice};
+pub use like::{Like, LikeItem};
+pub use options::{BuildOptions, CompressRule, Placement, Preset, UuidChoice};
 pub use output::remove_unfinished_outputs;
 pub use seal::{seal_image, HashAlg, SealInfo, SealOptions, VerityParams};
 pub use source::{
@@ -248,7 +250,15 @@ fn build_in_pool(
             progress.begin("finding identical files", None);
             let alike = dedupe::same_size_digests(source, &tree, &candidates, key_hasher)?;
             progress.end();
-            let plan = layout::plan(&tree, &shared, None, false, alike)?;
+            let plan = layout::plan(
+                &tree,
+                &shared,
+                None,
+                false,
+                alike,
+                opts.placement,
+                opts.like.as_deref(),
+            )?;
             release_freed_memory();
             let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
             tmp.as_file()
@@ -279,6 +289,7 @@ fn build_in_pool(
                 &codecs,
                 hashers,
                 progress,
+                opts.placement.packed_pieces,
             )?;
             // The packed inode (fragments) is an inode of the image no directory names.
             tree.inodes.extend(data.packed);
@@ -288,6 +299,8 @@ fn build_in_pool(
                 Some(data.pre),
                 c.metabox.is_some(),
                 Default::default(),
+                opts.placement,
+                opts.like.as_deref(),
             )?;
             if let Some(packed) = data.deferred {
                 // Compressed directories: with every nid known, the directories go into the
@@ -300,6 +313,7 @@ fn build_in_pool(
                     c,
                     plan.total_blocks,
                     progress,
+                    &packed.pieces,
                 )?;
                 let id = plan
                     .packed

@@ -29,6 +29,63 @@ pub struct CompressRule {
     pub algorithm: Option<Algorithm>,
 }
 
+/// Placement choices that keep what did not change in identical blocks from one version of a
+/// tree to the next, so that an update (`sealfs pull --base`) fetches less (issue 41); each costs
+/// some size, measured in docs/benchmarks.md ("Layouts for updates").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Uncompressed builds: file data from block 1, the metadata after it (as compressed builds
+    /// do), so a change of the metadata's size does not move every file's blocks (and so every
+    /// inode).
+    pub data_first: bool,
+    /// Compressed builds with compressed directories (`--preset small`): the packed inode (the
+    /// small files, packed together) is compressed in pieces whose ends its files' content
+    /// decides, each from a block boundary of the packed inode, so that a small file that changes
+    /// rewrites its piece, not every pcluster after it.
+    pub packed_pieces: bool,
+}
+
+impl Placement {
+    /// Every choice off: the densest images, as before issue 41.
+    pub const DENSE: Placement = Placement {
+        data_first: false,
+        packed_pieces: false,
+    };
+    /// Every choice on.
+    pub const STABLE: Placement = Placement {
+        data_first: true,
+        packed_pieces: true,
+    };
+
+    /// Parses `dense`, `stable`, or a comma-separated list of `data-first`, `packed-pieces`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "dense" => return Ok(Placement::DENSE),
+            "stable" => return Ok(Placement::STABLE),
+            _ => {}
+        }
+        let mut p = Placement::DENSE;
+        for part in s.split(',') {
+            match part {
+                "data-first" => p.data_first = true,
+                "packed-pieces" => p.packed_pieces = true,
+                _ => {
+                    return Err(format!(
+                        "unknown layout {part:?} (dense, stable, or a list of data-first, packed-pieces)"
+                    ))
+                }
+            }
+        }
+        Ok(p)
+    }
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Placement::DENSE
+    }
+}
+
 /// Everything that shapes an image besides the source tree.
 #[derive(Clone, Debug)]
 pub struct BuildOptions {
@@ -64,6 +121,11 @@ pub struct BuildOptions {
     pub compress: Option<CompressOptions>,
     /// Per-file exceptions to `compress`, the first that matches a file applies.
     pub compress_rules: Vec<CompressRule>,
+    /// Placement choices for smaller updates.
+    pub placement: Placement,
+    /// Build like this earlier image (`--like`, see [`crate::Like`]): what did not change keeps
+    /// its place.
+    pub like: Option<std::sync::Arc<crate::Like>>,
 }
 
 impl Default for BuildOptions {
@@ -85,6 +147,8 @@ impl Default for BuildOptions {
             seal: Some(SealOptions::default()),
             compress: None,
             compress_rules: Vec::new(),
+            placement: Placement::default(),
+            like: None,
         }
     }
 }

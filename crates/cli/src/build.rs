@@ -2,7 +2,7 @@
 
 use crate::progress::TermProgress;
 use crate::seal::SealArgs;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use regex::bytes::Regex;
 use sealfs_builder::{
@@ -122,6 +122,21 @@ pub struct BuildArgs {
     /// and to read). Identical files are stored once in every build.
     #[arg(long, value_name = "NAME")]
     preset: Option<String>,
+    /// Placement for smaller updates (issue 41; docs/usage.md, "Layouts for updates"): `dense`
+    /// (the default), `stable` (all of these), or a comma-separated list of: `data-first`
+    /// (uncompressed builds: file data from block 1, the metadata after it, so that metadata
+    /// growing does not move every file's blocks), `packed-pieces` (with compressed directories,
+    /// as --preset small: the packed inode, which holds the small files, compressed in pieces its
+    /// files' content decides, so that one changed file does not shift every pcluster after it).
+    #[arg(long, value_name = "LAYOUT")]
+    layout: Option<String>,
+    /// Build like this earlier image (an earlier version of the tree; docs/usage.md, "Layouts
+    /// for updates"): every path it holds keeps its inode's place (nid) when it still fits there,
+    /// and in an uncompressed image its data blocks too; what is new or grew goes into the room
+    /// left or after. An update from OLD (`sealfs pull --base OLD`) then fetches little more than
+    /// what changed. The same tree and OLD give the same image.
+    #[arg(long, value_name = "OLD")]
+    like: Option<PathBuf>,
     /// Extended options with -z, comma-separated, as mkfs.erofs names them: `fragments` (files
     /// smaller than one pcluster, and the last extent of larger ones, are packed together into the
     /// packed inode and compressed there, in path order), `all-fragments` (every file is packed),
@@ -328,6 +343,23 @@ impl BuildArgs {
             },
             compress: self.compress_options()?,
             compress_rules: self.compress_rules()?,
+            like: match &self.like {
+                Some(old) => {
+                    let opened =
+                        sealfs_reader::open(old.clone(), &sealfs_reader::OpenOptions::new())
+                            .map_err(crate::open::open_error)?;
+                    let like = sealfs_delta::like_image(&opened)
+                        .map_err(|e| anyhow!("--like {}: {e}", sealfs_text::escape_path(old)))?;
+                    Some(std::sync::Arc::new(like))
+                }
+                None => None,
+            },
+            placement: match &self.layout {
+                Some(l) => {
+                    sealfs_builder::Placement::parse(l).map_err(|e| anyhow!("--layout: {e}"))?
+                }
+                None => sealfs_builder::Placement::default(),
+            },
         })
     }
 

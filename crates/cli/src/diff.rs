@@ -31,6 +31,11 @@ pub struct DiffArgs {
     /// record: NEW's metadata and digest table are read too.
     #[arg(long)]
     files: bool,
+    /// Also say where NEW's blocks and those to fetch are: data of files kept or changed (against
+    /// the first OLD, as --files finds them), directories, the packed inode (fragments), the
+    /// metabox, other metadata (inodes, inline tails, the digest table). Reads NEW's metadata.
+    #[arg(long)]
+    regions: bool,
 }
 
 /// Runs `sealfs diff`.
@@ -51,13 +56,21 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
     let requests = plan.requests(gap, max).len();
     let fetch_bytes = plan.fetch_bytes(gap, max);
     let (blocks, fetch_blocks) = (plan.data_blocks, plan.fetch_blocks());
-    let changes = if args.files {
+    let changes = if args.files || args.regions {
         let old = sealfs_reader::open(args.old[0].clone(), &sealfs_reader::OpenOptions::new())
             .map_err(crate::open::open_error)?;
         Some(sealfs_delta::file_changes(&old, &opened).map_err(|e| anyhow!("{e}"))?)
     } else {
         None
     };
+    let regions = if args.regions {
+        let regions = sealfs_delta::regions(&opened, changes.as_ref(), plan.block_size)
+            .map_err(|e| anyhow!("{name}: {e}"))?;
+        Some(sealfs_delta::count_by_region(&regions, &plan.fetch))
+    } else {
+        None
+    };
+    let changes = changes.filter(|_| args.files);
     if args.json {
         let olds: Vec<_> = args
             .old
@@ -91,6 +104,16 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
             out["added"] = list(&c.added).into();
             out["removed"] = list(&c.removed).into();
         }
+        if let Some(r) = &regions {
+            let mut by = serde_json::Map::new();
+            for &(region, n, fetch) in r {
+                by.insert(
+                    region.name().into(),
+                    json!({"blocks": n, "fetch_blocks": fetch}),
+                );
+            }
+            out["regions"] = by.into();
+        }
         println!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
@@ -118,6 +141,9 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
         plan.image_length,
         pct(fetch_bytes, plan.image_length)
     );
+    for &(region, n, fetch) in regions.iter().flatten() {
+        println!("{}: {n} blocks, {fetch} to fetch", region.name());
+    }
     if let Some(c) = &changes {
         for (what, paths) in [
             ("changed", &c.changed),

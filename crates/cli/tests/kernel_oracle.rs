@@ -167,6 +167,31 @@ fn full_fixture_default_options() {
     check_all(&case, &Expect::default());
 }
 
+/// `--layout data-first` (issue 41): file data from block 1, the metadata after it.
+#[test]
+fn full_fixture_data_first() {
+    if !oracle_guard(mount_env()) {
+        return;
+    }
+    let case = build_fixture(&["--layout", "data-first"], &[]);
+    check_all(&case, &Expect::default());
+}
+
+/// `--like OLD` (issue 41): the fixture built like itself, once dense and once data-first (whose
+/// layout --like keeps): every inode and data block kept in place, the kernel's view still the
+/// source's.
+#[test]
+fn full_fixture_built_like_itself() {
+    if !oracle_guard(mount_env()) {
+        return;
+    }
+    for layout in ["dense", "data-first"] {
+        let old = build_fixture(&["--layout", layout], &[]);
+        let case = build_fixture(&["--like", old.image.to_str().unwrap()], &[]);
+        check_all(&case, &Expect::default());
+    }
+}
+
 #[test]
 fn full_fixture_no_xattr_filter() {
     if !oracle_guard(mount_env()) {

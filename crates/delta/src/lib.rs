@@ -11,8 +11,10 @@
 //! tree when it is used: the hash only says where to look.
 
 mod files;
+mod regions;
 
 pub use files::{file_changes, FileChanges};
+pub use regions::{count_by_region, like_image, regions, Region};
 use sealfs_reader::{ReadAt, Seal};
 use sealfs_verity::{authentic_leaves, BlockHasher, Params, TreeGeometry, TreeProblem};
 use std::collections::HashMap;

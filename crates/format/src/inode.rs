@@ -82,7 +82,8 @@ pub struct InodeCompact {
     pub i_mtime: LeU32,
     /// Start block, rdev, compressed block count or chunk format, by layout.
     pub i_u: LeU32,
-    /// 32-bit inode number for stat compatibility (unused by the kernel).
+    /// 32-bit inode number for stat compatibility (unused by the kernel, which shows the nid);
+    /// sealfs writes the nid's low 32 bits, which stay when the layout keeps the inode in place.
     pub i_ino: LeU32,
     /// Owner.
     pub i_uid: LeU16,
@@ -108,7 +109,8 @@ pub struct InodeExtended {
     pub i_size: LeU64,
     /// Start block, rdev, compressed block count or chunk format, by layout.
     pub i_u: LeU32,
-    /// 32-bit inode number for stat compatibility (unused by the kernel).
+    /// 32-bit inode number for stat compatibility (unused by the kernel, which shows the nid);
+    /// sealfs writes the nid's low 32 bits, which stay when the layout keeps the inode in place.
     pub i_ino: LeU32,
     /// Owner.
     pub i_uid: LeU32,

@@ -1,0 +1,194 @@
+//! What each block of an image holds, as its reader maps it: the data of a file (one the update
+//! changes or adds, or one it keeps), a directory's blocks, the packed inode (fragments: small
+//! files and tails packed together, and compressed directories), the metabox (compressed
+//! inodes), or the rest (superblock, inodes, inline tails, xattrs, the per-file digest table).
+//! [`regions`] gives it per block, so that what an update fetches can be told apart by where it
+//! comes from (`sealfs diff --regions`, bench/delta_layouts.py).
+
+use crate::FileChanges;
+use sealfs_reader::{FileType, Inode, OpenedImage, Visit, WalkEvent};
+use std::collections::HashSet;
+
+/// What a block of an image holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Region {
+    /// The data of regular files the update does not change.
+    KeptFiles,
+    /// The data of regular files the update changes or adds.
+    ChangedFiles,
+    /// Directory blocks.
+    Directories,
+    /// The packed inode's data (fragments, tails, compressed directories).
+    Packed,
+    /// The metabox's data (compressed inodes and shared xattrs).
+    Metabox,
+    /// Everything else: superblock, inodes, inline tails, xattrs, the per-file digest table.
+    Metadata,
+}
+
+impl Region {
+    /// Every region, in the order reports list them.
+    pub const ALL: [Region; 6] = [
+        Region::KeptFiles,
+        Region::ChangedFiles,
+        Region::Directories,
+        Region::Packed,
+        Region::Metabox,
+        Region::Metadata,
+    ];
+
+    /// Its name in reports (a JSON key too).
+    pub fn name(self) -> &'static str {
+        match self {
+            Region::KeptFiles => "kept_files",
+            Region::ChangedFiles => "changed_files",
+            Region::Directories => "directories",
+            Region::Packed => "packed",
+            Region::Metabox => "metabox",
+            Region::Metadata => "metadata",
+        }
+    }
+}
+
+/// The region of each block (of `block_size` bytes) of `image`'s EROFS data; `changes` (against
+/// the old version) tells changed and added files from kept ones (without it every file counts as
+/// kept). A block shared by several regions (a block of inodes with an inline tail, the last
+/// block of a packed pcluster) counts as the first one met: files, then directories, then the
+/// packed inode and the metabox.
+pub fn regions(
+    image: &OpenedImage,
+    changes: Option<&FileChanges>,
+    block_size: u64,
+) -> Result<Vec<Region>, String> {
+    let blocks = image.erofs_length.div_ceil(block_size) as usize;
+    let mut out = vec![Region::Metadata; blocks];
+    let mut set = vec![false; blocks];
+    let changed: HashSet<&[u8]> = changes
+        .map(|c| {
+            c.changed
+                .iter()
+                .chain(&c.added)
+                .map(Vec::as_slice)
+                .collect()
+        })
+        .unwrap_or_default();
+    // A path is changed when it or a directory above it is in the list (an added directory is
+    // listed alone).
+    let is_changed = |path: &[u8]| {
+        changed.contains(path)
+            || path
+                .iter()
+                .enumerate()
+                .any(|(i, &c)| c == b'/' && changed.contains(&path[..i]))
+    };
+    let mut mark = |inode: &Inode, region: Region| -> Result<(), String> {
+        for r in image.image.file_storage(inode).map_err(|e| e.to_string())? {
+            let (a, b) = (r.start / block_size, r.end.div_ceil(block_size));
+            for blk in a..b.min(blocks as u64) {
+                if !set[blk as usize] {
+                    set[blk as usize] = true;
+                    out[blk as usize] = region;
+                }
+            }
+        }
+        Ok(())
+    };
+    let root = image.image.root().map_err(|e| e.to_string())?;
+    mark(&root, Region::Directories)?;
+    image
+        .image
+        .walk(&root, b"", &mut |event| -> Result<Visit, String> {
+            match event {
+                WalkEvent::Entry(e) => {
+                    match e.inode.file_type() {
+                        FileType::Regular if is_changed(e.path) => {
+                            mark(e.inode, Region::ChangedFiles)?
+                        }
+                        FileType::Regular => mark(e.inode, Region::KeptFiles)?,
+                        FileType::Directory => mark(e.inode, Region::Directories)?,
+                        _ => {}
+                    }
+                    Ok(Visit::Continue)
+                }
+                WalkEvent::Error { error, .. } => Err(error.to_string()),
+                WalkEvent::Dir { .. } => Ok(Visit::Continue),
+            }
+        })?;
+    let sb = image.image.superblock();
+    let special = [
+        (sb.packed_nid, Region::Packed),
+        (sb.metabox_nid.unwrap_or(0), Region::Metabox),
+    ];
+    for (nid, region) in special {
+        if nid != 0 {
+            let inode = image.image.inode(nid).map_err(|e| e.to_string())?;
+            mark(&inode, region)?;
+        }
+    }
+    Ok(out)
+}
+
+/// Blocks per region, and of them those in `fetch` (runs of block numbers): `(region, blocks,
+/// fetched)`, every region listed.
+pub fn count_by_region(
+    regions: &[Region],
+    fetch: &[std::ops::Range<u64>],
+) -> Vec<(Region, u64, u64)> {
+    let mut fetched = vec![false; regions.len()];
+    for r in fetch {
+        for b in r.clone() {
+            if let Some(f) = fetched.get_mut(b as usize) {
+                *f = true;
+            }
+        }
+    }
+    Region::ALL
+        .iter()
+        .map(|&region| {
+            let of = regions.iter().enumerate().filter(|(_, r)| **r == region);
+            let (n, f) = of.fold((0, 0), |(n, f), (b, _)| (n + 1, f + u64::from(fetched[b])));
+            (region, n, f)
+        })
+        .collect()
+}
+
+/// What `sealfs build --like` keeps of an earlier image (see [`sealfs_builder::Like`]): every
+/// path's inode offset (its nid, without the metabox bit, × 32) and, for files and directories
+/// whose data is one run of whole blocks (an uncompressed image), that run. Read through the
+/// reader, so every block it reads is checked as `image` was opened.
+pub fn like_image(image: &OpenedImage) -> Result<sealfs_builder::Like, String> {
+    let bs = image.image.block_size();
+    let item = |path: &[u8], inode: &Inode| -> Result<sealfs_builder::LikeItem, String> {
+        let ranges = image
+            .image
+            .file_storage(inode)
+            .map_err(|e| format!("/{}: {e}", sealfs_text::escape(path)))?;
+        // One run of whole blocks (the inline tail is not in it).
+        let data_blocks = match ranges.as_slice() {
+            [r] if r.start % bs == 0 => Some(r.start / bs..r.end / bs),
+            _ => None,
+        };
+        Ok(sealfs_builder::LikeItem {
+            path: path.to_vec(),
+            meta_offset: (inode.nid() & sealfs_format::EROFS_DIRENT_NID_MASK)
+                .saturating_mul(1 << sealfs_format::INODE_SLOT_BITS),
+            data_blocks,
+        })
+    };
+    let root = image.image.root().map_err(|e| e.to_string())?;
+    let mut items = vec![item(b"", &root)?];
+    image
+        .image
+        .walk(&root, b"", &mut |event| -> Result<Visit, String> {
+            match event {
+                WalkEvent::Entry(e) => {
+                    items.push(item(e.path, e.inode)?);
+                    Ok(Visit::Continue)
+                }
+                WalkEvent::Error { error, .. } => Err(error.to_string()),
+                WalkEvent::Dir { .. } => Ok(Visit::Continue),
+            }
+        })?;
+    let meta_first = image.image.superblock().meta_blkaddr == 0;
+    Ok(sealfs_builder::Like::new(items, meta_first))
+}
