@@ -125,10 +125,15 @@ chmod +x "$root/init"
 (cd "$root" && find . | busybox cpio -o -H newc 2>/dev/null) >"$work/initrd"
 
 # Software emulation by default: it boots in seconds, and nested KVM on the machines this was written
-# on stops with "emulation failure" in the guest kernel. VM_ACCEL=kvm asks for KVM.
+# on stops with "emulation failure" in the guest kernel. VM_ACCEL=kvm asks for KVM, VM_CPU another
+# CPU model, VM_APPEND other kernel arguments than "quiet loglevel=3". (Tried on 2026-12-05 in these
+# machines' nested KVM: host, qemu64, kvm64, Haswell-noTSX stop at a `lock cmpxchg16b` in the guest
+# kernel's early boot; host,-cx16 boots 30 times slower and stops at an `xrstor`: the guest's memory
+# accesses reach KVM's instruction emulator, so a KVM guest here would not measure speed either.)
 accel="${VM_ACCEL:-tcg}"
 cpu=max
 [[ "$accel" == kvm ]] && cpu=host
+cpu="${VM_CPU:-$cpu}"
 qemu-system-x86_64 -machine "accel=$accel" -cpu "$cpu" -m "${VM_MEM:-1024}" -smp 2 -nographic -no-reboot \
     -kernel "$VM_CACHE/vmlinuz" -initrd "$work/initrd" \
-    -append "console=ttyS0 panic=-1 quiet loglevel=3" </dev/null
+    -append "console=ttyS0 panic=-1 ${VM_APPEND:-quiet loglevel=3}" </dev/null
