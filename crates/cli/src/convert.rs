@@ -39,6 +39,10 @@ pub struct ConvertArgs {
     /// (PEM PKCS#8), into its seal; a push attaches the signatures.
     #[arg(long, value_name = "KEY")]
     key: Option<PathBuf>,
+    /// With --key: the version each signed statement carries, what `sealfs snapshotter
+    /// --lazy-min-version` and `verify --min-version` compare (dot-separated numbers).
+    #[arg(long, value_name = "VERSION", requires = "key")]
+    version: Option<String>,
     /// Build threads (default: one per CPU). The images do not depend on it.
     #[arg(short = 'j', long, value_name = "N", default_value_t = 0)]
     threads: usize,
@@ -86,6 +90,7 @@ pub fn run(args: ConvertArgs) -> Result<ExitCode> {
         out_dir: args.out.clone(),
         push,
         key,
+        version: args.version.clone(),
         threads: args.threads,
     };
     let progress = TermProgress::new(args.quiet || args.json);

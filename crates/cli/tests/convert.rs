@@ -258,6 +258,8 @@ fn convert_push_attaches_sealed_layers_that_extract_as_tar_and_verify_by_key() {
                 "--push",
                 "--key",
                 s(&key),
+                "--version",
+                "2.1",
                 "--out",
                 s(&out),
                 "--json",
@@ -409,10 +411,42 @@ fn convert_push_attaches_sealed_layers_that_extract_as_tar_and_verify_by_key() {
         ));
         println!("layer {} whiteouts: {}", i + 1, whiteouts.trim());
 
-        // Signed: the key is accepted, another refused.
+        // Signed: the key is accepted, another refused; the statement carries --version, which
+        // a floor at it accepts and one above refuses.
         ok(
             sealfs(&["verify", "--key", s(&public), &sealed_ref], &cache),
             "verify --key",
+        );
+        ok(
+            sealfs(
+                &[
+                    "verify",
+                    "--key",
+                    s(&public),
+                    "--min-version",
+                    "2.1",
+                    &sealed_ref,
+                ],
+                &cache,
+            ),
+            "verify --min-version 2.1",
+        );
+        let o = sealfs(
+            &[
+                "verify",
+                "--key",
+                s(&public),
+                "--min-version",
+                "2.2",
+                &sealed_ref,
+            ],
+            &cache,
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "a floor above the signed version accepted: {}",
+            text(&o.stderr)
         );
         let o = sealfs(
             &[

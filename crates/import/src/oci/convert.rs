@@ -50,6 +50,9 @@ pub struct ConvertOptions {
     pub push: Option<ImageRef>,
     /// Sign each sealed image's statement with this key.
     pub key: Option<sealfs_trust::SigningKey>,
+    /// The version each signed statement carries (what a `--min-version` floor compares);
+    /// `None`: none.
+    pub version: Option<String>,
     /// Build threads (0: one per CPU).
     pub threads: usize,
 }
@@ -277,11 +280,13 @@ pub fn convert(
                 .ok_or_else(|| ConvertError::Usage(format!("{name}: the build made no seal")))?;
             let signed = match &options.key {
                 Some(k) => {
-                    sign(&path, &layer.digest, k).map_err(|source| ConvertError::Sign {
-                        layer: name.clone(),
-                        path: path.clone(),
-                        source,
-                    })?;
+                    sign(&path, &layer.digest, options.version.as_deref(), k).map_err(
+                        |source| ConvertError::Sign {
+                            layer: name.clone(),
+                            path: path.clone(),
+                            source,
+                        },
+                    )?;
                     true
                 }
                 None => false,
@@ -378,14 +383,20 @@ pub fn convert(
     Ok(ConvertReport { images: reports })
 }
 
-/// Signs the sealed image at `path` (built from the layer `layer`) into its seal.
+/// Signs the sealed image at `path` (built from the layer `layer`) into its seal, its statement
+/// carrying `version` if any.
 fn sign(
     path: &Path,
     layer: &Digest,
+    version: Option<&str>,
     key: &sealfs_trust::SigningKey,
 ) -> Result<(), sealfs_trust::SignError> {
     let mut statement = sealfs_trust::seal_statement(path, None)?;
     statement.name = Some(layer.to_string());
+    statement.version = version.map(str::to_string);
+    statement
+        .validate()
+        .map_err(|e| sealfs_trust::SignError::Signature(e.to_string()))?;
     let target = sealfs_trust::SignTarget {
         image: path.to_path_buf(),
         sidecar: None,
