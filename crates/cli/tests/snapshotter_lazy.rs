@@ -245,7 +245,8 @@ fn cri_pull_mounts_signed_sealed_layers_lazily_and_fetches_no_layer_tar() {
         let r = format!("oci+http://{reference}");
         let mut args = vec!["convert", &r, "--push"];
         if let Some(k) = signer {
-            args.extend(["--key", k.to_str().unwrap()]);
+            // The version the snapshotter's --lazy-min-version floor below accepts.
+            args.extend(["--key", k.to_str().unwrap(), "--version", "3.0"]);
         }
         sealfs_ok(&args, &cache);
     }
@@ -256,7 +257,14 @@ fn cri_pull_mounts_signed_sealed_layers_lazily_and_fetches_no_layer_tar() {
     );
     assert_eq!(image_layers.len(), 3, "{image_layers:?}");
 
-    let (mut c, crictl) = start_cri(Flavor::Containerd2, &host, &pause, &public, &[]);
+    // With a version floor the signed layers meet (signed 3.0): they are still used lazily.
+    let (mut c, crictl) = start_cri(
+        Flavor::Containerd2,
+        &host,
+        &pause,
+        &public,
+        &["--lazy-min-version", "3"],
+    );
     let d = c.dir.path().to_path_buf();
 
     // The pull: no layer blob of the image requested; every layer committed lazily.
