@@ -756,7 +756,17 @@ impl Image {
                 match next_pa.as_mut() {
                     Some(p) => {
                         pa = *p;
-                        *p += (plen & Z_EROFS_EXTENT_PLEN_MASK) as u64;
+                        *p = p
+                            .checked_add((plen & Z_EROFS_EXTENT_PLEN_MASK) as u64)
+                            .ok_or_else(|| {
+                                Error::corrupted(
+                                    format!(
+                                        "4-byte extent records sum past the end of the address \
+                                         space (pcluster at {pa:#x})"
+                                    ),
+                                    at,
+                                )
+                            })?;
                     }
                     None => pa = le32(&rec, 4) as u64,
                 }
