@@ -1175,3 +1175,43 @@ fn prefix_decodes_equal_full_decodes_at_every_offset() {
         assert_eq!(s.cluster_cache_bytes as usize, img.cluster_cache_usage().1);
     }
 }
+
+/// An inode with 4-byte extent records (each pcluster right after the previous one, from one
+/// 8-byte first address) whose first address is so high that adding a pcluster's length passes
+/// 2^64: a read is a "corrupted" error naming the sum, not an overflow (found by fuzzing; the
+/// image is `fuzz_regressions/ext-4byte-records-sum-overflow`).
+#[test]
+fn four_byte_extent_records_summing_past_2_64_are_corrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let src_path = dir.path().join("src");
+    fs::create_dir(&src_path).unwrap();
+    let mut rng = Rng::scrambled(7);
+    fs::write(src_path.join("f"), text(&mut rng, 40_000)).unwrap();
+    let mut opts = compressed("lz4", 4096);
+    opts.compress.as_mut().unwrap().extents_48bit = true;
+    let img_path = dir.path().join("48bit.img");
+    build_image(&src_path, &img_path, &opts).unwrap();
+    let img = Image::open_unverified(fs::File::open(&img_path).unwrap()).unwrap();
+    let inode = img.lookup_path("/f").unwrap();
+    assert!(is_compressed(&inode));
+    let recsz = sealfs_format::z_erofs_extent_recsz(h_advise(&img, &inode));
+    assert_eq!(recsz, 4, "the builder wrote {recsz}-byte records");
+    let mut buf = vec![0u8; 40_000];
+    assert_eq!(img.read(&inode, 0, &mut buf).unwrap(), 40_000);
+    let first_address =
+        sealfs_format::z_erofs_extent_records_start(inode.data_offset().next_multiple_of(8), recsz)
+            as usize;
+    drop(img);
+
+    let mut bytes = fs::read(&img_path).unwrap();
+    bytes[first_address..first_address + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    fs::write(&img_path, &bytes).unwrap();
+    let img = Image::open_unverified(fs::File::open(&img_path).unwrap()).unwrap();
+    let inode = img.lookup_path("/f").unwrap();
+    let err = img.read(&inode, 0, &mut buf).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("sum past the end of the address space"),
+        "{err}"
+    );
+}
