@@ -104,6 +104,10 @@ fn lazy_mountpoints(root: &Path) -> Vec<String> {
 /// The umoci image of `common/containerd.rs` and its pause image in a registry on loopback
 /// (working directory `w/registry`), the image converted with `--push --key w/key.pem`.
 struct Converted {
+    /// The working directory `w` (removed on drop).
+    work: tempfile::TempDir,
+    /// `w/cache`, sealfs's cache directory.
+    cache: std::path::PathBuf,
     registry: servers::Server,
     host: String,
     image: String,
@@ -114,7 +118,10 @@ struct Converted {
     layers: Vec<String>,
 }
 
-fn converted(w: &Path, cache: &Path) -> Converted {
+fn converted(prefix: &str) -> Converted {
+    let work = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let w = work.path();
+    let cache = w.join("cache");
     make_image(w);
     make_pause_image(w);
     let registry = servers::docker_registry(&w.join("registry"), &Default::default()).unwrap();
@@ -128,7 +135,7 @@ fn converted(w: &Path, cache: &Path) -> Converted {
         ));
     }
     let (key, public) = (w.join("key.pem"), w.join("key.pem.pub"));
-    sealfs_ok(&["keygen", key.to_str().unwrap()], cache);
+    sealfs_ok(&["keygen", key.to_str().unwrap()], &cache);
     sealfs_ok(
         &[
             "convert",
@@ -137,10 +144,12 @@ fn converted(w: &Path, cache: &Path) -> Converted {
             "--key",
             key.to_str().unwrap(),
         ],
-        cache,
+        &cache,
     );
     let layers = layer_digests(&image);
     Converted {
+        work,
+        cache,
         registry,
         host,
         image,
@@ -482,20 +491,17 @@ fn lazy_layer_reads_fail_only_where_the_registry_fails_them_and_resume() {
     if !guard() {
         return;
     }
-    let work = tempfile::Builder::new()
-        .prefix("sealfs-lazy-faults-")
-        .tempdir()
-        .unwrap();
-    let w = work.path();
-    let cache = w.join("cache");
     let Converted {
+        work,
+        cache,
         registry,
         host,
         image,
         pause,
         public,
         layers,
-    } = converted(w, &cache);
+    } = converted("sealfs-lazy-faults-");
+    let w = work.path();
     let registry_work = w.join("registry");
     let port = registry.port;
     // What /b/big holds: GNU tar's reading of the second layer's blob in the registry.
@@ -627,20 +633,16 @@ fn cri_pull_on_containerd_1_6_mounts_signed_sealed_layers_lazily() {
     if !guard() {
         return;
     }
-    let work = tempfile::Builder::new()
-        .prefix("sealfs-lazy-16-")
-        .tempdir()
-        .unwrap();
-    let w = work.path();
-    let cache = w.join("cache");
     let Converted {
+        work: _work,
         registry,
         host,
         image,
         pause,
         public,
         layers,
-    } = converted(w, &cache);
+        ..
+    } = converted("sealfs-lazy-16-");
     let (c, crictl) = start_cri(Flavor::Debian16, &host, &pause, &public, &[]);
     let before = registry.registry_requests().len();
     crictl.ok(&c, &["pull", &image]);
