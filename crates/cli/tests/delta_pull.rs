@@ -65,6 +65,24 @@ fn sealfs_json_env(args: &[&str], env: &[(&str, String)]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// `sealfs pull URL OUT --base BASE --digest DG --no-cache --json` (with `env`), its JSON.
+fn pull_json(url: &str, out: &Path, base: &str, dg: &str, env: &[(&str, String)]) -> Value {
+    sealfs_json_env(
+        &[
+            "pull",
+            url,
+            out.to_str().unwrap(),
+            "--base",
+            base,
+            "--digest",
+            dg,
+            "--no-cache",
+            "--json",
+        ],
+        env,
+    )
+}
+
 /// Body bytes nginx sent since its log was last cleared, once no request has been added to the
 /// log for half a second (nginx writes a request's line when it finalizes it, which may be just
 /// after the client has its last byte).
@@ -140,17 +158,7 @@ fn pull_from_a_base_fetches_what_diff_predicted_and_writes_v2_exactly() {
         let diff_sent = sent(&f.http);
         f.http.clear_requests();
         let out = d.join(format!("{label}-out.img"));
-        let pulled = sealfs_json(&[
-            "pull",
-            &url,
-            out.to_str().unwrap(),
-            "--base",
-            old_s,
-            "--digest",
-            &dg,
-            "--no-cache",
-            "--json",
-        ]);
+        let pulled = pull_json(&url, &out, old_s, &dg, &[]);
         let pull_sent = sent(&f.http);
         assert_eq!(fs::read(&out).unwrap(), fs::read(&new).unwrap(), "{label}");
         let predicted = diff["fetch_bytes"].as_u64().unwrap();
@@ -207,20 +215,7 @@ fn pull_checked(
     );
     let after_diff = sent();
     let out = new.with_extension("out");
-    let pulled = sealfs_json_env(
-        &[
-            "pull",
-            url,
-            out.to_str().unwrap(),
-            "--base",
-            old_s,
-            "--digest",
-            &dg,
-            "--no-cache",
-            "--json",
-        ],
-        env,
-    );
+    let pulled = pull_json(url, &out, old_s, &dg, env);
     let (diff_sent, pull_sent) = (after_diff - start, sent() - after_diff);
     assert_eq!(fs::read(&out).unwrap(), fs::read(new).unwrap(), "{label}");
     let predicted = diff["fetch_bytes"].as_u64().unwrap();
@@ -394,17 +389,7 @@ fn a_killed_pull_goes_on_from_where_it_stopped() {
     assert!(!out.exists());
     assert!(part.exists(), "no partial file kept");
     proxy.set("{}");
-    let resumed = sealfs_json(&[
-        "pull",
-        &url,
-        out.to_str().unwrap(),
-        "--base",
-        old_s,
-        "--digest",
-        &dg,
-        "--no-cache",
-        "--json",
-    ]);
+    let resumed = pull_json(&url, &out, old_s, &dg, &[]);
     assert_eq!(fs::read(&out).unwrap(), fs::read(&new).unwrap());
     assert!(!part.exists());
     // The blocks the killed run wrote were taken from its partial file.
