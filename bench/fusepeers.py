@@ -19,8 +19,15 @@ ls: `ls -lR` of the linux tree on a fresh mount, image in the page cache, the sa
 kernel's EROFS (file-backed mount of the sealfs image).
 
 Writes bench/results/fusepeers-<stamp>.csv and a section of docs/benchmarks.md per table.
+
+A subset: SEQ_TOOLS, a `;`-separated list of the seq table's row names (`kernel*`: the rows
+whose names begin with `kernel`), runs only those rows of the seq table, adding two kernel rows
+(file-backed by mount(2) of the image file; mount(8), a loop device, at 1 MiB readahead), and
+builds only their images; BEFORE=another sealfs binary adds its verified row ("sealfs mount (verified),
+BEFORE"). A subset prints its table and ratios and leaves docs/benchmarks.md alone.
 """
 import csv
+import ctypes
 import os
 import statistics
 import subprocess
@@ -39,6 +46,14 @@ EROFSFUSE = os.environ.get("EROFSFUSE", os.path.join(ORACLES, "erofs-utils-1.9/b
 SQUASHFUSE = os.environ.get("SQUASHFUSE_LL", os.path.join(ORACLES, "squashfuse-0.6/bin/squashfuse_ll"))
 HEADING = "## FUSE sequential reads against erofsfuse 1.9 and squashfuse_ll 0.6 (issue 17)"
 TICK = os.sysconf("SC_CLK_TCK")
+SEQ_TOOLS = [t.strip() for t in os.environ.get("SEQ_TOOLS", "").split(";") if t.strip()]
+BEFORE = os.environ.get("BEFORE")
+
+
+def selected(name):
+    """Whether SEQ_TOOLS names the row (a name ending in `*` names the rows it begins)."""
+    return not SEQ_TOOLS or any(
+        name == t or (t.endswith("*") and name.startswith(t[:-1])) for t in SEQ_TOOLS)
 
 
 def sh(cmd, **kw):
@@ -60,10 +75,15 @@ class Mount:
     def mount(self):
         subprocess.run(["cat", self.image], stdout=subprocess.DEVNULL, check=True)
         if self.argv == ["kernel"]:
-            # File-backed, as users of Linux 6.12+ mount an image.
+            # mount(8) of the file (util-linux 2.38 sets up a loop device for it).
             sh(["mount", "-t", "erofs", "-o", "ro", self.image, self.mp])
-            return
-        sh([*self.argv, self.image, self.mp])
+        elif self.argv == ["kernel-file"]:
+            # File-backed (Linux 6.12+): mount(2) with the image file as the source.
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.mount(self.image.encode(), self.mp.encode(), b"erofs", 1, None) != 0:
+                raise OSError(ctypes.get_errno(), f"mount(2) of {self.image}")
+        else:
+            sh([*self.argv, self.image, self.mp])
         deadline = time.time() + 10
         while not os.path.ismount(self.mp):
             if time.time() > deadline:
@@ -81,7 +101,7 @@ class Mount:
 
     def cpu(self):
         """User + system seconds of the daemon serving the mount (0 for a kernel mount)."""
-        if self.argv == ["kernel"]:
+        if self.argv in (["kernel"], ["kernel-file"]):
             return 0.0
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
@@ -97,7 +117,8 @@ class Mount:
         raise RuntimeError(f"{self.name}: no daemon")
 
 
-def images(work):
+def images(work, wanted=None):
+    """The images' paths by name; those in `wanted` (all when None) built if missing."""
     src = os.path.join(CORPUS, "big")
     if not os.path.exists(os.path.join(src, "linux.tar")):
         subprocess.run(["bash", os.path.join(HERE, "corpus.sh"), "big"], check=True)
@@ -109,10 +130,12 @@ def images(work):
 
     def img(name, cmd):
         path = os.path.join(work, name)
+        made[name] = path
+        if wanted is not None and name not in wanted:
+            return
         if not os.path.exists(path):
             print(f"[images] {name}", file=sys.stderr)
             sh(cmd(path))
-        made[name] = path
 
     img("sealfs-lz4hc", lambda p: [SEALFS, "build", "-q", "-z", "lz4hc", "-C", "65536", tree, p])
     img("mkfs-lz4hc", lambda p: [MKFS, "-zlz4hc", "-C65536", p, tree])
@@ -121,7 +144,7 @@ def images(work):
     img("mkfs-plain", lambda p: [MKFS, p, tree])
     img("sqfs-plain", lambda p: ["mksquashfs", tree, p, "-noappend", "-quiet", "-no-progress", "-noI", "-noId", "-noD", "-noF", "-noX"])
     linux = os.path.join(CORPUS, "linux", "linux-source-6.1")
-    if not os.path.isdir(linux):
+    if not os.path.isdir(linux) and (wanted is None or any("linux" in w for w in wanted)):
         subprocess.run(["bash", os.path.join(HERE, "corpus.sh"), "linux"], check=True)
     img("sealfs-linux", lambda p: [SEALFS, "build", "-q", linux, p])
     img("mkfs-linux", lambda p: [MKFS, p, linux])
@@ -147,22 +170,20 @@ def main():
     tables = sys.argv[1:] or ["seq", "ls"]
     work = os.path.join(CORPUS, "fusepeers")
     os.makedirs(work, exist_ok=True)
-    imgs = images(work)
+    if SEQ_TOOLS:
+        tables = ["seq"]
+        paths = images(work, wanted=set())
+        wanted = {os.path.basename(m.image) for kind in ("lz4hc", "plain")
+                  for m in seq_mounts(kind, paths, digest=None)}
+        imgs = images(work, wanted)
+    else:
+        imgs = images(work)
     rows = []
     if "seq" in tables:
         for kind in ("lz4hc", "plain"):
             s = imgs[f"sealfs-{kind}"]
             digest = sh([SEALFS, "digest", s]).strip()
-            mounts = [
-                Mount("sealfs mount (verified)", [SEALFS, "mount", "--digest", digest], s),
-                Mount("sealfs mount --verify=none", [SEALFS, "mount", "--verify=none"], s),
-                Mount("sealfs mount (verified) --read-ahead 128K", [SEALFS, "mount", "--read-ahead", "128K", "--digest", digest], s),
-                Mount("erofsfuse 1.9 (mkfs.erofs 1.9 image)", [EROFSFUSE], imgs[f"mkfs-{kind}"]),
-                Mount("erofsfuse 1.9, read_ahead_kb 1024 by hand", [EROFSFUSE], imgs[f"mkfs-{kind}"], ra_kb=1024),
-                Mount("erofsfuse 1.9 (the sealfs image)", [EROFSFUSE], s),
-                Mount("squashfuse_ll 0.6", [SQUASHFUSE], imgs[f"sqfs-{kind}"]),
-                Mount("squashfuse_ll 0.6, read_ahead_kb 1024 by hand", [SQUASHFUSE], imgs[f"sqfs-{kind}"], ra_kb=1024),
-            ]
+            mounts = seq_mounts(kind, imgs, digest)
             cat = lambda mp: subprocess.run(["cat", os.path.join(mp, "big")], stdout=subprocess.DEVNULL, check=True)
             interleave("seq", kind, mounts, cat, rows)
     if "ls" in tables:
@@ -185,10 +206,59 @@ def main():
         w = csv.writer(f)
         w.writerow(["table", "image", "round", "tool", "seconds", "daemon_cpu_seconds"])
         w.writerows(rows)
-    if "seq" in tables:
+    if SEQ_TOOLS:
+        report_subset(rows)
+    elif "seq" in tables:
         report(rows, imgs)
     if "ls" in tables:
         report_ls(rows, imgs)
+
+
+def seq_mounts(kind, imgs, digest):
+    """The seq table's rows for one kind of image (those SEQ_TOOLS selects)."""
+    s = imgs[f"sealfs-{kind}"]
+    d = ["--digest", digest] if digest else []
+    mounts = [
+        Mount("sealfs mount (verified)", [SEALFS, "mount", *d], s),
+        Mount("sealfs mount --verify=none", [SEALFS, "mount", "--verify=none"], s),
+        Mount("sealfs mount (verified) --read-ahead 128K", [SEALFS, "mount", "--read-ahead", "128K", *d], s),
+        Mount("erofsfuse 1.9 (mkfs.erofs 1.9 image)", [EROFSFUSE], imgs[f"mkfs-{kind}"]),
+        Mount("erofsfuse 1.9, read_ahead_kb 1024 by hand", [EROFSFUSE], imgs[f"mkfs-{kind}"], ra_kb=1024),
+        Mount("erofsfuse 1.9 (the sealfs image)", [EROFSFUSE], s),
+        Mount("squashfuse_ll 0.6", [SQUASHFUSE], imgs[f"sqfs-{kind}"]),
+        Mount("squashfuse_ll 0.6, read_ahead_kb 1024 by hand", [SQUASHFUSE], imgs[f"sqfs-{kind}"], ra_kb=1024),
+    ]
+    if SEQ_TOOLS:
+        mounts += [
+            Mount("kernel EROFS (the sealfs image, file-backed: mount(2) of the file)", ["kernel-file"], s),
+            Mount("kernel EROFS (the sealfs image, loop device), read_ahead_kb 1024", ["kernel"], s, ra_kb=1024),
+        ]
+        if BEFORE:
+            mounts.insert(1, Mount("sealfs mount (verified), BEFORE", [BEFORE, "mount", *d], s))
+    return [m for m in mounts if selected(m.name) or (BEFORE and m.argv[0] == BEFORE)]
+
+
+def report_subset(rows):
+    """The seq rows run, with each one's time over the erofsfuse and kernel rows at 1 MiB."""
+    load = open("/proc/loadavg").read().split()[:3]
+    print(f"median of {RUNS} rounds after a warm-up, tools interleaved; load average {' '.join(load)}")
+    for kind in ("lz4hc", "plain"):
+        mine = [r for r in rows if r[1] == kind]
+        tools = list(dict.fromkeys(r[3] for r in mine))
+
+        def med(tool, col=4):
+            v = [r[col] for r in mine if r[3] == tool]
+            return statistics.median(v), min(v), max(v)
+
+        refs = [t for t in tools if not t.startswith("sealfs")]
+        print(f"\n### {kind}\n")
+        print("| tool | seconds (min–max) | daemon CPU s | " + " | ".join(f"speed / {t}" for t in refs) + " |")
+        print("|---|---|---|" + "---|" * len(refs))
+        for t in tools:
+            m, lo, hi = med(t)
+            cpu = med(t, 5)[0]
+            print(f"| {t} | {m:.3f} ({lo:.3f}–{hi:.3f}) | {cpu:.2f} | "
+                  + " | ".join(f"{med(r)[0] / m:.2f}×" for r in refs) + " |")
 
 
 def report(rows, imgs):

@@ -29,7 +29,8 @@
 //! # Statistics
 //!
 //! [`STATS_IOCTL`] on any directory or file of the mount returns the counters as JSON (`sealfs
-//! stats MOUNTPOINT`).
+//! stats MOUNTPOINT`), among them where `read` requests' time goes (`data_path`: requests,
+//! bytes, seconds in the reader, of which fetching, hashing and decoding, and in replies).
 //!
 //! # Mounting
 //!
@@ -96,6 +97,11 @@ struct Counters {
     getattrs: AtomicU64,
     reads: AtomicU64,
     bytes_served: AtomicU64,
+    /// Nanoseconds `read` requests spent in the reader (mapping, fetching, hashing, decoding).
+    read_ns: AtomicU64,
+    /// Nanoseconds `read` requests spent sending their reply (the kernel copying it into the
+    /// page cache).
+    reply_ns: AtomicU64,
     readdirs: AtomicU64,
     /// `open`/`opendir` requests: one of each per mount (answered `ENOSYS`, see [`SealFs::open`]).
     opens: AtomicU64,
@@ -406,6 +412,15 @@ impl SealFs {
                 "decompressed_bytes": s.decompressed_bytes,
             },
         });
+        // Where `read` requests' time goes (summed over the serving threads).
+        let secs = |ns: u64| ns as f64 / 1e9;
+        v["data_path"] = serde_json::json!({
+            "requests": load(&c.reads),
+            "bytes": load(&c.bytes_served),
+            "read_seconds": secs(load(&c.read_ns)),
+            "decompress_seconds": secs(s.decompress_ns),
+            "reply_seconds": secs(load(&c.reply_ns)),
+        });
         if let Some(vb) = &self.verified {
             let vs = vb.stats();
             v["verify"] = serde_json::json!({
@@ -425,6 +440,8 @@ impl SealFs {
                 "handed_over_blocks": load(&vs.handed_over_blocks),
                 "fill": vb.fill_state().to_string(),
             });
+            v["data_path"]["fetch_seconds"] = serde_json::json!(secs(load(&vs.fetch_ns)));
+            v["data_path"]["hash_seconds"] = serde_json::json!(secs(load(&vs.hash_ns)));
             if let Some((rtt, rate)) = vb.link_estimate() {
                 v["verify"]["link_round_trip_ms"] = serde_json::json!(rtt.as_secs_f64() * 1e3);
                 v["verify"]["link_rate_bytes_per_s"] = serde_json::json!(rate.round());

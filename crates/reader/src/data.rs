@@ -14,7 +14,9 @@
 //! - COMPRESSED_FULL and COMPRESSED_COMPACT: [`crate::zmap`] maps an offset to its extent and
 //!   pcluster ([`ExtentKind::Compressed`]) as the kernel's `z_erofs_map_blocks_fo` does; a read
 //!   decodes each extent it overlaps, whole, through the cluster cache ([`crate::decompress`]),
-//!   and copies the part it needs. Only the extents overlapping `[offset, offset + len)` are
+//!   and copies the part it needs; an extent a read takes whole and nothing keeps
+//!   ([`crate::Options::keep_passed_extents`] off, as on a FUSE mount) is decoded straight into
+//!   the reader's buffer, without a copy. Only the extents overlapping `[offset, offset + len)` are
 //!   mapped and decoded. A fragment extent ([`ExtentKind::Fragment`]) is read from the packed
 //!   inode; reads of the packed inode decode whole extents (cached), which its other fragments
 //!   then share.
@@ -354,6 +356,11 @@ impl Image {
             || self.sb.metabox_nid == Some(inode.nid);
         let hint = if shared { 0 } else { from as u64 };
         let keep = shared || self.clusters.keep_passed || ((from + n) as u64) < z.length;
+        if !keep && from == 0 {
+            // The read takes the whole extent and nothing keeps it: decoded into `dst` itself.
+            self.decode_extent_to(inode, &z, &mut dst[..n])?;
+            return Ok(n as u64);
+        }
         let data = self.decoded_extent(inode, &z, hint, (from + n) as u64, keep)?;
         let src = data.get(from..from + n).ok_or_else(|| {
             Error::corrupted(

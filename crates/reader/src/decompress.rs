@@ -93,7 +93,7 @@ use crate::cache::{Lru, Outcome};
 use crate::error::{Error, Location, Result};
 use crate::image::Image;
 use crate::inode::Inode;
-use crate::lz4::lz4_decode;
+use crate::lz4::{lz4_decode, lz4_decode_to};
 use crate::stats::Stats;
 use crate::superblock::Z_EROFS_LZMA_MAX_DICT_SIZE;
 use crate::zmap::{Compression, ZExtent};
@@ -369,10 +369,15 @@ impl DecodeReq<'_> {
 /// Decodes `req.want` bytes into the given buffer (a recycled one, any length and contents).
 type DecodeFn = fn(&DecodeReq<'_>, Vec<u8>) -> Result<Vec<u8>>;
 
+/// Decodes `req.want` bytes into `out` (exactly that long, any contents): straight into the
+/// buffer of the read that needs them (a FUSE reply's), with no copy after the decoder.
+type DecodeToFn = fn(&DecodeReq<'_>, &mut [u8]) -> Result<()>;
+
 /// A decoder of one algorithm id.
 struct Decompressor {
     name: &'static str,
     decode: Option<DecodeFn>,
+    decode_to: Option<DecodeToFn>,
 }
 
 /// Decoders by on-disk algorithm id (`Z_EROFS_COMPRESSION_*`).
@@ -380,18 +385,22 @@ static DECOMPRESSORS: [Decompressor; 4] = [
     Decompressor {
         name: "LZ4",
         decode: Some(decode_lz4_into),
+        decode_to: Some(decode_lz4_to),
     },
     Decompressor {
         name: "LZMA",
         decode: Some(decode_lzma_into),
+        decode_to: Some(decode_lzma_to),
     },
     Decompressor {
         name: "DEFLATE",
         decode: Some(decode_deflate_into),
+        decode_to: Some(decode_deflate_to),
     },
     Decompressor {
         name: "ZSTD",
         decode: Some(decode_zstd_into),
+        decode_to: Some(decode_zstd_to),
     },
 ];
 
@@ -508,6 +517,15 @@ thread_local! {
     static PCLUSTER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
+/// Where a decode puts its bytes.
+enum Decoded<'a> {
+    /// A buffer of the cluster cache's (a recycled one, any length and contents), replaced by
+    /// one holding exactly the bytes decoded.
+    Buffer(&'a mut Vec<u8>),
+    /// The buffer of the read that needs them, exactly as long as the bytes decoded.
+    Slice(&'a mut [u8]),
+}
+
 /// A buffer for one pcluster (at most 1 MiB), taken from this thread's and given back on drop, so
 /// a decode neither allocates nor zeroes its input (the block read overwrites every byte).
 struct PclusterBuf(Vec<u8>);
@@ -553,8 +571,28 @@ fn decode_lz4(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
     decode_lz4_into(req, Vec::new())
 }
 
+/// Whether an LZ4 decode needs the kernel's partial decode (see [`decode_lz4_to`]) rather than
+/// the whole right-aligned stream decoded to exactly the extent.
+fn lz4_partial(req: &DecodeReq<'_>) -> bool {
+    req.want < req.length || !req.zero_padding || req.partial
+}
+
 fn decode_lz4_into(req: &DecodeReq<'_>, mut buf: Vec<u8>) -> Result<Vec<u8>> {
-    if req.want < req.length || !req.zero_padding || req.partial {
+    if lz4_partial(req) {
+        let mut out = sized(buf, req.want);
+        decode_lz4_to(req, &mut out)?;
+        return Ok(out);
+    }
+    // The usual case: the whole right-aligned stream is exactly the extent, decoded into the
+    // buffer's spare capacity (never zeroed first).
+    let src = skip_padding(req)?;
+    let n = lz4_decode(src, &mut buf, req.length).map_err(|e| lz4_whole_error(req, src, e))?;
+    lz4_whole_length(req, src, n)?;
+    Ok(buf)
+}
+
+fn decode_lz4_to(req: &DecodeReq<'_>, out: &mut [u8]) -> Result<()> {
+    if lz4_partial(req) {
         // The kernel's partial decode, stopping once `want` bytes are out: for a prefix; for
         // legacy images (no ZERO_PADDING: the stream is left-aligned, whatever follows it in the
         // pcluster is not LZ4, and it may hold more than the extent); for a partial reference
@@ -564,9 +602,8 @@ fn decode_lz4_into(req: &DecodeReq<'_>, mut buf: Vec<u8>) -> Result<Vec<u8>> {
         } else {
             req.input
         };
-        let mut out = sized(buf, req.want);
-        return match lz4_decode_partial(src, &mut out) {
-            Ok(n) if n == req.want => Ok(out),
+        return match lz4_decode_partial(src, out) {
+            Ok(n) if n == req.want => Ok(()),
             Ok(n) => Err(req.corrupted(format!(
                 "LZ4 data of {} bytes ends after {n} of the extent's {} bytes",
                 src.len(),
@@ -578,21 +615,28 @@ fn decode_lz4_into(req: &DecodeReq<'_>, mut buf: Vec<u8>) -> Result<Vec<u8>> {
             ))),
         };
     }
-    // The usual case: the whole right-aligned stream is exactly the extent.
     let src = skip_padding(req)?;
-    match lz4_decode(src, &mut buf, req.length) {
-        Ok(n) if n == req.length => Ok(buf),
-        Ok(n) => Err(req.corrupted(format!(
-            "LZ4 data of {} bytes decodes to {n} bytes, the extent has {}",
-            src.len(),
-            req.length
-        ))),
-        Err(e) => Err(req.corrupted(format!(
-            "LZ4 data of {} bytes does not decode to the extent's {} bytes: {e}",
-            src.len(),
-            req.length
-        ))),
+    let n = lz4_decode_to(src, out).map_err(|e| lz4_whole_error(req, src, e))?;
+    lz4_whole_length(req, src, n)
+}
+
+fn lz4_whole_error(req: &DecodeReq<'_>, src: &[u8], e: String) -> Error {
+    req.corrupted(format!(
+        "LZ4 data of {} bytes does not decode to the extent's {} bytes: {e}",
+        src.len(),
+        req.length
+    ))
+}
+
+fn lz4_whole_length(req: &DecodeReq<'_>, src: &[u8], n: usize) -> Result<()> {
+    if n == req.length {
+        return Ok(());
     }
+    Err(req.corrupted(format!(
+        "LZ4 data of {} bytes decodes to {n} bytes, the extent has {}",
+        src.len(),
+        req.length
+    )))
 }
 
 thread_local! {
@@ -606,10 +650,15 @@ fn decode_zstd(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
 }
 
 fn decode_zstd_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
+    let mut out = sized(buf, req.want);
+    decode_zstd_to(req, &mut out)?;
+    Ok(out)
+}
+
+fn decode_zstd_to(req: &DecodeReq<'_>, out: &mut [u8]) -> Result<()> {
     use zstd::stream::raw::{DParameter, Decoder, InBuffer, Operation, OutBuffer};
     let src = skip_padding(req)?;
     let zerr = |e: std::io::Error| req.corrupted(format!("ZSTD data does not decode: {e}"));
-    let mut out = sized(buf, req.want);
     ZSTD_DCTX.with(|cell| {
         let mut slot = cell.borrow_mut();
         let dctx = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
@@ -617,7 +666,7 @@ fn decode_zstd_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
         dec.set_parameter(DParameter::WindowLogMax(req.zstd_window_log))
             .map_err(zerr)?;
         let mut input = InBuffer::around(src);
-        let mut output = OutBuffer::around(&mut out[..]);
+        let mut output = OutBuffer::around(out);
         while output.pos() < req.want {
             let before = (input.pos(), output.pos());
             let hint = dec.run(&mut input, &mut output).map_err(zerr)?;
@@ -641,8 +690,7 @@ fn decode_zstd_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
             }
         }
         Ok(())
-    })?;
-    Ok(out)
+    })
 }
 
 #[cfg(test)]
@@ -654,10 +702,15 @@ fn decode_lzma(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
 /// exactly the compressed data; a whole extent must decode to exactly its length, a prefix (or a
 /// `PARTIAL_REF` head) stops once it is out.
 fn decode_lzma_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
-    let src = skip_padding(req)?;
     let mut out = sized(buf, req.want);
+    decode_lzma_to(req, &mut out)?;
+    Ok(out)
+}
+
+fn decode_lzma_to(req: &DecodeReq<'_>, out: &mut [u8]) -> Result<()> {
+    let src = skip_padding(req)?;
     let exact = req.want == req.length && !req.partial;
-    crate::microlzma::decode(src, &mut out, exact, req.lzma_dict_size).map_err(|e| {
+    crate::microlzma::decode(src, out, exact, req.lzma_dict_size).map_err(|e| {
         req.corrupted(format!(
             "MicroLZMA data of {} bytes does not decode to the extent's {} bytes{}: {e}",
             src.len(),
@@ -669,7 +722,7 @@ fn decode_lzma_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
             }
         ))
     })?;
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -681,21 +734,26 @@ fn decode_deflate(req: &DecodeReq<'_>) -> Result<Vec<u8>> {
 /// right-aligned stream after the zero padding must yield the extent's bytes before it ends; like
 /// ZSTD, what would follow them is not decoded.
 fn decode_deflate_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
+    let mut out = sized(buf, req.want);
+    decode_deflate_to(req, &mut out)?;
+    Ok(out)
+}
+
+fn decode_deflate_to(req: &DecodeReq<'_>, out: &mut [u8]) -> Result<()> {
     use flate2::{Decompress, FlushDecompress, Status};
     let src = skip_padding(req)?;
-    let mut out = sized(buf, req.want);
     let mut dec = Decompress::new(false);
     loop {
         let (i, o) = (dec.total_in() as usize, dec.total_out() as usize);
         if o == req.want {
-            return Ok(out);
+            return Ok(());
         }
         let status = dec
             .decompress(&src[i..], &mut out[o..], FlushDecompress::None)
             .map_err(|e| req.corrupted(format!("DEFLATE data does not decode: {e}")))?;
         let progress = (dec.total_in() as usize, dec.total_out() as usize) != (i, o);
         if dec.total_out() as usize == req.want {
-            return Ok(out);
+            return Ok(());
         }
         if status == Status::StreamEnd || !progress {
             return Err(req.corrupted(format!(
@@ -710,6 +768,17 @@ fn decode_deflate_into(req: &DecodeReq<'_>, buf: Vec<u8>) -> Result<Vec<u8>> {
 
 /// The uncompressed forms: shifted and interlaced (`z_erofs_transform_plain`).
 fn transform_plain(req: &DecodeReq<'_>, interlaced: Option<usize>) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; req.want];
+    transform_plain_to(req, interlaced, &mut out)?;
+    Ok(out)
+}
+
+/// [`transform_plain`] into `out` (`req.want` bytes).
+fn transform_plain_to(
+    req: &DecodeReq<'_>,
+    interlaced: Option<usize>,
+    out: &mut [u8],
+) -> Result<()> {
     let input = req.input;
     if req.length > input.len() {
         return Err(req.corrupted(format!(
@@ -719,7 +788,8 @@ fn transform_plain(req: &DecodeReq<'_>, interlaced: Option<usize>) -> Result<Vec
         )));
     }
     let Some(cut) = interlaced else {
-        return Ok(input[..req.want].to_vec());
+        out.copy_from_slice(&input[..req.want]);
+        return Ok(());
     };
     // The first `cut` bytes of the extent are the pcluster's last `cut` bytes; the rest start at
     // its byte 0.
@@ -730,10 +800,9 @@ fn transform_plain(req: &DecodeReq<'_>, interlaced: Option<usize>) -> Result<Vec
         )));
     };
     let head = cut.min(req.want);
-    let mut out = Vec::with_capacity(req.want);
-    out.extend_from_slice(&input[start..start + head]);
-    out.extend_from_slice(&input[..req.want - head]);
-    Ok(out)
+    out[..head].copy_from_slice(&input[start..start + head]);
+    out[head..].copy_from_slice(&input[..req.want - head]);
+    Ok(())
 }
 
 impl Image {
@@ -755,17 +824,7 @@ impl Image {
         need: u64,
         keep: bool,
     ) -> Result<Arc<Vec<u8>>> {
-        let bits = self.sb.blkszbits;
-        let bsz = self.block_size();
-        let interlaced = z.algorithm == Compression::Interlaced;
-        let key = ClusterKey {
-            physical: z.physical,
-            plen: z.plen,
-            length: z.length,
-            algorithm: z.algorithm,
-            shift: if interlaced { z.logical % bsz } else { 0 },
-            partial_ref: z.partial_ref,
-        };
+        let key = self.cluster_key(z);
         let stats = self.blocks.stats();
         let need = need.min(z.length);
         let cached = self.clusters.get(key);
@@ -807,6 +866,91 @@ impl Image {
             Miss::Decode(claim) => Some(claim),
         };
         stats.add_cluster_miss();
+        let mut out = self.clusters.take_buffer(want as usize);
+        self.decode_pcluster(inode, z, want, Decoded::Buffer(&mut out))?;
+        debug_assert_eq!(out.len() as u64, want);
+        let out = Arc::new(out);
+        if !keep {
+            if cached.is_some() {
+                self.clusters.forget(key, stats);
+            }
+            self.clusters.passed(key);
+        } else if self.clusters.keep_passed || !self.clusters.was_passed(key) {
+            self.clusters.insert(key, out.clone(), stats);
+        }
+        if let Some(claim) = claim {
+            claim.publish(out.clone());
+        }
+        Ok(out)
+    }
+
+    /// The whole extent `z` of `inode` (`dst` is `z.length` bytes) for a read that takes all of
+    /// it and keeps none of it (the cache does not keep passed extents): decoded **straight into
+    /// `dst`** (a FUSE reply's buffer), without a buffer of its own and a copy from it; only an
+    /// extent the cluster cache holds whole is copied from there (and dropped from it, passed).
+    /// The pcluster is read through the block layer like any (so checked before it is decoded),
+    /// and `dst` holds nothing of the extent when this fails.
+    ///
+    /// It does not register a decode for other reads to wait for, nor look for one to wait for:
+    /// an extent read whole is inside one request, which no other request shares (the requests
+    /// of a stream meet inside the extents across their borders, which [`Self::decoded_extent`]
+    /// decodes, caches and shares).
+    pub(crate) fn decode_extent_to(
+        &self,
+        inode: &Inode,
+        z: &ZExtent,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        debug_assert_eq!(dst.len() as u64, z.length);
+        let key = self.cluster_key(z);
+        let stats = self.blocks.stats();
+        let cached = self.clusters.get(key);
+        if let Some(v) = cached.as_ref().filter(|v| v.len() == dst.len()) {
+            stats.add_cluster_hit();
+            dst.copy_from_slice(v);
+            drop(cached);
+            self.clusters.forget(key, stats);
+            return Ok(());
+        }
+        stats.add_cluster_miss();
+        self.decode_pcluster(inode, z, z.length, Decoded::Slice(dst))?;
+        if cached.is_some() {
+            self.clusters.forget(key, stats);
+        }
+        self.clusters.passed(key);
+        Ok(())
+    }
+
+    /// What determines the decoded bytes of extent `z`.
+    fn cluster_key(&self, z: &ZExtent) -> ClusterKey {
+        let interlaced = z.algorithm == Compression::Interlaced;
+        ClusterKey {
+            physical: z.physical,
+            plen: z.plen,
+            length: z.length,
+            algorithm: z.algorithm,
+            shift: if interlaced {
+                z.logical % self.block_size()
+            } else {
+                0
+            },
+            partial_ref: z.partial_ref,
+        }
+    }
+
+    /// Reads the pcluster of extent `z` (verified by the block source as it is read) and decodes
+    /// its first `want` bytes into `out`; counts the bytes read and produced, and the decoder's
+    /// time.
+    fn decode_pcluster(
+        &self,
+        inode: &Inode,
+        z: &ZExtent,
+        want: u64,
+        out: Decoded<'_>,
+    ) -> Result<()> {
+        let stats = self.blocks.stats();
+        let bits = self.sb.blkszbits;
+        let bsz = self.block_size();
         let at = Location::nid(inode.nid)
             .with_offset(z.physical)
             .with_block(z.physical >> bits);
@@ -835,17 +979,22 @@ impl Image {
             at,
             head_lcn: z.head_lcn,
         };
-        let out = match z.algorithm {
-            Compression::Plain => transform_plain(&req, None)?,
-            Compression::Interlaced => {
-                transform_plain(&req, Some((bsz - z.logical % bsz) as usize))?
-            }
-            alg => {
+        let started = std::time::Instant::now();
+        let plain = match z.algorithm {
+            Compression::Plain => Some(None),
+            Compression::Interlaced => Some(Some((bsz - z.logical % bsz) as usize)),
+            _ => None,
+        };
+        match (plain, out) {
+            (Some(cut), Decoded::Buffer(buf)) => *buf = transform_plain(&req, cut)?,
+            (Some(cut), Decoded::Slice(dst)) => transform_plain_to(&req, cut, dst)?,
+            (None, out) => {
+                let alg = z.algorithm;
                 let id = alg.id().unwrap_or(u8::MAX) as usize;
                 let Some(dec) = DECOMPRESSORS.get(id) else {
                     return Err(Error::unsupported(format!("algorithm {alg:?}"), at));
                 };
-                let Some(decode) = dec.decode else {
+                let (Some(decode), Some(decode_to)) = (dec.decode, dec.decode_to) else {
                     return Err(Error::unsupported(
                         format!(
                             "{} decompression (pcluster of lcluster {})",
@@ -863,24 +1012,15 @@ impl Image {
                         )));
                     }
                 }
-                decode(&req, self.clusters.take_buffer(req.want))?
+                match out {
+                    Decoded::Buffer(buf) => *buf = decode(&req, std::mem::take(buf))?,
+                    Decoded::Slice(dst) => decode_to(&req, dst)?,
+                }
             }
-        };
-        debug_assert_eq!(out.len() as u64, want);
-        stats.add_decompressed(out.len() as u64);
-        let out = Arc::new(out);
-        if !keep {
-            if cached.is_some() {
-                self.clusters.forget(key, stats);
-            }
-            self.clusters.passed(key);
-        } else if self.clusters.keep_passed || !self.clusters.was_passed(key) {
-            self.clusters.insert(key, out.clone(), stats);
         }
-        if let Some(claim) = claim {
-            claim.publish(out.clone());
-        }
-        Ok(out)
+        stats.add_decompress_time(started.elapsed());
+        stats.add_decompressed(want);
+        Ok(())
     }
 
     /// Entries and bytes the cluster cache holds now.

@@ -1,7 +1,8 @@
 //! Counters of what the reader did: blocks read, cache hits and misses, xattr lookups and how many of
 //! them the name bloom filter answered without reading xattr entries, and the decompressed pcluster
 //! cache (see [`crate::decompress`]): its lookups, the compressed bytes read and the decompressed
-//! bytes produced on its misses, its evictions and how many bytes it holds.
+//! bytes produced on its misses, the time spent decoding, its evictions and how many bytes it
+//! holds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,6 +19,7 @@ pub struct Stats {
     cluster_evictions: AtomicU64,
     compressed_bytes_read: AtomicU64,
     decompressed_bytes: AtomicU64,
+    decompress_ns: AtomicU64,
     cluster_cache_bytes: AtomicU64,
     cluster_cache_peak_bytes: AtomicU64,
 }
@@ -47,6 +49,8 @@ pub struct StatsSnapshot {
     pub compressed_bytes_read: u64,
     /// Bytes the decoders produced.
     pub decompressed_bytes: u64,
+    /// Nanoseconds spent in the decoders (summed over threads).
+    pub decompress_ns: u64,
     /// Bytes of decoded data the cluster cache holds now (a level, not a counter).
     pub cluster_cache_bytes: u64,
     /// Most bytes the cluster cache ever held (a level, not a counter): never more than
@@ -75,6 +79,7 @@ impl StatsSnapshot {
             decompressed_bytes: self
                 .decompressed_bytes
                 .saturating_sub(earlier.decompressed_bytes),
+            decompress_ns: self.decompress_ns.saturating_sub(earlier.decompress_ns),
             cluster_cache_bytes: self.cluster_cache_bytes,
             cluster_cache_peak_bytes: self.cluster_cache_peak_bytes,
         }
@@ -95,6 +100,7 @@ impl Stats {
             cluster_evictions: self.cluster_evictions.load(Ordering::Relaxed),
             compressed_bytes_read: self.compressed_bytes_read.load(Ordering::Relaxed),
             decompressed_bytes: self.decompressed_bytes.load(Ordering::Relaxed),
+            decompress_ns: self.decompress_ns.load(Ordering::Relaxed),
             cluster_cache_bytes: self.cluster_cache_bytes.load(Ordering::Relaxed),
             cluster_cache_peak_bytes: self.cluster_cache_peak_bytes.load(Ordering::Relaxed),
         }
@@ -134,6 +140,11 @@ impl Stats {
 
     pub(crate) fn add_decompressed(&self, n: u64) {
         self.decompressed_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_decompress_time(&self, t: std::time::Duration) {
+        self.decompress_ns
+            .fetch_add(t.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// After an insertion into the cluster cache: `evicted` entries left, `bytes` are held.

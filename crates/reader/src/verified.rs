@@ -152,6 +152,11 @@ pub struct VerifyStats {
     /// Blocks a read took from a stream's readahead in memory, verified when they landed (not
     /// read back from the store).
     pub handed_over_blocks: AtomicU64,
+    /// Nanoseconds spent hashing data blocks to check them (summed over threads).
+    pub hash_ns: AtomicU64,
+    /// Nanoseconds spent reading data and hash blocks from the image (its `pread`s or requests,
+    /// summed over threads).
+    pub fetch_ns: AtomicU64,
 }
 
 /// What was read, in the order first read, for an access profile.
@@ -719,6 +724,7 @@ impl VerifiedBlocks {
         // partial block (the end of the data) zero-padded.
         let whole = (n as usize).min(avail / bs);
         let mut digests = vec![0u8; n as usize * d];
+        let hashing = std::time::Instant::now();
         self.hasher
             .hash_blocks_into(&buf[..whole * bs], &mut digests[..whole * d]);
         for k in whole..n as usize {
@@ -727,6 +733,9 @@ impl VerifiedBlocks {
             self.hasher
                 .hash_block_into(&buf[k * bs..k * bs + len], &mut digests[k * d..(k + 1) * d]);
         }
+        self.stats
+            .hash_ns
+            .fetch_add(hashing.elapsed().as_nanos() as u64, Relaxed);
         for (k, digest) in digests.chunks_exact(d).enumerate() {
             let blk = first + k as u64;
             let want: &[u8] = if g.num_levels() == 0 {
@@ -826,6 +835,7 @@ impl VerifiedBlocks {
         let timing = ((self.data.is_remote() || self.tree.is_remote())
             && fetched_data + fetched_hashes > 0)
             .then(|| self.link.begin((fetched_data + fetched_hashes * bs) as u64));
+        let fetching = std::time::Instant::now();
         if self.same_source && !self.dependent_hash_fetch {
             hashes.append(&mut data_reqs);
             if !hashes.is_empty() {
@@ -859,6 +869,9 @@ impl VerifiedBlocks {
         if let Some(t) = timing {
             self.link.end(t);
         }
+        self.stats
+            .fetch_ns
+            .fetch_add(fetching.elapsed().as_nanos() as u64, Relaxed);
         self.stats
             .data_bytes
             .fetch_add(fetched_data as u64, Relaxed);
