@@ -294,6 +294,15 @@ fn cri_pull_mounts_signed_sealed_layers_lazily_and_fetches_no_layer_tar() {
         3,
         "every layer committed lazily: {log}"
     );
+    // Each lazy layer is mounted at its commit, before any container is prepared on it (its
+    // metadata warm-up and fill start with the pull, not with the container).
+    let mounted = lazy_mountpoints(&c.root());
+    assert_eq!(
+        mounted.len(),
+        3,
+        "the lazy layers are mounted once pulled: {mounted:?}\n{}",
+        c.log()
+    );
     let pull_requests = reg.registry_requests()[before..].to_vec();
     println!(
         "crictl pull: {:.2}s, {} registry requests, none for a layer blob:\n  {}",

@@ -333,8 +333,8 @@ impl Snapshotter {
     /// `Prepare`: as [`Snapshotter::create`] an active snapshot, unless the labels of
     /// containerd's remote-snapshotter protocol name a layer whose sealed counterpart is found
     /// and trusted ([`lazy::find`]): then the snapshot containerd wants is committed at once,
-    /// read lazily, and the answer is [`Error::AlreadyExists`] (containerd then fetches nothing
-    /// of the layer). A layer that cannot be used lazily takes the tar path; the log says why.
+    /// read lazily, mounted (its background fetches start), and the answer is
+    /// [`Error::AlreadyExists`] (containerd then fetches nothing of the layer). A layer that cannot be used lazily takes the tar path; the log says why.
     pub fn prepare(
         &self,
         key: &str,
@@ -372,6 +372,17 @@ impl Snapshotter {
                                 found.digest,
                                 found.remote.authority
                             );
+                            // Mounted now, not when a container is first prepared on it:
+                            // its metadata warm-up (and fill) run while containerd pulls the
+                            // rest and creates the sandbox, ahead of the container's reads
+                            // (bench/lazy.py: 3.65 s to the first output against 4.42 s).
+                            // A failure here is tried again at first use.
+                            if let Err(e) = self.ensure_layer(&wanted.target, &r) {
+                                eprintln!(
+                                    "sealfs snapshotter: {layer}: not mounted at its commit: {}",
+                                    sealfs_text::escape_prose(e.to_string().as_bytes())
+                                );
+                            }
                             return Err(Error::AlreadyExists(wanted.target));
                         }
                         Err(e @ Error::AlreadyExists(_)) => return Err(e),
