@@ -474,7 +474,6 @@ impl MetaAllocator {
     }
 }
 
-
 /// Inodes are placed in windows of this many, in id (breadth-first) order; inside a window the largest
 /// go first, so the small ones fill the gaps the large ones leave (first-fit decreasing, kept local).
 const PLACEMENT_WINDOW: usize = 256;

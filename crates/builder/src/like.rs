@@ -128,6 +128,11 @@ impl Like {
             .map(|(s, _)| s.clone())
     }
 
+    /// Where the old data of `path` started, whatever its size.
+    pub(crate) fn old_start(&self, path: &[u8]) -> Option<u64> {
+        self.spans.get(path).map(|(s, _)| s.start)
+    }
+
     /// Every old inode place: (offset, room).
     pub(crate) fn meta_rooms(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.meta.values().copied()
@@ -212,6 +217,10 @@ impl BlockGaps {
 pub(crate) struct InPlace {
     /// The old bytes of each file that may keep them (by inode id), not yet given up.
     spans: HashMap<usize, Range<u64>>,
+    /// The same by start: the file and the end.
+    by_start: BTreeMap<u64, (usize, u64)>,
+    /// Where the other files that had bytes there started (by inode id): tried first.
+    hints: HashMap<usize, u64>,
     /// Free runs of bytes by start: their ends.
     gaps: BTreeMap<u64, u64>,
     /// The first byte after everything kept or placed.
@@ -245,8 +254,13 @@ pub(crate) struct Settled {
 
 impl InPlace {
     /// The room from byte `first` on, with `spans` (by inode id) held for their files: those
-    /// that overlap one before them (by start) are not kept.
-    pub fn new(first: u64, mut spans: Vec<(usize, Range<u64>)>) -> InPlace {
+    /// that overlap one before them (by start) are not kept. `hints`: where other files started
+    /// (their room is free), tried first for them.
+    pub fn new(
+        first: u64,
+        mut spans: Vec<(usize, Range<u64>)>,
+        hints: HashMap<usize, u64>,
+    ) -> InPlace {
         spans.retain(|(_, s)| s.start >= first && s.start < s.end);
         spans.sort_unstable_by_key(|(id, s)| (s.start, *id));
         let mut kept = HashMap::with_capacity(spans.len());
@@ -263,7 +277,9 @@ impl InPlace {
             kept.insert(id, s);
         }
         InPlace {
+            by_start: kept.iter().map(|(&id, s)| (s.start, (id, s.end))).collect(),
             spans: kept,
+            hints,
             gaps,
             end: at,
             open: None,
@@ -312,52 +328,59 @@ impl InPlace {
         }
     }
 
-    /// `len` bytes at an offset `phase` into a block: the first gap that holds them, else the
-    /// end.
-    fn take(&mut self, len: u64, phase: u64) -> u64 {
-        let at_phase = |s: u64| s + (phase + BLKSZ - s % BLKSZ) % BLKSZ;
-        let found = self
-            .gaps
-            .iter()
-            .map(|(&s, &e)| (s, e, at_phase(s)))
-            .find(|&(_, e, p)| p + len <= e);
-        match found {
-            Some((s, e, p)) => {
-                self.gaps.remove(&s);
-                if p > s {
-                    self.gaps.insert(s, p);
-                }
-                if p + len < e {
-                    self.gaps.insert(p + len, e);
-                }
-                p
-            }
-            None => {
-                let p = at_phase(self.end);
-                if p > self.end {
-                    self.gaps.insert(self.end, p);
-                }
-                self.end = p + len;
-                p
-            }
-        }
+    /// Gives up file `id`'s old bytes (it goes elsewhere, or another file took them).
+    fn unhold(&mut self, id: usize) -> Option<Range<u64>> {
+        let s = self.spans.remove(&id)?;
+        self.by_start.remove(&s.start);
+        Some(s)
     }
 
-    /// The free room right after `from` (where a file's room ends), if it reaches `to`: taken
-    /// whole; returns its end (`None`: the end of everything, which now follows `to`).
-    fn room_after(&mut self, from: u64, to: u64) -> Option<Option<u64>> {
-        if from == self.end {
-            self.end = to;
-            return Some(None);
+    /// The room right after `from` (where a file's room ends) up to `to`, if it is free or
+    /// held by files not placed yet, of at most `most` bytes together (they go elsewhere, their
+    /// data found wherever it is: only their inodes change): taken, up to the end of the last
+    /// piece; returns that end (`None`: the end of everything, which now follows `to`).
+    fn claim(&mut self, from: u64, to: u64, most: u64) -> Option<Option<u64>> {
+        let (mut at, mut evicted, mut pieces) = (from, 0, Vec::new());
+        while at < to {
+            if at == self.end {
+                pieces.push(None);
+                break;
+            }
+            if let Some(&e) = self.gaps.get(&at) {
+                pieces.push(Some((at, None)));
+                at = e;
+            } else if let Some(&(id, e)) = self.by_start.get(&at) {
+                evicted += e - at;
+                pieces.push(Some((at, Some(id))));
+                at = e;
+            } else {
+                return None;
+            }
         }
-        let e = self.gaps.get(&from).copied().filter(|&e| e >= to)?;
-        self.gaps.remove(&from);
-        Some(Some(e))
+        if evicted > most {
+            return None;
+        }
+        let mut limit = Some(at);
+        for piece in pieces {
+            match piece {
+                Some((s, None)) => {
+                    self.gaps.remove(&s);
+                }
+                Some((_, Some(id))) => {
+                    self.unhold(id);
+                }
+                None => {
+                    self.end = to;
+                    limit = None;
+                }
+            }
+        }
+        Some(limit)
     }
 
     /// File `id`'s bytes of one batch were laid out at [`InPlace::tentative`]`(id)` = `at`, up
     /// to `end` (`first`: its first batch, `last`: its last): says where they go.
-    pub fn settle(&mut self, id: usize, at: u64, end: u64, first: bool, last: bool) -> Settled {
+    pub fn settle(&mut self, id: usize, at: u64, end: u64, (first, last): (bool, bool)) -> Settled {
         let phase = at % BLKSZ;
         let mut out = Settled::default();
         let mut o = match self.open.take() {
@@ -366,9 +389,12 @@ impl InPlace {
                 o
             }
             other => {
-                debug_assert!(first && other.is_none(), "a file's batches follow one another");
+                debug_assert!(
+                    first && other.is_none(),
+                    "a file's batches follow one another"
+                );
                 let len = end - at;
-                match self.spans.remove(&id) {
+                match self.unhold(id) {
                     // Its old bytes hold it (with the free room after them).
                     Some(s) if s.start == at && end <= s.end => Open {
                         id,
@@ -376,7 +402,7 @@ impl InPlace {
                         cursor: at,
                         limit: Some(s.end),
                     },
-                    Some(s) if s.start == at => match self.room_after(s.end, end) {
+                    Some(s) if s.start == at => match self.claim(s.end, end, end - at) {
                         Some(limit) => Open {
                             id,
                             start: at,
@@ -397,10 +423,12 @@ impl InPlace {
                 }
             }
         };
-        let moved_end = end.checked_add_signed(out.delta).expect("moves stay in the image");
+        let moved_end = end
+            .checked_add_signed(out.delta)
+            .expect("moves stay in the image");
         if let Some(limit) = o.limit.filter(|&l| moved_end > l) {
-            match self.room_after(limit, moved_end) {
-                // Grows into the free room after it.
+            match self.claim(limit, moved_end, at - o.start + (end - at)) {
+                // Grows into the room after it.
                 Some(l) => o.limit = l,
                 None => {
                     // Outgrew its room: the whole file goes to the end.
@@ -414,7 +442,9 @@ impl InPlace {
                 }
             }
         }
-        o.cursor = end.checked_add_signed(out.delta).expect("moves stay in the image");
+        o.cursor = end
+            .checked_add_signed(out.delta)
+            .expect("moves stay in the image");
         if o.limit.is_none() {
             self.end = self.end.max(o.cursor);
         }
@@ -428,9 +458,10 @@ impl InPlace {
         out
     }
 
-    /// A file whose old bytes do not hold it (or that has none): a gap that holds it whole
-    /// (`last`: it is whole), else the end (a gap that holds a first batch may not hold the
-    /// others). Sets `out.delta`; returns it as the open file, not yet advanced.
+    /// A file whose old bytes do not hold it (or that has none): where it started before, if
+    /// that is free and holds it; else the first gap that holds it whole (a file of several
+    /// batches, of which only the first is known: the largest gap, where it may grow), else
+    /// the end. Sets `out.delta`; returns it as the open file, not yet advanced.
     fn elsewhere(
         &mut self,
         id: usize,
@@ -440,18 +471,59 @@ impl InPlace {
         last: bool,
         out: &mut Settled,
     ) -> Open {
-        let p = match last {
-            true if len == 0 => at,
-            true => self.take(len, phase),
-            false => self.take_end(len, phase),
+        let hinted = (self.hints.remove(&id))
+            .filter(|&h| h % BLKSZ == phase && len > 0)
+            .and_then(|h| {
+                let (&s, &e) = self.gaps.range(..=h).next_back()?;
+                (h + len <= e).then_some((s, e, h))
+            });
+        let (p, limit) = match hinted {
+            Some((s, e, h)) => {
+                self.gaps.remove(&s);
+                if h > s {
+                    self.gaps.insert(s, h);
+                }
+                (h, Some(e))
+            }
+            None if len == 0 && last => (at, Some(at)),
+            None => match self.take_gap(len, phase, !last) {
+                Some((p, e)) => (p, Some(e)),
+                None => (self.take_end(len, phase), None),
+            },
         };
         out.delta = p as i64 - at as i64;
+        // (What it leaves of its room is given back when it is done.)
         Open {
             id,
             start: p,
             cursor: p,
-            limit: last.then_some(p + len),
+            limit: match limit {
+                Some(e) => Some(e),
+                None if last => Some(p + len),
+                None => None,
+            },
         }
+    }
+
+    /// The first gap that holds `len` bytes at an offset `phase` into a block (`largest`: the
+    /// largest, the first of those): taken whole; returns where they start and the gap's end.
+    fn take_gap(&mut self, len: u64, phase: u64, largest: bool) -> Option<(u64, u64)> {
+        let at_phase = |s: u64| s + (phase + BLKSZ - s % BLKSZ) % BLKSZ;
+        let mut fits = (self.gaps.iter())
+            .map(|(&s, &e)| (s, e, at_phase(s)))
+            .filter(|&(_, e, p)| p + len <= e);
+        let (s, e, p) = match largest {
+            false => fits.next()?,
+            true => fits.fold(None, |best: Option<(u64, u64, u64)>, g| match best {
+                Some(b) if b.1 - b.0 >= g.1 - g.0 => Some(b),
+                _ => Some(g),
+            })?,
+        };
+        self.gaps.remove(&s);
+        if p > s {
+            self.gaps.insert(s, p);
+        }
+        Some((p, e))
     }
 
     /// `len` bytes at the end, at an offset `phase` into a block.
@@ -528,60 +600,75 @@ mod tests {
     #[test]
     fn files_keep_their_old_bytes_and_the_rest_fills_gaps() {
         const B: u64 = BLKSZ;
-        // Files 1, 2, 3 had blocks 1-2, 3-6, 7-8; file 2 is gone (not asked for).
-        let mut ip = InPlace::new(B, vec![(1, B..3 * B), (3, 7 * B..9 * B), (4, 9 * B..10 * B)]);
+        // Files 1, 3, 4 had blocks 1-2, 7-8, 9; blocks 3-6 were a file now gone.
+        let spans = vec![(1, B..3 * B), (3, 7 * B..9 * B), (4, 9 * B..10 * B)];
+        let mut ip = InPlace::new(B, spans, HashMap::new());
         assert_eq!(ip.end, 10 * B);
         // File 1, unchanged, stays.
         assert_eq!(ip.tentative(1), B);
-        assert_eq!(ip.settle(1, B, 3 * B, true, true), Settled::default());
-        // A new file of 3 blocks takes file 2's room.
+        assert_eq!(ip.settle(1, B, 3 * B, (true, true)), Settled::default());
+        // A new file of 3 blocks takes the first gap.
         assert_eq!(ip.tentative(5), 10 * B);
-        let s = ip.settle(5, 10 * B, 13 * B, true, true);
-        assert_eq!(s.delta, -(7 * B as i64));
-        // File 3 grew to 3 blocks: the free block after its room is file 2's rest.
-        assert_eq!(ip.tentative(3), 7 * B);
-        let s = ip.settle(3, 7 * B, 10 * B, true, true);
-        assert_eq!(s.delta, 10 * B as i64 - 7 * B as i64, "file 4 holds block 9");
-        assert_eq!(ip.end, 13 * B);
-        // File 4 shrank to nothing: its room and file 3's old room are free.
-        let s = ip.settle(4, 9 * B, 9 * B, true, true);
+        let s = ip.settle(5, 10 * B, 13 * B, (true, true));
+        assert_eq!(s.delta, -7 * B as i64);
+        assert_eq!(ip.unused(), B);
+        // File 3 grew to 3 blocks: it takes file 4's block (not placed yet, and smaller).
+        let s = ip.settle(3, 7 * B, 10 * B, (true, true));
         assert_eq!(s, Settled::default());
-        assert_eq!(ip.unused(), 3 * B);
+        assert_eq!(ip.tentative(4), 10 * B, "file 4 goes elsewhere");
+        assert_eq!(
+            ip.settle(4, 10 * B, 11 * B, (true, true)).delta,
+            -4 * B as i64
+        );
+        assert_eq!((ip.end, ip.unused()), (10 * B, 0));
     }
 
     #[test]
     fn a_file_of_several_batches_moves_whole_when_it_outgrows_its_room() {
         const B: u64 = BLKSZ;
-        let mut ip = InPlace::new(B, vec![(1, B..5 * B), (2, 5 * B..6 * B)]);
-        assert_eq!(ip.settle(1, B, 3 * B, true, false), Settled::default());
-        assert_eq!(ip.tentative(1), 3 * B);
-        let s = ip.settle(1, 3 * B, 6 * B, false, false);
+        let mut ip = InPlace::new(B, vec![(1, B..3 * B), (2, 3 * B..10 * B)], HashMap::new());
+        assert_eq!(ip.settle(1, B, 2 * B, (true, false)), Settled::default());
+        assert_eq!(ip.tentative(1), 2 * B);
+        // It needs block 3, file 2's first: file 2 is larger, so file 1 moves to the end.
+        let s = ip.settle(1, 2 * B, 4 * B, (false, false));
+        let earlier = Some((B, B));
         assert_eq!(
             s,
             Settled {
-                delta: 5 * B as i64,
-                earlier: Some((B, 2 * B))
+                delta: 9 * B as i64,
+                earlier
             }
         );
-        assert_eq!(ip.tentative(1), 11 * B);
-        assert_eq!(ip.settle(1, 11 * B, 12 * B, false, true), Settled::default());
-        assert_eq!(ip.end, 12 * B);
-        assert_eq!(ip.unused(), 4 * B);
-        // File 2, unchanged, stays; a file of 4 blocks takes file 1's old room.
-        assert_eq!(ip.settle(2, 5 * B, 6 * B, true, true), Settled::default());
-        let s = ip.settle(3, 12 * B, 16 * B, true, true);
-        assert_eq!(s.delta, -(11 * B as i64));
+        assert_eq!(ip.tentative(1), 13 * B);
+        assert_eq!(
+            ip.settle(1, 13 * B, 14 * B, (false, true)),
+            Settled::default()
+        );
+        assert_eq!((ip.end, ip.unused()), (14 * B, 2 * B));
+        // File 2, unchanged, stays; a new file of 2 blocks takes file 1's old room.
+        assert_eq!(
+            ip.settle(2, 3 * B, 10 * B, (true, true)),
+            Settled::default()
+        );
+        assert_eq!(
+            ip.settle(3, 14 * B, 16 * B, (true, true)).delta,
+            -13 * B as i64
+        );
         assert_eq!(ip.unused(), 0);
     }
 
     #[test]
     fn byte_packed_files_keep_their_offset_in_the_block_when_moved() {
-        // File 1 had bytes 5000-9000, file 2 9000-9500 (encoded extents, packed byte by byte).
-        let mut ip = InPlace::new(BLKSZ, vec![(1, 5000..9000), (2, 9000..9500)]);
+        // File 1 had bytes 5000-9000, file 2 9000-20000 (encoded extents, packed byte by byte).
+        let mut ip = InPlace::new(
+            BLKSZ,
+            vec![(1, 5000..9000), (2, 9000..20_000)],
+            HashMap::new(),
+        );
         // File 1 grew to 5000 bytes: no gap holds it, so after file 2, 904 bytes into a block.
-        let s = ip.settle(1, 5000, 10_000, true, true);
-        assert_eq!(s.delta, 8192);
-        assert_eq!(ip.end, 13_192 + 5000);
-        assert_eq!(ip.unused(), 9000 - 4096 + (13_192 - 9500));
+        let s = ip.settle(1, 5000, 10_000, (true, true));
+        assert_eq!(s.delta, 16_384);
+        assert_eq!(ip.end, 21_384 + 5000);
+        assert_eq!(ip.unused(), 9000 - 4096 + 1384);
     }
 }

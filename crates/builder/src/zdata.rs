@@ -600,7 +600,10 @@ impl Placer<'_> {
                 };
                 let blocks = (body.len() as u64).div_ceil(BLKSZ);
                 let startblk = if blocks > 0 {
-                    own_out.as_mut().unwrap_or(&mut outb).push(body, blocks, false) as u32
+                    own_out
+                        .as_mut()
+                        .unwrap_or(&mut outb)
+                        .push(body, blocks, false) as u32
                 } else {
                     fmt::EROFS_NULL_ADDR
                 };
@@ -677,7 +680,7 @@ impl Placer<'_> {
                 }
             }
             if let (Some(at), Some(o)) = (tentative, own_out) {
-                self.settle(id, at, o, first_seg, last_seg)?;
+                self.settle(id, at, o, (first_seg, last_seg))?;
             }
             if let Some(key) = key {
                 self.seen.entry(key).or_insert(id);
@@ -722,11 +725,18 @@ impl Placer<'_> {
     /// Building like an earlier image: writes file `id`'s bytes of this batch, `o`, laid out
     /// from byte `at`, where [`InPlace::settle`] says, moving its earlier bytes with them if it
     /// says so, and its extents to match.
-    fn settle(&mut self, id: usize, at: u64, o: Out, first: bool, last: bool) -> Result<()> {
+    fn settle(&mut self, id: usize, at: u64, o: Out, ends: (bool, bool)) -> Result<()> {
         let end = o.first_blk * BLKSZ + o.buf.len() as u64;
-        let ip = self.inplace.as_mut().expect("settled only when building like");
-        let s = ip.settle(id, at, end, first, last);
-        let moved = |x: u64| x.checked_add_signed(s.delta).expect("moves stay in the image");
+        let ip = self
+            .inplace
+            .as_mut()
+            .expect("settled only when building like");
+        let s = ip.settle(id, at, end, ends);
+
+        let moved = |x: u64| {
+            x.checked_add_signed(s.delta)
+                .expect("moves stay in the image")
+        };
         if let Some((from, len)) = s.earlier {
             // Its bytes so far, to their new place, and zeros where they were.
             let mut buf = Vec::new();
@@ -760,7 +770,9 @@ impl Placer<'_> {
             match &mut self.files[id] {
                 Some(Placed::Compressed(z)) => z.extents.iter_mut().for_each(shift),
                 Some(Placed::Flat {
-                    startblk, blocks: n, ..
+                    startblk,
+                    blocks: n,
+                    ..
                 }) if *n > 0 => *startblk = (*startblk as i64 + blocks) as u32,
                 _ => {}
             }
@@ -1155,17 +1167,25 @@ pub(crate) fn write_data(
     // there hold their old bytes (most are unchanged; the room of the others is free from the
     // start, for whatever comes first); sparse files go after them.
     let mut inplace = like.map(|like| {
-        let spans = (units.iter())
-            .filter(|&&(_, seg, _)| seg == 0)
-            .filter_map(|&(id, _, _)| {
-                let inode = &tree.inodes[id];
-                let Kind::File(f) = &inode.kind else {
-                    return None;
-                };
-                Some((id, like.span(&tree.rel_path(inode), f.size)?))
-            })
-            .collect();
-        InPlace::new(next_blk * BLKSZ, spans)
+        let (mut spans, mut hints) = (Vec::new(), HashMap::new());
+        for &(id, seg, _) in &units {
+            let inode = &tree.inodes[id];
+            let (Kind::File(f), 0) = (&inode.kind, seg) else {
+                continue;
+            };
+            let path = tree.rel_path(inode);
+            match like.span(&path, f.size) {
+                Some(s) => spans.push((id, s)),
+                None => hints.extend(like.old_start(&path).map(|at| (id, at))),
+            }
+        }
+        // The files that had bytes there first, in the order of those bytes, then the others:
+        // a file grows into the room after it while that is still free or held by a file not
+        // placed yet; the new files then fill the gaps left. (A file's units stay together.)
+        let mut order: HashMap<usize, u64> = hints.clone();
+        order.extend(spans.iter().map(|(id, s)| (*id, s.start)));
+        units.sort_by_key(|&(id, _, _)| order.get(&id).map_or((1, 0), |&at| (0, at)));
+        InPlace::new(next_blk * BLKSZ, spans, hints)
     });
     if let Some(ip) = &inplace {
         next_blk = ip.end.div_ceil(BLKSZ);
