@@ -120,17 +120,9 @@ impl Like {
         self.blocks.get(path).cloned()
     }
 
-    /// The old bytes of data of `path` (one run), if it had `size` bytes then too.
-    pub(crate) fn span(&self, path: &[u8], size: u64) -> Option<Range<u64>> {
-        self.spans
-            .get(path)
-            .filter(|(_, was)| *was == size)
-            .map(|(s, _)| s.clone())
-    }
-
-    /// Where the old data of `path` started, whatever its size.
-    pub(crate) fn old_start(&self, path: &[u8]) -> Option<u64> {
-        self.spans.get(path).map(|(s, _)| s.start)
+    /// The old bytes of data of `path` (one run).
+    pub(crate) fn span(&self, path: &[u8]) -> Option<Range<u64>> {
+        self.spans.get(path).map(|(s, _)| s.clone())
     }
 
     /// Every old inode place: (offset, room).

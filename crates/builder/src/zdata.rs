@@ -1163,29 +1163,22 @@ pub(crate) fn write_data(
         }
         units.extend(segments(id, f.size));
     }
-    // Building like an earlier image: the files compressed here that have the size they had
-    // there hold their old bytes (most are unchanged; the room of the others is free from the
-    // start, for whatever comes first); sparse files go after them.
+    // Building like an earlier image: the files compressed here hold their old bytes until
+    // they are placed; sparse files go after them.
     let mut inplace = like.map(|like| {
-        let (mut spans, mut hints) = (Vec::new(), HashMap::new());
+        let mut spans = Vec::new();
         for &(id, seg, _) in &units {
-            let inode = &tree.inodes[id];
-            let (Kind::File(f), 0) = (&inode.kind, seg) else {
-                continue;
-            };
-            let path = tree.rel_path(inode);
-            match like.span(&path, f.size) {
-                Some(s) => spans.push((id, s)),
-                None => hints.extend(like.old_start(&path).map(|at| (id, at))),
+            if seg == 0 {
+                spans.extend(like.span(&tree.rel_path(&tree.inodes[id])).map(|s| (id, s)));
             }
         }
-        // The files that had bytes there first, in the order of those bytes, then the others:
-        // a file grows into the room after it while that is still free or held by a file not
-        // placed yet; the new files then fill the gaps left. (A file's units stay together.)
-        let mut order: HashMap<usize, u64> = hints.clone();
-        order.extend(spans.iter().map(|(id, s)| (*id, s.start)));
+        // The files that had bytes there first, in the order of those bytes (a file grows into
+        // the room after it while that is free or held by a smaller file not placed yet, and
+        // the last one into the end), then the new ones: they fill the gaps left. (A file's
+        // units stay together.)
+        let order: HashMap<usize, u64> = spans.iter().map(|(id, s)| (*id, s.start)).collect();
         units.sort_by_key(|&(id, _, _)| order.get(&id).map_or((1, 0), |&at| (0, at)));
-        InPlace::new(next_blk * BLKSZ, spans, hints)
+        InPlace::new(next_blk * BLKSZ, spans, HashMap::new())
     });
     if let Some(ip) = &inplace {
         next_blk = ip.end.div_ceil(BLKSZ);
