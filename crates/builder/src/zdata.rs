@@ -1172,12 +1172,17 @@ pub(crate) fn write_data(
                 spans.extend(like.span(&tree.rel_path(&tree.inodes[id])).map(|s| (id, s)));
             }
         }
-        // The files that had bytes there first, in the order of those bytes (a file grows into
-        // the room after it while that is free or held by a smaller file not placed yet, and
-        // the last one into the end), then the new ones: they fill the gaps left. (A file's
-        // units stay together.)
+        // The files that had bytes there first: the last of them (which may grow into the end,
+        // before anything else goes there), then the others in the order of their bytes (a file
+        // grows into the room after it while that is free or held by a smaller file not placed
+        // yet); then the new ones, which fill the gaps left. (A file's units stay together.)
+        let last = spans.iter().max_by_key(|(_, s)| s.start).map(|(id, _)| *id);
         let order: HashMap<usize, u64> = spans.iter().map(|(id, s)| (*id, s.start)).collect();
-        units.sort_by_key(|&(id, _, _)| order.get(&id).map_or((1, 0), |&at| (0, at)));
+        units.sort_by_key(|&(id, _, _)| match order.get(&id) {
+            _ if Some(id) == last => (0, 0),
+            Some(&at) => (1, at),
+            None => (2, 0),
+        });
         InPlace::new(next_blk * BLKSZ, spans, HashMap::new())
     });
     if let Some(ip) = &inplace {
