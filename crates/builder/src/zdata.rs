@@ -800,10 +800,10 @@ impl Placer<'_> {
                 h.hash_blocks_into(whole, &mut l);
                 store.put(first, &l)?;
             }
-            if at % BLKSZ != 0 {
+            if !at.is_multiple_of(BLKSZ) {
                 store.forget(at / BLKSZ..at / BLKSZ + 1);
             }
-            if end % BLKSZ != 0 {
+            if !end.is_multiple_of(BLKSZ) {
                 store.forget(end / BLKSZ..end / BLKSZ + 1);
             }
         }
