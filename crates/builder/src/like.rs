@@ -194,10 +194,10 @@ impl BlockGaps {
 }
 
 /// Where the data phase of a compressed build puts each file's data when building like an
-/// earlier image: a file of the size it had there keeps the bytes its data took (its pclusters,
-/// one after another) while its data still fits them, so a file whose content did not change
-/// gets the same pclusters at the same addresses. (A file whose size changed gives its old bytes
-/// up from the start: it rarely fits them, and a file placed before it may.) A file that no longer fits, or is new, takes the first gap that fits (the room
+/// earlier image: a file keeps the bytes its data took there (its pclusters, one after another)
+/// while its data still fits them, or the free room after them, or that of smaller files not
+/// placed yet (which then go elsewhere), so a file whose content did not change gets the same
+/// pclusters at the same addresses. A file that no longer fits, or is new, takes the first gap that fits (the room
 /// of removed files, or left by files that shrank or moved), else goes after everything. The data
 /// of one file stays one run (compact indexes need it), so a file of several batches that
 /// outgrows its old bytes is moved whole to the end.
@@ -211,8 +211,6 @@ pub(crate) struct InPlace {
     spans: HashMap<usize, Range<u64>>,
     /// The same by start: the file and the end.
     by_start: BTreeMap<u64, (usize, u64)>,
-    /// Where the other files that had bytes there started (by inode id): tried first.
-    hints: HashMap<usize, u64>,
     /// Free runs of bytes by start: their ends.
     gaps: BTreeMap<u64, u64>,
     /// The first byte after everything kept or placed.
@@ -246,13 +244,8 @@ pub(crate) struct Settled {
 
 impl InPlace {
     /// The room from byte `first` on, with `spans` (by inode id) held for their files: those
-    /// that overlap one before them (by start) are not kept. `hints`: where other files started
-    /// (their room is free), tried first for them.
-    pub fn new(
-        first: u64,
-        mut spans: Vec<(usize, Range<u64>)>,
-        hints: HashMap<usize, u64>,
-    ) -> InPlace {
+    /// that overlap one before them (by start) are not kept.
+    pub fn new(first: u64, mut spans: Vec<(usize, Range<u64>)>) -> InPlace {
         spans.retain(|(_, s)| s.start >= first && s.start < s.end);
         spans.sort_unstable_by_key(|(id, s)| (s.start, *id));
         let mut kept = HashMap::with_capacity(spans.len());
@@ -271,7 +264,6 @@ impl InPlace {
         InPlace {
             by_start: kept.iter().map(|(&id, s)| (s.start, (id, s.end))).collect(),
             spans: kept,
-            hints,
             gaps,
             end: at,
             open: None,
@@ -450,10 +442,9 @@ impl InPlace {
         out
     }
 
-    /// A file whose old bytes do not hold it (or that has none): where it started before, if
-    /// that is free and holds it; else the first gap that holds it whole (a file of several
-    /// batches, of which only the first is known: the largest gap, where it may grow), else
-    /// the end. Sets `out.delta`; returns it as the open file, not yet advanced.
+    /// A file whose old bytes do not hold it (or that has none): the first gap that holds it
+    /// whole (a file of several batches, of which only the first is known: the largest gap,
+    /// where it may grow), else the end. Sets `out.delta`; returns it as the open file, not yet advanced.
     fn elsewhere(
         &mut self,
         id: usize,
@@ -463,25 +454,10 @@ impl InPlace {
         last: bool,
         out: &mut Settled,
     ) -> Open {
-        let hinted = (self.hints.remove(&id))
-            .filter(|&h| h % BLKSZ == phase && len > 0)
-            .and_then(|h| {
-                let (&s, &e) = self.gaps.range(..=h).next_back()?;
-                (h + len <= e).then_some((s, e, h))
-            });
-        let (p, limit) = match hinted {
-            Some((s, e, h)) => {
-                self.gaps.remove(&s);
-                if h > s {
-                    self.gaps.insert(s, h);
-                }
-                (h, Some(e))
-            }
-            None if len == 0 && last => (at, Some(at)),
-            None => match self.take_gap(len, phase, !last) {
-                Some((p, e)) => (p, Some(e)),
-                None => (self.take_end(len, phase), None),
-            },
+        let (p, limit) = match self.take_gap(len, phase, !last) {
+            _ if len == 0 && last => (at, Some(at)),
+            Some((p, e)) => (p, Some(e)),
+            None => (self.take_end(len, phase), None),
         };
         out.delta = p as i64 - at as i64;
         // (What it leaves of its room is given back when it is done.)
@@ -594,7 +570,7 @@ mod tests {
         const B: u64 = BLKSZ;
         // Files 1, 3, 4 had blocks 1-2, 7-8, 9; blocks 3-6 were a file now gone.
         let spans = vec![(1, B..3 * B), (3, 7 * B..9 * B), (4, 9 * B..10 * B)];
-        let mut ip = InPlace::new(B, spans, HashMap::new());
+        let mut ip = InPlace::new(B, spans);
         assert_eq!(ip.end, 10 * B);
         // File 1, unchanged, stays.
         assert_eq!(ip.tentative(1), B);
@@ -618,7 +594,7 @@ mod tests {
     #[test]
     fn a_file_of_several_batches_moves_whole_when_it_outgrows_its_room() {
         const B: u64 = BLKSZ;
-        let mut ip = InPlace::new(B, vec![(1, B..3 * B), (2, 3 * B..10 * B)], HashMap::new());
+        let mut ip = InPlace::new(B, vec![(1, B..3 * B), (2, 3 * B..10 * B)]);
         assert_eq!(ip.settle(1, B, 2 * B, (true, false)), Settled::default());
         assert_eq!(ip.tentative(1), 2 * B);
         // It needs block 3, file 2's first: file 2 is larger, so file 1 moves to the end.
@@ -652,11 +628,7 @@ mod tests {
     #[test]
     fn byte_packed_files_keep_their_offset_in_the_block_when_moved() {
         // File 1 had bytes 5000-9000, file 2 9000-20000 (encoded extents, packed byte by byte).
-        let mut ip = InPlace::new(
-            BLKSZ,
-            vec![(1, 5000..9000), (2, 9000..20_000)],
-            HashMap::new(),
-        );
+        let mut ip = InPlace::new(BLKSZ, vec![(1, 5000..9000), (2, 9000..20_000)]);
         // File 1 grew to 5000 bytes: no gap holds it, so after file 2, 904 bytes into a block.
         let s = ip.settle(1, 5000, 10_000, (true, true));
         assert_eq!(s.delta, 16_384);

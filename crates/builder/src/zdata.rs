@@ -1183,7 +1183,7 @@ pub(crate) fn write_data(
             Some(&at) => (1, at),
             None => (2, 0),
         });
-        InPlace::new(next_blk * BLKSZ, spans, HashMap::new())
+        InPlace::new(next_blk * BLKSZ, spans)
     });
     if let Some(ip) = &inplace {
         next_blk = ip.end.div_ceil(BLKSZ);
