@@ -2,10 +2,14 @@
 """Updates v1 -> v2 of real trees over the remote benchmark's link (issue 41, "Benchmark"):
 `sealfs pull V2-URL OUT --base V1.img` against casync, zsync and a full download.
 
-    bench/delta.py [PAIR...]   (as root, after `cargo build --release -p sealfs-cli` and
+    bench/delta.py [--layouts NAME,...] [PAIR...]   (as root, after `cargo build --release -p sealfs-cli` and
                                 `scripts/build-oracles.sh toxiproxy`; apt install casync zsync
                                 debootstrap; RUNS=3, SEALFS=target/release/sealfs,
                                 WORK=/var/tmp/sealfs-delta: the trees, kept across runs)
+
+--layouts: the builds compared (default default,lz4hc,small): any of default, lz4hc (`-z lz4hc -C
+65536`), small (`--preset small`), small-pieces (`--preset small --layout packed-pieces`), each
+also as NAME-like: v2's image built `--like` v1's image of NAME (which the client holds).
 
 PAIR is any of python, debian (default: both):
   python  a site-packages tree: the wheels of numpy, pandas, pyarrow and scipy (PyPI, `pip download
@@ -67,7 +71,27 @@ MIRROR = "http://deb.debian.org/debian"
 WHEELS = {"v1": ["numpy==1.26.3", "pandas==2.2.1", "pyarrow==15.0.1", "scipy==1.12.0"],
           "v2": ["numpy==1.26.4", "pandas==2.2.2", "pyarrow==15.0.2", "scipy==1.13.0"]}
 DEBIAN_PKGS = os.environ.get("DEBIAN_PKGS", "curl ca-certificates less openssh-client python3-minimal").split()
-LAYOUTS = [("default", []), ("lz4hc", ["-z", "lz4hc", "-C", "65536"]), ("small", ["--preset", "small"])]
+# The builds compared: name -> arguments. A name ending in "-like" is the build of the name before
+# it, with v2 built `--like` v1's image of that build (the client's v1 image is that build's).
+BUILDS = {"default": [], "lz4hc": ["-z", "lz4hc", "-C", "65536"], "small": ["--preset", "small"],
+          "small-pieces": ["--preset", "small", "--layout", "packed-pieces"]}
+LAYOUTS = [("default", []), ("lz4hc", BUILDS["lz4hc"]), ("small", BUILDS["small"])]
+
+
+def set_layouts(names):
+    """`--layouts a,b-like,...`: the builds compared (BUILDS' names, each optionally -like)."""
+    global LAYOUTS
+    LAYOUTS = []
+    for n in names.split(","):
+        base = n[:-len("-like")] if n.endswith("-like") else n
+        if base not in BUILDS:
+            sys.exit(f"delta.py: --layouts: unknown build {n!r} (one of {', '.join(BUILDS)}, each with -like)")
+        LAYOUTS.append((n, BUILDS[base]))
+
+
+def v1_name(name):
+    """The build whose v1 image a build's update starts from."""
+    return name[:-len("-like")] if name.endswith("-like") else name
 sh = remote.sh
 
 
@@ -198,8 +222,12 @@ def prepare(pair):
     facts["changed_gzip9"] = compressed_size(["gzip", "-9", "-c", "--"], files)
     log(f"{pair}: images")
     for name, args in LAYOUTS:
-        sh([SEALFS, "build", "-q", *args, v1, os.path.join(client, f"v1-{name}.img")])
-        facts["digests"][name] = sh([SEALFS, "build", "-q", *args, v2, os.path.join(www, f"v2-{name}.img")]).strip()
+        old = os.path.join(client, f"v1-{v1_name(name)}.img")
+        if not os.path.exists(old):
+            sh([SEALFS, "build", "-q", *args, v1, old])
+        like = ["--like", old] if name.endswith("-like") else []
+        facts["digests"][name] = sh([SEALFS, "build", "-q", *args, *like, v2,
+                                     os.path.join(www, f"v2-{name}.img")]).strip()
         facts["sizes"][name] = os.path.getsize(os.path.join(www, f"v2-{name}.img"))
     for v, where in (("v1", client), ("v2", www)):
         sh(["tar", "--sort=name", "-C", os.path.join(d, v), "-cf", os.path.join(where, f"{v}.tar"), "."])
@@ -227,7 +255,7 @@ def tools(pair, facts, url):
         img = os.path.join(www, f"v2-{name}.img")
         ts.append((f"sealfs pull --base", name, lambda n=name: [
             SEALFS, "pull", "--json", "--digest", facts["digests"][n], "--cache-dir", cache,
-            f"{url}/v2-{n}.img", out, "--base", os.path.join(client, f"v1-{n}.img")], ("cmp", img)))
+            f"{url}/v2-{n}.img", out, "--base", os.path.join(client, f"v1-{v1_name(n)}.img")], ("cmp", img)))
     ts.append(("casync", "tree", lambda: [
         "casync", "extract", f"--store={url}/store", "--seed=" + os.path.join(d, "v1"), f"{url}/v2.caidx", out],
         ("diff", os.path.join(d, "v2"))))
@@ -235,7 +263,7 @@ def tools(pair, facts, url):
                                         f"{url}/v2.tar.zsync"], ("cmp", os.path.join(www, "v2.tar"))))
     for name, _ in LAYOUTS:
         img = os.path.join(www, f"v2-{name}.img")
-        ts.append(("zsync", name, lambda n=name: ["zsync", "-q", "-i", os.path.join(client, f"v1-{n}.img"), "-o",
+        ts.append(("zsync", name, lambda n=name: ["zsync", "-q", "-i", os.path.join(client, f"v1-{v1_name(n)}.img"), "-o",
                                                   out, f"{url}/v2-{n}.img.zsync"], ("cmp", img)))
     for name, _ in LAYOUTS:
         img = os.path.join(www, f"v2-{name}.img")
@@ -361,7 +389,11 @@ def main():
                 for r in list(csv.reader(open(sys.argv[2])))[1:]]
         report(list(dict.fromkeys(r[0] for r in rows)), rows, write=False)
         return
-    pairs = sys.argv[1:] or ["python", "debian"]
+    args = sys.argv[1:]
+    if args[:1] == ["--layouts"] and len(args) > 1:
+        set_layouts(args[1])
+        args = args[2:]
+    pairs = args or ["python", "debian"]
     if os.geteuid() != 0:
         sys.exit("delta.py: run as root (debootstrap, chroot, drop_caches, tc)")
     if os.environ.get("SEALFS_REMOTE_BENCH_NETNS") == "1":
@@ -376,7 +408,8 @@ def main():
     for pair in pairs:
         prepare(pair)
     env = dict(os.environ, SEALFS_REMOTE_BENCH_NETNS="1")
-    os.execvpe("unshare", ["unshare", "-n", sys.executable, os.path.abspath(__file__)] + pairs, env)
+    layouts = ["--layouts", ",".join(n for n, _ in LAYOUTS)]
+    os.execvpe("unshare", ["unshare", "-n", sys.executable, os.path.abspath(__file__)] + layouts + pairs, env)
 
 
 if __name__ == "__main__":

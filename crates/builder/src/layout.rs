@@ -13,7 +13,7 @@
 
 use crate::dedupe::ContentDigests;
 use crate::error::{BuildError, Result};
-use crate::like::{room_pieces, BlockGaps, Like};
+use crate::like::{room_pieces, BlockGaps, Like, LIKE_MAX_UNUSED};
 use crate::options::Placement;
 use crate::spill::{Spill, Spilled};
 use crate::tree::{Inode, InodeId, Kind, Tree};
@@ -473,11 +473,6 @@ impl MetaAllocator {
         start
     }
 }
-
-/// Building like an earlier image, the data blocks left unused by keeping old places may be at
-/// most this fraction (numerator, denominator) of the data area: the size budget for
-/// layouts that favour updates (2%).
-const LIKE_MAX_UNUSED: (u64, u64) = (2, 100);
 
 /// Inodes are placed in windows of this many, in id (breadth-first) order; inside a window the largest
 /// go first, so the small ones fill the gaps the large ones leave (first-fit decreasing, kept local).

@@ -280,17 +280,40 @@ fn build_in_pool(
             c.validate().map_err(BuildError::InvalidOption)?;
             // Data first (sizes are known only once it is compressed), then the metadata after it.
             let codecs = codecs_by_rule(&tree, c, &opts.compress_rules);
-            let data = zdata::write_data(
-                seal::Target::of(&tmp),
-                source,
-                &tree,
-                &shared,
-                c,
-                &codecs,
-                hashers,
-                progress,
-                opts.placement.packed_pieces,
-            )?;
+            let write_data = |like| {
+                zdata::write_data(
+                    seal::Target::of(&tmp),
+                    source,
+                    &tree,
+                    &shared,
+                    c,
+                    &codecs,
+                    hashers,
+                    progress,
+                    opts.placement.packed_pieces,
+                    like,
+                )
+            };
+            let mut data = write_data(opts.like.as_deref())?;
+            let mut like_warning = None;
+            let data_bytes = (data.pre.data_end - 1) * sealfs_format::BLKSZ;
+            if data.unused * like::LIKE_MAX_UNUSED.1 > data_bytes * like::LIKE_MAX_UNUSED.0 {
+                // Keeping old places left more room unused than that: the data goes one file
+                // after another instead (the inodes still keep their places).
+                like_warning = Some(format!(
+                    "--like: keeping the earlier image's data places would leave {} of {} bytes of data unused; the data was placed in order",
+                    data.unused, data_bytes
+                ));
+                drop(data);
+                tmp.as_file()
+                    .set_len(0)
+                    .map_err(|e| BuildError::io(tmp.path(), "truncate output", e))?;
+                if let Some(leaves) = &data_leaves {
+                    leaves.clear();
+                }
+                data = write_data(None)?;
+            }
+            tree.warnings.extend(like_warning);
             // The packed inode (fragments) is an inode of the image no directory names.
             tree.inodes.extend(data.packed);
             let mut plan = layout::plan(

@@ -120,6 +120,25 @@ impl DataLeaves {
         }
         Ok(())
     }
+
+    /// Forgets the hashes of `blocks` (written again since, in part): they are read back and
+    /// hashed when sealing, as blocks never stored are.
+    pub fn forget(&self, blocks: std::ops::Range<u64>) {
+        let mut covered = self.covered.lock().unwrap_or_else(|e| e.into_inner());
+        for b in blocks {
+            if let Some(w) = covered.get_mut((b / 64) as usize) {
+                *w &= !(1 << (b % 64));
+            }
+        }
+    }
+
+    /// Forgets every hash stored (the data is written again from the start).
+    pub fn clear(&self) {
+        self.covered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
 }
 
 /// Seals a freshly written image whose file-data blocks were hashed while copying (`data`, in

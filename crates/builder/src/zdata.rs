@@ -30,6 +30,7 @@ use crate::dedupe;
 use crate::emit::{Copier, FileDigests, Hashers};
 use crate::error::{BuildError, Result};
 use crate::layout::{self, ChunkPlan, DataMap, InodePlan, Placed, PreData, ZPlaced, ZPlan};
+use crate::like::{InPlace, Like};
 use crate::seal::Target;
 use crate::source::{open_file, Source};
 use crate::spill::{Spill, Spilled};
@@ -86,6 +87,8 @@ pub(crate) struct DataPhase {
     /// directories are added once the layout has given every inode its nid; compressed then by
     /// [`write_packed`]. Its plan is a placeholder until then.
     pub deferred: Option<DeferredPacked>,
+    /// Building like an earlier image: bytes of the data area no file took.
+    pub unused: u64,
 }
 
 /// The packed inode's data, complete but for the directories, and its length with them.
@@ -410,6 +413,10 @@ struct Placer<'a> {
     tails: Option<(&'a File, u64)>,
     /// With `-E dedupe`: the first placement of each cluster of input.
     chunks: HashMap<ChunkKey, ZPlaced>,
+    /// Building like an earlier image: where each file's data goes (else one after another).
+    inplace: Option<InPlace>,
+    /// Building like an earlier image: the byte after the last one written.
+    written_end: u64,
 }
 
 /// A cluster of input as `-E dedupe` names it: the fs-verity digest of its bytes (which binds the
@@ -477,6 +484,13 @@ impl Placer<'_> {
             let first_seg = done[k].seg == 0;
             let last_seg = (done[e - 1].seg + 1) * compress::SEGMENT >= f.size;
             let whole = first_seg && last_seg;
+            // Building like an earlier image, each file's bytes are laid out on their own, at
+            // the place they will likely keep ([`InPlace::tentative`]), then settled.
+            let tentative = self.inplace.as_ref().map(|ip| ip.tentative(id));
+            let mut own_out = tentative.map(|at| Out {
+                first_blk: at / BLKSZ,
+                buf: vec![0; (at % BLKSZ) as usize],
+            });
             let st = self.state.entry(id).or_default();
             if let Some(h) = ctx.hashers.file {
                 let root = st
@@ -586,7 +600,10 @@ impl Placer<'_> {
                 };
                 let blocks = (body.len() as u64).div_ceil(BLKSZ);
                 let startblk = if blocks > 0 {
-                    outb.push(body, blocks, false) as u32
+                    own_out
+                        .as_mut()
+                        .unwrap_or(&mut outb)
+                        .push(body, blocks, false) as u32
                 } else {
                     fmt::EROFS_NULL_ADDR
                 };
@@ -612,10 +629,10 @@ impl Placer<'_> {
                             ..*earlier
                         },
                         None => {
-                            let placed =
-                                outb.place(x, file_alg, bits48.is_some(), is_tail, || {
-                                    Ok(extent_input(&done[k..e], x))
-                                })?;
+                            let o = own_out.as_mut().unwrap_or(&mut outb);
+                            let placed = o.place(x, file_alg, bits48.is_some(), is_tail, || {
+                                Ok(extent_input(&done[k..e], x))
+                            })?;
                             if let Some(key) = key {
                                 self.chunks.insert(key, placed);
                             }
@@ -662,6 +679,9 @@ impl Placer<'_> {
                     }));
                 }
             }
+            if let (Some(at), Some(o)) = (tentative, own_out) {
+                self.settle(id, at, o, (first_seg, last_seg))?;
+            }
             if let Some(key) = key {
                 self.seen.entry(key).or_insert(id);
             }
@@ -699,6 +719,94 @@ impl Placer<'_> {
             store.put(outb.first_blk, &l)?;
         }
         self.next_blk = outb.next_blk();
+        Ok(())
+    }
+
+    /// Building like an earlier image: writes file `id`'s bytes of this batch, `o`, laid out
+    /// from byte `at`, where [`InPlace::settle`] says, moving its earlier bytes with them if it
+    /// says so, and its extents to match.
+    fn settle(&mut self, id: usize, at: u64, o: Out, ends: (bool, bool)) -> Result<()> {
+        let end = o.first_blk * BLKSZ + o.buf.len() as u64;
+        let ip = self
+            .inplace
+            .as_mut()
+            .expect("settled only when building like");
+        let s = ip.settle(id, at, end, ends);
+
+        let moved = |x: u64| {
+            x.checked_add_signed(s.delta)
+                .expect("moves stay in the image")
+        };
+        if let Some((from, len)) = s.earlier {
+            // Its bytes so far, to their new place, and zeros where they were.
+            let mut buf = Vec::new();
+            for piece in (0..len).step_by(BATCH as usize) {
+                let n = (len - piece).min(BATCH);
+                buf.resize(n as usize, 0);
+                self.out
+                    .file
+                    .read_exact_at(&mut buf, from + piece)
+                    .map_err(|e| BuildError::io(self.out.path, "read back", e))?;
+                self.write_at(moved(from + piece), &buf)?;
+                buf.fill(0);
+                self.write_at(from + piece, &buf)?;
+            }
+        }
+        self.write_at(moved(at), &o.buf[(at % BLKSZ) as usize..])?;
+        if s.delta != 0 {
+            let blocks = s.delta / BLKSZ as i64;
+            let shift = |x: &mut ZPlaced| {
+                // (Inline tails and fragment tails are not in the data area.)
+                if x.pstart >= BLKSZ {
+                    x.pstart = moved(x.pstart);
+                    if x.blkaddr != 0 {
+                        x.blkaddr = (x.blkaddr as i64 + blocks) as u32;
+                    }
+                }
+            };
+            if let Some(st) = self.state.get_mut(&id) {
+                st.extents.iter_mut().for_each(shift);
+            }
+            match &mut self.files[id] {
+                Some(Placed::Compressed(z)) => z.extents.iter_mut().for_each(shift),
+                Some(Placed::Flat {
+                    startblk,
+                    blocks: n,
+                    ..
+                }) if *n > 0 => *startblk = (*startblk as i64 + blocks) as u32,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Building like an earlier image: writes `bytes` at byte `at` of the image, hashing the
+    /// blocks they fill whole (the others are read back and hashed when sealing).
+    fn write_at(&mut self, at: u64, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let end = at + bytes.len() as u64;
+        self.out
+            .file
+            .write_all_at(bytes, at)
+            .map_err(|e| BuildError::io(self.out.path, "write image", e))?;
+        self.written_end = self.written_end.max(end);
+        if let (Some(h), Some(store)) = (self.ctx.hashers.image, self.ctx.hashers.leaves) {
+            let (first, last) = (at.div_ceil(BLKSZ), end / BLKSZ);
+            if first < last {
+                let whole = &bytes[(first * BLKSZ - at) as usize..(last * BLKSZ - at) as usize];
+                let mut l = vec![0u8; (last - first) as usize * h.params().digest_size()];
+                h.hash_blocks_into(whole, &mut l);
+                store.put(first, &l)?;
+            }
+            if !at.is_multiple_of(BLKSZ) {
+                store.forget(at / BLKSZ..at / BLKSZ + 1);
+            }
+            if !end.is_multiple_of(BLKSZ) {
+                store.forget(end / BLKSZ..end / BLKSZ + 1);
+            }
+        }
         Ok(())
     }
 
@@ -952,7 +1060,11 @@ pub(crate) fn write_data(
     hashers: Hashers<'_>,
     progress: &dyn Progress,
     packed_pieces: bool,
+    like: Option<&Like>,
 ) -> Result<DataPhase> {
+    // (`-E dedupe` refers to clusters placed before, which placing like an earlier image may
+    // move: with it, data goes one file after another.)
+    let like = like.filter(|_| !copts.dedupe);
     let epoch = layout::choose_epoch(tree);
     let n = tree.inodes.len();
     // One more slot for the packed inode.
@@ -1016,12 +1128,71 @@ pub(crate) fn write_data(
     let mut units: Vec<(usize, u64, u64)> = Vec::new(); // (id, segment, bytes)
     let mut multi = Vec::new(); // files of more than one segment
     let mut fragments = Vec::new();
+    let mut sparse = Vec::new();
     for (id, inode) in tree.inodes.iter().enumerate() {
         let Kind::File(f) = &inode.kind else { continue };
-        if let Some((bits, mask)) = f
+        if let Some(chunks) = f
             .data_ranges
             .as_ref()
             .and_then(|r| layout::plan_chunks(f.size, r))
+        {
+            sparse.push((id, chunks));
+            continue;
+        }
+        if f.size == 0 {
+            open_file(source, tree, inode)?.finish()?;
+            if let Some(h) = hashers.file {
+                let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), 0, &[]).map_err(|e| {
+                    BuildError::io(tree.path(inode), "hash", std::io::Error::other(e))
+                })?;
+                digests.put(id, &t.digest());
+            }
+            files[id] = Some(Placed::Flat {
+                startblk: fmt::EROFS_NULL_ADDR,
+                blocks: 0,
+                tail: None,
+            });
+            continue;
+        }
+        if f.size > compress::SEGMENT {
+            multi.push(id);
+        }
+        if f.size < fragment_limit && !own_codec(id) {
+            fragments.push(id);
+            continue;
+        }
+        units.extend(segments(id, f.size));
+    }
+    // Building like an earlier image: the files compressed here hold their old bytes until
+    // they are placed; sparse files go after them.
+    let mut inplace = like.map(|like| {
+        let mut spans = Vec::new();
+        for &(id, seg, _) in &units {
+            if seg == 0 {
+                spans.extend(like.span(&tree.rel_path(&tree.inodes[id])).map(|s| (id, s)));
+            }
+        }
+        // The files that had bytes there first: the last of them (which may grow into the end,
+        // before anything else goes there), then the others in the order of their bytes (a file
+        // grows into the room after it while that is free or held by a smaller file not placed
+        // yet); then the new ones, which fill the gaps left. (A file's units stay together.)
+        let last = spans.iter().max_by_key(|(_, s)| s.start).map(|(id, _)| *id);
+        let order: HashMap<usize, u64> = spans.iter().map(|(id, s)| (*id, s.start)).collect();
+        units.sort_by_key(|&(id, _, _)| match order.get(&id) {
+            _ if Some(id) == last => (0, 0),
+            Some(&at) => (1, at),
+            None => (2, 0),
+        });
+        InPlace::new(next_blk * BLKSZ, spans)
+    });
+    if let Some(ip) = &inplace {
+        next_blk = ip.end.div_ceil(BLKSZ);
+    }
+    for (id, (bits, mask)) in sparse {
+        let inode = &tree.inodes[id];
+        let Kind::File(f) = &inode.kind else {
+            unreachable!("sparse files are regular files")
+        };
         {
             let cs = 1u64 << bits;
             let map = mask
@@ -1058,31 +1229,10 @@ pub(crate) fn write_data(
             }
             files[id] = Some(Placed::Chunks(chunks));
             progress.advance(f.size);
-            continue;
         }
-        if f.size == 0 {
-            open_file(source, tree, inode)?.finish()?;
-            if let Some(h) = hashers.file {
-                let t = sealfs_verity::Tree::from_leaf_hashes(h.params(), 0, &[]).map_err(|e| {
-                    BuildError::io(tree.path(inode), "hash", std::io::Error::other(e))
-                })?;
-                digests.put(id, &t.digest());
-            }
-            files[id] = Some(Placed::Flat {
-                startblk: fmt::EROFS_NULL_ADDR,
-                blocks: 0,
-                tail: None,
-            });
-            continue;
-        }
-        if f.size > compress::SEGMENT {
-            multi.push(id);
-        }
-        if f.size < fragment_limit && !own_codec(id) {
-            fragments.push(id);
-            continue;
-        }
-        units.extend(segments(id, f.size));
+    }
+    if let Some(ip) = &mut inplace {
+        ip.end = ip.end.max(next_blk * BLKSZ);
     }
 
     // Dedupe keys are fs-verity digests: the per-file ones when the build makes them, else these.
@@ -1163,6 +1313,8 @@ pub(crate) fn write_data(
             .filter(|_| copts.fragments != Fragments::Off)
             .map(|p| (&p.file, p.whole)),
         chunks: HashMap::new(),
+        inplace,
+        written_end: 0,
     };
     // Compresses and places `units` (in order) after what `placer` placed.
     let place = |placer, units: &[(usize, u64, u64)]| {
@@ -1200,6 +1352,16 @@ pub(crate) fn write_data(
         None => placer.files.truncate(n),
     }
     placer.finish()?;
+    let mut unused = 0;
+    if let Some(ip) = &placer.inplace {
+        // The data ends after the last file; blocks past it written once (zeros where a file
+        // was) are the metadata's, hashed when sealing.
+        placer.next_blk = ip.end.div_ceil(BLKSZ).max(next_blk);
+        unused = ip.unused();
+        if let Some(store) = hashers.leaves {
+            store.forget(placer.next_blk..placer.written_end.div_ceil(BLKSZ));
+        }
+    }
     let Placer {
         next_blk,
         files,
@@ -1225,6 +1387,7 @@ pub(crate) fn write_data(
             }),
             _ => None,
         },
+        unused,
     })
 }
 

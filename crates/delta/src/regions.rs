@@ -168,11 +168,20 @@ pub fn like_image(image: &OpenedImage) -> Result<sealfs_builder::Like, String> {
             [r] if r.start % bs == 0 => Some(r.start / bs..r.end / bs),
             _ => None,
         };
+        // Its bytes of data in one run: each range where the one before ended.
+        let data_span = match (ranges.first(), ranges.last()) {
+            (Some(first), Some(last)) if ranges.windows(2).all(|w| w[0].end == w[1].start) => {
+                Some(first.start..last.end)
+            }
+            _ => None,
+        };
         Ok(sealfs_builder::LikeItem {
             path: path.to_vec(),
             meta_offset: (inode.nid() & sealfs_format::EROFS_DIRENT_NID_MASK)
                 .saturating_mul(1 << sealfs_format::INODE_SLOT_BITS),
             data_blocks,
+            data_span,
+            size: inode.size(),
         })
     };
     let root = image.image.root().map_err(|e| e.to_string())?;
