@@ -12,7 +12,7 @@ TABLE is any of files, pool, parquet (default: all). Each is one run with the wa
              sealfs.py   `img.open(path).read()` through the bindings (image opened with its digest:
                          every block verified)
              kernel      `open(MNT/path, "rb").read()` on the kernel's EROFS mount of the same image
-                         file (file-backed, `mount -t erofs -o ro`; verifies nothing)
+                         file (file-backed: mount(2) of the file, bench/kmount.py; verifies nothing)
              fuse        the same on `sealfs mount` of the image (verified)
   pool     the same with a pool of 8 threads (concurrent.futures), the image shared by all
   parquet  `pyarrow.parquet.read_table` of a 1 GB Parquet file (generated once with pyarrow:
@@ -47,6 +47,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kmount  # noqa: E402  (file-backed kernel mounts)
 REPO = os.path.dirname(HERE)
 RUNS = int(os.environ.get("RUNS", "5"))
 SEALFS = os.environ.get("SEALFS", os.path.join(REPO, "target/release/sealfs"))
@@ -167,7 +169,7 @@ class Mount:
 
     def __enter__(self):
         if self.kind == "kernel":
-            sh(["mount", "-t", "erofs", "-o", "ro", self.image, self.mp])
+            kmount.mount_file(self.image, self.mp)
         else:
             sh([SEALFS, "mount", self.image, self.mp])
         deadline = time.time() + 10

@@ -16,7 +16,8 @@ settings (lz4hc, 64 KiB clusters or blocks; and uncompressed); erofsfuse also re
 image (the same bytes the sealfs rows read).
 
 ls: `ls -lR` of the linux tree on a fresh mount, image in the page cache, the same tools and the
-kernel's EROFS (file-backed mount of the sealfs image).
+kernel's EROFS (file-backed mount of the sealfs image: mount(2) of the file, bench/kmount.py;
+before 2026-12-05 this row was mount(8), which set up a loop device).
 
 Writes bench/results/fusepeers-<stamp>.csv and a section of docs/benchmarks.md per table.
 
@@ -27,7 +28,6 @@ builds only their images; BEFORE=another sealfs binary adds its verified row ("s
 BEFORE"). A subset prints its table and ratios and leaves docs/benchmarks.md alone.
 """
 import csv
-import ctypes
 import os
 import statistics
 import subprocess
@@ -36,6 +36,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kmount  # noqa: E402  (file-backed kernel mounts)
 REPO = os.path.dirname(HERE)
 RUNS = int(os.environ.get("RUNS", "5"))
 SEALFS = os.environ.get("SEALFS", os.path.join(REPO, "target/release/sealfs"))
@@ -75,13 +77,10 @@ class Mount:
     def mount(self):
         subprocess.run(["cat", self.image], stdout=subprocess.DEVNULL, check=True)
         if self.argv == ["kernel"]:
-            # mount(8) of the file (util-linux 2.38 sets up a loop device for it).
-            sh(["mount", "-t", "erofs", "-o", "ro", self.image, self.mp])
-        elif self.argv == ["kernel-file"]:
             # File-backed (Linux 6.12+): mount(2) with the image file as the source.
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.mount(self.image.encode(), self.mp.encode(), b"erofs", 1, None) != 0:
-                raise OSError(ctypes.get_errno(), f"mount(2) of {self.image}")
+            kmount.mount_file(self.image, self.mp)
+        elif self.argv == ["kernel-loop"]:
+            sh(["mount", "-t", "erofs", "-o", "ro,loop", self.image, self.mp])
         else:
             sh([*self.argv, self.image, self.mp])
         deadline = time.time() + 10
@@ -101,7 +100,7 @@ class Mount:
 
     def cpu(self):
         """User + system seconds of the daemon serving the mount (0 for a kernel mount)."""
-        if self.argv in (["kernel"], ["kernel-file"]):
+        if self.argv in (["kernel"], ["kernel-loop"]):
             return 0.0
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
@@ -230,8 +229,8 @@ def seq_mounts(kind, imgs, digest):
     ]
     if SEQ_TOOLS:
         mounts += [
-            Mount("kernel EROFS (the sealfs image, file-backed: mount(2) of the file)", ["kernel-file"], s),
-            Mount("kernel EROFS (the sealfs image, loop device), read_ahead_kb 1024", ["kernel"], s, ra_kb=1024),
+            Mount("kernel EROFS (the sealfs image, file-backed: mount(2) of the file)", ["kernel"], s),
+            Mount("kernel EROFS (the sealfs image, loop device), read_ahead_kb 1024", ["kernel-loop"], s, ra_kb=1024),
         ]
         if BEFORE:
             mounts.insert(1, Mount("sealfs mount (verified), BEFORE", [BEFORE, "mount", *d], s))

@@ -48,6 +48,8 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kmount  # noqa: E402  (file-backed kernel mounts)
 REPO = os.path.dirname(HERE)
 RUNS = int(os.environ.get("RUNS", "3"))
 SEALFS = os.environ.get("SEALFS", os.path.join(REPO, "target/release/sealfs"))
@@ -198,7 +200,7 @@ class Tool:
                 if time.time() > deadline:
                     raise RuntimeError("rclone did not mount")
                 time.sleep(0.05)
-            sh(["mount", "-t", "erofs", "-o", "ro", os.path.join(self.inner, name), self.mp])
+            kmount.mount_file(os.path.join(self.inner, name), self.mp)  # file-backed, on the rclone file
             target = self.mp
         deadline = time.time() + 10
         while not os.path.ismount(target):

@@ -2,8 +2,10 @@
 //! that the reader and `fsck.erofs` read and the kernel did not). Random trees are built with every
 //! codec (lz4, lz4hc, zstd, lzma, deflate) × 48-bit encoded extents on and off × fragments on and
 //! off × 4 KiB and 64 KiB clusters, each combination on a tree of its own, and every image is
-//! mounted by the kernel and compared with its source (contents and every attribute, xattr
-//! lookups through the name filter); `fsck.erofs` 1.9 decodes every file too.
+//! mounted by the kernel twice, through a loop device (the block path) and file-backed (mount(2)
+//! of the image file, Linux 6.12+: `fs/erofs/fileio.c`), each mount compared with its source
+//! (contents and every attribute, xattr lookups through the name filter); `fsck.erofs` 1.9
+//! decodes every file too.
 //!
 //! A tree is a property-test tree (names of raw bytes, every file type, hard links, owners, times,
 //! xattrs; see `common::randtree`) beside larger files of mixed compressibility (`common::mixed`)
@@ -19,8 +21,8 @@
 //! Deterministic per seed: `SEALFS_SEED` (default 29) and `SEALFS_ROUNDS` (default 1: 40 trees),
 //! both printed; a failure names the seed, round and combination that reproduce it.
 //!
-//! Needs root, the kernel's erofs and erofs-utils 1.9 (`scripts/build-oracles.sh`); prints `SKIP`
-//! without them (fails under CI).
+//! Needs root, the kernel's erofs with file-backed mounts (`CONFIG_EROFS_FS_BACKED_BY_FILE`) and
+//! erofs-utils 1.9 (`scripts/build-oracles.sh`); prints `SKIP` without them (fails under CI).
 
 mod common;
 
@@ -203,10 +205,18 @@ fn make_tree(src: &Path, seed: u64, combo: &Combo, trap: &[u8]) -> String {
 }
 
 /// Builds, checks and mounts one combination; `Err` says what differed.
-fn one(dir: &Path, seed: u64, combo: &Combo, trap: &(Vec<u8>, Vec<u8>)) -> Result<String, String> {
+/// The tree goes in `dir` (on tmpfs), the image in `image_dir` (not on tmpfs, which cannot back a
+/// file-backed mount).
+fn one(
+    dir: &Path,
+    image_dir: &Path,
+    seed: u64,
+    combo: &Combo,
+    trap: &(Vec<u8>, Vec<u8>),
+) -> Result<String, String> {
     let src = dir.join("src");
     let summary = make_tree(&src, seed, combo, &trap.0);
-    let image = dir.join("img");
+    let image = image_dir.join("img");
     let args = combo.args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run(&mut build_cmd(&src, &image, &args));
@@ -233,15 +243,21 @@ fn one(dir: &Path, seed: u64, combo: &Combo, trap: &(Vec<u8>, Vec<u8>)) -> Resul
             );
         }
     }
-    let mnt = mount_erofs(&image)?;
-    let mut problems = compare_trees(&src, mnt.path(), &Expect::default());
-    problems.extend(check_xattr_filter(mnt.path()).0);
-    if !problems.is_empty() {
-        problems.truncate(20);
-        return Err(format!(
-            "the kernel's view differs:\n{}",
-            problems.join("\n")
-        ));
+    // Two readers in the kernel: the block path (a loop device) and the file-backed one
+    // (fs/erofs/fileio.c, mount(2) of the file); each must show the source.
+    for (how, mnt) in [
+        ("loop device", mount_erofs(&image)?),
+        ("file-backed", mount_erofs_file(&image)?),
+    ] {
+        let mut problems = compare_trees(&src, mnt.path(), &Expect::default());
+        problems.extend(check_xattr_filter(mnt.path()).0);
+        if !problems.is_empty() {
+            problems.truncate(20);
+            return Err(format!(
+                "the kernel's view ({how} mount) differs:\n{}",
+                problems.join("\n")
+            ));
+        }
     }
     Ok(format!(
         "{summary}; image {} bytes",
@@ -258,11 +274,25 @@ fn every_codec_and_layout_reads_back_through_the_kernel() {
     ) {
         return;
     }
+    let tmp = Tmpfs::new("codecs").expect("tmpfs");
+    // The images, beside the trees: the kernel cannot back a file-backed mount by a tmpfs file.
+    let images = tempfile::Builder::new()
+        .prefix("sealfs-codec-images-")
+        .tempdir_in(std::env::temp_dir())
+        .unwrap();
+    // Whether this kernel mounts file-backed at all, on a one-file image.
+    let probe_src = tmp.join("probe-src");
+    fs::create_dir(&probe_src).unwrap();
+    fs::write(probe_src.join("f"), b"probe").unwrap();
+    let probe = images.path().join("probe.img");
+    build_ok(&probe_src, &probe, &[]);
+    if !oracle_guard(file_backed_env(&probe)) {
+        return;
+    }
     let seed = env_u64("SEALFS_SEED", 29);
     let rounds = env_u64("SEALFS_ROUNDS", 1);
     println!("SEALFS_SEED={seed} SEALFS_ROUNDS={rounds}");
     let trap = deflate_trap(seed);
-    let tmp = Tmpfs::new("codecs").expect("tmpfs");
     let mut failures = Vec::new();
     let combos = Combo::all();
     for round in 0..rounds {
@@ -275,7 +305,7 @@ fn every_codec_and_layout_reads_back_through_the_kernel() {
                 combo.args().join(" ")
             );
             let t = std::time::Instant::now();
-            match one(&dir, tree_seed, combo, &trap) {
+            match one(&dir, images.path(), tree_seed, combo, &trap) {
                 Ok(summary) => println!("ok {what}: {summary} ({:.1?})", t.elapsed()),
                 Err(e) => {
                     println!("FAILED {what}: {e}");

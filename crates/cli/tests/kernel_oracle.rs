@@ -1,6 +1,7 @@
 //! The kernel as oracle: build the full fixture (every case, see `common::fixture`) with various
-//! options, loop-mount the image with the running kernel's EROFS driver and compare everything the
-//! kernel shows with the source (or with the transformation the options ask for). Also
+//! options, mount the image with the running kernel's EROFS driver, through a loop device and
+//! file-backed (mount(2) of the image file, Linux 6.12+), and compare everything the kernel shows
+//! through each with the source (or with the transformation the options ask for). Also
 //! `fsck.erofs`, `dump.erofs` listings, the xattr bloom filter through the kernel, superblock
 //! fields, and a non-sparse file above 4 GiB.
 //!
@@ -108,40 +109,60 @@ fn check_all(case: &Case, exp: &Expect) {
     }
     println!("dump.erofs --ls compared for {DUMP_DIRS:?}");
 
-    let mnt = mount_erofs(image).unwrap_or_else(|e| {
-        problems.push(e);
+    // Two readers in the kernel: the block path (a loop device) and the file-backed one
+    // (fs/erofs/fileio.c, mount(2) of the image file; the image is on disk, not tmpfs).
+    let mut mounts = Vec::new();
+    match mount_erofs(image) {
+        Ok(m) => mounts.push(("loop device", m)),
+        Err(e) => problems.push(e),
+    }
+    if oracle_guard(file_backed_env(image)) {
+        match mount_erofs_file(image) {
+            Ok(m) => mounts.push(("file-backed", m)),
+            Err(e) => problems.push(e),
+        }
+    }
+    if mounts.is_empty() {
         assert_no_diffs("fsck, dump.erofs and mount", &problems);
-        unreachable!()
-    });
-    let t = std::time::Instant::now();
-    let diffs = compare_trees(&case.src, mnt.path(), exp);
-    println!(
-        "compare_trees: {} differences in {:.2?}",
-        diffs.len(),
-        t.elapsed()
-    );
-    problems.extend(diffs);
-    let (filter_problems, lookups) = check_xattr_filter(mnt.path());
-    println!(
-        "xattr lookups through the kernel: {lookups}, problems: {}",
-        filter_problems.len()
-    );
-    problems.extend(filter_problems);
-
-    // The sparse file through the kernel: size, and its few bytes where they were written.
-    if !exp.excluded(b"files") {
-        let sparse = mnt.path().join("files/sparse5g");
-        let md = fs::symlink_metadata(&sparse).unwrap();
+    }
+    for (how, mnt) in &mounts {
+        let t = std::time::Instant::now();
+        let diffs = compare_trees(&case.src, mnt.path(), exp);
         println!(
-            "files/sparse5g in the image: size {}, st_blocks {} (source st_blocks {})",
-            md.len(),
-            md.blocks(),
-            fs::symlink_metadata(case.src.join("files/sparse5g"))
-                .unwrap()
-                .blocks()
+            "{how} mount: compare_trees: {} differences in {:.2?}",
+            diffs.len(),
+            t.elapsed()
         );
-        if md.len() != SPARSE_SIZE {
-            problems.push(format!("files/sparse5g: size {} in image", md.len()));
+        problems.extend(diffs.into_iter().map(|d| format!("{how} mount: {d}")));
+        let (filter_problems, lookups) = check_xattr_filter(mnt.path());
+        println!(
+            "{how} mount: xattr lookups through the kernel: {lookups}, problems: {}",
+            filter_problems.len()
+        );
+        problems.extend(
+            filter_problems
+                .into_iter()
+                .map(|d| format!("{how} mount: {d}")),
+        );
+
+        // The sparse file through the kernel: size, and its few bytes where they were written.
+        if !exp.excluded(b"files") {
+            let sparse = mnt.path().join("files/sparse5g");
+            let md = fs::symlink_metadata(&sparse).unwrap();
+            println!(
+                "{how} mount: files/sparse5g in the image: size {}, st_blocks {} (source st_blocks {})",
+                md.len(),
+                md.blocks(),
+                fs::symlink_metadata(case.src.join("files/sparse5g"))
+                    .unwrap()
+                    .blocks()
+            );
+            if md.len() != SPARSE_SIZE {
+                problems.push(format!(
+                    "{how} mount: files/sparse5g: size {} in image",
+                    md.len()
+                ));
+            }
         }
     }
     assert_no_diffs("kernel view of the image vs the source", &problems);

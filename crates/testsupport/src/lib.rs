@@ -10,7 +10,8 @@
 //! - [`rng`]: a deterministic PRNG, so every input is reproducible; [`mixed`]: file contents of
 //!   mixed compressibility from it;
 //! - [`sys`]: the libc calls `std` lacks (`l*xattr`, `lchown`, `utimensat`, `mknod`, raw `readdir`);
-//! - [`mount`]: tmpfs scratch space and loop mounts of EROFS images, unmounted on drop;
+//! - [`mount`]: tmpfs scratch space and loop mounts of EROFS images (with the `kernel` feature
+//!   also file-backed ones, mount(2) of the image file), unmounted on drop;
 //! - [`erofs_utils`]: `mkfs.erofs`, `fsck.erofs`, `dump.erofs` and raw superblock fields;
 //! - fixture trees: [`fixture`] (the full tree of every case, root and tmpfs) and
 //!   [`small_fixture`] (the reader's tree, any filesystem), and with the `proptest` feature
@@ -56,6 +57,8 @@ pub mod walk;
 pub mod zcraft;
 
 pub use erofs_utils::*;
+#[cfg(feature = "kernel")]
+pub use mount::{file_backed_env, mount_erofs_file};
 pub use mount::{
     mount_env, mount_erofs, mount_squashfs, processes_naming, root_env, still_running_after,
     ErofsMount, Tmpfs,

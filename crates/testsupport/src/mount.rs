@@ -1,5 +1,6 @@
 //! Scratch space and mounts: a tmpfs (ext4 cannot hold 64 KiB xattr values) and read-only loop
-//! mounts of EROFS images, each unmounted on drop; and the checks of what mounting needs.
+//! mounts of EROFS images (and, with the `kernel` feature, file-backed ones), each unmounted on
+//! drop; and the checks of what mounting needs.
 
 use crate::{have_tool, sys};
 use std::ffi::OsStr;
@@ -194,7 +195,7 @@ impl Drop for Tmpfs {
     }
 }
 
-/// An EROFS image mounted read-only through a loop device; unmounted on drop.
+/// An EROFS image mounted read-only (through a loop device, or file-backed); unmounted on drop.
 pub struct ErofsMount {
     path: PathBuf,
 }
@@ -231,6 +232,63 @@ pub fn mount_erofs(image: &Path) -> Result<ErofsMount, String> {
         image.as_os_str(),
     )?;
     Ok(ErofsMount { path })
+}
+
+/// mount(2) of the image file itself, read-only, on a fresh mount point: the kernel's file-backed
+/// EROFS (Linux 6.12+, `CONFIG_EROFS_FS_BACKED_BY_FILE`), which reads the file through
+/// `fs/erofs/fileio.c` and not through a block device. mount(8) would set up a loop device for
+/// a regular file (util-linux 2.38), so this calls mount(2) directly, and then checks that
+/// `/proc/self/mountinfo` names the file as the mount's source (not `/dev/loopN`). The image
+/// must not be on tmpfs: the kernel cannot back an EROFS mount by a tmpfs file (it has no
+/// `read_folio`; mount(2) fails with ENOTBLK, as on a kernel without file-backed mounts).
+#[cfg(feature = "kernel")]
+pub fn mount_erofs_file(image: &Path) -> Result<ErofsMount, String> {
+    let image = fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let path = fresh_dir("sealfs-filemnt-").map_err(|e| e.to_string())?;
+    if let Err(e) = rustix::mount::mount(
+        &image,
+        &path,
+        "erofs",
+        rustix::mount::MountFlags::RDONLY,
+        None,
+    ) {
+        let _ = fs::remove_dir(&path);
+        return Err(format!(
+            "mount(2) of {} on {} (erofs, read-only, file-backed) failed: {e} (errno {})",
+            image.display(),
+            path.display(),
+            e.raw_os_error()
+        ));
+    }
+    let mounted = ErofsMount { path };
+    match sealfs_kernel::sysfs::mount_at(&mounted.path) {
+        Ok(Some(m)) if m.source == image && m.fstype == "erofs" => Ok(mounted),
+        Ok(Some(m)) => Err(format!(
+            "{}: mounted from {} ({}), not file-backed from {}",
+            mounted.path.display(),
+            m.source.display(),
+            m.fstype,
+            image.display()
+        )),
+        Ok(None) => Err(format!(
+            "{}: not in /proc/self/mountinfo after mount(2)",
+            mounted.path.display()
+        )),
+        Err(e) => Err(format!("reading /proc/self/mountinfo: {e}")),
+    }
+}
+
+/// Everything [`mount_env`] checks, plus the kernel mounting `probe` (a valid EROFS image, not on
+/// tmpfs) file-backed ([`mount_erofs_file`]).
+#[cfg(feature = "kernel")]
+pub fn file_backed_env(probe: &Path) -> Result<(), String> {
+    mount_env()?;
+    mount_erofs_file(probe).map(drop).map_err(|e| {
+        format!(
+            "the kernel cannot mount an EROFS image file-backed \
+             (Linux 6.12+ with CONFIG_EROFS_FS_BACKED_BY_FILE; the image not on tmpfs): {e}"
+        )
+    })
 }
 
 /// Unmounts (lazily, `umount -l`) whatever is still mounted at its path when dropped: a FUSE
