@@ -307,6 +307,9 @@ pub(crate) struct Plan {
     pub spill: Option<Spill>,
     /// Content digests of the files that may share blocks (an uncompressed build), by inode id.
     pub alike: ContentDigests,
+    /// Building like an earlier image, whether its inode places were given up (the root, which
+    /// could not keep its place, would not have fit a 16-bit nid after them).
+    pub meta_places_dropped: bool,
 }
 
 /// Directory block layout: the entries (including "." and "..") in order, and where each block starts.
@@ -605,13 +608,14 @@ pub(crate) fn plan(
     // (nid 0 is skipped: the kernel reports the nid as the inode number, and userspace takes inode 0
     // for an empty directory slot.)
     let packed = pre.as_ref().and_then(|p| p.packed);
-    let mut alloc = MetaAllocator::new(if metabox {
+    let meta_start = if metabox {
         0
     } else if pre.is_some() || data_first {
         fmt::INODE_SLOT_SIZE
     } else {
         fmt::EROFS_SUPER_OFFSET + 128
-    });
+    };
+    let mut alloc = MetaAllocator::new(meta_start);
     // With `like`: each inode's path, and whether the inode keeps its old place.
     let paths: Vec<Option<Vec<u8>>> = match like {
         Some(_) => tree
@@ -649,11 +653,19 @@ pub(crate) fn plan(
     if !kept[0] {
         inodes[0].offset = alloc.place(item_lens[0], inodes[0].inline_len > 0);
     }
+    let mut meta_places_dropped = false;
+    if !metabox && inodes[0].nid() > u16::MAX as u64 && kept.contains(&true) {
+        // The root could not keep its place, and the inodes kept in theirs push it past a 16-bit
+        // nid: the metadata is placed anew, the root first (the data keeps its places).
+        alloc = MetaAllocator::new(meta_start);
+        kept.fill(false);
+        meta_places_dropped = true;
+        inodes[0].offset = alloc.place(item_lens[0], inodes[0].inline_len > 0);
+    }
     if !metabox && inodes[0].nid() > u16::MAX as u64 {
-        return Err(BuildError::TooLarge(match like {
-            Some(_) => "root inode does not fit a 16-bit nid after the inodes kept in place (build without --like)".into(),
-            None => "root inode does not fit a 16-bit nid".into(),
-        }));
+        return Err(BuildError::TooLarge(
+            "root inode does not fit a 16-bit nid".into(),
+        ));
     }
     let shared_offset = match metabox && like.is_none() {
         true => shared_offset,
@@ -775,6 +787,7 @@ pub(crate) fn plan(
         metabox: None,
         spill: pre.map(|p| p.spill),
         alike,
+        meta_places_dropped,
     })
 }
 

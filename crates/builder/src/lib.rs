@@ -72,6 +72,9 @@ impl Progress for NoProgress {
     fn end(&self) {}
 }
 
+/// The warning of a build `--like` an earlier image whose inode places it could not keep.
+const META_PLACES_DROPPED: &str = "--like: the root directory could not keep its place, and would not fit a 16-bit nid after the inodes kept in theirs: the inodes were placed anew";
+
 /// What a build produced.
 #[derive(Debug, Clone)]
 pub struct BuildSummary {
@@ -259,6 +262,9 @@ fn build_in_pool(
                 opts.placement,
                 opts.like.as_deref(),
             )?;
+            if plan.meta_places_dropped {
+                tree.warnings.push(META_PLACES_DROPPED.into());
+            }
             release_freed_memory();
             let image_bytes = plan.total_blocks * sealfs_format::BLKSZ;
             tmp.as_file()
@@ -325,6 +331,9 @@ fn build_in_pool(
                 opts.placement,
                 opts.like.as_deref(),
             )?;
+            if plan.meta_places_dropped {
+                tree.warnings.push(META_PLACES_DROPPED.into());
+            }
             if let Some(packed) = data.deferred {
                 // Compressed directories: with every nid known, the directories go into the
                 // packed inode, which is compressed after the metadata area.

@@ -447,6 +447,42 @@ fn build_like_keeps_blocks_in_place() {
     }
 }
 
+/// A root directory that grows (a new entry with a long name) cannot keep its place, and after 70,000 inodes kept
+/// in theirs its nid would pass 16 bits: the build places the inodes anew and says so, instead of
+/// failing (it failed before), and the kernel mounts the image equal to its tree.
+#[test]
+fn build_like_places_inodes_anew_when_the_root_would_not_fit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (v1, v2) = (d.join("v1"), d.join("v2"));
+    for v in [&v1, &v2] {
+        fs::create_dir_all(v.join("many")).unwrap();
+        for i in 0..70_000 {
+            fs::File::create(v.join(format!("many/f{i:05}"))).unwrap();
+        }
+    }
+    // A long name: the root's inode and entries outgrow their 32-byte slots.
+    fs::write(v2.join(format!("new-{}", "n".repeat(60))), b"new\n").unwrap();
+    let mount = oracle_guard(mount_env());
+    for (label, args) in [("default", &[][..]), ("lz4", &["-z", "lz4"][..])] {
+        let (old, new) = (
+            d.join(format!("{label}-1.img")),
+            d.join(format!("{label}-2.img")),
+        );
+        build_ok(&v1, &old, args);
+        let like = [args, &["--like", old.to_str().unwrap()]].concat();
+        let out = build_ok(&v2, &new, &like);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("the root directory could not keep its place"),
+            "{label}: {err}"
+        );
+        if mount {
+            assert_verifies_and_mounts_equal(&v2, &new, label);
+        }
+    }
+}
+
 /// `--layout packed-pieces` (issue 41): many small files packed together with `--preset small`,
 /// one of them edited in the middle: an update fetches fewer blocks than with the packed inode in
 /// one piece (counted from the images' bytes), and the kernel mounts both versions equal to
