@@ -427,6 +427,8 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench/lazy.py: run as root (containerd, mounts, drop_caches, tc)")
     if os.environ.get("SEALFS_LAZY_BENCH_NETNS") != "1":
+        # The image is made first, outside the namespace: debootstrap needs the Debian mirror.
+        make_layout()
         env = dict(os.environ, SEALFS_LAZY_BENCH_NETNS="1")
         os.execvpe("unshare", ["unshare", "-n", sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env)
     sh(["ip", "link", "set", "lo", "up"])
