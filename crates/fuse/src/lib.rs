@@ -46,6 +46,8 @@ mod inodes;
 pub mod mount;
 mod nodes;
 mod ops;
+mod stats;
+mod xattrs;
 
 pub use attr::new_encode_dev;
 use attr::{fuse_type, system_time};
@@ -53,12 +55,15 @@ use failures::FailureLog;
 use inodes::InodeCache;
 pub use inodes::INODE_CACHE_ENTRIES;
 pub use nodes::NodeMap;
+use stats::Counters;
+pub use xattrs::XattrMode;
+use xattrs::XattrState;
 
 use fuser::{Errno, FileAttr, INodeNo};
 use sealfs_reader::{DirEntry, Image, Inode, VerifiedBlocks};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -89,31 +94,6 @@ pub type FileCheck = Box<dyn Fn(&Image, &Inode) -> Result<(), String> + Send + S
 /// readers wait for it).
 type CheckOnce = Arc<std::sync::OnceLock<Result<(), Errno>>>;
 
-/// Counters of the FUSE layer (the reader and the verifier keep their own).
-#[derive(Debug, Default)]
-struct Counters {
-    lookups: AtomicU64,
-    negative_lookups: AtomicU64,
-    getattrs: AtomicU64,
-    reads: AtomicU64,
-    bytes_served: AtomicU64,
-    /// Nanoseconds `read` requests spent in the reader (mapping, fetching, hashing, decoding).
-    read_ns: AtomicU64,
-    /// Nanoseconds `read` requests spent sending their reply (the kernel copying it into the
-    /// page cache).
-    reply_ns: AtomicU64,
-    readdirs: AtomicU64,
-    /// `open`/`opendir` requests: one of each per mount (answered `ENOSYS`, see [`SealFs::open`]).
-    opens: AtomicU64,
-    getxattrs: AtomicU64,
-    errors: AtomicU64,
-    verification_errors: AtomicU64,
-    /// Files whose whole content was checked against its own digest (double verification).
-    files_checked: AtomicU64,
-    /// Files that failed that check.
-    file_check_failures: AtomicU64,
-}
-
 /// The mounted image.
 pub struct SealFs {
     image: Arc<Image>,
@@ -139,57 +119,6 @@ pub struct SealFs {
     xattrs: Arc<AtomicU8>,
     /// Why the check for extended attributes could not read the image whole, if it could not.
     xattrs_unread: Arc<Mutex<Option<String>>>,
-}
-
-/// How a mount answers extended attribute requests (`sealfs mount --xattrs`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum XattrMode {
-    /// Every `getxattr` and `listxattr` is answered from the image.
-    On,
-    /// The mount shows no extended attributes: the first request is answered `ENOSYS`, after
-    /// which the kernel answers every one itself (`EOPNOTSUPP`) without a round trip. An `ls -l`
-    /// asks two per file (`security.selinux`, `system.posix_acl_access`).
-    Off,
-    /// [`XattrMode::Off`] once the image is found to carry none, by a read of every inode in the
-    /// background after mounting; [`XattrMode::On`] until then, and for good if it carries some
-    /// or cannot be read whole.
-    #[default]
-    Auto,
-}
-
-/// Where a mount's extended attribute answers stand.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-enum XattrState {
-    Answered = 0,
-    Scanning = 1,
-    NoneInImage = 2,
-    Hidden = 3,
-}
-
-impl XattrState {
-    fn of(v: u8) -> Self {
-        match v {
-            1 => Self::Scanning,
-            2 => Self::NoneInImage,
-            3 => Self::Hidden,
-            _ => Self::Answered,
-        }
-    }
-
-    /// Whether requests are answered `ENOSYS` (the kernel then stops sending them).
-    fn refused(self) -> bool {
-        matches!(self, Self::NoneInImage | Self::Hidden)
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            Self::Answered => "answered from the image",
-            Self::Scanning => "answered from the image while checking whether it has any",
-            Self::NoneInImage => "none in the image: the kernel answers without asking",
-            Self::Hidden => "hidden (--xattrs=off): the kernel answers without asking",
-        }
-    }
 }
 
 /// Decoded directories kept for `readdir` requests that continue a listing.
@@ -225,53 +154,6 @@ impl SealFs {
             xattrs: Arc::new(AtomicU8::new(XattrState::Answered as u8)),
             xattrs_unread: Arc::new(Mutex::new(None)),
         }
-    }
-
-    /// Sets how extended attribute requests are answered. [`XattrMode::Auto`] starts its check of
-    /// the image on a thread of its own: call this in the process that serves.
-    pub fn with_xattrs(self, mode: XattrMode) -> SealFs {
-        self.with_xattrs_after(mode, || None)
-    }
-
-    /// [`SealFs::with_xattrs`], the check of [`XattrMode::Auto`] starting once `before` has run
-    /// on its thread (a remote image's metadata fetched ahead into the cache, which the check
-    /// then reads without a request). When `before` answers the check itself (what
-    /// [`sealfs_reader::Image::warm_metadata`] returns), the image is not read again.
-    pub fn with_xattrs_after(
-        self,
-        mode: XattrMode,
-        before: impl FnOnce() -> Option<bool> + Send + 'static,
-    ) -> SealFs {
-        let state = match mode {
-            XattrMode::On => XattrState::Answered,
-            XattrMode::Off => XattrState::Hidden,
-            XattrMode::Auto => XattrState::Scanning,
-        };
-        self.xattrs.store(state as u8, Ordering::Relaxed);
-        if mode == XattrMode::Auto {
-            let (image, xattrs) = (self.image.clone(), self.xattrs.clone());
-            let why = self.xattrs_unread.clone();
-            std::thread::spawn(move || {
-                let found = match before() {
-                    Some(any) => Ok(any),
-                    None => image.any_xattrs(),
-                };
-                if let Err(e) = &found {
-                    *why.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some(sealfs_reader::ErrorChain(e).to_string());
-                }
-                let state = match found {
-                    Ok(false) => XattrState::NoneInImage,
-                    _ => XattrState::Answered,
-                };
-                xattrs.store(state as u8, Ordering::Relaxed);
-            });
-        }
-        self
-    }
-
-    fn xattr_state(&self) -> XattrState {
-        XattrState::of(self.xattrs.load(Ordering::Relaxed))
     }
 
     /// Checks every regular file whole with `check` before the first read of it is answered
@@ -370,85 +252,6 @@ impl SealFs {
             flags: 0,
         }
     }
-
-    /// The statistics as a JSON object.
-    pub fn stats_json(&self) -> serde_json::Value {
-        let c = &self.counters;
-        let s = self.image.stats();
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut v = serde_json::json!({
-            "trust": self.trust,
-            "uptime_seconds": self.started.elapsed().as_secs_f64(),
-            "fuse": {
-                "lookups": load(&c.lookups),
-                "negative_lookups": load(&c.negative_lookups),
-                "getattrs": load(&c.getattrs),
-                "reads": load(&c.reads),
-                "bytes_served": load(&c.bytes_served),
-                "readdirs": load(&c.readdirs),
-                "opens": load(&c.opens),
-                "files_checked": load(&c.files_checked),
-                "file_check_failures": load(&c.file_check_failures),
-                "getxattrs": load(&c.getxattrs),
-                "xattrs": match &*self.xattrs_unread.lock().unwrap_or_else(|e| e.into_inner()) {
-                    Some(why) => format!("answered from the image (it could not be read whole to check for any: {why})"),
-                    None => self.xattr_state().describe().to_string(),
-                },
-                "errors": load(&c.errors),
-                "verification_errors": load(&c.verification_errors),
-            },
-            "reader": {
-                "blocks_read": s.blocks_read,
-                "block_cache_hits": s.cache_hits,
-                "block_cache_misses": s.cache_misses,
-                "xattr_lookups": s.xattr_lookups,
-                "xattr_filter_skips": s.filter_skips,
-                "cluster_cache_hits": s.cluster_hits,
-                "cluster_cache_misses": s.cluster_misses,
-                "cluster_cache_evictions": s.cluster_evictions,
-                "cluster_cache_bytes": s.cluster_cache_bytes,
-                "cluster_cache_peak_bytes": s.cluster_cache_peak_bytes,
-                "compressed_bytes_read": s.compressed_bytes_read,
-                "decompressed_bytes": s.decompressed_bytes,
-            },
-        });
-        // Where `read` requests' time goes (summed over the serving threads).
-        let secs = |ns: u64| ns as f64 / 1e9;
-        v["data_path"] = serde_json::json!({
-            "requests": load(&c.reads),
-            "bytes": load(&c.bytes_served),
-            "read_seconds": secs(load(&c.read_ns)),
-            "decompress_seconds": secs(s.decompress_ns),
-            "reply_seconds": secs(load(&c.reply_ns)),
-        });
-        if let Some(vb) = &self.verified {
-            let vs = vb.stats();
-            v["verify"] = serde_json::json!({
-                "blocks_verified": load(&vs.blocks_verified),
-                "hash_blocks_read": load(&vs.hash_blocks_read),
-                "hash_cache_hits": load(&vs.hash_cache_hits),
-                "hash_blocks_shared": load(&vs.hash_blocks_shared),
-                "batches": load(&vs.batches),
-                "data_bytes_read": load(&vs.data_bytes),
-                "hash_bytes_read": load(&vs.hash_bytes),
-                "failures": load(&vs.failures),
-                "store_hits": load(&vs.store_hits),
-                "store_discards": load(&vs.store_discards),
-                "leaf_hits": load(&vs.leaf_hits),
-                "leaf_discards": load(&vs.leaf_discards),
-                "readahead_blocks": load(&vs.readahead_blocks),
-                "handed_over_blocks": load(&vs.handed_over_blocks),
-                "fill": vb.fill_state().to_string(),
-            });
-            v["data_path"]["fetch_seconds"] = serde_json::json!(secs(load(&vs.fetch_ns)));
-            v["data_path"]["hash_seconds"] = serde_json::json!(secs(load(&vs.hash_ns)));
-            if let Some((rtt, rate)) = vb.link_estimate() {
-                v["verify"]["link_round_trip_ms"] = serde_json::json!(rtt.as_secs_f64() * 1e3);
-                v["verify"]["link_rate_bytes_per_s"] = serde_json::json!(rate.round());
-            }
-        }
-        v
-    }
 }
 
 impl SealFs {
@@ -473,211 +276,5 @@ impl SealFs {
             listings.push_back((nid, entries.clone()));
         }
         Ok(entries)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::{SystemTime, UNIX_EPOCH};
-
-    // ----- NodeMap -------------------------------------------------------------------------------
-
-    /// The largest nid an image can have: `nid * 32` is a byte offset below 2^64.
-    const MAX_NID: u64 = (1 << 59) - 1;
-
-    #[test]
-    fn node_map_root_is_node_one_and_back() {
-        let m = NodeMap::new(36, false);
-        assert_eq!(m.node(36), 1);
-        assert_eq!(m.nid(1), 36);
-    }
-
-    #[test]
-    fn node_map_ordinary_nids_are_their_own_node_ids() {
-        let m = NodeMap::new(36, false);
-        for nid in [2, 3, 35, 37, 38, 1 << 20, MAX_NID] {
-            assert_eq!(m.node(nid), nid, "nid {nid}");
-            assert_eq!(m.nid(nid), nid, "node {nid}");
-        }
-    }
-
-    /// Node ids 0 (FUSE: "no node") and 1 (the root) cannot carry nids 0 and 1: they move to
-    /// 2^62 + nid, above every nid.
-    #[test]
-    fn node_map_nids_zero_and_one_are_moved_above_every_nid() {
-        let m = NodeMap::new(36, false);
-        assert_eq!(m.node(0), 0x4000_0000_0000_0000);
-        assert_eq!(m.node(1), 0x4000_0000_0000_0001);
-        assert_eq!(m.nid(0x4000_0000_0000_0000), 0);
-        assert_eq!(m.nid(0x4000_0000_0000_0001), 1);
-        assert!(m.node(0) > MAX_NID && m.node(1) > MAX_NID);
-    }
-
-    /// A root at nid 0 or 1 takes node id 1; the other of the two is moved.
-    #[test]
-    fn node_map_root_at_nid_zero_or_one() {
-        let m = NodeMap::new(0, false);
-        assert_eq!((m.node(0), m.nid(1)), (1, 0));
-        assert_eq!(m.node(1), 0x4000_0000_0000_0001);
-        assert_eq!(m.nid(0x4000_0000_0000_0001), 1);
-
-        let m = NodeMap::new(1, false);
-        assert_eq!((m.node(1), m.nid(1)), (1, 1));
-        assert_eq!(m.node(0), 0x4000_0000_0000_0000);
-        assert_eq!(m.nid(0x4000_0000_0000_0000), 0);
-    }
-
-    /// Over many nids and roots: `nid(node(n)) == n`, no node id is 0, only the root gets 1, and
-    /// distinct nids get distinct node ids.
-    #[test]
-    fn node_map_is_a_bijection_that_avoids_zero() {
-        let nids: Vec<u64> = (0..70)
-            .chain([1 << 16, (1 << 32) - 1, 1 << 32, MAX_NID - 1, MAX_NID])
-            .collect();
-        let in_metabox: Vec<u64> = nids.iter().map(|n| n | 1 << 63).collect();
-        for (root, metabox) in [0, 1, 2, 36, 65535, MAX_NID, 1 << 63, (1 << 63) + 5]
-            .into_iter()
-            .flat_map(|r| [(r, false), (r, true)])
-            .filter(|&(r, metabox)| metabox || r >> 63 == 0)
-        {
-            let m = NodeMap::new(root, metabox);
-            let nids: Vec<u64> = match metabox {
-                true => nids.iter().chain(&in_metabox).copied().collect(),
-                false => nids.clone(),
-            };
-            let mut seen = HashSet::new();
-            for &nid in nids.iter().chain([&root]) {
-                let node = m.node(nid);
-                assert_eq!(m.nid(node), nid, "root {root}, nid {nid}, node {node}");
-                assert_ne!(node, 0, "root {root}, nid {nid}");
-                assert_eq!(node == 1, nid == root, "root {root}, nid {nid}");
-                if !seen.insert(nid) {
-                    continue; // the root listed twice
-                }
-                assert!(
-                    nids.iter()
-                        .chain([&root])
-                        .all(|&o| o == nid || m.node(o) != node),
-                    "root {root}: nid {nid} shares node {node}"
-                );
-            }
-        }
-    }
-
-    // ----- time conversion -----------------------------------------------------------------------
-
-    /// `t` as the kernel's `timespec` (what `stat` shows): seconds rounded down, nanoseconds in
-    /// `0..1e9` (so -0.5 s is `(-1, 500_000_000)`). The same rule fuser applies when it sends the
-    /// attributes.
-    fn timespec(t: SystemTime) -> (i64, u32) {
-        let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
-            Ok(d) => (d.as_secs() as i128, d.subsec_nanos()),
-            Err(e) => {
-                let d = e.duration();
-                if d.subsec_nanos() == 0 {
-                    (-(d.as_secs() as i128), 0)
-                } else {
-                    (-(d.as_secs() as i128) - 1, 1_000_000_000 - d.subsec_nanos())
-                }
-            }
-        };
-        (i64::try_from(sec).expect("seconds fit a timespec"), nsec)
-    }
-
-    #[test]
-    fn system_time_at_and_after_the_epoch() {
-        assert_eq!(system_time(0, 0), UNIX_EPOCH);
-        assert_eq!(system_time(0, 1), UNIX_EPOCH + Duration::from_nanos(1));
-        // The crafted images' epoch plus fixed_nsec 123.
-        assert_eq!(
-            system_time(1_700_000_000, 123),
-            UNIX_EPOCH + Duration::new(1_700_000_000, 123)
-        );
-        // Past 2^32 seconds (year 2106), where 32-bit compact times end.
-        assert_eq!(
-            system_time(4_294_967_296, 999_999_999),
-            UNIX_EPOCH + Duration::new(4_294_967_296, 999_999_999)
-        );
-        assert_eq!(
-            timespec(system_time(4_294_967_296, 999_999_999)),
-            (4_294_967_296, 999_999_999)
-        );
-    }
-
-    /// EROFS stores a time before 1970 as negative seconds plus nanoseconds *forward* from them, like
-    /// a kernel timespec: (-1, 500 000 000) is half a second before the epoch, not 1.5 s.
-    #[test]
-    fn system_time_before_the_epoch() {
-        let before = |t: SystemTime| UNIX_EPOCH.duration_since(t).unwrap();
-        assert_eq!(before(system_time(-1, 0)), Duration::new(1, 0));
-        assert_eq!(
-            before(system_time(-1, 500_000_000)),
-            Duration::new(0, 500_000_000)
-        );
-        assert_eq!(before(system_time(-1, 1)), Duration::new(0, 999_999_999));
-        // The layouts image's extended inode: -12345 s + 999 999 999 ns = 12 344.000 000 001 s
-        // before the epoch.
-        assert_eq!(
-            before(system_time(-12_345, 999_999_999)),
-            Duration::new(12_344, 1)
-        );
-        // 1901-12-13, where signed 32-bit seconds end.
-        assert_eq!(
-            before(system_time(-2_147_483_648, 0)),
-            Duration::new(2_147_483_648, 0)
-        );
-        // stat shows the on-disk pair again.
-        for (sec, nsec) in [
-            (-1, 0),
-            (-1, 1),
-            (-1, 500_000_000),
-            (-12_345, 999_999_999),
-            (-8_589_934_592, 7),
-        ] {
-            assert_eq!(timespec(system_time(sec, nsec)), (sec, nsec));
-        }
-    }
-
-    /// Nanoseconds of 10^9 or more are not a time (the builder never writes them): they are clamped
-    /// to 999 999 999 and never carried into the seconds, so a file's second stays what the
-    /// image says, before and after the epoch.
-    ///
-    /// The kernel does otherwise: it passes the on-disk pair through unnormalized. Measured on
-    /// 6.18 with a patched extended inode of (-12346 s, 1 500 000 000 ns): `st_mtime` -12346,
-    /// `st_mtime_nsec` 1 500 000 000, so `st_mtime_ns` reads -12 344.5 s. FUSE cannot carry such a
-    /// pair (fuser takes a `SystemTime`), so on such an image the FUSE mount and the kernel mount
-    /// differ in the nanoseconds; this test pins the FUSE rule.
-    #[test]
-    fn system_time_clamps_invalid_nanoseconds() {
-        for nsec in [1_000_000_000, 1_500_000_000, u32::MAX] {
-            assert_eq!(timespec(system_time(5, nsec)), (5, 999_999_999), "{nsec}");
-            assert_eq!(timespec(system_time(0, nsec)), (0, 999_999_999), "{nsec}");
-            assert_eq!(timespec(system_time(-5, nsec)), (-5, 999_999_999), "{nsec}");
-        }
-    }
-
-    /// The extremes of a 64-bit extended-inode time convert without overflow (a crafted image must
-    /// not make the daemon panic).
-    #[test]
-    fn system_time_extremes() {
-        assert_eq!(
-            timespec(system_time(i64::MAX, 999_999_999)),
-            (i64::MAX, 999_999_999)
-        );
-        assert_eq!(timespec(system_time(i64::MIN, 0)), (i64::MIN, 0));
-        assert_eq!(timespec(system_time(i64::MIN, 1)), (i64::MIN, 1));
-    }
-
-    // ----- device numbers ------------------------------------------------------------------------
-
-    /// `new_encode_dev`: minor bits 0-7, major bits 8-19, minor bits 8-19 at 20-31.
-    #[test]
-    fn device_numbers_use_the_kernels_new_encoding() {
-        assert_eq!(new_encode_dev(1, 3), 0x0103);
-        assert_eq!(new_encode_dev(8, 1), 0x0801);
-        // 259:0x12345: 0x45 | 259 << 8 | 0x123 << 20.
-        assert_eq!(new_encode_dev(259, 0x12345), 0x1231_0345);
-        assert_eq!(new_encode_dev(4095, 0xf_ffff), 0xffff_ffff);
     }
 }
