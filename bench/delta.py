@@ -205,7 +205,10 @@ def prepare(pair):
     (make_python if pair == "python" else make_debian)(d)
     facts_path = os.path.join(d, "facts.json")
     if os.path.exists(facts_path):
-        return json.load(open(facts_path))
+        facts = json.load(open(facts_path))
+        # Made for other --layouts: made again (the v1 images the client holds are kept).
+        if all(name in facts["digests"] for name, _ in LAYOUTS):
+            return facts
     v1, v2 = os.path.join(d, "v1"), os.path.join(d, "v2")
     client, www = os.path.join(d, "client"), os.path.join(d, "www")
     shutil.rmtree(client, ignore_errors=True)
