@@ -308,7 +308,8 @@ pub(crate) struct Plan {
     /// Content digests of the files that may share blocks (an uncompressed build), by inode id.
     pub alike: ContentDigests,
     /// Building like an earlier image, whether its inode places were given up (the root, which
-    /// could not keep its place, would not have fit a 16-bit nid after them).
+    /// could not keep its place, would not have fit a 16-bit nid after them, or they left more of
+    /// the metadata area unused than `LIKE_MAX_UNUSED` of what placing them anew takes).
     pub meta_places_dropped: bool,
 }
 
@@ -615,7 +616,6 @@ pub(crate) fn plan(
     } else {
         fmt::EROFS_SUPER_OFFSET + 128
     };
-    let mut alloc = MetaAllocator::new(meta_start);
     // With `like`: each inode's path, and whether the inode keeps its old place.
     let paths: Vec<Option<Vec<u8>>> = match like {
         Some(_) => tree
@@ -628,62 +628,75 @@ pub(crate) fn plan(
             .collect(),
         None => Vec::new(),
     };
-    let mut kept = vec![false; inodes.len()];
-    if let Some(like) = like {
-        keep_meta_places(
-            like,
-            &paths,
-            &item_lens,
-            &mut inodes,
-            &mut kept,
-            &mut alloc,
-            metabox,
-            packed,
-        );
-    }
-    // The root first (its nid must fit 16 bits, unless it is in the metabox), then the shared xattr
-    // area, then everything else. In the metabox the shared area comes first, at block 0.
-    // (Building like an earlier image: the inodes kept in place first, the rest after them or in
-    // the room left.)
-    let shared_offset = match metabox && like.is_none() {
-        true => alloc.place(shared.bytes.len() as u64, false),
-        false => 0,
-    };
-    inodes[0].in_metabox = metabox;
-    if !kept[0] {
-        inodes[0].offset = alloc.place(item_lens[0], inodes[0].inline_len > 0);
-    }
-    let mut meta_places_dropped = false;
-    if !metabox && inodes[0].nid() > u16::MAX as u64 && kept.contains(&true) {
-        // The root could not keep its place, and the inodes kept in theirs push it past a 16-bit
-        // nid: the metadata is placed anew, the root first (the data keeps its places).
-        alloc = MetaAllocator::new(meta_start);
-        kept.fill(false);
-        meta_places_dropped = true;
-        inodes[0].offset = alloc.place(item_lens[0], inodes[0].inline_len > 0);
-    }
-    if !metabox && inodes[0].nid() > u16::MAX as u64 {
-        return Err(BuildError::TooLarge(
-            "root inode does not fit a 16-bit nid".into(),
-        ));
-    }
-    let shared_offset = match metabox && like.is_none() {
-        true => shared_offset,
-        false => alloc.place(shared.bytes.len() as u64, false),
-    };
-    let mut window: Vec<usize> = Vec::with_capacity(PLACEMENT_WINDOW);
-    for start in (1..inodes.len()).step_by(PLACEMENT_WINDOW) {
-        window.clear();
-        window.extend(
-            (start..(start + PLACEMENT_WINDOW).min(inodes.len()))
-                .filter(|&id| !(kept[id] || (metabox && Some(id) == packed))),
-        );
-        window.sort_by_key(|&id| std::cmp::Reverse(item_lens[id]));
-        for &id in &window {
-            inodes[id].in_metabox = metabox;
-            inodes[id].offset = alloc.place(item_lens[id], inodes[id].inline_len > 0);
+    // Places every inode: with `keep`, those that can keep their places in `like` first.
+    // Returns the allocator after the last, and the shared xattr area's offset.
+    let place_meta = |inodes: &mut Vec<InodePlan>, keep: bool| -> Result<(MetaAllocator, u64)> {
+        let mut alloc = MetaAllocator::new(meta_start);
+        let mut kept = vec![false; inodes.len()];
+        if let (Some(like), true) = (like, keep) {
+            keep_meta_places(
+                like, &paths, &item_lens, inodes, &mut kept, &mut alloc, metabox, packed,
+            );
         }
-    }
+        // The root first (its nid must fit 16 bits, unless it is in the metabox), then the shared
+        // xattr area, then everything else. In the metabox the shared area comes first, at block
+        // 0. (Building like an earlier image: the inodes kept in place first, the rest after them
+        // or in the room left.)
+        let shared_offset = match metabox && like.is_none() {
+            true => alloc.place(shared.bytes.len() as u64, false),
+            false => 0,
+        };
+        inodes[0].in_metabox = metabox;
+        if !kept[0] {
+            inodes[0].offset = alloc.place(item_lens[0], inodes[0].inline_len > 0);
+        }
+        if !metabox && inodes[0].nid() > u16::MAX as u64 {
+            return Err(BuildError::TooLarge(
+                "root inode does not fit a 16-bit nid".into(),
+            ));
+        }
+        let shared_offset = match metabox && like.is_none() {
+            true => shared_offset,
+            false => alloc.place(shared.bytes.len() as u64, false),
+        };
+        let mut window: Vec<usize> = Vec::with_capacity(PLACEMENT_WINDOW);
+        for start in (1..inodes.len()).step_by(PLACEMENT_WINDOW) {
+            window.clear();
+            window.extend(
+                (start..(start + PLACEMENT_WINDOW).min(inodes.len()))
+                    .filter(|&id| !(kept[id] || (metabox && Some(id) == packed))),
+            );
+            window.sort_by_key(|&id| std::cmp::Reverse(item_lens[id]));
+            for &id in &window {
+                inodes[id].in_metabox = metabox;
+                inodes[id].offset = alloc.place(item_lens[id], inodes[id].inline_len > 0);
+            }
+        }
+        Ok((alloc, shared_offset))
+    };
+    let mut meta_places_dropped = false;
+    let (alloc, shared_offset) = match like {
+        None => place_meta(&mut inodes, false)?,
+        Some(_) => {
+            // The inodes keep their old places unless that puts the root's nid past 16 bits (when
+            // the root could not keep its place), or leaves more of the metadata area unused than
+            // `LIKE_MAX_UNUSED` of what placing them anew takes: then they are placed anew (the
+            // data keeps its places) and the build says so.
+            let anew = place_meta(&mut inodes, false)?.0.cursor;
+            let (num, den) = crate::like::LIKE_MAX_UNUSED;
+            match place_meta(&mut inodes, true) {
+                Ok(kept)
+                    if kept.0.cursor.saturating_sub(anew) * den <= anew * num + BLKSZ * den =>
+                {
+                    kept
+                }
+                _ => {
+                    meta_places_dropped = true;
+                    place_meta(&mut inodes, false)?
+                }
+            }
+        }
+    };
 
     let metabox_len = metabox.then_some(alloc.cursor);
     let meta_len = if metabox {

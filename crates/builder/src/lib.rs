@@ -73,7 +73,7 @@ impl Progress for NoProgress {
 }
 
 /// The warning of a build `--like` an earlier image whose inode places it could not keep.
-const META_PLACES_DROPPED: &str = "--like: the root directory could not keep its place, and would not fit a 16-bit nid after the inodes kept in theirs: the inodes were placed anew";
+const META_PLACES_DROPPED: &str = "--like: the inodes could not keep the earlier image's places (the root would not fit a 16-bit nid after them, or they would leave more than 2% of the metadata area unused): they were placed anew";
 
 /// What a build produced.
 #[derive(Debug, Clone)]

@@ -474,7 +474,7 @@ fn build_like_places_inodes_anew_when_the_root_would_not_fit() {
         let out = build_ok(&v2, &new, &like);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            err.contains("the root directory could not keep its place"),
+            err.contains("the inodes could not keep the earlier image's places"),
             "{label}: {err}"
         );
         if mount {
