@@ -454,10 +454,14 @@ impl InPlace {
         last: bool,
         out: &mut Settled,
     ) -> Open {
-        let (p, limit) = match self.take_gap(len, phase, !last) {
-            _ if len == 0 && last => (at, Some(at)),
-            Some((p, e)) => (p, Some(e)),
-            None => (self.take_end(len, phase), None),
+        // (A file with no bytes here takes no room: asked of `take_gap`, it would be given the
+        // first gap whole, and the gap would be lost.)
+        let (p, limit) = match len == 0 && last {
+            true => (at, Some(at)),
+            false => match self.take_gap(len, phase, !last) {
+                Some((p, e)) => (p, Some(e)),
+                None => (self.take_end(len, phase), None),
+            },
         };
         out.delta = p as i64 - at as i64;
         // (What it leaves of its room is given back when it is done.)
@@ -634,5 +638,25 @@ mod tests {
         assert_eq!(s.delta, 16_384);
         assert_eq!(ip.end, 21_384 + 5000);
         assert_eq!(ip.unused(), 9000 - 4096 + 1384);
+    }
+
+    #[test]
+    fn a_file_with_no_bytes_here_takes_no_gap() {
+        const B: u64 = BLKSZ;
+        // Blocks 3-6 were a file now gone: a gap of 4 blocks.
+        let mut ip = InPlace::new(B, vec![(1, B..3 * B), (3, 7 * B..9 * B)]);
+        assert_eq!(ip.unused(), 4 * B);
+        // A new file whose data is all elsewhere (a fragment, an inline tail, a twin's): no
+        // bytes in the data area. The gap stays free (it was lost: the image grew by it, and
+        // the 2% bound did not count it).
+        let at = ip.tentative(7);
+        assert_eq!(ip.settle(7, at, at, (true, true)), Settled::default());
+        assert_eq!(ip.unused(), 4 * B);
+        // The next new file takes it.
+        assert_eq!(
+            ip.settle(8, 9 * B, 11 * B, (true, true)).delta,
+            -6 * B as i64
+        );
+        assert_eq!((ip.end, ip.unused()), (9 * B, 2 * B));
     }
 }
