@@ -2,7 +2,7 @@
 """FUSE reads against the current peers: `sealfs mount` against erofsfuse 1.9 and squashfuse_ll 0.6
 (issue 17).
 
-    bench/fusepeers.py [seq] [ls]     (default: both tables)
+    bench/fusepeers.py [seq] [ls] [rand]     (default: seq and ls)
 
 RUNS=5, SEALFS=target/release/sealfs, CORPUS_DIR=bench/.corpus; MKFS_EROFS, EROFSFUSE, SQUASHFUSE_LL:
 the peers, by default the ones scripts/build-oracles.sh builds into target/oracles/ (squashfuse 0.6
@@ -19,6 +19,15 @@ ls: `ls -lR` of the linux tree on a fresh mount, image in the page cache, the sa
 kernel's EROFS (file-backed mount of the sealfs image: mount(2) of the file, bench/kmount.py;
 before 2026-12-05 this row was mount(8), which set up a loop device).
 
+rand: fio random 4 KiB reads (psync, O_DIRECT: the page cache never answers; `--randrepeat=1`, so
+every run reads the same offsets) over the first 32 MiB of `big`, 16,384 reads per job, 1 and 2
+jobs, image in the page cache: on a fresh mount (cold: sealfs's cluster cache empty), then the same
+reads again on that mount (warm). Read IOPS, median (min-max) of RUNS rounds, tools interleaved,
+for sealfs (verified and `--verify=none`), erofsfuse 1.9 and squashfuse_ll 0.6 on their own
+builders' images, on the lz4hc and uncompressed images (not the kernel: O_DIRECT reads of a
+file-backed EROFS mount fail). Writes
+bench/results/fusepeers-rand-<stamp>.csv and prints its tables (docs/benchmarks.md is left alone).
+
 Writes bench/results/fusepeers-<stamp>.csv and a section of docs/benchmarks.md per table.
 
 A subset: SEQ_TOOLS, a `;`-separated list of the seq table's row names (`kernel*`: the rows
@@ -28,6 +37,7 @@ builds only their images; BEFORE=another sealfs binary adds its verified row ("s
 BEFORE"). A subset prints its table and ratios and leaves docs/benchmarks.md alone.
 """
 import csv
+import json
 import os
 import statistics
 import subprocess
@@ -175,9 +185,14 @@ def main():
         wanted = {os.path.basename(m.image) for kind in ("lz4hc", "plain")
                   for m in seq_mounts(kind, paths, digest=None)}
         imgs = images(work, wanted)
+    elif "ls" not in tables:
+        # (Only `big`'s images: not the linux tree's.)
+        imgs = images(work, {f"{b}-{k}" for b in ("sealfs", "mkfs", "sqfs") for k in ("lz4hc", "plain")})
     else:
         imgs = images(work)
     rows = []
+    if "rand" in tables:
+        rand(imgs)
     if "seq" in tables:
         for kind in ("lz4hc", "plain"):
             s = imgs[f"sealfs-{kind}"]
@@ -199,18 +214,84 @@ def main():
         ]
         ls = lambda mp: subprocess.run(["ls", "-lR", mp], stdout=subprocess.DEVNULL, check=True)
         interleave("ls", "linux", mounts, ls, rows)
+    if not rows:
+        return
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with open(os.path.join(HERE, "results", f"fusepeers-{stamp}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["table", "image", "round", "tool", "seconds", "daemon_cpu_seconds"])
         w.writerows(rows)
+    if not rows:
+        return
     if SEQ_TOOLS:
         report_subset(rows)
     elif "seq" in tables:
         report(rows, imgs)
     if "ls" in tables:
         report_ls(rows, imgs)
+
+
+def fio_iops(path, jobs):
+    """Read IOPS of 16,384 random 4 KiB reads per job over the first 32 MiB of `path`."""
+    out = sh(["fio", "--name=rand", f"--filename={path}", "--rw=randread", "--bs=4k", "--ioengine=psync",
+              "--iodepth=1", f"--numjobs={jobs}", "--direct=1", "--size=32M", "--io_size=64M",
+              "--randrepeat=1", "--group_reporting", "--output-format=json"])
+    return json.loads(out[out.index("{"):])["jobs"][0]["read"]["iops"]
+
+
+def rand(imgs):
+    """The rand table (see the module's docstring)."""
+    rows = []
+    for kind in ("lz4hc", "plain"):
+        s = imgs[f"sealfs-{kind}"]
+        digest = sh([SEALFS, "digest", s]).strip()
+        mounts = [
+            Mount("sealfs mount (verified)", [SEALFS, "mount", "--digest", digest], s),
+            Mount("sealfs mount --verify=none", [SEALFS, "mount", "--verify=none"], s),
+            Mount("erofsfuse 1.9 (mkfs.erofs 1.9 image)", [EROFSFUSE], imgs[f"mkfs-{kind}"]),
+            Mount("squashfuse_ll 0.6", [SQUASHFUSE], imgs[f"sqfs-{kind}"]),
+        ]
+        for rnd in range(1, RUNS + 1):
+            for jobs in (1, 2):
+                for m in (mounts if rnd % 2 else mounts[::-1]):
+                    m.mount()
+                    cold = fio_iops(os.path.join(m.mp, "big"), jobs)
+                    warm = fio_iops(os.path.join(m.mp, "big"), jobs)
+                    m.umount()
+                    rows += [(kind, rnd, m.name, jobs, "cold", cold), (kind, rnd, m.name, jobs, "warm", warm)]
+            print(f"[rand {kind}] round {rnd}/{RUNS}", file=sys.stderr)
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    with open(os.path.join(HERE, "results", f"fusepeers-rand-{stamp}.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["image", "round", "tool", "jobs", "cache", "iops"])
+        w.writerows(rows)
+    load = open("/proc/loadavg").read().split()[:3]
+    print(f"median (min–max) of {RUNS} rounds, tools interleaved; load average {' '.join(load)}")
+    for kind in ("lz4hc", "plain"):
+        mine = [r for r in rows if r[0] == kind]
+        tools = list(dict.fromkeys(r[2] for r in mine))
+        cols = [(j, c) for j in (1, 2) for c in ("cold", "warm")]
+
+        def med(tool, jobs, cache):
+            return [r[5] for r in mine if r[2] == tool and r[3] == jobs and r[4] == cache]
+
+        print(f"\n### fio random 4 KiB reads, {kind}: read IOPS\n")
+        print("| tool | " + " | ".join(f"{j} job{'s' * (j > 1)}, {c}" for j, c in cols)
+              + " | verified / erofsfuse, squashfuse_ll (2 jobs, warm) |")
+        print("|---|" + "---:|" * len(cols) + "---|")
+        for t in tools:
+            cells = []
+            for j, c in cols:
+                v = med(t, j, c)
+                cells.append(f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})")
+            ratio = ""
+            if t == "sealfs mount (verified)":
+                me = statistics.median(med(t, 2, "warm"))
+                ratio = ", ".join(f"{me / statistics.median(med(p, 2, 'warm')):.2f}×"
+                                  for p in ("erofsfuse 1.9 (mkfs.erofs 1.9 image)", "squashfuse_ll 0.6"))
+            print(f"| {t} | " + " | ".join(cells) + f" | {ratio} |")
 
 
 def seq_mounts(kind, imgs, digest):
