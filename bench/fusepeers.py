@@ -216,20 +216,23 @@ def main():
         interleave("ls", "linux", mounts, ls, rows)
     if not rows:
         return
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    with open(os.path.join(HERE, "results", f"fusepeers-{stamp}.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["table", "image", "round", "tool", "seconds", "daemon_cpu_seconds"])
-        w.writerows(rows)
-    if not rows:
-        return
+    write_results("fusepeers", ["table", "image", "round", "tool", "seconds", "daemon_cpu_seconds"], rows)
     if SEQ_TOOLS:
         report_subset(rows)
     elif "seq" in tables:
         report(rows, imgs)
     if "ls" in tables:
         report_ls(rows, imgs)
+
+
+def write_results(name, header, rows):
+    """bench/results/NAME-<stamp>.csv."""
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    with open(os.path.join(HERE, "results", f"{name}-{stamp}.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
 
 
 def fio_iops(path, jobs):
@@ -261,12 +264,7 @@ def rand(imgs):
                     m.umount()
                     rows += [(kind, rnd, m.name, jobs, "cold", cold), (kind, rnd, m.name, jobs, "warm", warm)]
             print(f"[rand {kind}] round {rnd}/{RUNS}", file=sys.stderr)
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    with open(os.path.join(HERE, "results", f"fusepeers-rand-{stamp}.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["image", "round", "tool", "jobs", "cache", "iops"])
-        w.writerows(rows)
+    write_results("fusepeers-rand", ["image", "round", "tool", "jobs", "cache", "iops"], rows)
     load = open("/proc/loadavg").read().split()[:3]
     print(f"median (min–max) of {RUNS} rounds, tools interleaved; load average {' '.join(load)}")
     for kind in ("lz4hc", "plain"):
