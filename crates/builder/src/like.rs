@@ -659,4 +659,95 @@ mod tests {
         );
         assert_eq!((ip.end, ip.unused()), (9 * B, 2 * B));
     }
+
+    /// Random trees of files kept, grown, shrunk, emptied, removed and added, placed as the data
+    /// phase places them (the last old file first, then the others by their old place, then the
+    /// new ones; one to three batches each): the files' bytes never overlap one another or the
+    /// free room, and every byte up to the end is a file's or free (room lost to neither is what
+    /// grew python's image by 9.2%).
+    #[test]
+    fn no_room_is_lost_or_given_twice() {
+        const B: u64 = BLKSZ;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for case in 0..3000 {
+            // Old places: files 0..n one after another, with gaps now and then.
+            let n = 1 + rand(12) as usize;
+            let mut at = B;
+            let mut old = Vec::new();
+            for id in 0..n {
+                at += rand(3) * B;
+                let len = (1 + rand(6)) * B;
+                old.push((id, at..at + len));
+                at += len;
+            }
+            // v2: some removed (their places are not held), the rest with a new length (0: all
+            // in its inode), and a few new files.
+            let kept: Vec<(usize, Range<u64>)> =
+                old.iter().filter(|_| rand(4) != 0).cloned().collect();
+            let mut order: Vec<usize> = kept.iter().map(|(id, _)| *id).collect();
+            if let Some(last) = kept.iter().max_by_key(|(_, s)| s.start).map(|(id, _)| *id) {
+                order.retain(|&id| id != last);
+                order.insert(0, last);
+            }
+            order.extend((0..rand(4) as usize).map(|k| 100 + k));
+            let mut ip = InPlace::new(B, kept);
+            let mut placed: Vec<Range<u64>> = Vec::new();
+            for &id in &order {
+                let len = rand(8) * B;
+                let batches = 1 + rand(3);
+                let (mut start, mut done) = (None::<u64>, 0u64);
+                for b in 0..batches {
+                    let part = match b + 1 == batches {
+                        true => len - done,
+                        false => (len / batches).next_multiple_of(B).min(len - done),
+                    };
+                    let at = ip.tentative(id);
+                    let s = ip.settle(id, at, at + part, (b == 0, b + 1 == batches));
+                    let moved = |x: u64| x.checked_add_signed(s.delta).unwrap();
+                    if let Some((from, len)) = s.earlier {
+                        assert_eq!(Some(from), start, "case {case}: file {id}'s earlier bytes");
+                        assert_eq!(len, done, "case {case}: file {id}'s earlier bytes");
+                    }
+                    start = Some(match start {
+                        Some(st) if s.earlier.is_some() => moved(st),
+                        Some(st) => st,
+                        None => moved(at),
+                    });
+                    done += part;
+                }
+                let st = start.unwrap();
+                if done > 0 {
+                    placed.push(st..st + done);
+                }
+            }
+            let mut all: Vec<Range<u64>> = placed.clone();
+            all.extend(ip.gaps.iter().map(|(&s, &e)| s..e));
+            all.sort_by_key(|r| r.start);
+            for w in all.windows(2) {
+                assert!(
+                    w[0].end <= w[1].start,
+                    "case {case}: {:?} and {:?} overlap",
+                    w[0],
+                    w[1]
+                );
+            }
+            let covered: u64 = all.iter().map(|r| r.end - r.start).sum();
+            assert!(
+                all.last().is_none_or(|r| r.end <= ip.end),
+                "case {case}: past the end"
+            );
+            assert_eq!(
+                covered,
+                ip.end - B,
+                "case {case}: room lost: {all:?}, end {}",
+                ip.end
+            );
+        }
+    }
 }
