@@ -93,10 +93,13 @@ pub const FILL_QUIET: std::time::Duration = std::time::Duration::from_secs(2);
 pub const FILL_UNREAD: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The most bytes a stream's window reaches while a fill is held ([`FILL_QUIET`]: the mount is
-/// young, a program starting on it): one piece, rather than 64 MiB (python's start read its
-/// 128 MB layer whole through the windows: docs/benchmarks.md, "Lazy layers: metadata in a few
+/// young, a program starting on it): 1 MiB rather than 64 MiB (python's start read its 128 MB
+/// layer whole through the windows). On the bench's python start, 2 MiB, 1 MiB and 512 KiB took
+/// the same time (2.96, 2.94-2.95, 2.92 s) and fetched 47.8, 34.5 and 26.8 MB before its line;
+/// a stream that goes on reading keeps the fill held and its window this small (about 50 MB/s
+/// at a 20 ms round trip), so not smaller (docs/benchmarks.md, "Lazy layers: metadata in a few
 /// requests, the fill held back").
-pub const YOUNG_WINDOW_BYTES: u64 = PIECE_BYTES;
+pub const YOUNG_WINDOW_BYTES: u64 = 1 << 20;
 
 /// What a job is for, in order of priority.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
