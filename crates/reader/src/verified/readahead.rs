@@ -9,7 +9,7 @@
 //!    [`VerifiedBlocks::fill_when_quiet`] (a mount's), it first waits for a reader to come and
 //!    then fetch nothing for [`FILL_QUIET`], or for [`FILL_UNREAD`] without one (a container
 //!    starting on a layer just mounted finds the link its own), and streams' windows stay small
-//!    meanwhile ([`YOUNG_WINDOW_BYTES`]).
+//!    meanwhile ([`YOUNG_WINDOW_BYTES`], for at most [`YOUNG_FOR`] of reads).
 //!
 //! Everything is fetched in pieces of at most [`PIECE_BYTES`], and only so many pieces are in
 //! flight at once: about a bandwidth-delay product of the link ([`super::link`]) plus a piece for
@@ -97,9 +97,14 @@ pub const FILL_UNREAD: std::time::Duration = std::time::Duration::from_secs(10);
 /// layer whole through the windows). On the bench's python start, 2 MiB, 1 MiB and 512 KiB took
 /// the same time (2.96, 2.94-2.95, 2.92 s) and fetched 47.8, 34.5 and 26.8 MB before its line;
 /// a stream that goes on reading keeps the fill held and its window this small (about 50 MB/s
-/// at a 20 ms round trip), so not smaller (docs/benchmarks.md, "Lazy layers: metadata in a few
-/// requests, the fill held back").
+/// at a 20 ms round trip) for [`YOUNG_FOR`], so not smaller (docs/benchmarks.md, "Lazy layers:
+/// metadata in a few requests, the fill held back").
 pub const YOUNG_WINDOW_BYTES: u64 = 1 << 20;
+
+/// ... for at most this long after the first read that fetched blocks: a program that goes on
+/// reading past its start (a large file read whole) gets the windows of any stream again, while
+/// the fill stays held until its reads leave the link free.
+pub const YOUNG_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a job is for, in order of priority.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -180,6 +185,8 @@ struct Sched {
     fill_held: Option<Instant>,
     /// When a read last fetched blocks, since the fill was asked for.
     last_demand: Option<Instant>,
+    /// When a read first fetched blocks, since the fill was asked for ([`YOUNG_FOR`]).
+    first_demand: Option<Instant>,
 }
 
 /// What the fetchers share with the [`Readahead`]: they hold no strong reference to the
@@ -565,6 +572,7 @@ impl VerifiedBlocks {
                 fill_alone: false,
                 fill_held: None,
                 last_demand: None,
+                first_demand: None,
             }),
             work: Condvar::new(),
             ended: Condvar::new(),
@@ -652,6 +660,7 @@ impl VerifiedBlocks {
             if !matches!(s.fill, FillState::Running | FillState::Done) {
                 s.fill_held = Some(Instant::now());
                 s.last_demand = None;
+                s.first_demand = None;
             }
         }
         self.set_fill(FillMode::On);
@@ -682,7 +691,10 @@ impl VerifiedBlocks {
     /// A read fetched blocks: a held fill ([`FILL_QUIET`]) waits longer.
     pub(super) fn note_demand(&self) {
         if let Some(ra) = self.readahead.get() {
-            ra.shared.lock().last_demand = Some(Instant::now());
+            let mut s = ra.shared.lock();
+            let now = Instant::now();
+            s.last_demand = Some(now);
+            s.first_demand.get_or_insert(now);
         }
     }
 
@@ -998,7 +1010,9 @@ impl VerifiedBlocks {
         let whole = self.whole_blocks();
         let young = {
             let s = ra.shared.lock();
-            s.fill_held.is_some() && s.fill == FillState::Running
+            s.fill_held.is_some()
+                && s.fill == FillState::Running
+                && s.first_demand.is_none_or(|t| t.elapsed() < YOUNG_FOR)
         };
         let max = if young {
             (YOUNG_WINDOW_BYTES / self.bs() as u64).clamp(ra.min, ra.max)
