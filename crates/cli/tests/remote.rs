@@ -2093,12 +2093,21 @@ fn a_fill_waits_for_reads_to_be_quiet() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let state = fill_state(&mnt);
-    let after = http.requests();
+    // (nginx logs a request once its answer is sent: the last pieces' lines may come a moment
+    // after the fill has them.)
+    let sent_of = |log: &[String]| -> u64 {
+        log.iter()
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let t = std::time::Instant::now();
+    let mut after = http.requests();
+    while sent_of(&after) < size * 9 / 10 && t.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        after = http.requests();
+    }
     assert!(sealfs_run(&["umount", s(&mnt)], &[]).status.success());
-    let sent: u64 = after
-        .iter()
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
+    let sent = sent_of(&after);
     println!(
         "reads over {reading:?}: {} requests, {} of 1 MiB or more; then fill {state}: {} \
          requests, {} pieces, {sent} bytes of a {size}-byte image",
