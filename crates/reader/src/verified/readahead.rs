@@ -258,6 +258,11 @@ impl Shared {
         }
         s.fill_held = None;
         if s.fill_next >= whole {
+            // Done once its last pieces have landed, not when they are sent for: a caller that
+            // waits for it (`fill_all`, `sealfs stats`) may then go offline.
+            if s.running > 0 {
+                return None;
+            }
             s.fill = FillState::Done;
             self.ended.notify_all();
             return None;
