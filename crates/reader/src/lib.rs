@@ -82,7 +82,6 @@ pub mod superblock;
 mod sys;
 pub mod verified;
 pub mod walk;
-pub mod warm;
 pub mod xattr;
 pub mod zmap;
 
@@ -107,7 +106,7 @@ pub use store::{BlockStore, Region, StoreProvider};
 pub use superblock::{ComprInfo, SuperInfo};
 pub use verified::{
     enable_kernel_verity, kernel_verity_digest, FillMode, FillState, SealInfo, VerifiedBlocks,
-    VerifyStats, FILL_QUIET, FILL_UNREAD, LEAF_PROBES, READAHEAD_FETCHERS, YOUNG_WINDOW_BYTES,
+    VerifyStats, LEAF_PROBES, READAHEAD_FETCHERS,
 };
 pub use walk::{join_path, show_path, ReadAhead, Visit, WalkEntry, WalkEvent};
 pub use xattr::{LongPrefix, XattrBody};

@@ -19,6 +19,9 @@ use std::ops::Range;
 /// requests").
 pub const SPAN_MAX_SHARE: (u64, u64) = (1, 4);
 
+/// The span is read in pieces of this many bytes, in parallel: each one request.
+const SPAN_PIECE: usize = 2 << 20;
+
 impl Image {
     /// The byte range of the image that holds its metadata area and its directories' blocks, as
     /// the builder lays them out (see the [module docs](crate::warm)); `None` when that cannot be
@@ -46,16 +49,26 @@ impl Image {
         (span.start < span.end && (span.end - span.start) * den <= len * num).then_some(span)
     }
 
-    /// Where the source keeps what it fetches (a remote image with a store): fetches
-    /// [`Image::metadata_span`] into it now, in one concurrent fill of large range requests (each
-    /// block verified, with the hash blocks above it, before it is stored), and returns the
-    /// span. `None`, having fetched nothing, for other sources and images without a span.
+    /// Where the source keeps what it fetches (a remote image with a store): reads
+    /// [`Image::metadata_span`] into it now, in pieces of [`SPAN_PIECE`] read in parallel on the
+    /// current rayon pool (each read fetches what the store lacks in one request; each block
+    /// verified, with the hash blocks above it, before it is stored; blocks the store holds
+    /// under their leaf hash, from another image, are taken from there), and returns the span.
+    /// `None`, having fetched nothing, for other sources and images without a span. Errors are
+    /// left for the reads that meet them.
     pub fn fill_metadata(&self) -> Option<Range<u64>> {
+        use rayon::prelude::*;
         if !self.prefetches() {
             return None;
         }
         let span = self.metadata_span()?;
-        self.blocks.fill_source(std::slice::from_ref(&span));
+        let pieces: Vec<u64> = (span.start..span.end).step_by(SPAN_PIECE).collect();
+        pieces.par_iter().for_each(|&at| {
+            let mut buf = vec![0; (span.end - at).min(SPAN_PIECE as u64) as usize];
+            let _ = self
+                .blocks
+                .read_bulk(at, &mut buf, crate::error::Location::image());
+        });
         Some(span)
     }
 }
