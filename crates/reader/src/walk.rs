@@ -201,10 +201,7 @@ impl Image {
             .start_handler(|_| crate::verified::no_readahead_on_this_thread())
             .build()
             .ok()?;
-        let ahead = pool.install(|| {
-            self.fill_metadata();
-            self.read_ahead(&root, usize::MAX)
-        });
+        let ahead = pool.install(|| self.read_ahead(&root, usize::MAX));
         if ahead.dirs.values().any(|d| d.is_err()) {
             return None;
         }
