@@ -10,7 +10,7 @@ use crate::inode::Inode;
 use crate::walk::{Visit, WalkEvent};
 use rayon::prelude::*;
 use sealfs_format::FILE_DIGESTS_LOG_BLOCKSIZE;
-use sealfs_verity::{BlockHasher, Digest, HashAlg, Params, Tree, TreeBuilder};
+use sealfs_verity::{BlockHasher, Digest, HashAlg, Params, RootHasher};
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -104,16 +104,13 @@ pub const TRAILER_SECTION_WITH_TABLE: &str = "the seal's trailer has a per-file 
 /// Block size of per-file digests.
 pub const FILE_BLOCK: u64 = 1 << FILE_DIGESTS_LOG_BLOCKSIZE;
 
+/// Bytes of a file whose extents a streamed digest maps at a time (so a file of many extents is
+/// never mapped whole).
+const DIGEST_WINDOW: u64 = 64 << 20;
+
 /// Parameters of per-file digests for `alg`.
 pub fn file_params(alg: HashAlg) -> Params {
     Params::new(alg, FILE_BLOCK as usize, b"").expect("4 KiB unsalted parameters are valid")
-}
-
-fn verity_error(inode: &Inode, e: sealfs_verity::Error) -> Error {
-    Error::corrupted(
-        format!("file digest: {}", crate::ErrorChain(&e)),
-        Location::nid(inode.nid()),
-    )
 }
 
 impl Image {
@@ -180,25 +177,10 @@ impl Image {
     }
 
     /// The fs-verity digest of a file, read through the reader (so verified as the image is).
+    /// Holes are hashed without being read, and memory stays a few KiB plus one read buffer
+    /// whatever the size the inode claims (see [`Image::stream_file_digest`]).
     pub fn file_digest_by_reading(&self, inode: &Inode, alg: HashAlg) -> Result<Digest> {
-        let mut builder = TreeBuilder::new(&file_params(alg));
-        let mut buf = vec![0u8; (1 << 20).min(inode.size() as usize).max(1)];
-        let mut off = 0;
-        while off < inode.size() {
-            let n = self.read(inode, off, &mut buf)?;
-            if n == 0 {
-                return Err(Error::corrupted(
-                    format!("read ended at {off} of {}", inode.size()),
-                    Location::nid(inode.nid()),
-                ));
-            }
-            builder.update(&buf[..n]);
-            off += n as u64;
-        }
-        Ok(builder
-            .finish()
-            .map_err(|e| verity_error(inode, e))?
-            .digest())
+        self.stream_file_digest(inode, &file_params(alg), None)
     }
 
     /// The image blocks holding a file's whole blocks, with their place in the file:
@@ -279,66 +261,100 @@ impl Image {
     }
 
     /// The fs-verity digest of a file from the image's level-0 hashes `leaves` (which must use
-    /// 4 KiB unsalted blocks of the same algorithm as `hasher`): only partial blocks and inline
-    /// tails are read and hashed.
+    /// 4 KiB unsalted blocks of the same algorithm as `hasher`): only partial blocks, inline
+    /// tails and data not in whole image blocks are read and hashed.
     pub fn file_digest_from_leaves(
         &self,
         inode: &Inode,
         hasher: &BlockHasher,
         leaves: &[u8],
     ) -> Result<Digest> {
-        let d = hasher.params().digest_size();
-        let nblocks = inode.size().div_ceil(FILE_BLOCK);
-        // The size comes from the image: allocate fallibly, so an absurd one is an error, not an abort.
-        let too_large = || {
-            Error::corrupted(
-                format!("file of {} bytes is too large to hash here", inode.size()),
-                Location::nid(inode.nid()),
-            )
-        };
-        let leaves_len = usize::try_from(nblocks)
-            .ok()
-            .and_then(|n| n.checked_mul(d))
-            .ok_or_else(too_large)?;
-        let mut file_leaves = Vec::new();
-        file_leaves
-            .try_reserve_exact(leaves_len)
-            .map_err(|_| too_large())?;
-        file_leaves.resize(leaves_len, 0);
-        let mut have = Vec::new();
-        have.try_reserve_exact(leaves_len / d)
-            .map_err(|_| too_large())?;
-        have.resize(leaves_len / d, false);
-        for (fb, ib) in self.file_blocks(inode)? {
-            let src = leaves
-                .get(ib as usize * d..(ib as usize + 1) * d)
-                .ok_or_else(|| {
-                    Error::corrupted(
-                        format!("file block {fb} maps outside the image (block {ib})"),
-                        Location::nid(inode.nid()),
-                    )
-                })?;
-            file_leaves[fb as usize * d..][..d].copy_from_slice(src);
-            have[fb as usize] = true;
+        self.stream_file_digest(inode, hasher.params(), Some(leaves))
+    }
+
+    /// A file's digest streamed in file order through a [`RootHasher`]: its extents are mapped
+    /// [`DIGEST_WINDOW`] bytes at a time, holes go in as runs of zeros, whole blocks stored in
+    /// whole image blocks take the image's level-0 hash from `leaves` when given, and the rest is
+    /// read through the reader. Neither time nor memory follows the size an inode claims beyond
+    /// the bytes actually stored (an absurd size of holes costs its logarithm).
+    fn stream_file_digest(
+        &self,
+        inode: &Inode,
+        params: &Params,
+        leaves: Option<&[u8]>,
+    ) -> Result<Digest> {
+        let at = || Location::nid(inode.nid());
+        let (size, d) = (inode.size(), params.digest_size());
+        let mut root = RootHasher::new(params);
+        let mut buf = vec![0u8; (1 << 20).min(size as usize).max(1)];
+        let mut pos = 0;
+        while pos < size {
+            let window_end = size.min(pos.saturating_add(DIGEST_WINDOW));
+            for e in self.map_range(inode, pos, window_end - pos)? {
+                let end = e.logical.saturating_add(e.length).min(window_end);
+                if end <= pos || e.logical > pos {
+                    // Not where the stream is (the mapping has a gap or overlap): read instead.
+                    continue;
+                }
+                match (e.kind, leaves) {
+                    (ExtentKind::Hole, _) => root.update_zeros(end - pos),
+                    (ExtentKind::Mapped { physical }, Some(leaves))
+                        if pos % FILE_BLOCK == 0
+                            && (physical + (pos - e.logical)) % FILE_BLOCK == 0 =>
+                    {
+                        let whole = (end - pos) / FILE_BLOCK;
+                        let first = (physical + (pos - e.logical)) / FILE_BLOCK;
+                        let hashes = usize::try_from(first)
+                            .ok()
+                            .zip(usize::try_from(whole).ok())
+                            .and_then(|(f, n)| {
+                                leaves.get(f.checked_mul(d)?..f.checked_add(n)?.checked_mul(d)?)
+                            })
+                            .ok_or_else(|| {
+                                Error::corrupted(
+                                    format!(
+                                        "file block {} maps outside the image (block {first})",
+                                        pos / FILE_BLOCK
+                                    ),
+                                    at(),
+                                )
+                            })?;
+                        root.push_leaves(hashes, whole * FILE_BLOCK);
+                        let done = pos + whole * FILE_BLOCK;
+                        self.read_into_digest(inode, done, end, &mut buf, &mut root)?;
+                    }
+                    _ => self.read_into_digest(inode, pos, end, &mut buf, &mut root)?,
+                }
+                pos = end;
+            }
+            self.read_into_digest(inode, pos, window_end, &mut buf, &mut root)?;
+            pos = window_end;
         }
-        let mut buf = vec![0u8; FILE_BLOCK as usize];
-        for (b, _) in have.iter().enumerate().filter(|(_, h)| !**h) {
-            let off = b as u64 * FILE_BLOCK;
-            let n = (inode.size() - off).min(FILE_BLOCK) as usize;
-            let got = self.read(inode, off, &mut buf[..n])?;
-            if got != n {
+        Ok(root.finish())
+    }
+
+    /// Reads `[from, to)` of a file through the reader into `root`.
+    fn read_into_digest(
+        &self,
+        inode: &Inode,
+        mut from: u64,
+        to: u64,
+        buf: &mut [u8],
+        root: &mut RootHasher,
+    ) -> Result<()> {
+        while from < to {
+            let want = (to - from).min(buf.len() as u64) as usize;
+            let n = self.read(inode, from, &mut buf[..want])?;
+            if n == 0 {
                 return Err(Error::corrupted(
-                    format!("short read at {off}"),
+                    format!("read ended at {from} of {}", inode.size()),
                     Location::nid(inode.nid()),
                 ));
             }
-            hasher.hash_block_into(&buf[..n], &mut file_leaves[b * d..][..d]);
+            root.update(&buf[..n]);
+            from += n as u64;
         }
-        Ok(
-            Tree::from_leaf_hashes(hasher.params(), inode.size(), &file_leaves)
-                .map_err(|e| verity_error(inode, e))?
-                .digest(),
-        )
+        Ok(())
     }
 
     /// Digests of every regular file, computed by reading (in parallel), sorted by nid.
