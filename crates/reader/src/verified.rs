@@ -35,7 +35,7 @@ mod readahead;
 pub use autofill::{FillMode, FIT_DENOMINATOR, FIT_NUMERATOR, SCATTERED_READS, SCATTER_WINDOW};
 use readahead::Readahead;
 pub(crate) use readahead::{no_readahead_on_this_thread, MetadataReads};
-pub use readahead::{FillState, READAHEAD_FETCHERS};
+pub use readahead::{FillState, FILL_QUIET, FILL_UNREAD, READAHEAD_FETCHERS, YOUNG_WINDOW_BYTES};
 
 /// A verified hash block from the cache: (tree block index, bytes).
 type CachedBlock = (u64, Arc<[u8]>);
@@ -483,6 +483,7 @@ impl BlockSource for VerifiedBlocks {
             return Ok(());
         }
         if self.read_with_miss_window(first, buf, &**store) {
+            self.note_demand();
             if self.follow_stream(first, n) {
                 self.note_scattered();
             }
@@ -490,6 +491,9 @@ impl BlockSource for VerifiedBlocks {
         }
         let mut used = StoreUse::default();
         let result = self.read_own(first, buf, Some(&**store), &mut used);
+        if used.fetched > 0 {
+            self.note_demand();
+        }
         if result.is_ok() {
             // A read that had to fetch data and began no stream: it scattered.
             if self.follow_stream(first, n) && used.fetched > 0 {
