@@ -610,6 +610,7 @@ impl VerifiedBlocks {
             &missing,
             &mut hash_bufs,
             &hash_stored,
+            false,
         )?;
         used.fetched += fetched;
 
@@ -720,7 +721,19 @@ impl VerifiedBlocks {
             }
             self.stats.leaf_hits.fetch_add(hits, Relaxed);
             self.stats.leaf_discards.fetch_add(discards, Relaxed);
-            let fetched = self.fetch(start, &mut buf[..], avail, Some(&have), &[], &mut [], &[])?;
+            // Around the blocks taken by leaf: never joined across them into one request (the
+            // remote client joins ranges less than its gap apart, 64 KiB, and would send them
+            // over the link for nothing).
+            let fetched = self.fetch(
+                start,
+                &mut buf[..],
+                avail,
+                Some(&have),
+                &[],
+                &mut [],
+                &[],
+                hits > 0,
+            )?;
             used.fetched += fetched;
         }
 
@@ -778,8 +791,9 @@ impl VerifiedBlocks {
     /// Fetches in one batch the hash blocks of `missing` that `hash_stored` says the store did not
     /// give (into `hash_bufs`) and, when `have` is given, the data blocks of `buf` (read `start`
     /// bytes into the image, `avail` of them inside it) that it marks absent, with the partial
-    /// last block; zeroes what lies past the image; counts what it fetched. Returns the bytes of
-    /// data fetched.
+    /// last block; zeroes what lies past the image; counts what it fetched. With `apart`, no byte
+    /// between the ranges is fetched ([`ReadAt::read_batch_apart`]: the blocks `have` marks came
+    /// from elsewhere). Returns the bytes of data fetched.
     #[allow(clippy::too_many_arguments)]
     fn fetch(
         &self,
@@ -790,6 +804,7 @@ impl VerifiedBlocks {
         missing: &[(usize, u64)],
         hash_bufs: &mut [Vec<u8>],
         hash_stored: &[bool],
+        apart: bool,
     ) -> Result<u64> {
         let bs = self.bs();
         let whole_avail = avail / bs;
@@ -840,10 +855,17 @@ impl VerifiedBlocks {
             && fetched_data + fetched_hashes > 0)
             .then(|| self.link.begin((fetched_data + fetched_hashes * bs) as u64));
         let fetching = std::time::Instant::now();
+        let batch = |src: &Arc<dyn ReadAt>, reqs: &mut [(u64, &mut [u8])]| {
+            if apart {
+                src.read_batch_apart(reqs)
+            } else {
+                src.read_batch(reqs)
+            }
+        };
         if self.same_source && !self.dependent_hash_fetch {
             hashes.append(&mut data_reqs);
             if !hashes.is_empty() {
-                self.data.read_batch(&mut hashes).map_err(io)?;
+                batch(&self.data, &mut hashes).map_err(io)?;
             }
         } else if !self.dependent_hash_fetch
             && (self.data.is_remote() || self.tree.is_remote())
@@ -854,8 +876,8 @@ impl VerifiedBlocks {
             // batch of its own, at the same time as the data (one round trip, not two).
             let (data, tree) = (&self.data, &self.tree);
             let (d, h) = std::thread::scope(|s| {
-                let h = s.spawn(|| tree.read_batch(&mut hashes));
-                let d = data.read_batch(&mut data_reqs);
+                let h = s.spawn(|| batch(tree, &mut hashes));
+                let d = batch(data, &mut data_reqs);
                 (d, h.join())
             });
             d.map_err(io)?;
@@ -864,10 +886,10 @@ impl VerifiedBlocks {
         } else {
             // Data first, then the hashes that check it.
             if !data_reqs.is_empty() {
-                self.data.read_batch(&mut data_reqs).map_err(io)?;
+                batch(&self.data, &mut data_reqs).map_err(io)?;
             }
             if !hashes.is_empty() {
-                self.tree.read_batch(&mut hashes).map_err(io)?;
+                batch(&self.tree, &mut hashes).map_err(io)?;
             }
         }
         if let Some(t) = timing {

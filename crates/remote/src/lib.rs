@@ -1127,6 +1127,15 @@ impl RemoteObject {
 
     /// Fetches the given ranges (sorted, coalesced, concurrently) and copies them into `reqs`.
     fn read_ranges(&self, reqs: &mut [(u64, &mut [u8])]) -> Result<(), RemoteError> {
+        self.read_ranges_within(reqs, self.options.coalesce_gap)
+    }
+
+    /// [`Self::read_ranges`], ranges less than `gap` bytes apart joined into one request.
+    fn read_ranges_within(
+        &self,
+        reqs: &mut [(u64, &mut [u8])],
+        gap: u64,
+    ) -> Result<(), RemoteError> {
         // Requests the tail cannot serve, by offset.
         let mut order: Vec<usize> = Vec::new();
         for (i, (offset, buf)) in reqs.iter_mut().enumerate() {
@@ -1153,11 +1162,7 @@ impl RemoteObject {
             .into_iter()
             .map(|i| (i, reqs[i].0..reqs[i].0 + reqs[i].1.len() as u64))
             .collect();
-        let spans = coalesce(
-            wanted,
-            self.options.coalesce_gap,
-            self.options.max_request_bytes,
-        );
+        let spans = coalesce(wanted, gap, self.options.max_request_bytes);
         if spans.is_empty() {
             return Ok(());
         }
@@ -1204,6 +1209,12 @@ impl ReadAt for RemoteObject {
 
     fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
         self.read_ranges(reqs).map_err(RemoteError::into_io)
+    }
+
+    /// Adjacent ranges are still one request; ranges apart are never joined across the gap.
+    fn read_batch_apart(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
+        self.read_ranges_within(reqs, 0)
+            .map_err(RemoteError::into_io)
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
