@@ -922,9 +922,13 @@ impl RemoteObject {
         let mut current = self.io.lock().unwrap_or_else(|e| e.into_inner());
         if !current.runtime.is_own() {
             let fresh = Io::new(&self.url, &self.options, &self.stores)?;
-            // The parent's runtime is not shut down here (its threads live in the parent only:
-            // its [`ProcessRuntime`] leaves it).
-            *current = Arc::new(fresh);
+            // The parent's client is left, not dropped: its runtime's threads live in the parent
+            // only, and this process holds a copy of that runtime's state as it was at the fork,
+            // locks held then included. Dropping the client closes its idle connections, which
+            // wakes their tasks on that runtime, which takes its scheduler's lock: a mount
+            // daemon's fetcher waited for it forever (a lock one of the parent's runtime threads
+            // held at the fork), its reads with it.
+            std::mem::forget(std::mem::replace(&mut *current, Arc::new(fresh)));
         }
         Ok(current.clone())
     }
