@@ -9,7 +9,9 @@ index made by its own `soci create` and `soci push`).
                           CRICTL=target/oracles/crictl, TOXIPROXY=target/oracles/toxiproxy-server,
                           SOCI=/work/soci-build/bin (soci, soci-snapshotter-grpc),
                           WAYS="overlayfs sealfs soci" (also `sealfs-OPTION-VALUE...`:
-                          `sealfs snapshotter --lazy-OPTION VALUE`, e.g. sealfs-fill-off),
+                          `sealfs snapshotter --lazy-OPTION VALUE`, e.g. sealfs-fill-off;
+                          `sealfs...@NAME`: the sealfs binary of env SEALFS_NAME, e.g.
+                          sealfs@before with SEALFS_BEFORE=an earlier build),
                           CONTAINERD_LOG_LEVEL=info,
                           SEALFS_SNAPSHOTTER_ARGS= more `sealfs snapshotter` options,
                           WINDOW=45 seconds from the pull's start that a run lasts,
@@ -283,6 +285,9 @@ class Node:
     end) over plain HTTP, and crictl."""
 
     def __init__(self, way, host, pause, public):
+        # `sealfs...@NAME`: the binary of env SEALFS_NAME (an earlier build, interleaved).
+        way, _, alt = way.partition("@")
+        self.sealfs = os.environ[f"SEALFS_{alt.upper()}"] if alt else SEALFS
         # `sealfs-OPTION-VALUE...`: sealfs with `--lazy-OPTION VALUE...` (`sealfs-fill-off`).
         way, *opts = way.split("-")
         self.lazy_args = [a for o, v in zip(opts[::2], opts[1::2]) for a in (f"--lazy-{o}", v)]
@@ -301,7 +306,7 @@ class Node:
         self.procs = []
         if way == "sealfs":
             self.procs.append(subprocess.Popen(
-                [SEALFS, "snapshotter", "--root", f"{d}/sealfs", "--address", f"{d}/sealfs.sock",
+                [self.sealfs, "snapshotter", "--root", f"{d}/sealfs", "--address", f"{d}/sealfs.sock",
                  "--containerd-address", f"{d}/containerd.sock", "--lazy-key", public,
                  "--plain-http", host, *self.lazy_args, *SNAPSHOTTER_ARGS],
                 stdout=subprocess.DEVNULL, stderr=open(f"{d}/snapshotter.log", "w")))

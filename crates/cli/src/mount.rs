@@ -59,7 +59,9 @@ pub struct MountArgs {
     /// file soon reads without a round trip, and then offline). `auto`: once reads scatter (16
     /// reads within 10 s that each had to fetch data and continued no sequential stream), if the
     /// image takes at most three quarters of the cache's bound (--cache-size); `on` (`--fill`
-    /// alone): once its metadata is fetched; `off`: never, each block is fetched when first read.
+    /// alone): once its metadata is fetched and reads leave the link free (2 s after the last
+    /// read that fetched, or 10 s after the metadata when none did); `off`: never, each block is
+    /// fetched when first read.
     #[arg(long, value_name = "WHEN", default_value = "auto", num_args = 0..=1, default_missing_value = "on", require_equals = true, value_parser = ["auto", "on", "off"])]
     fill: String,
     /// With --kernel: what dm-verity does when a block fails its check: `eio` (the read fails),

@@ -93,7 +93,9 @@ pub struct SnapshotterArgs {
     #[arg(long, conflicts_with = "lazy_key")]
     lazy_unsigned: bool,
     /// Whether a lazy layer is fetched whole into the cache in the background (`on`: once its
-    /// metadata is; `auto`: once reads scatter; `off`: each block when first read).
+    /// metadata is and its reads leave the link free: 2 s after the last read that fetched, or
+    /// 10 s after the metadata when none did; `auto`: once reads scatter; `off`: each block when
+    /// first read).
     #[arg(long, value_name = "WHEN", default_value = "on", value_parser = ["auto", "on", "off"])]
     lazy_fill: String,
     /// The most the cache of lazy layers' verified blocks (ROOT/cache) may take (K, M, G suffixes).

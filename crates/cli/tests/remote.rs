@@ -1567,16 +1567,14 @@ fn a_filled_mount_reads_every_file_offline() {
 
     let o = mount(&["--fill"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    // Wait until the cache stops growing.
-    let mut last = 0;
+    // Wait until the fill is done (with no reader, it starts 10 s after the metadata).
     for _ in 0..300 {
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let now = cache_stats(&cache).1;
-        if now == last && now > 0 {
+        if fill_state(&mnt) == "done" {
             break;
         }
-        last = now;
     }
+    let last = cache_stats(&cache).1;
     assert!(sealfs_run(&["umount", s(&mnt)], &[]).status.success());
     let size = fs::metadata(&local).unwrap().len();
     println!("cache after --fill: {last} bytes for a {size}-byte image");
@@ -1733,7 +1731,8 @@ fn cat_each(mnt: &Path, files: &[String]) -> Vec<std::time::Duration> {
 /// fetches little more than the file; 16 `cat`s of small files here and there start it (the bytes
 /// sent go past what was read), and it stops when the mount is unmounted (no request after);
 /// over an image larger than three quarters of `--cache-size`, or with `--fill=off`, the same
-/// reads fetch only about what they read. With the fill running (`--fill=on`, answers sharing one
+/// reads fetch only about what they read. With the fill running (`--fill=on`, once its first piece
+/// has come: with no reader it waits 10 s first; answers sharing one
 /// link of 4 MB/s, nginx answering pieces of the fill meanwhile), each foreground read takes at
 /// most one request's time (the largest request nginx answered meanwhile, over the link's rate,
 /// and the latency) more than the median of the same reads without it (`--fill=off`).
@@ -1858,6 +1857,20 @@ fn the_fill_starts_once_reads_scatter_and_holds_no_read_back() {
     let mut times = Vec::new();
     for mode in ["--fill=off", "--fill=on"] {
         mount(&[mode]);
+        if mode == "--fill=on" {
+            // With no read, the fill waits 10 s after the mount's metadata: until its first piece.
+            let t = std::time::Instant::now();
+            while t.elapsed().as_secs() < 30
+                && !http.requests().iter().any(|l| {
+                    l.rsplit(' ')
+                        .next()
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .is_some_and(|n| n >= 1 << 20)
+                })
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
         let took = cat_each(&mnt, &timed);
         let state = fill_state(&mnt);
         let log = http.requests();
@@ -1894,4 +1907,221 @@ fn the_fill_starts_once_reads_scatter_and_holds_no_read_back() {
             "{f}: {t:?} with the fill, {base:?} without, one request {one:?}"
         );
     }
+}
+
+/// Regression test for issue 40 (a lazy layer's start waited a round trip per directory level):
+/// a mount of a remote image (compressed, as `sealfs convert` builds layers: the metadata after
+/// the data) fetches its metadata (the span the builder keeps it in: inodes, inline tails,
+/// directories; 3.7 MB here) in a few large requests, counted in nginx's access log behind the
+/// fault proxy (10 ms before each answer), not a round of requests per level of a tree 40
+/// directories deep; then GNU `find -ls` over the whole tree (every lookup, `stat` and listing)
+/// fetches nothing more. Without the span's fill, the warm-up's walk made 48.
+#[test]
+fn a_mount_fetches_its_metadata_in_a_few_requests_before_any_read() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let (src, www) = (w.join("src"), w.join("www"));
+    let mut dir = src.clone();
+    for level in 0..40 {
+        dir = dir.join(format!("d{level:02}"));
+        fs::create_dir_all(&dir).unwrap();
+        for k in 0..30 {
+            // Incompressible tails of 3000 bytes, inline in the metadata area.
+            let seed = 1000 + level * 100 + k;
+            fs::write(dir.join(format!("f{k:02}")), pseudo_random(3000, seed)).unwrap();
+        }
+        // A file with data blocks of its own, which the metadata fetch leaves alone (the span
+        // is fetched only when it is at most a quarter of the image).
+        fs::write(dir.join("data"), pseudo_random(512 << 10, level)).unwrap();
+    }
+    fs::create_dir_all(&www).unwrap();
+    let image = www.join("img");
+    let digest =
+        String::from_utf8(sealfs_ok(&["build", "-q", "-z", "lz4", s(&src), s(&image)]).stdout)
+            .unwrap()
+            .trim()
+            .to_string();
+    let http = match nginx(&www, &w.join("nginx")) {
+        Ok(h) => h,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let proxy = match FaultProxy::start(&http, w) {
+        Ok(p) => p,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    proxy.set(r#"{"latency_ms": 10}"#);
+    let mnt = w.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let _unmount = Unmount(&mnt);
+    let cache = w.join("cache");
+    let o = sealfs_run(
+        &[
+            "mount",
+            "--digest",
+            &digest,
+            "--cache-dir",
+            s(&cache),
+            "--fill=off",
+            &proxy.url("img"),
+            s(&mnt),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The warm-up has ended when the log stops growing.
+    let mut seen = 0;
+    let mut still = 0;
+    for _ in 0..200 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let n = http.requests().len();
+        still = if n == seen { still + 1 } else { 0 };
+        seen = n;
+        if still == 20 {
+            break;
+        }
+    }
+    let warm = http.requests();
+    let find = run(Command::new("timeout")
+        .args(["60", "find"])
+        .arg(&mnt)
+        .arg("-ls")
+        .stdout(Stdio::null()));
+    let after = http.requests();
+    assert!(sealfs_run(&["umount", s(&mnt)], &[]).status.success());
+    assert!(find.status.success(), "{find:?}");
+    println!(
+        "mount and warm-up: {} requests ({} bytes); find -ls then: {} more",
+        warm.len(),
+        warm.iter()
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>(),
+        after.len() - warm.len()
+    );
+    // Opening (the seal's tail and signature probes, the superblock) and the span with its hash
+    // blocks: far fewer than the 40 levels.
+    assert!(warm.len() <= 16, "{warm:#?}");
+    assert_eq!(after.len(), warm.len(), "find -ls fetched: {after:#?}");
+}
+
+/// Regression test for issue 40 (a container's first reads on a lazy layer queued behind the
+/// fill's pieces): with `--fill=on`, the fill waits until reads have come and then fetched
+/// nothing for 2 s.
+/// Seen from nginx's access log behind the fault proxy (10 ms, 8 MB/s): while `cat`s of small
+/// files here and there come every 100 ms for 2 s, no request of 1 MiB or more (a fill piece)
+/// is answered; once they stop, the fill's pieces come, and the fill ends with the whole image
+/// fetched.
+#[test]
+fn a_fill_waits_for_reads_to_be_quiet() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let (src, www) = (w.join("src"), w.join("www"));
+    fs::create_dir_all(src.join("z")).unwrap();
+    fs::create_dir_all(&www).unwrap();
+    let small: Vec<String> = (0..40).map(|k| format!("f{k:02}")).collect();
+    for (k, f) in small.iter().enumerate() {
+        fs::write(src.join(f), pseudo_random(96 << 10, k as u64 + 300)).unwrap();
+    }
+    fs::write(src.join("z/big"), pseudo_random(12 << 20, 301)).unwrap();
+    let image = www.join("img");
+    let digest = String::from_utf8(sealfs_ok(&["build", "-q", s(&src), s(&image)]).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let size = fs::metadata(&image).unwrap().len();
+    let http = match nginx(&www, &w.join("nginx")) {
+        Ok(h) => h,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let proxy = match FaultProxy::start(&http, w) {
+        Ok(p) => p,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    proxy.set(r#"{"latency_ms": 10, "rate_mb": 8}"#);
+    let mnt = w.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let _unmount = Unmount(&mnt);
+    let cache = w.join("cache");
+    let o = sealfs_run(
+        &[
+            "mount",
+            "--digest",
+            &digest,
+            "--cache-dir",
+            s(&cache),
+            "--fill=on",
+            &proxy.url("img"),
+            s(&mnt),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pieces = |log: &[String]| {
+        log.iter()
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .filter(|&n| n >= 1 << 20)
+            .count()
+    };
+    // Every other small file, one every 100 ms: 20 reads over 2 s.
+    let t = std::time::Instant::now();
+    for f in small.iter().step_by(2) {
+        cat_each(&mnt, std::slice::from_ref(f));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let during = http.requests();
+    let reading = t.elapsed();
+    // Quiet now: the fill starts 2 s after the last read's fetch.
+    let t = std::time::Instant::now();
+    while fill_state(&mnt) != "done" && t.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let state = fill_state(&mnt);
+    // (nginx logs a request once its answer is sent: the last pieces' lines may come a moment
+    // after the fill has them.)
+    let sent_of = |log: &[String]| -> u64 {
+        log.iter()
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let t = std::time::Instant::now();
+    let mut after = http.requests();
+    while sent_of(&after) < size * 9 / 10 && t.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        after = http.requests();
+    }
+    assert!(sealfs_run(&["umount", s(&mnt)], &[]).status.success());
+    let sent = sent_of(&after);
+    println!(
+        "reads over {reading:?}: {} requests, {} of 1 MiB or more; then fill {state}: {} \
+         requests, {} pieces, {sent} bytes of a {size}-byte image",
+        during.len(),
+        pieces(&during),
+        after.len(),
+        pieces(&after)
+    );
+    assert_eq!(
+        pieces(&during),
+        0,
+        "fill pieces while reads came: {during:#?}"
+    );
+    assert_eq!(state, "done");
+    assert!(pieces(&after) >= 4, "{after:#?}");
+    assert!(sent >= size * 9 / 10, "{sent} of {size}");
 }

@@ -82,6 +82,7 @@ pub mod superblock;
 mod sys;
 pub mod verified;
 pub mod walk;
+pub mod warm;
 pub mod xattr;
 pub mod zmap;
 
@@ -106,7 +107,7 @@ pub use store::{BlockStore, Region, StoreProvider};
 pub use superblock::{ComprInfo, SuperInfo};
 pub use verified::{
     enable_kernel_verity, kernel_verity_digest, FillMode, FillState, SealInfo, VerifiedBlocks,
-    VerifyStats, LEAF_PROBES, READAHEAD_FETCHERS,
+    VerifyStats, FILL_QUIET, FILL_UNREAD, LEAF_PROBES, READAHEAD_FETCHERS, YOUNG_WINDOW_BYTES,
 };
 pub use walk::{join_path, show_path, ReadAhead, Visit, WalkEntry, WalkEvent};
 pub use xattr::{LongPrefix, XattrBody};

@@ -33,6 +33,15 @@ pub trait ReadAt: Send + Sync {
         Ok(())
     }
 
+    /// [`ReadAt::read_batch`], fetching no byte that lies between the ranges: a source that joins
+    /// ranges a little apart into one request (a remote object, its coalescing gap) keeps these
+    /// apart. For ranges around bytes the caller has from elsewhere (blocks another image's cache
+    /// entries gave by leaf hash), which fetching again would send over the link for nothing.
+    /// The default is [`ReadAt::read_batch`] (a local source reads only what it is asked for).
+    fn read_batch_apart(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
+        self.read_batch(reqs)
+    }
+
     /// Whether each request costs a network round trip. A verifying reader then fetches a read's
     /// data and its hash blocks from two such sources (a detached seal) at once, not in turn.
     fn is_remote(&self) -> bool {
@@ -222,6 +231,10 @@ impl<T: ReadAt + ?Sized> ReadAt for &T {
         (**self).read_batch(reqs)
     }
 
+    fn read_batch_apart(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
+        (**self).read_batch_apart(reqs)
+    }
+
     fn is_remote(&self) -> bool {
         (**self).is_remote()
     }
@@ -240,6 +253,10 @@ impl<T: ReadAt + ?Sized> ReadAt for Arc<T> {
         (**self).read_batch(reqs)
     }
 
+    fn read_batch_apart(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
+        (**self).read_batch_apart(reqs)
+    }
+
     fn is_remote(&self) -> bool {
         (**self).is_remote()
     }
@@ -256,6 +273,10 @@ impl<T: ReadAt + ?Sized> ReadAt for Box<T> {
 
     fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
         (**self).read_batch(reqs)
+    }
+
+    fn read_batch_apart(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
+        (**self).read_batch_apart(reqs)
     }
 
     fn is_remote(&self) -> bool {

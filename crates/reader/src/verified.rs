@@ -35,7 +35,7 @@ mod readahead;
 pub use autofill::{FillMode, FIT_DENOMINATOR, FIT_NUMERATOR, SCATTERED_READS, SCATTER_WINDOW};
 use readahead::Readahead;
 pub(crate) use readahead::{no_readahead_on_this_thread, MetadataReads};
-pub use readahead::{FillState, READAHEAD_FETCHERS};
+pub use readahead::{FillState, FILL_QUIET, FILL_UNREAD, READAHEAD_FETCHERS, YOUNG_WINDOW_BYTES};
 
 /// A verified hash block from the cache: (tree block index, bytes).
 type CachedBlock = (u64, Arc<[u8]>);
@@ -483,6 +483,7 @@ impl BlockSource for VerifiedBlocks {
             return Ok(());
         }
         if self.read_with_miss_window(first, buf, &**store) {
+            self.note_demand();
             if self.follow_stream(first, n) {
                 self.note_scattered();
             }
@@ -490,6 +491,9 @@ impl BlockSource for VerifiedBlocks {
         }
         let mut used = StoreUse::default();
         let result = self.read_own(first, buf, Some(&**store), &mut used);
+        if used.fetched > 0 {
+            self.note_demand();
+        }
         if result.is_ok() {
             // A read that had to fetch data and began no stream: it scattered.
             if self.follow_stream(first, n) && used.fetched > 0 {
@@ -606,6 +610,7 @@ impl VerifiedBlocks {
             &missing,
             &mut hash_bufs,
             &hash_stored,
+            false,
         )?;
         used.fetched += fetched;
 
@@ -716,7 +721,19 @@ impl VerifiedBlocks {
             }
             self.stats.leaf_hits.fetch_add(hits, Relaxed);
             self.stats.leaf_discards.fetch_add(discards, Relaxed);
-            let fetched = self.fetch(start, &mut buf[..], avail, Some(&have), &[], &mut [], &[])?;
+            // Around the blocks taken by leaf: never joined across them into one request (the
+            // remote client joins ranges less than its gap apart, 64 KiB, and would send them
+            // over the link for nothing).
+            let fetched = self.fetch(
+                start,
+                &mut buf[..],
+                avail,
+                Some(&have),
+                &[],
+                &mut [],
+                &[],
+                hits > 0,
+            )?;
             used.fetched += fetched;
         }
 
@@ -774,8 +791,9 @@ impl VerifiedBlocks {
     /// Fetches in one batch the hash blocks of `missing` that `hash_stored` says the store did not
     /// give (into `hash_bufs`) and, when `have` is given, the data blocks of `buf` (read `start`
     /// bytes into the image, `avail` of them inside it) that it marks absent, with the partial
-    /// last block; zeroes what lies past the image; counts what it fetched. Returns the bytes of
-    /// data fetched.
+    /// last block; zeroes what lies past the image; counts what it fetched. With `apart`, no byte
+    /// between the ranges is fetched ([`ReadAt::read_batch_apart`]: the blocks `have` marks came
+    /// from elsewhere). Returns the bytes of data fetched.
     #[allow(clippy::too_many_arguments)]
     fn fetch(
         &self,
@@ -786,6 +804,7 @@ impl VerifiedBlocks {
         missing: &[(usize, u64)],
         hash_bufs: &mut [Vec<u8>],
         hash_stored: &[bool],
+        apart: bool,
     ) -> Result<u64> {
         let bs = self.bs();
         let whole_avail = avail / bs;
@@ -836,10 +855,17 @@ impl VerifiedBlocks {
             && fetched_data + fetched_hashes > 0)
             .then(|| self.link.begin((fetched_data + fetched_hashes * bs) as u64));
         let fetching = std::time::Instant::now();
+        let batch = |src: &Arc<dyn ReadAt>, reqs: &mut [(u64, &mut [u8])]| {
+            if apart {
+                src.read_batch_apart(reqs)
+            } else {
+                src.read_batch(reqs)
+            }
+        };
         if self.same_source && !self.dependent_hash_fetch {
             hashes.append(&mut data_reqs);
             if !hashes.is_empty() {
-                self.data.read_batch(&mut hashes).map_err(io)?;
+                batch(&self.data, &mut hashes).map_err(io)?;
             }
         } else if !self.dependent_hash_fetch
             && (self.data.is_remote() || self.tree.is_remote())
@@ -850,8 +876,8 @@ impl VerifiedBlocks {
             // batch of its own, at the same time as the data (one round trip, not two).
             let (data, tree) = (&self.data, &self.tree);
             let (d, h) = std::thread::scope(|s| {
-                let h = s.spawn(|| tree.read_batch(&mut hashes));
-                let d = data.read_batch(&mut data_reqs);
+                let h = s.spawn(|| batch(tree, &mut hashes));
+                let d = batch(data, &mut data_reqs);
                 (d, h.join())
             });
             d.map_err(io)?;
@@ -860,10 +886,10 @@ impl VerifiedBlocks {
         } else {
             // Data first, then the hashes that check it.
             if !data_reqs.is_empty() {
-                self.data.read_batch(&mut data_reqs).map_err(io)?;
+                batch(&self.data, &mut data_reqs).map_err(io)?;
             }
             if !hashes.is_empty() {
-                self.tree.read_batch(&mut hashes).map_err(io)?;
+                batch(&self.tree, &mut hashes).map_err(io)?;
             }
         }
         if let Some(t) = timing {

@@ -189,12 +189,16 @@ impl Image {
 
     /// Reads every directory and inode of the image once, on `threads` threads of its own, and
     /// forgets them: for a remote image with a store, this brings the metadata into the store in
-    /// batches (a later `ls -lR` or `find` then reads it locally) while the caller goes on. Errors
+    /// batches (a later `ls -lR` or `find` then reads it locally) while the caller goes on, the
+    /// [metadata span](Image::metadata_span) first in one concurrent fill of large requests (the
+    /// walk then finds most of what it reads stored, rather than waiting a round trip per
+    /// directory level). Errors
     /// are left for the reads that meet them. Returns what [`Image::any_xattrs`] would, from the
     /// same walk, when every directory and inode was read; `None` when one was not (or no thread
     /// could be started).
     pub fn warm_metadata(&self, threads: usize) -> Option<bool> {
         let root = self.root().ok()?;
+        self.fill_metadata();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))
             .thread_name(|i| format!("sealfs-warm-{i}"))

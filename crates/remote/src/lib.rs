@@ -922,9 +922,13 @@ impl RemoteObject {
         let mut current = self.io.lock().unwrap_or_else(|e| e.into_inner());
         if !current.runtime.is_own() {
             let fresh = Io::new(&self.url, &self.options, &self.stores)?;
-            // The parent's runtime is not shut down here (its threads live in the parent only:
-            // its [`ProcessRuntime`] leaves it).
-            *current = Arc::new(fresh);
+            // The parent's client is left, not dropped: its runtime's threads live in the parent
+            // only, and this process holds a copy of that runtime's state as it was at the fork,
+            // locks held then included. Dropping the client closes its idle connections, which
+            // wakes their tasks on that runtime, which takes its scheduler's lock: a mount
+            // daemon's fetcher waited for it forever (a lock one of the parent's runtime threads
+            // held at the fork), its reads with it.
+            std::mem::forget(std::mem::replace(&mut *current, Arc::new(fresh)));
         }
         Ok(current.clone())
     }
@@ -1127,6 +1131,15 @@ impl RemoteObject {
 
     /// Fetches the given ranges (sorted, coalesced, concurrently) and copies them into `reqs`.
     fn read_ranges(&self, reqs: &mut [(u64, &mut [u8])]) -> Result<(), RemoteError> {
+        self.read_ranges_within(reqs, self.options.coalesce_gap)
+    }
+
+    /// [`Self::read_ranges`], ranges less than `gap` bytes apart joined into one request.
+    fn read_ranges_within(
+        &self,
+        reqs: &mut [(u64, &mut [u8])],
+        gap: u64,
+    ) -> Result<(), RemoteError> {
         // Requests the tail cannot serve, by offset.
         let mut order: Vec<usize> = Vec::new();
         for (i, (offset, buf)) in reqs.iter_mut().enumerate() {
@@ -1153,11 +1166,7 @@ impl RemoteObject {
             .into_iter()
             .map(|i| (i, reqs[i].0..reqs[i].0 + reqs[i].1.len() as u64))
             .collect();
-        let spans = coalesce(
-            wanted,
-            self.options.coalesce_gap,
-            self.options.max_request_bytes,
-        );
+        let spans = coalesce(wanted, gap, self.options.max_request_bytes);
         if spans.is_empty() {
             return Ok(());
         }
@@ -1204,6 +1213,12 @@ impl ReadAt for RemoteObject {
 
     fn read_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
         self.read_ranges(reqs).map_err(RemoteError::into_io)
+    }
+
+    /// Adjacent ranges are still one request; ranges apart are never joined across the gap.
+    fn read_batch_apart(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<()> {
+        self.read_ranges_within(reqs, 0)
+            .map_err(RemoteError::into_io)
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -4,7 +4,7 @@
 //! the ETag error instead of returning its bytes.
 
 use sealfs_reader::{open, Follow, OpenOptions, Source};
-use sealfs_remote::RemoteObject;
+use sealfs_remote::{open_cached, CacheSettings, RemoteObject, RemoteOptions, RemoteTrust};
 use sealfs_testsupport::build::{build_image, BuildOptions};
 use sealfs_testsupport::servers::{nginx, Server};
 use sealfs_testsupport::{oracle_guard, pseudo_random};
@@ -179,4 +179,104 @@ fn a_replaced_object_fails_with_the_etag_error_and_never_mixes_bytes() {
         "{err}"
     );
     assert!(buf.iter().all(|&b| b == 0), "nothing copied");
+}
+
+/// A block taken from the persistent cache by leaf hash (another image's entry) is not fetched
+/// too: v2's file holds a block the same as v1's, read before through the same cache directory,
+/// between two blocks of its own; the reads of v2 (its metadata's, whose 16-block window takes
+/// the file in, and the file's) ask nginx for the blocks around it, never for it. (They are 4 KiB
+/// apart, less than the client's coalescing gap, which joined them into one request that sent the
+/// shared block again: `leaf_cache::a_lazy_mount_of_v2_takes_what_v1_left_in_the_cache` met it
+/// with a lazy mount's metadata span.)
+#[test]
+fn a_block_found_by_leaf_is_not_fetched_between_two_that_are() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let www = d.join("www");
+    fs::create_dir_all(&www).unwrap();
+    let shared = pseudo_random(4096, 40);
+    for v in [1u64, 2] {
+        let src = d.join(format!("v{v}"));
+        fs::create_dir_all(&src).unwrap();
+        // The file: a block of its own, the shared block, a block of its own.
+        let mut f = pseudo_random(4096, 40 + v * 10);
+        f.extend_from_slice(&shared);
+        f.extend_from_slice(&pseudo_random(4096, 41 + v * 10));
+        fs::write(src.join("f"), f).unwrap();
+        // Large enough that the file is not in the tail the open reads (its last 64 KiB).
+        fs::write(src.join("pad"), pseudo_random(1 << 20, 60 + v)).unwrap();
+        build_image(&src, &www.join(format!("v{v}")), &BuildOptions::default()).unwrap();
+    }
+    let server = match nginx(&www, &d.join("nginx")) {
+        Ok(s) => s,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let cache = CacheSettings {
+        dir: d.join("cache"),
+        max_bytes: 1 << 30,
+    };
+    let read_f = |v: u64| {
+        let name = format!("v{v}");
+        let options = OpenOptions::new().digest(digest(&www.join(&name)));
+        let (opened, remote) = open_cached(
+            server.url(&name),
+            &options,
+            RemoteTrust::RequireAuthority,
+            &RemoteOptions::default(),
+            Some(&cache),
+        )
+        .unwrap();
+        let f = opened.image.resolve("/f", Follow::All).unwrap();
+        let got = opened.image.read_vec(&f, 0, 3 * 4096).unwrap();
+        assert_eq!(&got[4096..8192], &shared[..], "v{v}'s file");
+        let hits = opened
+            .verified
+            .as_ref()
+            .unwrap()
+            .stats()
+            .leaf_hits
+            .load(Relaxed);
+        let requests = remote.unwrap().stats().requests.load(Relaxed);
+        (opened.image_length, hits, requests)
+    };
+    // v1 read through the cache: its blocks and tree blocks kept there.
+    read_f(1);
+
+    server.clear_requests();
+    let (len, hits, requests) = read_f(2);
+    assert!(hits >= 1, "the shared block taken from v1's entry");
+    let v2 = fs::read(www.join("v2")).unwrap();
+    let at: Vec<u64> = v2
+        .chunks_exact(4096)
+        .enumerate()
+        .filter(|(_, b)| *b == &shared[..])
+        .map(|(k, _)| k as u64 * 4096)
+        .collect();
+    assert_eq!(at.len(), 1, "the shared block once in v2");
+    let at = at[0];
+    assert!(at + 4096 <= len - (64 << 10), "not in the open's tail");
+    // Each request's range (`bytes=A-B`, or `bytes=-N` for the open's tail): none has the block.
+    let log = server.requests_at_least(requests as usize);
+    let covering: Vec<&String> = log
+        .iter()
+        .filter(|line| {
+            let range = line
+                .split(' ')
+                .nth(2)
+                .and_then(|r| r.strip_prefix("bytes="));
+            let (a, b) = match range.and_then(|r| r.split_once('-')) {
+                Some(("", n)) => (len - n.parse::<u64>().unwrap(), len - 1),
+                Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                None => (0, len - 1),
+            };
+            a < at + 4096 && b >= at
+        })
+        .collect();
+    assert!(
+        covering.is_empty(),
+        "the block at {at} (v2), found by leaf, was fetched: {covering:?} of {log:?}"
+    );
 }

@@ -167,9 +167,17 @@ impl MountImage {
                 if !warm {
                     return None;
                 }
+                if let (Some(v), None) = (&fill, image.metadata_span()) {
+                    // No span to fetch in a few requests (its inline tails make it large: the
+                    // linux tree's is 155 MB): the walk would fetch most of it, level by level,
+                    // while a program starts on the mount. It waits with the fill instead.
+                    v.fill_when_quiet();
+                    v.wait_while_fill_held();
+                }
                 let any_xattrs = image.warm_metadata(16);
                 if let Some(v) = fill {
-                    v.set_fill(FillMode::On);
+                    // Once reads leave the link free: a program starting on the mount goes first.
+                    v.fill_when_quiet();
                 }
                 any_xattrs
             }

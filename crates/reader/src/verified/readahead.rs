@@ -5,7 +5,11 @@
 //!    ([`BlockSource::fill`]);
 //! 3. prefetch lists ([`BlockSource::prefetch`]: the files `cat` and `extract` will read, a
 //!    replayed access profile);
-//! 4. the rest of the image ([`FillMode`]), only when nothing else waits.
+//! 4. the rest of the image ([`FillMode`]), only when nothing else waits; started by
+//!    [`VerifiedBlocks::fill_when_quiet`] (a mount's), it first waits for a reader to come and
+//!    then fetch nothing for [`FILL_QUIET`], or for [`FILL_UNREAD`] without one (a container
+//!    starting on a layer just mounted finds the link its own), and streams' windows stay small
+//!    meanwhile ([`YOUNG_WINDOW_BYTES`], for at most [`YOUNG_FOR`] of reads).
 //!
 //! Everything is fetched in pieces of at most [`PIECE_BYTES`], and only so many pieces are in
 //! flight at once: about a bandwidth-delay product of the link ([`super::link`]) plus a piece for
@@ -76,6 +80,31 @@ const STREAM_IN_FLIGHT: std::time::Duration = std::time::Duration::from_millis(2
 /// While the fill has no measure of the link's rate, and every this many fill pieces after, a fill
 /// piece waits until nothing else is in flight: alone on the link, its time gives the rate.
 const FILL_ALONE_EVERY: u64 = 32;
+
+/// [`VerifiedBlocks::fill_when_quiet`]'s fill starts once reads, after it was asked for, have
+/// fetched blocks and then fetched nothing for this long: while a program starts on a new mount,
+/// its reads come closer together than this, and each would otherwise find the fill's pieces on
+/// the link ahead of it (docs/benchmarks.md, "Lazy layers: metadata in a few requests, the fill
+/// held back").
+pub const FILL_QUIET: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`VerifiedBlocks::fill_when_quiet`]'s fill starts this long after it was asked for when no
+/// read has fetched anything meanwhile (a layer mounted at a pull, its container not started).
+pub const FILL_UNREAD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The most bytes a stream's window reaches while a fill is held ([`FILL_QUIET`]: the mount is
+/// young, a program starting on it): 1 MiB rather than 64 MiB (python's start read its 128 MB
+/// layer whole through the windows). On the bench's python start, 2 MiB, 1 MiB and 512 KiB took
+/// the same time (2.96, 2.94-2.95, 2.92 s) and fetched 47.8, 34.5 and 26.8 MB before its line;
+/// a stream that goes on reading keeps the fill held and its window this small (about 50 MB/s
+/// at a 20 ms round trip) for [`YOUNG_FOR`], so not smaller (docs/benchmarks.md, "Lazy layers:
+/// metadata in a few requests, the fill held back").
+pub const YOUNG_WINDOW_BYTES: u64 = 1 << 20;
+
+/// ... for at most this long after the first read that fetched blocks: a program that goes on
+/// reading past its start (a large file read whole) gets the windows of any stream again, while
+/// the fill stays held until its reads leave the link free.
+pub const YOUNG_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a job is for, in order of priority.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -151,6 +180,13 @@ struct Sched {
     fill_pieces: u64,
     /// The fill piece that is to wait until nothing else is in flight, if one is.
     fill_alone: bool,
+    /// When [`VerifiedBlocks::fill_when_quiet`] asked for the fill, while it waits
+    /// ([`FILL_QUIET`], [`FILL_UNREAD`]).
+    fill_held: Option<Instant>,
+    /// When a read last fetched blocks, since the fill was asked for.
+    last_demand: Option<Instant>,
+    /// When a read first fetched blocks, since the fill was asked for ([`YOUNG_FOR`]).
+    first_demand: Option<Instant>,
 }
 
 /// What the fetchers share with the [`Readahead`]: they hold no strong reference to the
@@ -197,6 +233,18 @@ impl Shared {
         }
     }
 
+    /// How much longer a held fill waits ([`FILL_QUIET`] after the last read that fetched, or
+    /// [`FILL_UNREAD`] after it was asked for when none did); `None` when it is not held (or
+    /// need wait no longer).
+    fn fill_hold(&self, s: &Sched) -> Option<std::time::Duration> {
+        let asked = s.fill_held?;
+        let wait = match s.last_demand {
+            Some(read) => FILL_QUIET.checked_sub(read.elapsed()),
+            None => FILL_UNREAD.checked_sub(asked.elapsed()),
+        };
+        wait.filter(|d| !d.is_zero())
+    }
+
     /// The next job to start, if one may start now.
     fn pick(&self, s: &mut Sched, whole: u64) -> Option<Job> {
         if let Some(i) = (0..s.queue.len()).min_by_key(|&i| (s.queue[i].class, s.queue[i].seq)) {
@@ -205,10 +253,16 @@ impl Shared {
             }
             return Some(s.queue.swap_remove(i));
         }
-        if s.fill != FillState::Running || s.settling {
+        if s.fill != FillState::Running || s.settling || self.fill_hold(s).is_some() {
             return None;
         }
+        s.fill_held = None;
         if s.fill_next >= whole {
+            // Done once its last pieces have landed, not when they are sent for: a caller that
+            // waits for it (`fill_all`, `sealfs stats`) may then go offline.
+            if s.running > 0 {
+                return None;
+            }
             s.fill = FillState::Done;
             self.ended.notify_all();
             return None;
@@ -371,11 +425,13 @@ fn fetch_loop(shared: &Shared, me: &Weak<VerifiedBlocks>, whole: u64) {
                     s.running += 1;
                     break job;
                 }
-                // Woken by new work; the timeout only bounds how long an ended source's
-                // fetchers linger.
+                // Woken by new work, or when a held fill may start; otherwise the timeout only
+                // bounds how long an ended source's fetchers linger.
+                let idle = std::time::Duration::from_secs(5);
+                let wait = shared.fill_hold(&s).map_or(idle, |d| d.min(idle));
                 s = shared
                     .work
-                    .wait_timeout(s, std::time::Duration::from_secs(5))
+                    .wait_timeout(s, wait)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
@@ -519,6 +575,9 @@ impl VerifiedBlocks {
                 fill_next: 0,
                 fill_pieces: 0,
                 fill_alone: false,
+                fill_held: None,
+                last_demand: None,
+                first_demand: None,
             }),
             work: Condvar::new(),
             ended: Condvar::new(),
@@ -564,6 +623,9 @@ impl VerifiedBlocks {
             (FillMode::Auto, _) => FillState::Armed,
         };
         let running = s.fill == FillState::Running;
+        if !running {
+            s.fill_held = None;
+        }
         drop(s);
         if running {
             ra.ensure_fetchers(self);
@@ -590,6 +652,55 @@ impl VerifiedBlocks {
 
     fn store_capacity(&self) -> Option<u64> {
         self.store.as_ref().and_then(|s| s.capacity())
+    }
+
+    /// [`FillMode::On`], the fill held until reads leave the link free: it starts [`FILL_QUIET`]
+    /// after the last read that fetched blocks (once one has, after this call), or
+    /// [`FILL_UNREAD`] after this call when none has; meanwhile streams' windows reach at most
+    /// [`YOUNG_WINDOW_BYTES`]. What a mount asks for once its metadata is in: a program starting
+    /// on it finds the link its own. A fill already running goes on.
+    pub fn fill_when_quiet(&self) {
+        if let Some(ra) = self.readahead.get() {
+            let mut s = ra.shared.lock();
+            if !matches!(s.fill, FillState::Running | FillState::Done) {
+                s.fill_held = Some(Instant::now());
+                s.last_demand = None;
+                s.first_demand = None;
+            }
+        }
+        self.set_fill(FillMode::On);
+    }
+
+    /// Returns once a fill is no longer held ([`FILL_QUIET`], [`FILL_UNREAD`]):
+    /// it has started, or was stopped, or readahead settled. At once without readahead.
+    pub fn wait_while_fill_held(&self) {
+        let Some(ra) = self.readahead.get() else {
+            return;
+        };
+        let mut s = ra.shared.lock();
+        while s.fill == FillState::Running && s.fill_held.is_some() && !s.settling && !s.closed {
+            let wait = ra
+                .shared
+                .fill_hold(&s)
+                .unwrap_or(std::time::Duration::from_millis(10))
+                .min(std::time::Duration::from_millis(500));
+            s = ra
+                .shared
+                .work
+                .wait_timeout(s, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// A read fetched blocks: a held fill ([`FILL_QUIET`]) waits longer.
+    pub(super) fn note_demand(&self) {
+        if let Some(ra) = self.readahead.get() {
+            let mut s = ra.shared.lock();
+            let now = Instant::now();
+            s.last_demand = Some(now);
+            s.first_demand.get_or_insert(now);
+        }
     }
 
     /// A read fetched data and continued no stream: with [`FillMode::Auto`], enough of them start
@@ -682,6 +793,9 @@ impl VerifiedBlocks {
         let before = self.stats.readahead_blocks.load(Relaxed);
         self.set_fill(FillMode::On);
         let mut s = ra.shared.lock();
+        // Asked for now: not held for quiet reads.
+        s.fill_held = None;
+        ra.shared.work.notify_all();
         while s.fill == FillState::Running {
             s = ra.shared.ended.wait(s).unwrap_or_else(|e| e.into_inner());
         }
@@ -899,6 +1013,17 @@ impl VerifiedBlocks {
             return false;
         }
         let whole = self.whole_blocks();
+        let young = {
+            let s = ra.shared.lock();
+            s.fill_held.is_some()
+                && s.fill == FillState::Running
+                && s.first_demand.is_none_or(|t| t.elapsed() < YOUNG_FOR)
+        };
+        let max = if young {
+            (YOUNG_WINDOW_BYTES / self.bs() as u64).clamp(ra.min, ra.max)
+        } else {
+            ra.max
+        };
         let mut streams = ra.streams.lock().unwrap_or_else(|e| e.into_inner());
         let Some(s) = nearest_stream(&streams, first, n).map(|i| &mut streams[i]) else {
             if streams.len() == STREAMS {
@@ -917,8 +1042,9 @@ impl VerifiedBlocks {
         // The window grows only while reads follow on exactly; one that skips ahead moves the
         // stream on (the read it skipped arrives later, behind).
         if first == s.next {
-            s.window = (s.window * WINDOW_GROWTH).min(ra.max);
+            s.window = (s.window * WINDOW_GROWTH).min(max);
         }
+        s.window = s.window.min(max);
         s.next = first + n;
         // Keep the window fetched ahead, queued a quarter window at a time.
         if s.ahead_end.max(s.next) + s.window / 4 > s.next + s.window {
