@@ -1873,6 +1873,13 @@ fn the_fill_starts_once_reads_scatter_and_holds_no_read_back() {
         }
         let took = cat_each(&mnt, &timed);
         let state = fill_state(&mnt);
+        // The link as the mount estimated it, which sets the fill's pieces in flight.
+        let o = sealfs_run(&["stats", "--json", s(&mnt)], &[]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        let link = format!(
+            "round trip {} ms, rate {} B/s",
+            v["verify"]["link_round_trip_ms"], v["verify"]["link_rate_bytes_per_s"]
+        );
         let log = http.requests();
         umount();
         let sizes: Vec<u64> = log
@@ -1883,10 +1890,10 @@ fn the_fill_starts_once_reads_scatter_and_holds_no_read_back() {
         let pieces = sizes.iter().filter(|&&n| n >= 1 << 20).count();
         println!(
             "{mode}: reads took {took:?}; fill {state}; {} requests, {pieces} of 1 MiB or more, \
-             the largest {largest} bytes",
+             the largest {largest} bytes; {link}",
             log.len()
         );
-        times.push((took, state, largest, pieces));
+        times.push((took, state, largest, pieces, link));
     }
     let (off, on) = (&times[0], &times[1]);
     assert_eq!(off.3, 0, "no request of 1 MiB without the fill");
@@ -1904,7 +1911,8 @@ fn the_fill_starts_once_reads_scatter_and_holds_no_read_back() {
     for (f, t) in timed.iter().zip(&on.0) {
         assert!(
             *t <= base + one + std::time::Duration::from_millis(150),
-            "{f}: {t:?} with the fill, {base:?} without, one request {one:?}"
+            "{f}: {t:?} with the fill, {base:?} without, one request {one:?}; {}",
+            on.4
         );
     }
 }

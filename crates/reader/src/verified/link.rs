@@ -2,8 +2,9 @@
 //! of background fetches kept in flight ([`super::readahead`]).
 //!
 //! Two figures, both from batches this process sent (any source: HTTP, S3, a registry):
-//! - the round trip: of the last [`SMALL_SAMPLES`] batches of at most [`SMALL_BATCH`] bytes (their
-//!   transfer is short, so their time is mostly the round trip), the tenth quickest: a low figure
+//! - the round trip: of the last [`SMALL_SAMPLES`] batches of at most [`SMALL_BATCH`] bytes that
+//!   had at most that many bytes of others beside them (their transfer is short and little was
+//!   queued ahead of them, so their time is mostly the round trip), the tenth quickest: a low figure
 //!   leaves out those that queued behind others, and not the lowest, which may have been served
 //!   without a request at all (the tail a remote object keeps from its open);
 //! - the rate: a batch of at least [`LARGE_BATCH`] bytes that had the link to itself (the other
@@ -92,6 +93,16 @@ impl Link {
             return;
         }
         if bytes <= SMALL_BATCH {
+            if others > SMALL_BATCH {
+                // It shared the link with more than a small batch's bytes (a piece of the
+                // fill's, a window's): its time is mostly theirs. A mount whose metadata came in
+                // a few large requests had no other small batches before its first reads, and
+                // those, queued behind the fill's first piece, made the round trip half a
+                // second, the rate (a piece's time less that) 70 MB/s on a 4 MB/s link, and the
+                // fill kept two pieces in flight ahead of every read (cli/remote
+                // the_fill_starts_once_reads_scatter_and_holds_no_read_back).
+                return;
+            }
             s.small.push_back(took);
             if s.small.len() > SMALL_SAMPLES {
                 s.small.pop_front();
@@ -176,5 +187,28 @@ mod tests {
         assert!(rate > 40e6 && rate < 110e6, "{rate}");
         let bdp = link.bdp().unwrap();
         assert!(bdp > 0.4e6 && bdp < 4e6, "{bdp}");
+    }
+
+    /// A small batch that crossed the link behind a large one times the large one, not the round
+    /// trip: it is no sample (nor, with no round trip, is the large one's rate).
+    #[test]
+    fn a_small_batch_queued_behind_a_piece_is_no_round_trip() {
+        let link = Link::default();
+        let piece = link.begin(2 << 20);
+        for _ in 0..3 {
+            let small = link.begin(96 << 10);
+            std::thread::sleep(Duration::from_millis(30));
+            link.end(small);
+        }
+        link.end(piece);
+        assert!(link.state.lock().unwrap().rtt.is_none());
+        // Beside one other small batch, it still is.
+        let a = link.begin(64 << 10);
+        let b = link.begin(32 << 10);
+        std::thread::sleep(Duration::from_millis(10));
+        link.end(b);
+        link.end(a);
+        assert!(link.state.lock().unwrap().rtt.is_some());
+        assert!(link.bdp().is_none());
     }
 }
