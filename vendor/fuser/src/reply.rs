@@ -38,6 +38,8 @@ use crate::passthrough::BackingId;
 #[derive(Debug)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    #[cfg(target_os = "linux")]
+    Uring(crate::uring::UringReply),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -45,10 +47,23 @@ pub(crate) enum ReplySender {
 }
 
 impl ReplySender {
+    /// Another sender to the same destination (one request's replies are given through one).
+    pub(crate) fn dup(&self) -> ReplySender {
+        match self {
+            ReplySender::Channel(sender) => ReplySender::Channel(sender.clone()),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(sender) => ReplySender::Uring(sender.clone()),
+            #[cfg(test)]
+            ReplySender::Assert(_) | ReplySender::Sync(_) => unreachable!(),
+        }
+    }
+
     /// Send data.
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(sender) => sender.send(data),
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -63,6 +78,11 @@ impl ReplySender {
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "passthrough over io_uring is not supported",
+            )),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -74,6 +94,8 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(_) => unreachable!("passthrough over io_uring"),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
