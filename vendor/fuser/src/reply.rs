@@ -167,6 +167,32 @@ impl ReplyRaw {
     pub(crate) fn error(self, err: ll::Errno) {
         self.send_ll(&ll::ResponseErrno(err));
     }
+
+    /// The transport's own buffer for up to `len` bytes of reply data, if it has one.
+    fn payload(&mut self, len: usize) -> Option<&mut [u8]> {
+        match self.sender.as_mut() {
+            #[cfg(target_os = "linux")]
+            Some(ReplySender::Uring(sender)) => sender.payload(len),
+            _ => None,
+        }
+    }
+
+    /// Sends the first `n` bytes of the buffer [`ReplyRaw::payload`] gave as the reply's data.
+    fn send_payload(mut self, n: usize) {
+        match self.sender.take() {
+            #[cfg(target_os = "linux")]
+            Some(ReplySender::Uring(sender)) => {
+                if let Err(err) = sender.send_payload(self.unique.0, n) {
+                    error!("Failed to send FUSE reply: {err}");
+                }
+            }
+            other => {
+                error!("reply data in place without a transport buffer");
+                self.sender = other;
+                self.send_ll_mut(&ll::ResponseErrno(ll::Errno::EIO));
+            }
+        }
+    }
 }
 
 impl Drop for ReplyRaw {
@@ -229,6 +255,19 @@ impl ReplyData {
     /// Reply to a request with the given data
     pub fn data(self, data: &[u8]) {
         self.reply.send_ll(&ll::ResponseSlice(data));
+    }
+
+    /// The transport's buffer for up to `len` bytes of this reply's data, where it has one (the
+    /// payload buffer of a FUSE-over-io_uring entry; sealfs addition): data written there and sent
+    /// with [`ReplyData::data_in_place`] is not copied again. `None` over `/dev/fuse`: use
+    /// [`ReplyData::data`].
+    pub fn buffer(&mut self, len: usize) -> Option<&mut [u8]> {
+        self.reply.payload(len)
+    }
+
+    /// Reply with the first `n` bytes written into [`ReplyData::buffer`].
+    pub fn data_in_place(self, n: usize) {
+        self.reply.send_payload(n);
     }
 
     /// Reply to a request with the given error code

@@ -28,6 +28,8 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::SyncSender;
+use std::sync::mpsc::TrySendError;
 use std::thread::ThreadId;
 
 use io_uring::IoUring;
@@ -243,6 +245,31 @@ impl UringReply {
         self.commit(data, total)
     }
 
+    /// The entry's payload buffer, for a reply of up to `len` bytes written in place.
+    pub(crate) fn payload(&mut self, len: usize) -> Option<&mut [u8]> {
+        let e = &self.entry;
+        if len > e.payload.len {
+            return None;
+        }
+        // SAFETY: the entry is this request's alone until its reply is committed, and the slice
+        // borrows the reply's sender mutably, so it ends before the reply is sent.
+        Some(unsafe { std::slice::from_raw_parts_mut(e.payload.ptr, len) })
+    }
+
+    /// Sends a reply whose `n` bytes of data are already in the payload buffer.
+    pub(crate) fn send_payload(&self, unique: u64, n: usize) -> io::Result<()> {
+        let hlen = size_of::<abi::fuse_out_header>();
+        let n = n.min(self.entry.payload.len);
+        let mut h = [0u8; 16];
+        h[0..4].copy_from_slice(&((hlen + n) as u32).to_ne_bytes());
+        h[8..16].copy_from_slice(&unique.to_ne_bytes());
+        // SAFETY: the header's first 16 bytes; the entry is this reply's alone.
+        unsafe {
+            std::ptr::copy_nonoverlapping(h.as_ptr(), self.entry.header.ptr.add(HDR_IN_OUT), 16);
+        }
+        self.finish(n as u32)
+    }
+
     fn commit(&self, data: &[IoSlice<'_>], total: usize) -> io::Result<()> {
         let e = &self.entry;
         let hlen = size_of::<abi::fuse_out_header>();
@@ -271,7 +298,12 @@ impl UringReply {
                 }
             }
         }
-        let payload_sz = (total - hlen) as u32;
+        self.finish((total - hlen) as u32)
+    }
+
+    /// Records the reply's payload size and queues the entry's commit.
+    fn finish(&self, payload_sz: u32) -> io::Result<()> {
+        let e = &self.entry;
         // SAFETY: ent_in_out.payload_sz at offset 16 of fuse_uring_ent_in_out.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -468,6 +500,53 @@ impl Queue {
     ) -> io::Result<()> {
         *self.shared.thread.lock() = Some(std::thread::current().id());
         pin_to_cpu(self.qid);
+        // Large reads go to helper threads, so that the readahead requests in flight are served
+        // at once and this thread stays free to commit their replies as they come.
+        let (helper_tx, helper_rx) =
+            std::sync::mpsc::sync_channel::<(Vec<u64>, usize, Arc<Entry>)>(self.entries.len());
+        let helper_rx = Arc::new(Mutex::new(helper_rx));
+        let mut helpers = Vec::new();
+        for h in 0..HELPERS {
+            let helper_se = SessionEventLoop {
+                thread_name: format!("{}-helper{h}", se.thread_name),
+                ch: se.ch.clone(),
+                filesystem: se.filesystem.clone(),
+                allowed: se.allowed,
+                session_owner: se.session_owner,
+            };
+            let rx = helper_rx.clone();
+            helpers.push(
+                std::thread::Builder::new()
+                    .name(format!("fuser-uring-{}h{h}", self.qid))
+                    .spawn(move || {
+                        loop {
+                            let job = rx.lock().recv();
+                            let Ok((mut buf, len, entry)) = job else {
+                                return;
+                            };
+                            if let Err(e) = dispatch(&helper_se, &bytes_of(&mut buf)[..len], entry)
+                            {
+                                error!("FUSE io_uring helper: {e}");
+                            }
+                        }
+                    })?,
+            );
+        }
+        let res = self.serve_loop(&se, &requests, helper_tx);
+        // The helper ends with the channel (its last reply, if any, is sent by then), and holds
+        // the file system, which the session destroys once every thread has ended.
+        for helper in helpers {
+            let _ = helper.join();
+        }
+        res
+    }
+
+    fn serve_loop<FS: Filesystem>(
+        &mut self,
+        se: &SessionEventLoop<FS>,
+        requests: &AtomicU64,
+        helper_tx: SyncSender<(Vec<u64>, usize, Arc<Entry>)>,
+    ) -> io::Result<()> {
         // The contiguous request for the parser: 8-byte aligned as `fuse_in_header` needs.
         let max = size_of::<abi::fuse_in_header>() + 128 + self.entries[0].payload.len;
         let mut buf: Vec<u64> = vec![0; max.div_ceil(8)];
@@ -517,22 +596,18 @@ impl Queue {
                 requests.fetch_add(1, Ordering::Relaxed);
                 let entry = self.entries[idx].clone();
                 let len = rebuild(&entry, bytes_of(&mut buf));
-                let data = &bytes_of(&mut buf)[..len];
-                let sender = ReplySender::Uring(UringReply {
-                    entry: entry.clone(),
-                });
-                match RequestWithSender::new(sender, data) {
-                    Some(req) => req.dispatch(&se),
-                    None => {
-                        // Unparsable: answer EIO so that the entry comes back.
-                        let unique = &entry.header()[HDR_IN_OUT + 8..HDR_IN_OUT + 16];
-                        let mut h = [0u8; 16];
-                        h[0..4].copy_from_slice(&16u32.to_ne_bytes());
-                        h[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-                        h[8..16].copy_from_slice(unique);
-                        UringReply { entry }.send(&[IoSlice::new(&h)])?;
+                if is_large_read(&bytes_of(&mut buf)[..len]) {
+                    let job = (buf[..len.div_ceil(8)].to_vec(), len, entry);
+                    match helper_tx.try_send(job) {
+                        Ok(()) => {}
+                        // Cannot be full (as many slots as entries); served here if it were.
+                        Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
+                            dispatch(se, &bytes_of(&mut buf)[..job.1], job.2)?;
+                        }
                     }
+                    continue;
                 }
+                dispatch(&se, &bytes_of(&mut buf)[..len], entry)?;
             }
             let done: Vec<usize> = std::mem::take(&mut *self.shared.done.lock());
             for idx in done {
@@ -540,6 +615,41 @@ impl Queue {
             }
         }
     }
+}
+
+/// Parses and dispatches a rebuilt request whose reply goes to `entry`.
+fn dispatch<FS: Filesystem>(
+    se: &SessionEventLoop<FS>,
+    data: &[u8],
+    entry: Arc<Entry>,
+) -> io::Result<()> {
+    let sender = ReplySender::Uring(UringReply {
+        entry: entry.clone(),
+    });
+    match RequestWithSender::new(sender, data) {
+        Some(req) => req.dispatch(se),
+        None => {
+            // Unparsable: answer EIO so that the entry comes back.
+            let unique = &entry.header()[HDR_IN_OUT + 8..HDR_IN_OUT + 16];
+            let mut h = [0u8; 16];
+            h[0..4].copy_from_slice(&16u32.to_ne_bytes());
+            h[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+            h[8..16].copy_from_slice(unique);
+            UringReply { entry }.send(&[IoSlice::new(&h)])?;
+        }
+    }
+    Ok(())
+}
+
+/// Helper threads per queue serving large reads.
+const HELPERS: usize = 2;
+
+/// A `read` of more than 64 KiB (readahead): served by a helper thread.
+fn is_large_read(req: &[u8]) -> bool {
+    let h = size_of::<abi::fuse_in_header>();
+    req.len() >= h + 20
+        && u32::from_ne_bytes(req[4..8].try_into().unwrap()) == op::FUSE_READ as u32
+        && u32::from_ne_bytes(req[h + 16..h + 20].try_into().unwrap()) > 64 << 10
 }
 
 fn bytes_of(buf: &mut [u64]) -> &mut [u8] {
