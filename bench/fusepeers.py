@@ -3,6 +3,7 @@
 (issue 17).
 
     bench/fusepeers.py [seq] [ls] [rand]     (default: seq and ls)
+    bench/fusepeers.py uring
 
 RUNS=5, SEALFS=target/release/sealfs, CORPUS_DIR=bench/.corpus; MKFS_EROFS, EROFSFUSE, SQUASHFUSE_LL:
 the peers, by default the ones scripts/build-oracles.sh builds into target/oracles/ (squashfuse 0.6
@@ -27,6 +28,13 @@ for sealfs (verified and `--verify=none`), erofsfuse 1.9 and squashfuse_ll 0.6 o
 builders' images, on the lz4hc and uncompressed images (not the kernel: O_DIRECT reads of a
 file-backed EROFS mount fail). Writes
 bench/results/fusepeers-rand-<stamp>.csv and prints its tables (docs/benchmarks.md is left alone).
+
+uring: `sealfs mount` (verified) over /dev/fuse (`--transport=dev`) against the same over FUSE over
+io_uring (`--transport=uring`; the fuse module's enable_uring is set to Y for the run and back
+after), interleaved, RUNS rounds: the rand table's fio reads (1 and 2 jobs, cold and warm) on the
+lz4hc and uncompressed images; `lstat` of every path of the linux tree (sealfs-linux, 83.7 k paths,
+in walk order, from this process) on a fresh mount, so that each is a LOOKUP the daemon answers;
+and `cat big` (seq). Writes bench/results/fusepeers-uring-<stamp>.csv and prints its tables.
 
 Writes bench/results/fusepeers-<stamp>.csv and a section of docs/benchmarks.md per table.
 
@@ -191,6 +199,9 @@ def main():
     else:
         imgs = images(work)
     rows = []
+    if "uring" in tables:
+        uring(work)
+        return
     if "rand" in tables:
         rand(imgs)
     if "seq" in tables:
@@ -290,6 +301,98 @@ def rand(imgs):
                 ratio = ", ".join(f"{me / statistics.median(med(p, 2, 'warm')):.2f}×"
                                   for p in ("erofsfuse 1.9 (mkfs.erofs 1.9 image)", "squashfuse_ll 0.6"))
             print(f"| {t} | " + " | ".join(cells) + f" | {ratio} |")
+
+
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+def uring(work):
+    """The uring table (see the module's docstring)."""
+    imgs = images(work, {"sealfs-lz4hc", "sealfs-plain", "sealfs-linux"})
+    linux = os.path.join(CORPUS, "linux", "linux-source-6.1")
+    paths = []
+    for root, dirs, files in os.walk(linux):
+        rel = os.path.relpath(root, linux)
+        for n in dirs + files:
+            paths.append(os.path.normpath(os.path.join(rel, n)))
+    before = open(ENABLE_URING).read().strip()
+    with open(ENABLE_URING, "w") as f:
+        f.write("Y\n")
+    rows = []
+    try:
+        def pair(image):
+            digest = sh([SEALFS, "digest", image]).strip()
+            return [Mount(f"sealfs (verified), {t}", [SEALFS, "mount", f"--transport={t}", "--digest", digest], image)
+                    for t in ("dev", "uring")]
+
+        def rounds(table, kind, mounts, op):
+            # A warm-up round, then RUNS, the order of the tools alternating.
+            for rnd in range(RUNS + 1):
+                for m in (mounts if rnd % 2 else mounts[::-1]):
+                    m.mount()
+                    ring0 = ring_requests(m.mp)
+                    for sub, value in op(m.mp):
+                        if rnd > 0:
+                            rows.append((table, kind, rnd, m.name, sub, value))
+                    if "uring" in m.name and ring_requests(m.mp) == ring0:
+                        raise RuntimeError(f"{m.name}: no request came through the rings")
+                    m.umount()
+                print(f"[uring {table} {kind}] round {rnd}/{RUNS}", file=sys.stderr)
+
+        def fio(mp):
+            for jobs in (1, 2):
+                yield f"{jobs} job{'s' * (jobs > 1)}, cold", fio_iops(os.path.join(mp, "big"), jobs)
+                yield f"{jobs} job{'s' * (jobs > 1)}, warm", fio_iops(os.path.join(mp, "big"), jobs)
+
+        def walk(mp):
+            t0 = time.perf_counter()
+            for p in paths:
+                os.lstat(os.path.join(mp, p))
+            yield "seconds", time.perf_counter() - t0
+
+        def cat(mp):
+            t0 = time.perf_counter()
+            subprocess.run(["cat", os.path.join(mp, "big")], stdout=subprocess.DEVNULL, check=True)
+            yield "seconds", time.perf_counter() - t0
+
+        for kind in ("lz4hc", "plain"):
+            rounds("rand", kind, pair(imgs[f"sealfs-{kind}"]), fio)
+        rounds("stat", "linux", pair(imgs["sealfs-linux"]), walk)
+        for kind in ("lz4hc", "plain"):
+            rounds("seq", kind, pair(imgs[f"sealfs-{kind}"]), cat)
+    finally:
+        with open(ENABLE_URING, "w") as f:
+            f.write(before + "\n")
+    write_results("fusepeers-uring", ["table", "image", "round", "tool", "measure", "value"], rows)
+    load = open("/proc/loadavg").read().split()[:3]
+    print(f"median (min–max) of {RUNS} rounds, tools interleaved; {len(paths)} paths; "
+          f"load average {' '.join(load)}")
+    for table in ("rand", "stat", "seq"):
+        mine = [r for r in rows if r[0] == table]
+        measures = list(dict.fromkeys(r[4] for r in mine))
+        print(f"\n### {table}\n")
+        print("| image | tool | " + " | ".join(measures) + " |")
+        print("|---|---|" + "---:|" * len(measures))
+        for kind in dict.fromkeys(r[1] for r in mine):
+            tools = list(dict.fromkeys(r[3] for r in mine if r[1] == kind))
+            meds = {}
+            for t in tools:
+                cells = []
+                for ms in measures:
+                    v = [r[5] for r in mine if r[1] == kind and r[3] == t and r[4] == ms]
+                    meds[(t, ms)] = statistics.median(v)
+                    fmt = "{:,.0f}" if table == "rand" else "{:.3f}"
+                    cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}–{fmt.format(max(v))})")
+                print(f"| {kind} | {t} | " + " | ".join(cells) + " |")
+            dev, ur = tools
+            print(f"| {kind} | uring / dev | " + " | ".join(
+                f"{meds[(ur, ms)] / meds[(dev, ms)]:.2f}×" for ms in measures) + " |")
+
+
+def ring_requests(mp):
+    """The requests a sealfs mount answered through io_uring rings so far."""
+    out = sh([SEALFS, "stats", "--json", mp])
+    return json.loads(out)["fuse"].get("ring_requests", 0)
 
 
 def seq_mounts(kind, imgs, digest):

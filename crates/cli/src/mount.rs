@@ -82,6 +82,12 @@ pub struct MountArgs {
     /// Setting it needs root; other users' mounts keep the kernel's. `0`: leave it as it is.
     #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = crate::cache::parse_size)]
     read_ahead: u64,
+    /// How requests travel between the kernel and the daemon: `dev` (reading and writing
+    /// /dev/fuse), `uring` (FUSE over io_uring, Linux 6.14+ with the fuse module's `enable_uring`
+    /// parameter on: /sys/module/fuse/parameters/enable_uring; an error where it is off), `auto`
+    /// (io_uring where the kernel offers it, /dev/fuse otherwise).
+    #[arg(long, value_name = "HOW", default_value = "dev", value_parser = ["auto", "uring", "dev"])]
+    transport: String,
 }
 
 /// Arguments of `sealfs umount`.
@@ -120,8 +126,18 @@ fn mount_options(args: &MountArgs) -> Result<MountOptions> {
         fsname: Some(fmount::source_name(&args.image.image)),
         threads: args.threads,
         read_ahead: args.read_ahead,
+        transport: args
+            .transport
+            .parse()
+            .map_err(|e: String| anyhow!("--transport: {e}"))?,
         ..MountOptions::default()
     };
+    if options.transport == fmount::Transport::Uring && !fmount::uring_available() {
+        bail!(
+            "--transport=uring: the kernel does not offer FUSE over io_uring (it needs Linux 6.14+ \
+             and /sys/module/fuse/parameters/enable_uring set to Y)"
+        );
+    }
     for list in &args.options {
         options.add_options(list)?;
     }
@@ -138,6 +154,7 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
             || !args.options.is_empty()
             || args.threads.is_some()
             || args.log.is_some()
+            || args.transport != "dev"
         {
             bail!("--foreground, -o, --threads and --log are for FUSE mounts, not --kernel");
         }

@@ -41,10 +41,70 @@ fn fuse_env() -> Result<(), String> {
     Ok(())
 }
 
-/// A FUSE mount made with `sealfs mount`; unmounted with `sealfs umount` on drop.
+/// The `fuse` module's switch for FUSE over io_uring (off by default).
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The mount argument that serves a mount over io_uring.
+const URING: &str = "--transport=uring";
+
+fn uring_env() -> Result<(), String> {
+    fuse_env()?;
+    if !Path::new(ENABLE_URING).exists() {
+        return Err(format!(
+            "{ENABLE_URING} missing (FUSE over io_uring needs Linux 6.14+ with CONFIG_FUSE_IO_URING)"
+        ));
+    }
+    Ok(())
+}
+
+/// `enable_uring` on for as long as a mount over io_uring lives (the kernel refuses its rings'
+/// commands once it is off), one such mount at a time in this process, and set back to what it
+/// was afterwards.
+struct UringOn {
+    before: String,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+impl UringOn {
+    fn new() -> UringOn {
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let before = fs::read_to_string(ENABLE_URING).unwrap();
+        fs::write(ENABLE_URING, "Y").unwrap();
+        UringOn {
+            before: before.trim().to_string(),
+            _one: one,
+        }
+    }
+}
+
+impl Drop for UringOn {
+    fn drop(&mut self) {
+        let _ = fs::write(ENABLE_URING, &self.before);
+    }
+}
+
+/// Asserts that the requests of a mount over io_uring came through the rings: the daemon counts
+/// them (`ring_requests`), and at least every read and directory listing must be among them.
+fn assert_served_by_rings(mp: &Path) {
+    let s = stats(mp);
+    let f = &s["fuse"];
+    assert_eq!(f["transport"], "io_uring", "{s}");
+    let ring = f["ring_requests"].as_u64().unwrap();
+    let reads = f["reads"].as_u64().unwrap() + f["readdirs"].as_u64().unwrap();
+    println!("io_uring: {ring} requests through the rings, {reads} reads and listings");
+    assert!(
+        ring > 0 && ring >= reads,
+        "requests went around the rings: {s}"
+    );
+}
+
+/// A FUSE mount made with `sealfs mount`; unmounted with `sealfs umount` on drop (and then, for a
+/// mount over io_uring, `enable_uring` set back).
 struct FuseMount {
     path: PathBuf,
     _dir: tempfile::TempDir,
+    _uring: Option<UringOn>,
 }
 
 impl FuseMount {
@@ -55,6 +115,7 @@ impl FuseMount {
             .unwrap();
         let path = dir.path().join("mnt");
         fs::create_dir(&path).unwrap();
+        let uring = args.contains(&URING).then(UringOn::new);
         let out = run(Command::new(sealfs_bin())
             .arg("mount")
             .args(args)
@@ -67,7 +128,11 @@ impl FuseMount {
             image.display(),
             String::from_utf8_lossy(&out.stderr)
         );
-        FuseMount { path, _dir: dir }
+        FuseMount {
+            path,
+            _dir: dir,
+            _uring: uring,
+        }
     }
 }
 
@@ -357,6 +422,9 @@ fn check_mounts(src: Option<&Path>, image: &Path, mount_args: &[&str], tag: &str
         problems.truncate(40);
     }
     assert!(problems.is_empty(), "{tag}:\n{}", problems.join("\n"));
+    if mount_args.contains(&URING) {
+        assert_served_by_rings(&fuse.path);
+    }
 }
 
 fn stats(mp: &Path) -> serde_json::Value {
@@ -405,6 +473,30 @@ fn full_fixture_plain_sealed_and_compressed() {
         &["-z", "zstd", "-C", "4096", "--no-xattr-filter"],
         &[],
         "zstd-4k",
+    );
+}
+
+/// The same comparisons with the mount served over FUSE over io_uring (`--transport=uring`), and
+/// its requests checked to have come through the rings.
+#[test]
+fn full_fixture_over_io_uring() {
+    if !oracle_guard(uring_env()) {
+        return;
+    }
+    let tmp = Tmpfs::new("fuse-uring").expect("tmpfs");
+    let src = tmp.join("src");
+    make_full_fixture(&src);
+    let images = tempfile::Builder::new()
+        .prefix("sealfs-fuse-img-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    check_image(&src, images.path(), &[], &[URING], "sealed-uring");
+    check_image(
+        &src,
+        images.path(),
+        &["-z", "lz4hc", "-C", "65536"],
+        &[URING, "--verify=double"],
+        "lz4hc-64k-double-uring",
     );
 }
 
@@ -490,6 +582,20 @@ fn tampered_block_gives_eio_only_for_its_file() {
     if !oracle_guard(fuse_env()) {
         return;
     }
+    tampered_block_case(&[]);
+}
+
+#[test]
+fn tampered_block_gives_eio_only_for_its_file_over_io_uring() {
+    if !oracle_guard(uring_env()) {
+        return;
+    }
+    tampered_block_case(&[URING]);
+}
+
+/// A byte of one file's second block damaged: with `args`, that file fails with EIO there (and
+/// reads before it), every other file reads correctly, the failure is logged once.
+fn tampered_block_case(args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let (src, image) = small_tree(dir.path());
     let victim = fs::read(src.join("f3")).unwrap();
@@ -499,7 +605,9 @@ fn tampered_block_gives_eio_only_for_its_file() {
     bytes[off] ^= 0x40;
     fs::write(&image, &bytes).unwrap();
     let log = dir.path().join("mount.log");
-    let fuse = FuseMount::new(&image, &["--log", log.to_str().unwrap()]);
+    let mut mount_args = vec!["--log", log.to_str().unwrap()];
+    mount_args.extend(args);
+    let fuse = FuseMount::new(&image, &mount_args);
     // The damaged file fails with EIO where the damage is, twice (logged once); its other blocks
     // and every other file read correctly.
     for _ in 0..2 {
@@ -533,6 +641,9 @@ fn tampered_block_gives_eio_only_for_its_file() {
         "the log line names the path and block {block}: {}",
         lines[0]
     );
+    if args.contains(&URING) {
+        assert_served_by_rings(&fuse.path);
+    }
 }
 
 #[test]
@@ -702,7 +813,11 @@ fn concurrent_readers_of_a_tampered_image_never_get_a_damaged_byte() {
             }
         }
         fs::write(&image, &bytes).unwrap();
-        for mount_args in [&[][..], &["--threads", "4"][..]] {
+        let uring = oracle_guard(uring_env());
+        for mount_args in [&[][..], &["--threads", "4"][..], &[URING][..]] {
+            if mount_args.contains(&URING) && !uring {
+                continue;
+            }
             let fuse = FuseMount::new(&image, mount_args);
             let what = format!("{kind} image, mount {mount_args:?}");
             let cats: Vec<_> = (0..12)
@@ -827,6 +942,9 @@ fn concurrent_readers_of_a_tampered_image_never_get_a_damaged_byte() {
                 "{what}: {failures} of 1200 reads failed; {}",
                 s["data_path"]
             );
+            if mount_args.contains(&URING) {
+                assert_served_by_rings(&fuse.path);
+            }
         }
     }
 }

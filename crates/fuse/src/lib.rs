@@ -119,6 +119,9 @@ pub struct SealFs {
     xattrs: Arc<AtomicU8>,
     /// Why the check for extended attributes could not read the image whole, if it could not.
     xattrs_unread: Arc<Mutex<Option<String>>>,
+    /// Requests answered through FUSE over io_uring, when the mount asked for it (counted by the
+    /// session's ring threads).
+    ring_requests: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// Decoded directories kept for `readdir` requests that continue a listing.
@@ -153,7 +156,14 @@ impl SealFs {
             started: std::time::Instant::now(),
             xattrs: Arc::new(AtomicU8::new(XattrState::Answered as u8)),
             xattrs_unread: Arc::new(Mutex::new(None)),
+            ring_requests: None,
         }
+    }
+
+    /// The counter of requests answered through io_uring rings (see
+    /// [`mount::Transport`]), for the statistics.
+    pub(crate) fn set_ring_counter(&mut self, counter: Option<Arc<std::sync::atomic::AtomicU64>>) {
+        self.ring_requests = counter;
     }
 
     /// Checks every regular file whole with `check` before the first read of it is answered

@@ -119,6 +119,29 @@ impl Filesystem for SealFs {
             Err(e) => return reply.error(e),
         };
         let len = inode.size().saturating_sub(offset).min(size as u64) as usize;
+        let mut reply = reply;
+        if let Some(buf) = reply.buffer(len) {
+            // Over io_uring the reader fills the ring entry's payload buffer itself, which the
+            // kernel copies from: no copy of ours in between.
+            let started = std::time::Instant::now();
+            let result = self.image.read(&inode, offset, buf);
+            let read = started.elapsed();
+            let c = &self.counters;
+            c.read_ns
+                .fetch_add(read.as_nanos() as u64, Ordering::Relaxed);
+            match result {
+                Ok(n) => {
+                    c.bytes_served.fetch_add(n as u64, Ordering::Relaxed);
+                    reply.data_in_place(n);
+                    c.reply_ns.fetch_add(
+                        (started.elapsed() - read).as_nanos() as u64,
+                        Ordering::Relaxed,
+                    );
+                }
+                Err(e) => reply.error(self.fail(nid, e)),
+            }
+            return;
+        }
         READ_BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
             if buf.len() < len {

@@ -55,6 +55,10 @@ impl SealFs {
                 },
                 "errors": load(&c.errors),
                 "verification_errors": load(&c.verification_errors),
+                // "io_uring" where the mount asked for rings (`ring_requests` says whether the
+                // kernel really sent requests through them), "dev" otherwise.
+                "transport": if self.ring_requests.is_some() { "io_uring" } else { "dev" },
+                "ring_requests": self.ring_requests.as_ref().map_or(0, |r| load(r)),
             },
             "reader": {
                 "blocks_read": s.blocks_read,

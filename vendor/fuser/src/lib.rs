@@ -101,6 +101,12 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+#[cfg(target_os = "linux")]
+mod uring;
+#[cfg(target_os = "linux")]
+pub use crate::uring::UringConfig;
+#[cfg(target_os = "linux")]
+pub use crate::uring::kernel_offers_uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

@@ -38,6 +38,8 @@ use crate::passthrough::BackingId;
 #[derive(Debug)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    #[cfg(target_os = "linux")]
+    Uring(crate::uring::UringReply),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -45,10 +47,23 @@ pub(crate) enum ReplySender {
 }
 
 impl ReplySender {
+    /// Another sender to the same destination (one request's replies are given through one).
+    pub(crate) fn dup(&self) -> ReplySender {
+        match self {
+            ReplySender::Channel(sender) => ReplySender::Channel(sender.clone()),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(sender) => ReplySender::Uring(sender.clone()),
+            #[cfg(test)]
+            ReplySender::Assert(_) | ReplySender::Sync(_) => unreachable!(),
+        }
+    }
+
     /// Send data.
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(sender) => sender.send(data),
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -63,6 +78,11 @@ impl ReplySender {
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "passthrough over io_uring is not supported",
+            )),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -74,6 +94,8 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(_) => unreachable!("passthrough over io_uring"),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -145,6 +167,32 @@ impl ReplyRaw {
     pub(crate) fn error(self, err: ll::Errno) {
         self.send_ll(&ll::ResponseErrno(err));
     }
+
+    /// The transport's own buffer for up to `len` bytes of reply data, if it has one.
+    fn payload(&mut self, len: usize) -> Option<&mut [u8]> {
+        match self.sender.as_mut() {
+            #[cfg(target_os = "linux")]
+            Some(ReplySender::Uring(sender)) => sender.payload(len),
+            _ => None,
+        }
+    }
+
+    /// Sends the first `n` bytes of the buffer [`ReplyRaw::payload`] gave as the reply's data.
+    fn send_payload(mut self, n: usize) {
+        match self.sender.take() {
+            #[cfg(target_os = "linux")]
+            Some(ReplySender::Uring(sender)) => {
+                if let Err(err) = sender.send_payload(self.unique.0, n) {
+                    error!("Failed to send FUSE reply: {err}");
+                }
+            }
+            other => {
+                error!("reply data in place without a transport buffer");
+                self.sender = other;
+                self.send_ll_mut(&ll::ResponseErrno(ll::Errno::EIO));
+            }
+        }
+    }
 }
 
 impl Drop for ReplyRaw {
@@ -207,6 +255,19 @@ impl ReplyData {
     /// Reply to a request with the given data
     pub fn data(self, data: &[u8]) {
         self.reply.send_ll(&ll::ResponseSlice(data));
+    }
+
+    /// The transport's buffer for up to `len` bytes of this reply's data, where it has one (the
+    /// payload buffer of a FUSE-over-io_uring entry; sealfs addition): data written there and sent
+    /// with [`ReplyData::data_in_place`] is not copied again. `None` over `/dev/fuse`: use
+    /// [`ReplyData::data`].
+    pub fn buffer(&mut self, len: usize) -> Option<&mut [u8]> {
+        self.reply.payload(len)
+    }
+
+    /// Reply with the first `n` bytes written into [`ReplyData::buffer`].
+    pub fn data_in_place(self, n: usize) {
+        self.reply.send_payload(n);
     }
 
     /// Reply to a request with the given error code

@@ -139,6 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// The io_uring queues registered after INIT (empty: `/dev/fuse` only).
+    #[cfg(target_os = "linux")]
+    uring_queues: Vec<crate::uring::Queue>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            #[cfg(target_os = "linux")]
+            uring_queues: Vec::new(),
         };
 
         session.handshake()?;
@@ -214,6 +219,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            #[cfg(target_os = "linux")]
+            uring_queues: Vec::new(),
         };
 
         session.handshake()?;
@@ -252,9 +259,21 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            #[cfg(target_os = "linux")]
+            uring_queues,
         } = self;
 
-        let n_threads = config.n_threads.unwrap_or(1);
+        #[cfg(target_os = "linux")]
+        let uring_active = !uring_queues.is_empty();
+        #[cfg(not(target_os = "linux"))]
+        let uring_active = false;
+        // With io_uring, /dev/fuse carries only forgets, interrupts and what came before the
+        // rings were ready: one thread serves it.
+        let n_threads = if uring_active {
+            1
+        } else {
+            config.n_threads.unwrap_or(1)
+        };
 
         if !cfg!(target_os = "linux") && n_threads != 1 {
             // TODO: check whether it works on macOS/FreeBSD and enable if it works.
@@ -286,6 +305,8 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        #[cfg(target_os = "linux")]
+        let ch_for_uring = ch.clone();
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -304,6 +325,26 @@ impl<FS: Filesystem> Session<FS> {
                     .name(thread_name)
                     .spawn(move || event_loop.event_loop())?,
             );
+        }
+
+        #[cfg(target_os = "linux")]
+        if let Some(uring) = &config.uring {
+            for queue in uring_queues {
+                let thread_name = format!("fuser-uring-{}", threads.len());
+                let event_loop = SessionEventLoop {
+                    thread_name: thread_name.clone(),
+                    filesystem: filesystem.clone(),
+                    ch: ch_for_uring.clone(),
+                    allowed,
+                    session_owner,
+                };
+                let requests = uring.requests.clone();
+                threads.push(
+                    thread::Builder::new()
+                        .name(thread_name)
+                        .spawn(move || queue.serve(event_loop, requests))?,
+                );
+            }
         }
 
         let mut reply: io::Result<()> = Ok(());
@@ -429,6 +470,39 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            // FUSE over io_uring: asked for where the config wants it and the kernel offers it.
+            #[cfg(target_os = "linux")]
+            let uring_payload = match &self.config.uring {
+                Some(uring) if init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING) => {
+                    config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                    // No request carries more than max_pages pages, whatever max_write says;
+                    // the ring's payload buffers must hold max_write, so keep it at that.
+                    let page = page_size::get() as u32;
+                    let limit = std::fs::read_to_string("/proc/sys/fs/fuse/max_pages_limit")
+                        .ok()
+                        .and_then(|s| s.trim().parse::<u32>().ok())
+                        .unwrap_or(256);
+                    config.max_write = config.max_write.min(limit * page);
+                    let pages = u32::from(config.max_pages()).min(limit);
+                    let payload = (config.max_write.max(pages * page).max(8192)) as usize;
+                    let depth = if uring.queue_depth == 0 { 8 } else { uring.queue_depth };
+                    Some((payload, depth))
+                }
+                Some(uring) if uring.required => {
+                    <ReplyRaw as Reply>::new(
+                        request.unique(),
+                        ReplySender::Channel(self.ch.sender()),
+                    )
+                    .send_ll(&ResponseErrno(ll::Errno::ENOSYS));
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "the kernel does not offer FUSE over io_uring \
+                         (/sys/module/fuse/parameters/enable_uring is not Y)",
+                    ));
+                }
+                _ => None,
+            };
+
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
@@ -472,6 +546,17 @@ impl<FS: Filesystem> Session<FS> {
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);
+
+            #[cfg(target_os = "linux")]
+            if let Some((payload, depth)) = uring_payload {
+                match crate::uring::start_queues(&self.ch, depth, payload) {
+                    Ok(queues) => self.uring_queues = queues,
+                    Err(e) if self.config.uring.as_ref().is_some_and(|u| u.required) => {
+                        return Err(e);
+                    }
+                    Err(e) => warn!("FUSE over io_uring unavailable, serving /dev/fuse: {e}"),
+                }
+            }
 
             return Ok(());
         }
@@ -530,7 +615,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
+                Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {

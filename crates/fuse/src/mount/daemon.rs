@@ -40,7 +40,8 @@ fn serve_checked(
     status: Option<OwnedFd>,
 ) -> Result<(), MountError> {
     let config = options.fuse_config();
-    let (fs, profile) = image.into_fs(log.into_logger(), true);
+    let (mut fs, profile) = image.into_fs(log.into_logger(), true);
+    fs.set_ring_counter(config.uring.as_ref().map(|u| u.requests.clone()));
     let sigset = block_signals();
     let session = match fuser::Session::new(fs, mountpoint, &config) {
         Ok(s) => s,

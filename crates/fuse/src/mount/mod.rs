@@ -53,7 +53,9 @@ mod sys;
 
 pub use daemon::{daemonize, serve};
 pub use image::{trust_description, MountImage, MOUNT_BLOCK_CACHE};
-pub use options::{source_name, Access, MountFlag, MountOptions, DEFAULT_READ_AHEAD};
+pub use options::{
+    source_name, uring_available, Access, MountFlag, MountOptions, Transport, DEFAULT_READ_AHEAD,
+};
 pub use sys::{
     absolute_mountpoint, check_mountpoint, mount_cluster_cache, query_stats, unmount, LogTo,
 };
@@ -231,7 +233,8 @@ pub fn mount(
 ) -> Result<MountHandle, MountError> {
     let mountpoint = check_mountpoint(mountpoint)?;
     let config = options.fuse_config();
-    let (fs, profile) = image.into_fs(log.into_logger(), false);
+    let (mut fs, profile) = image.into_fs(log.into_logger(), false);
+    fs.set_ring_counter(config.uring.as_ref().map(|u| u.requests.clone()));
     let session =
         fuser::Session::new(fs, &mountpoint, &config).map_err(|source| MountError::Mount {
             path: mountpoint.clone(),

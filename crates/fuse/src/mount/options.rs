@@ -8,6 +8,36 @@ use std::path::Path;
 /// 1.36 GB file: 1.18 s instead of 1.55).
 pub const DEFAULT_READ_AHEAD: u64 = 1 << 20;
 
+/// How the daemon exchanges requests with the kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// Reading and writing `/dev/fuse` (every kernel).
+    #[default]
+    Dev,
+    /// FUSE over io_uring (Linux 6.14+, when the `fuse` module's `enable_uring` parameter is
+    /// `Y`): the mount fails where the kernel does not offer it.
+    Uring,
+    /// io_uring where the kernel offers it, `/dev/fuse` otherwise.
+    Auto,
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Transport, String> {
+        match s {
+            "dev" => Ok(Transport::Dev),
+            "uring" => Ok(Transport::Uring),
+            "auto" => Ok(Transport::Auto),
+            o => Err(format!("{o}: not a transport (auto, uring or dev)")),
+        }
+    }
+}
+
+/// Whether the running kernel offers FUSE over io_uring to new mounts.
+pub fn uring_available() -> bool {
+    fuser::kernel_offers_uring()
+}
+
 /// Who may use the mount besides the user who made it (root always may with
 /// [`Access::RootAndOwner`] or [`Access::All`]). Permissions are always checked by the kernel
 /// (`default_permissions`) against the image's modes and ACLs.
@@ -61,6 +91,8 @@ pub struct MountOptions {
     /// rounded up to KiB); 0 leaves the kernel's. Setting it needs root; other users' mounts keep
     /// the kernel's (best effort, not an error).
     pub read_ahead: u64,
+    /// How requests travel between the kernel and the daemon.
+    pub transport: Transport,
 }
 
 impl Default for MountOptions {
@@ -71,6 +103,7 @@ impl Default for MountOptions {
             fsname: None,
             threads: None,
             read_ahead: DEFAULT_READ_AHEAD,
+            transport: Transport::Dev,
         }
     }
 }
@@ -144,6 +177,14 @@ impl MountOptions {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         config.n_threads = Some(self.threads.unwrap_or(cpus.max(2)).max(1));
         config.clone_fd = true;
+        config.uring = match self.transport {
+            Transport::Dev => None,
+            Transport::Auto if !fuser::kernel_offers_uring() => None,
+            t => Some(fuser::UringConfig {
+                required: t == Transport::Uring,
+                ..fuser::UringConfig::default()
+            }),
+        };
         config
     }
 }

@@ -18,6 +18,9 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Serve requests through FUSE over io_uring where the kernel grants it (sealfs addition).
+    #[cfg(target_os = "linux")]
+    pub uring: Option<crate::UringConfig>,
 }
 
 /// Mount options accepted by the FUSE filesystem type
