@@ -163,6 +163,10 @@ def test_the_gil_is_released_while_the_library_works(tmp_path):
     img = sealfs.open(image, digest=built["digest"])
     took, pause = longest_pause(lambda: img.read_bytes("/big"))
     assert took > 0.05 and pause < took / 2, ("read", took, pause)
+    # A remote walk is short (tens of ms, part of it the result's conversion, which needs the
+    # GIL), so one run's longest pause may be the scheduler's on 2 busy cores: the best of three
+    # (a walk that held the GIL throughout pauses this thread for all of every run).
     remote = open_spec(image_by_name("http-plain"), cache=False)
-    took, pause = longest_pause(lambda: remote._native.walk(b"/"))
-    assert took > 0.02 and pause < took / 2, ("walk", took, pause)
+    runs = [longest_pause(lambda: remote._native.walk(b"/")) for _ in range(3)]
+    took, pause = min(runs, key=lambda r: r[1] / r[0])
+    assert took > 0.02 and pause < took / 2, ("walk", runs)
