@@ -123,20 +123,10 @@ impl Filesystem for SealFs {
         if let Some(buf) = reply.buffer(len) {
             // Over io_uring the reader fills the ring entry's payload buffer itself, which the
             // kernel copies from: no copy of ours in between.
-            let started = std::time::Instant::now();
-            let result = self.image.read(&inode, offset, buf);
-            let read = started.elapsed();
-            let c = &self.counters;
-            c.read_ns
-                .fetch_add(read.as_nanos() as u64, Ordering::Relaxed);
-            match result {
-                Ok(n) => {
-                    c.bytes_served.fetch_add(n as u64, Ordering::Relaxed);
+            match self.read_timed(&inode, offset, buf) {
+                Ok((n, t)) => {
                     reply.data_in_place(n);
-                    c.reply_ns.fetch_add(
-                        (started.elapsed() - read).as_nanos() as u64,
-                        Ordering::Relaxed,
-                    );
+                    self.count_reply(t);
                 }
                 Err(e) => reply.error(self.fail(nid, e)),
             }
@@ -149,20 +139,10 @@ impl Filesystem for SealFs {
             }
             // The reader fills the reply's own buffer: uncompressed blocks are read into it and
             // hashed there, extents taken whole are decoded into it; it is sent from there.
-            let started = std::time::Instant::now();
-            let result = self.image.read(&inode, offset, &mut buf[..len]);
-            let read = started.elapsed();
-            let c = &self.counters;
-            c.read_ns
-                .fetch_add(read.as_nanos() as u64, Ordering::Relaxed);
-            match result {
-                Ok(n) => {
-                    c.bytes_served.fetch_add(n as u64, Ordering::Relaxed);
+            match self.read_timed(&inode, offset, &mut buf[..len]) {
+                Ok((n, t)) => {
                     reply.data(&buf[..n]);
-                    c.reply_ns.fetch_add(
-                        (started.elapsed() - read).as_nanos() as u64,
-                        Ordering::Relaxed,
-                    );
+                    self.count_reply(t);
                 }
                 Err(e) => reply.error(self.fail(nid, e)),
             }
@@ -351,4 +331,40 @@ impl Filesystem for SealFs {
         json.truncate((out_size as usize).min(STATS_IOCTL_SIZE));
         reply.ioctl(0, &json);
     }
+}
+
+impl SealFs {
+    /// A read's bytes into `buf`, its time counted (`read_ns`) and, when it succeeds, its bytes
+    /// (`bytes_served`): the bytes read, and when the read began and how long it took, for
+    /// [`SealFs::count_reply`].
+    fn read_timed(
+        &self,
+        inode: &sealfs_reader::Inode,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> sealfs_reader::Result<(usize, ReadTime)> {
+        let started = std::time::Instant::now();
+        let result = self.image.read(inode, offset, buf);
+        let read = started.elapsed();
+        let c = &self.counters;
+        c.read_ns
+            .fetch_add(read.as_nanos() as u64, Ordering::Relaxed);
+        let n = result?;
+        c.bytes_served.fetch_add(n as u64, Ordering::Relaxed);
+        Ok((n, ReadTime { started, read }))
+    }
+
+    /// A read's reply was sent: its time beyond the read (`reply_ns`).
+    fn count_reply(&self, t: ReadTime) {
+        self.counters.reply_ns.fetch_add(
+            (t.started.elapsed() - t.read).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// When a read began and how long the reader took.
+struct ReadTime {
+    started: std::time::Instant,
+    read: std::time::Duration,
 }
