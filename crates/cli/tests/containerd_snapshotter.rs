@@ -134,11 +134,25 @@ fn ctr_snapshots_lifecycle_through_containerd() {
         c.snap(&["rm", key]);
     }
     let root = c.root();
-    eventually("layers and directories freed", || {
+    let left = || {
         ["snapshots", "layers", "mnt"]
             .iter()
-            .all(|d| fs::read_dir(root.join(d)).unwrap().next().is_none())
-    });
+            .flat_map(|d| fs::read_dir(root.join(d)).unwrap())
+            .map(|e| e.unwrap().path().display().to_string())
+            .collect::<Vec<_>>()
+    };
+    let t = std::time::Instant::now();
+    while !left().is_empty() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "layers and directories not freed: {:?}\nsnapshots: {}\ncontainerd log (end):\n{}\nsnapshotter log (end):\n{}",
+            left(),
+            c.snap(&["ls"]),
+            log_tail(&c.dir.path().join("containerd.log")),
+            log_tail(&c.dir.path().join("snapshotter.log")),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert!(layer_mounts(&root).is_empty());
 }
 

@@ -1536,12 +1536,19 @@ mod tests {
         /// Makes the host drop every connection attempt, as one gone from the network does: the
         /// server stops accepting, and its accept queue is filled (with the connections returned,
         /// to hold), after which the kernel drops each SYN unanswered.
+        ///
+        /// The queue is full when a connection attempt times out and a second, given longer,
+        /// does too: on a loaded machine one attempt can time out with room left (its thread not
+        /// run within the 300 ms), and a queue with room would let the test's read connect and
+        /// then wait out the stall timeout instead of the connect timeout.
         fn stall(&self) -> Vec<std::net::TcpStream> {
             self.stalled.store(true, Relaxed);
             let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+            let connect =
+                |ms| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(ms));
             let mut held = Vec::new();
             for _ in 0..4096 {
-                match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+                match connect(300).or_else(|_| connect(1500)) {
                     Ok(c) => held.push(c),
                     Err(_) => return held,
                 }
