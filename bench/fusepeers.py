@@ -4,6 +4,7 @@
 
     bench/fusepeers.py [seq] [ls] [rand]     (default: seq and ls)
     bench/fusepeers.py uring
+    bench/fusepeers.py floor
 
 RUNS=5, SEALFS=target/release/sealfs, CORPUS_DIR=bench/.corpus; MKFS_EROFS, EROFSFUSE, SQUASHFUSE_LL:
 the peers, by default the ones scripts/build-oracles.sh builds into target/oracles/ (squashfuse 0.6
@@ -24,17 +25,28 @@ rand: fio random 4 KiB reads (psync, O_DIRECT: the page cache never answers; `--
 every run reads the same offsets) over the first 32 MiB of `big`, 16,384 reads per job, 1 and 2
 jobs, image in the page cache: on a fresh mount (cold: sealfs's cluster cache empty), then the same
 reads again on that mount (warm). Read IOPS, median (min-max) of RUNS rounds, tools interleaved,
-for sealfs (verified and `--verify=none`), erofsfuse 1.9 and squashfuse_ll 0.6 on their own
+for sealfs (verified, over /dev/fuse and, where the kernel has it, over io_uring with the fuse
+module's enable_uring set to Y for the table and back after; and `--verify=none`), erofsfuse 1.9 and squashfuse_ll 0.6 on their own
 builders' images, on the lz4hc and uncompressed images (not the kernel: O_DIRECT reads of a
 file-backed EROFS mount fail). Writes
 bench/results/fusepeers-rand-<stamp>.csv and prints its tables (docs/benchmarks.md is left alone).
 
+floor: what bounds the seq table's target on this machine: `cat big` on sealfs (verified and
+`--verify=none`) and erofsfuse at 1 MiB readahead, interleaved, RUNS rounds after a warm-up: wall
+time, the daemon's CPU and `cat`'s (its rusage: the kernel's copy out of the page cache is
+charged to it); and OpenSSL's SHA-256 speed on 1 MiB inputs (`openssl speed -evp sha256`). The
+floor of a verified read is what the cheaper unverified daemon and `cat` spend, plus hashing
+every byte of the image (at OpenSSL's speed, or the CPU verifying adds to sealfs's daemon, whichever
+is less), spread over both cores.
+
 uring: `sealfs mount` (verified) over /dev/fuse (`--transport=dev`) against the same over FUSE over
 io_uring (`--transport=uring`; the fuse module's enable_uring is set to Y for the run and back
 after), interleaved, RUNS rounds: the rand table's fio reads (1 and 2 jobs, cold and warm) on the
-lz4hc and uncompressed images; `lstat` of every path of the linux tree (sealfs-linux, 83.7 k paths,
-in walk order, from this process) on a fresh mount, so that each is a LOOKUP the daemon answers;
-and `cat big` (seq). Writes bench/results/fusepeers-uring-<stamp>.csv and prints its tables.
+lz4hc and uncompressed images; `lstat` of STAT_PATHS paths (200,000 by default: the linux tree's directories and names, copied
+under 1/, 2/, 3/ with every file empty; before 2026-12-06 the linux tree's own 83.7 k paths), in
+walk order, from this process, on a fresh mount, so that each is a LOOKUP the daemon answers;
+and `cat big` (seq); URING_TABLES (default "rand stat seq") runs some of them. Writes
+bench/results/fusepeers-uring-<stamp>.csv and prints its tables.
 
 Writes bench/results/fusepeers-<stamp>.csv and a section of docs/benchmarks.md per table.
 
@@ -47,6 +59,7 @@ BEFORE"). A subset prints its table and ratios and leaves docs/benchmarks.md alo
 import csv
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -202,6 +215,9 @@ def main():
     if "uring" in tables:
         uring(work)
         return
+    if "floor" in tables:
+        floor(imgs)
+        return
     if "rand" in tables:
         rand(imgs)
     if "seq" in tables:
@@ -256,6 +272,20 @@ def fio_iops(path, jobs):
 
 def rand(imgs):
     """The rand table (see the module's docstring)."""
+    if not os.path.exists(ENABLE_URING):
+        return rand_rows(imgs)
+    before = open(ENABLE_URING).read().strip()
+    with open(ENABLE_URING, "w") as f:
+        f.write("Y\n")
+    try:
+        return rand_rows(imgs)
+    finally:
+        with open(ENABLE_URING, "w") as f:
+            f.write(before + "\n")
+
+
+def rand_rows(imgs):
+    """The rand table's runs and report, with a row over io_uring when the kernel has it."""
     rows = []
     for kind in ("lz4hc", "plain"):
         s = imgs[f"sealfs-{kind}"]
@@ -266,6 +296,9 @@ def rand(imgs):
             Mount("erofsfuse 1.9 (mkfs.erofs 1.9 image)", [EROFSFUSE], imgs[f"mkfs-{kind}"]),
             Mount("squashfuse_ll 0.6", [SQUASHFUSE], imgs[f"sqfs-{kind}"]),
         ]
+        if os.path.exists(ENABLE_URING):
+            mounts.insert(1, Mount("sealfs mount (verified), io_uring",
+                                   [SEALFS, "mount", "--transport=uring", "--digest", digest], s))
         for rnd in range(1, RUNS + 1):
             for jobs in (1, 2):
                 for m in (mounts if rnd % 2 else mounts[::-1]):
@@ -296,7 +329,7 @@ def rand(imgs):
                 v = med(t, j, c)
                 cells.append(f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})")
             ratio = ""
-            if t == "sealfs mount (verified)":
+            if t.startswith("sealfs mount (verified)"):
                 me = statistics.median(med(t, 2, "warm"))
                 ratio = ", ".join(f"{me / statistics.median(med(p, 2, 'warm')):.2f}×"
                                   for p in ("erofsfuse 1.9 (mkfs.erofs 1.9 image)", "squashfuse_ll 0.6"))
@@ -306,15 +339,74 @@ def rand(imgs):
 ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
 
 
+def sha256_rate():
+    """OpenSSL's SHA-256 speed on 1 MiB inputs, bytes per second of one core: faster than on the
+    4 KiB blocks a verifier hashes one by one (no per-input cost), so a floor made with it is
+    lower than any verifier's on this CPU (sha_ni: OpenSSL and sealfs's `sha2` both use it)."""
+    out = sh(["openssl", "speed", "-seconds", "3", "-bytes", "1048576", "-evp", "sha256"])
+    line = [l for l in out.splitlines() if l.lower().startswith("sha256")][-1]
+    return float(line.split()[-1].rstrip("k")) * 1000
+
+
+def floor(imgs):
+    """The floor table (see the module's docstring)."""
+    rate = sha256_rate()
+    rows = []
+    for kind in ("plain", "lz4hc"):
+        s = imgs[f"sealfs-{kind}"]
+        digest = sh([SEALFS, "digest", s]).strip()
+        mounts = [
+            Mount("sealfs mount (verified)", [SEALFS, "mount", "--digest", digest], s),
+            Mount("sealfs mount --verify=none", [SEALFS, "mount", "--verify=none"], s),
+            Mount("erofsfuse 1.9, read_ahead_kb 1024 by hand", [EROFSFUSE], imgs[f"mkfs-{kind}"], ra_kb=1024),
+        ]
+        for rnd in range(RUNS + 1):
+            for m in (mounts if rnd % 2 else mounts[::-1]):
+                m.mount()
+                c0, t0 = m.cpu(), time.perf_counter()
+                cat = subprocess.Popen(["cat", os.path.join(m.mp, "big")], stdout=subprocess.DEVNULL)
+                _, status, use = os.wait4(cat.pid, 0)
+                t1, c1 = time.perf_counter(), m.cpu()
+                m.umount()
+                if status != 0:
+                    raise RuntimeError(f"{m.name}: cat failed")
+                if rnd > 0:
+                    rows.append((kind, rnd, m.name, t1 - t0, c1 - c0, use.ru_utime + use.ru_stime))
+            print(f"[floor {kind}] round {rnd}/{RUNS}", file=sys.stderr)
+    write_results("fusepeers-floor", ["image", "round", "tool", "seconds", "daemon_cpu", "cat_cpu"], rows)
+    load = open("/proc/loadavg").read().split()[:3]
+    print(f"median of {RUNS} rounds after a warm-up, tools interleaved; load average {' '.join(load)}; "
+          f"OpenSSL SHA-256 on 1 MiB inputs: {rate / 1e9:.2f} GB/s on one core")
+    print("\n| image | tool | seconds | daemon CPU s | `cat` CPU s | hashing the image alone, s of a core | "
+          "two-core floor, s | 1.2× erofsfuse's speed, s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for kind in ("plain", "lz4hc"):
+        size = os.path.getsize(imgs[f"sealfs-{kind}"])
+        med = {}
+        for t in dict.fromkeys(r[2] for r in rows if r[0] == kind):
+            med[t] = [statistics.median(r[i] for r in rows if r[0] == kind and r[2] == t) for i in (3, 4, 5)]
+        peer = med["erofsfuse 1.9, read_ahead_kb 1024 by hand"]
+        none = med["sealfs mount --verify=none"]
+        # Hashing every image byte: at OpenSSL's speed, or what verifying adds to sealfs's
+        # daemon (verified less `--verify=none`), whichever is less.
+        hash_s = min(size / rate, med["sealfs mount (verified)"][1] - none[1])
+        # What a verified daemon cannot avoid: what the cheaper of the two unverified daemons
+        # spends, what `cat` spends, and the hashing, on two cores.
+        least = min(peer[1], none[1])
+        for t, (sec, dcpu, ccpu) in med.items():
+            extra = ""
+            if t == "sealfs mount (verified)":
+                extra = f" {hash_s:.3f} | {(least + min(peer[2], ccpu) + hash_s) / 2:.3f} | {peer[0] / 1.2:.3f} |"
+            else:
+                extra = " | | |"
+            print(f"| {kind} | {t} | {sec:.3f} | {dcpu:.2f} | {ccpu:.2f} |{extra}")
+
+
 def uring(work):
     """The uring table (see the module's docstring)."""
     imgs = images(work, {"sealfs-lz4hc", "sealfs-plain", "sealfs-linux"})
     linux = os.path.join(CORPUS, "linux", "linux-source-6.1")
-    paths = []
-    for root, dirs, files in os.walk(linux):
-        rel = os.path.relpath(root, linux)
-        for n in dirs + files:
-            paths.append(os.path.normpath(os.path.join(rel, n)))
+    stat_image, paths = names_tree(work, linux)
     before = open(ENABLE_URING).read().strip()
     with open(ENABLE_URING, "w") as f:
         f.write("Y\n")
@@ -355,11 +447,14 @@ def uring(work):
             subprocess.run(["cat", os.path.join(mp, "big")], stdout=subprocess.DEVNULL, check=True)
             yield "seconds", time.perf_counter() - t0
 
-        for kind in ("lz4hc", "plain"):
-            rounds("rand", kind, pair(imgs[f"sealfs-{kind}"]), fio)
-        rounds("stat", "linux", pair(imgs["sealfs-linux"]), walk)
-        for kind in ("lz4hc", "plain"):
-            rounds("seq", kind, pair(imgs[f"sealfs-{kind}"]), cat)
+        if "rand" in URING_TABLES:
+            for kind in ("lz4hc", "plain"):
+                rounds("rand", kind, pair(imgs[f"sealfs-{kind}"]), fio)
+        if "stat" in URING_TABLES:
+            rounds("stat", f"{len(paths)} paths", pair(stat_image), walk)
+        if "seq" in URING_TABLES:
+            for kind in ("lz4hc", "plain"):
+                rounds("seq", kind, pair(imgs[f"sealfs-{kind}"]), cat)
     finally:
         with open(ENABLE_URING, "w") as f:
             f.write(before + "\n")
@@ -367,7 +462,7 @@ def uring(work):
     load = open("/proc/loadavg").read().split()[:3]
     print(f"median (min–max) of {RUNS} rounds, tools interleaved; {len(paths)} paths; "
           f"load average {' '.join(load)}")
-    for table in ("rand", "stat", "seq"):
+    for table in URING_TABLES:
         mine = [r for r in rows if r[0] == table]
         measures = list(dict.fromkeys(r[4] for r in mine))
         print(f"\n### {table}\n")
@@ -387,6 +482,39 @@ def uring(work):
             dev, ur = tools
             print(f"| {kind} | uring / dev | " + " | ".join(
                 f"{meds[(ur, ms)] / meds[(dev, ms)]:.2f}×" for ms in measures) + " |")
+
+
+URING_TABLES = os.environ.get("URING_TABLES", "rand stat seq").split()
+STAT_PATHS = int(os.environ.get("STAT_PATHS", "200000"))
+
+
+def names_tree(work, linux):
+    """The stat table's image and its first STAT_PATHS paths, in walk order: the linux tree's
+    directories and names, copied under `1/`, `2/`, ... until there are that many, every file
+    empty (a LOOKUP's answer does not depend on a file's size; the image stays small)."""
+    tree = os.path.join(work, f"names-{STAT_PATHS}")
+    image = tree + ".img"
+    names = []
+    for root, dirs, files in os.walk(linux):
+        rel = os.path.relpath(root, linux)
+        names += [(os.path.normpath(os.path.join(rel, n)), n in dirs) for n in dirs + files]
+    copies = -(-STAT_PATHS // (len(names) + 1))
+    if not os.path.exists(image):
+        print(f"[images] {os.path.basename(image)}: {copies} copies of linux's {len(names)} names", file=sys.stderr)
+        shutil.rmtree(tree, ignore_errors=True)
+        for c in range(1, copies + 1):
+            os.makedirs(os.path.join(tree, str(c)))
+            for rel, is_dir in names:
+                path = os.path.join(tree, str(c), rel)
+                if is_dir:
+                    os.mkdir(path)
+                else:
+                    open(path, "w").close()
+        sh([SEALFS, "build", "-q", tree, image])
+        shutil.rmtree(tree)
+    paths = [str(c) for c in range(1, copies + 1)]
+    paths += [os.path.join(str(c), rel) for c in range(1, copies + 1) for rel, _ in names]
+    return image, paths[:STAT_PATHS]
 
 
 def ring_requests(mp):
