@@ -95,14 +95,11 @@ pub fn parse_prefetch_list(text: &str) -> Result<Vec<String>, ListError> {
     Ok(out)
 }
 
-/// The list as [`parse_prefetch_list`] reads it back: one path a line.
+/// The list as [`parse_prefetch_list`] reads it back: one path a line, no newline after the
+/// last (so that the text is never longer than what the list was parsed from, and stays within
+/// [`MAX_LIST_BYTES`]).
 pub fn encode_prefetch_list(paths: &[String]) -> String {
-    let mut s = String::new();
-    for p in paths {
-        s.push_str(p);
-        s.push('\n');
-    }
-    s
+    paths.join("\n")
 }
 
 /// What [`Image::prefetch_paths`] did.

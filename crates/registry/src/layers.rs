@@ -33,6 +33,7 @@ use crate::manifest::{
 };
 use crate::{Registry, RegistryError};
 use oci_client::manifest::OciImageManifest;
+pub use sealfs_reader::prefetch::{encode_prefetch_list, parse_prefetch_list};
 use std::collections::BTreeMap;
 
 /// The `artifactType` of a converted-layers referrer.
