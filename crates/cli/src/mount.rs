@@ -58,7 +58,7 @@ pub struct MountArgs {
     /// what reading these paths needs (FILE: absolute paths from the image's root, one a line,
     /// `#` comments; `-` for stdin; at most 64 KiB and 4096 paths): their directories and
     /// inodes level by level across all paths, then the files' data, in a few concurrent
-    /// batches, at most a quarter of the image. Paths the image lacks are skipped; symlinks are
+    /// batches, at most a quarter of the image (or 8 MiB). Paths the image lacks are skipped; symlinks are
     /// followed within the image.
     #[arg(long, value_name = "FILE")]
     prefetch: Option<PathBuf>,

@@ -6,7 +6,8 @@
 //! lines ignored ([`parse_prefetch_list`]). It is bounded ([`MAX_LIST_BYTES`],
 //! [`MAX_LIST_PATHS`], [`MAX_PATH_BYTES`]) because it travels unsigned (an annotation of the
 //! converted-layers referrer): it is a hint. What it can make a mount fetch is bounded too,
-//! by [`PREFETCH_MAX_SHARE`] of the image, and every block fetched is verified as any other.
+//! by [`PREFETCH_MAX_SHARE`] of the image (or [`PREFETCH_FLOOR`]), and every block fetched is
+//! verified as any other.
 //!
 //! Resolution goes level by level across all paths, so that one level's lookups need one
 //! batch of fetches, not a round trip per path component: the directories at the current level
@@ -16,9 +17,10 @@
 //! [`MAX_SYMLINKS`] per path): in a layer of a container image, a link whose target another
 //! layer holds resolves to nothing here, and that layer's own resolution covers it if the path
 //! is listed as the link resolves in the container. Paths the image does not hold are skipped.
-//! Last, the storage of every file found (its data blocks and pclusters; inline tails came with
-//! the inodes), and the blocks of directories named, is fetched in one fill, file by file in
-//! the list's order while the budget lasts.
+//! Last, the blocks of the directories named (one fill), then, in one fill, the inodes of their
+//! entries (a listing with readdirplus reads each) and the storage of every file found (its data
+//! blocks and pclusters; inline tails came with the inodes), file by file in the list's order
+//! while the budget lasts.
 
 use crate::image::Image;
 use crate::inode::Inode;
@@ -27,8 +29,12 @@ use std::collections::HashSet;
 use std::ops::Range;
 
 /// The largest share of an image a prefetch list may make a mount fetch (directories, inodes
-/// and files together): a quarter. Files past it are left to be read on demand.
+/// and files together): a quarter, or [`PREFETCH_FLOOR`] if that is more. Files past it are
+/// left to be read on demand.
 pub const PREFETCH_MAX_SHARE: (u64, u64) = (1, 4);
+/// What a prefetch list may make a mount fetch of a small image (up to its whole): a quarter of
+/// a layer of a few MB would leave out the files a container starts with.
+pub const PREFETCH_FLOOR: u64 = 8 << 20;
 /// The largest prefetch list accepted, in bytes of text.
 pub const MAX_LIST_BYTES: usize = 64 << 10;
 /// The most paths a prefetch list may name.
@@ -116,12 +122,14 @@ pub struct PrefetchReport {
     pub failed: usize,
     /// Files whose storage was fetched.
     pub files: usize,
-    /// Files left out because the budget ([`PREFETCH_MAX_SHARE`]) was spent.
+    /// Files left out because the budget ([`PREFETCH_MAX_SHARE`], [`PREFETCH_FLOOR`]) was
+    /// spent.
     pub over_budget: usize,
     /// Bytes asked of the source (directories, inodes, files; some may have been stored
     /// already).
     pub bytes: u64,
-    /// Batches of fetches (each one concurrent): two a level, and the files'.
+    /// Batches of fetches (each one concurrent): two a level, the directories named, and the
+    /// files'.
     pub batches: usize,
 }
 
@@ -163,7 +171,7 @@ impl Image {
     /// needs into the source's store, in a few concurrent batches, as the [module
     /// docs](crate::prefetch) say, and reports what was found and fetched. Nothing is done
     /// for a source that does not prefetch (a local image). Bounded by
-    /// [`PREFETCH_MAX_SHARE`] of the image; never fails (a path that cannot be resolved is
+    /// [`PREFETCH_MAX_SHARE`] of the image (or [`PREFETCH_FLOOR`]); never fails (a path that cannot be resolved is
     /// counted and skipped).
     pub fn prefetch_paths<P: AsRef<[u8]>>(&self, paths: &[P]) -> PrefetchReport {
         if !self.prefetches() {
@@ -188,8 +196,7 @@ impl Image {
             ..PrefetchReport::default()
         };
         let (num, den) = PREFETCH_MAX_SHARE;
-        let budget = self.len() / den * num;
-        let bs = self.block_size();
+        let budget = (self.len() / den * num).max(PREFETCH_FLOOR.min(self.len()));
         let Ok(root) = self.root() else {
             report.failed = paths.len();
             return report;
@@ -247,15 +254,8 @@ impl Image {
                 }
             }
             // The inodes found: their blocks (an extended inode may straddle two), one batch.
-            let meta = (self.superblock().meta_blkaddr as u64) << self.superblock().blkszbits;
-            let ranges = found
-                .iter()
-                .filter(|(_, nid)| !sealfs_format::nid_in_metabox(*nid))
-                .filter_map(|(_, nid)| nid.checked_mul(32)?.checked_add(meta))
-                .filter(|&pos| pos < self.len())
-                .map(|pos| pos / bs * bs..(pos + 64).div_ceil(bs) * bs)
-                .collect();
-            batch(ranges, &mut report);
+            let nids: Vec<u64> = found.iter().map(|(_, nid)| *nid).collect();
+            batch(self.inode_ranges(&nids), &mut report);
             for (mut w, nid) in found {
                 let Ok(inode) = self.inode(nid) else {
                     report.failed += 1;
@@ -305,13 +305,27 @@ impl Image {
                 }
             }
         }
-        // The files, in the list's order while the budget lasts, and the directories named.
+        // The directories named: their blocks; then, with the files, their entries' inodes (a
+        // listing with readdirplus, as FUSE answers `ls` and Python's path finder, reads each).
+        let mut named = HashSet::new();
+        dirs_named.retain(|d| named.insert(d.nid()));
         let mut ranges = Vec::new();
-        for d in dirs_named {
+        for d in &dirs_named {
             if dirs_filled.insert(d.nid()) {
-                ranges.extend(self.file_storage(&d).unwrap_or_default());
+                ranges.extend(self.file_storage(d).unwrap_or_default());
             }
         }
+        batch(ranges, &mut report);
+        let mut nids = Vec::new();
+        for d in &dirs_named {
+            for e in self.read_dir_all(d).unwrap_or_default() {
+                if e.name != b"." && e.name != b".." {
+                    nids.push(e.nid);
+                }
+            }
+        }
+        // The files, in the list's order while the budget lasts.
+        let mut ranges = self.inode_ranges(&nids);
         let mut planned: u64 = ranges.iter().map(|r| r.end - r.start).sum();
         for f in &files {
             let storage = self.file_storage(f).unwrap_or_default();
@@ -326,6 +340,18 @@ impl Image {
         }
         batch(ranges, &mut report);
         report
+    }
+
+    /// The blocks holding inodes `nids` (an extended inode may straddle two), as byte ranges.
+    fn inode_ranges(&self, nids: &[u64]) -> Vec<Range<u64>> {
+        let bs = self.block_size();
+        let meta = (self.superblock().meta_blkaddr as u64) << self.superblock().blkszbits;
+        nids.iter()
+            .filter(|nid| !sealfs_format::nid_in_metabox(**nid))
+            .filter_map(|nid| nid.checked_mul(32)?.checked_add(meta))
+            .filter(|&pos| pos < self.len())
+            .map(|pos| pos / bs * bs..(pos + 64).div_ceil(bs) * bs)
+            .collect()
     }
 }
 

@@ -22,7 +22,8 @@
 //! layer's mount resolves those it holds. It is a hint, unsigned like the rest of the referrer:
 //! a list that does not parse, or past its bounds, is ignored with the reason
 //! ([`ConvertedLayer::prefetch_ignored`]), never a failed pull; what a list can make a mount
-//! fetch is bounded by [`sealfs_reader::prefetch::PREFETCH_MAX_SHARE`] of the layer, every block
+//! fetch is bounded by [`sealfs_reader::prefetch::PREFETCH_MAX_SHARE`] of the layer (or
+//! [`sealfs_reader::prefetch::PREFETCH_FLOOR`]), every block
 //! verified.
 //!
 //! The referrer is a pointer, not a proof: a consumer trusts a sealed layer through its
