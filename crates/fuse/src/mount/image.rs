@@ -184,6 +184,7 @@ impl MountImage {
         // The metadata fetched ahead; its walk answers (`XattrMode::Auto`) the check for xattrs.
         let warm_first = {
             let image = image.clone();
+            let verified = readahead.clone();
             let fill = readahead.clone().filter(|_| fill == FillMode::On);
             move || {
                 if !warm {
@@ -191,6 +192,11 @@ impl MountImage {
                 }
                 // The prefetch list first: what a program starting on the mount reads.
                 let listed = !prefetch.is_empty() && {
+                    // The program reads the listed files from the store: no stream of theirs
+                    // fetches past a file's end.
+                    if let Some(v) = &verified {
+                        v.set_stored_reads_stream(false);
+                    }
                     let t = std::time::Instant::now();
                     let r = image.prefetch_paths(&prefetch);
                     eprintln!(
@@ -208,6 +214,9 @@ impl MountImage {
                     );
                     r.found > 0
                 };
+                if let (Some(v), false) = (&verified, listed) {
+                    v.set_stored_reads_stream(true);
+                }
                 let hold = image.metadata_span().is_none()
                     || (listed && prefetch_order == PrefetchOrder::Only);
                 if let (Some(v), true) = (&fill, hold) {
