@@ -138,7 +138,8 @@ def make_layout():
 def make_prefetch_list(rootfs):
     """PREFETCH, if missing: the absolute paths that the container's command touches (open,
     stat, exec: `strace -f -e trace=%file`), run in a chroot of the python layer's rootfs with
-    the container's environment, first seen first; then FILES (in the linux layer, not in that
+    the container's environment, first seen first, with the ELF interpreter of each program it
+    executes (`readelf -l`; the kernel loads it without a system call strace shows); then FILES (in the linux layer, not in that
     rootfs: python stops at the first)."""
     if os.path.exists(PREFETCH):
         return
@@ -153,10 +154,17 @@ def make_prefetch_list(rootfs):
             on = " chroot(" in line
             continue
         paths += re.findall(r'"(/[^"]*)"', line)
+        # The kernel loads an executed program's ELF interpreter without a system call to show.
+        m = re.search(r'execve\("(/[^"]*)".* = 0$', line)
+        if m:
+            elf = subprocess.run(["readelf", "-l", os.path.join(rootfs, m.group(1).lstrip("/"))],
+                                 capture_output=True, text=True).stdout
+            paths += re.findall(r"program interpreter: (/[^\]]*)\]", elf)
     paths = list(dict.fromkeys(p for p in paths + FILES if p != "/"))
     with open(PREFETCH, "w") as f:
         f.write(f"# bench/lazy.py: what `python3 -c PROGRAM` touches as it starts, by strace in a\n"
-                f"# chroot of the python layer's rootfs, then the four files it reads ({len(paths)} paths)\n")
+                f"# chroot of the python layer's rootfs (and the ELF interpreter of what it runs),\n"
+                f"# then the four files it reads ({len(paths)} paths)\n")
         f.write("".join(p + "\n" for p in paths))
 
 
