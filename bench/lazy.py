@@ -11,7 +11,10 @@ index made by its own `soci create` and `soci push`).
                           WAYS="overlayfs sealfs soci" (also `sealfs-OPTION-VALUE...`:
                           `sealfs snapshotter --lazy-OPTION VALUE`, e.g. sealfs-fill-off;
                           `sealfs...@NAME`: the sealfs binary of env SEALFS_NAME, e.g.
-                          sealfs@before with SEALFS_BEFORE=an earlier build),
+                          sealfs@before with SEALFS_BEFORE=an earlier build;
+                          sealfs-prefetch-off: the referrer's prefetch list ignored),
+                          PREFETCH=bench/lazy-prefetch.txt (the list `convert --prefetch`
+                          puts in the referrer; made by strace if missing, see below),
                           CONTAINERD_LOG_LEVEL=info,
                           SEALFS_SNAPSHOTTER_ARGS= more `sealfs snapshotter` options,
                           WINDOW=45 seconds from the pull's start that a run lasts,
@@ -26,6 +29,12 @@ The link is bench/remote.py's: the script runs itself in a network namespace of 
 toxiproxy in front of the registry adds 10 ms each way and an HTB class on loopback shapes what it
 sends to 1 Gbit/s. containerd, the snapshotters and `crictl` reach the registry only through it;
 the conversions (`sealfs convert`, `soci create` + `soci push`) talk to the registry directly.
+
+The prefetch list (bench/lazy-prefetch.txt, committed; delete it to make it again): the
+absolute paths the container's command touches as it starts (`strace -f -e trace=%file` of
+`/bin/sh -c 'python3 -c PROGRAM'` in a chroot of the python layer's rootfs, the container's
+PATH), then the four files it reads. `sealfs convert --prefetch` puts it in the referrer; the
+snapshotter replays it at each lazy mount (`--lazy-prefetch`, default `only`).
 
 Each run: a new containerd 2.x with its CRI plugin (empty root; the snapshotter's root empty too),
 the sandbox image pulled first (`crictl pull`, not timed, as a node has its pause image), the page
@@ -82,6 +91,9 @@ FILES = ["/usr/src/linux/Makefile", "/usr/src/linux/kernel/sched/core.c",
          "/usr/src/linux/fs/erofs/super.c", "/usr/src/linux/include/linux/fs.h"]
 PROGRAM = ("n = sum(len(open(p, 'rb').read()) for p in %r); print('first-output', n, flush=True)"
            % FILES)
+# The prefetch list `sealfs convert --prefetch` puts in the referrer: made once (delete it to
+# make it again) by `make_prefetch_list`, committed.
+PREFETCH = os.environ.get("PREFETCH", os.path.join(HERE, "lazy-prefetch.txt"))
 
 
 def log(msg):
@@ -93,6 +105,7 @@ def make_layout():
     tree) and `pause` (busybox sleeping)."""
     layout = os.path.join(WORK, "layout")
     if os.path.exists(os.path.join(WORK, "layout.done")):
+        make_prefetch_list(os.path.join(WORK, "rootfs"))
         return layout
     shutil.rmtree(layout, ignore_errors=True)
     rootfs = os.path.join(WORK, "rootfs")
@@ -118,7 +131,41 @@ def make_layout():
         "--config.cmd", "86400"])
     shutil.rmtree(pb)
     open(os.path.join(WORK, "layout.done"), "w").close()
+    make_prefetch_list(rootfs)
     return layout
+
+
+def make_prefetch_list(rootfs):
+    """PREFETCH, if missing: the absolute paths that the container's command touches (open,
+    stat, exec: `strace -f -e trace=%file`), run in a chroot of the python layer's rootfs with
+    the container's environment, first seen first, with the ELF interpreter of each program it
+    executes (`readelf -l`; the kernel loads it without a system call strace shows); then FILES (in the linux layer, not in that
+    rootfs: python stops at the first)."""
+    if os.path.exists(PREFETCH):
+        return
+    out = os.path.join(WORK, "strace.txt")
+    subprocess.run(["env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "strace", "-f", "-qq", "-e", "trace=%file", "-o", out, "chroot", rootfs,
+                    "/bin/sh", "-c", f'cd / && python3 -c "{PROGRAM}"'], capture_output=True)
+    paths, on = [], False
+    for line in open(out, errors="replace"):
+        if not on:
+            # What chroot itself reads, before it enters the rootfs, is the host's.
+            on = " chroot(" in line
+            continue
+        paths += re.findall(r'"(/[^"]*)"', line)
+        # The kernel loads an executed program's ELF interpreter without a system call to show.
+        m = re.search(r'execve\("(/[^"]*)".* = 0$', line)
+        if m:
+            elf = subprocess.run(["readelf", "-l", os.path.join(rootfs, m.group(1).lstrip("/"))],
+                                 capture_output=True, text=True).stdout
+            paths += re.findall(r"program interpreter: (/[^\]]*)\]", elf)
+    paths = list(dict.fromkeys(p for p in paths + FILES if p != "/"))
+    with open(PREFETCH, "w") as f:
+        f.write(f"# bench/lazy.py: what `python3 -c PROGRAM` touches as it starts, by strace in a\n"
+                f"# chroot of the python layer's rootfs (and the ELF interpreter of what it runs),\n"
+                f"# then the four files it reads ({len(paths)} paths)\n")
+        f.write("".join(p + "\n" for p in paths))
 
 
 class Registry:
@@ -190,8 +237,9 @@ def prepare(layout, registry):
     env.pop("REGISTRY_AUTH_FILE", None)
     drop_caches()
     log("sealfs convert --push")
-    facts["convert_s"], out = timed([SEALFS, "convert", f"oci+http://{image}", "--push", "--key", key],
-                                    env=env)
+    facts["convert_s"], out = timed([SEALFS, "convert", f"oci+http://{image}", "--push", "--key", key,
+                                     "--prefetch", PREFETCH], env=env)
+    facts["prefetch"] = PREFETCH
     shutil.rmtree(cache, ignore_errors=True)
     facts["convert_out"] = out
     if "soci" in WAYS:

@@ -46,6 +46,12 @@ pub struct ConvertArgs {
     /// Build threads (default: one per CPU). The images do not depend on it.
     #[arg(short = 'j', long, value_name = "N", default_value_t = 0)]
     threads: usize,
+    /// With --push: a prefetch list to put in the referrer (FILE: absolute paths in the
+    /// container's root that its start reads, one a line, `#` comments; `-` for stdin; at most
+    /// 64 KiB and 4096 paths). A lazy mount of each layer fetches what reading them needs first,
+    /// in a few batches. Unsigned, a hint: see docs/security.md.
+    #[arg(long, value_name = "FILE", requires = "push")]
+    prefetch: Option<PathBuf>,
     #[command(flatten)]
     tls: TlsArgs,
     /// Print the result as JSON.
@@ -92,6 +98,10 @@ pub fn run(args: ConvertArgs) -> Result<ExitCode> {
         key,
         version: args.version.clone(),
         threads: args.threads,
+        prefetch: match &args.prefetch {
+            Some(p) => crate::mount::read_prefetch_list(p).map_err(|e| e.context("--prefetch"))?,
+            None => Vec::new(),
+        },
     };
     let progress = TermProgress::new(args.quiet || args.json);
     let report = match convert::convert(&args.image, &options, &progress, &progress) {

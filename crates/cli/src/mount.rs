@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use sealfs_fuse::mount::{self as fmount, LogTo, MountError, MountImage, MountOptions};
 use sealfs_fuse::XattrMode;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -54,6 +54,14 @@ pub struct MountArgs {
     /// into the persistent cache of a remote image as soon as it is mounted.
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
+    /// A remote image read through the persistent cache: fetch ahead, as soon as it is mounted,
+    /// what reading these paths needs (FILE: absolute paths from the image's root, one a line,
+    /// `#` comments; `-` for stdin; at most 64 KiB and 4096 paths): their directories and
+    /// inodes level by level across all paths, then the files' data, in a few concurrent
+    /// batches, at most a quarter of the image (or 8 MiB). Paths the image lacks are skipped; symlinks are
+    /// followed within the image.
+    #[arg(long, value_name = "FILE")]
+    prefetch: Option<PathBuf>,
     /// A remote image read through the persistent cache: whether the rest of it is fetched into
     /// the cache in the background, in order, behind every read and its readahead (so that every
     /// file soon reads without a round trip, and then offline). `auto`: once reads scatter (16
@@ -108,6 +116,28 @@ pub struct StatsArgs {
     /// Print the JSON object as the daemon returns it.
     #[arg(long)]
     json: bool,
+}
+
+/// A prefetch list from a file (`-`: stdin), as [`sealfs_reader::prefetch::parse_prefetch_list`]
+/// reads it.
+pub fn read_prefetch_list(path: &Path) -> Result<Vec<String>> {
+    let text = if path == Path::new("-") {
+        std::io::read_to_string(
+            std::io::stdin().take(1 + sealfs_reader::prefetch::MAX_LIST_BYTES as u64),
+        )
+        .context("reading stdin")?
+    } else {
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| {
+                f.take(1 + sealfs_reader::prefetch::MAX_LIST_BYTES as u64)
+                    .read_to_string(&mut text)
+            })
+            .with_context(|| sealfs_text::escape_path(path))?;
+        text
+    };
+    sealfs_reader::prefetch::parse_prefetch_list(&text)
+        .map_err(|e| anyhow!("{}: {e}", sealfs_text::escape_path(path)))
 }
 
 /// The `--log` file, opened for appending (before the daemon forks and leaves the working
@@ -199,6 +229,9 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
         image.replay = sealfs_reader::profile::parse_profile(&text, d)
             .map_err(|e| anyhow!("--profile {}: {e}", sealfs_text::escape_path(p)))?;
     }
+    if let Some(p) = &args.prefetch {
+        image.prefetch = read_prefetch_list(p).context("--prefetch")?;
+    }
     if let Some(p) = &args.record_profile {
         image.record_profile(p).map_err(|e| match e {
             MountError::Unrecordable => anyhow!("--record-profile {e}"),
@@ -211,6 +244,9 @@ pub fn run_mount(mut args: MountArgs) -> Result<ExitCode> {
     image.fill = args.fill.parse().map_err(|e| anyhow!("--fill: {e}"))?;
     if image.fill == sealfs_reader::FillMode::On && !image.warm {
         bail!("--fill: only a remote image read through the cache is filled (not with --no-cache)");
+    }
+    if args.prefetch.is_some() && !image.warm {
+        bail!("--prefetch: only a remote image read through the cache fetches ahead (not with --no-cache)");
     }
     image.xattrs = match args.xattrs.as_str() {
         "on" => XattrMode::On,

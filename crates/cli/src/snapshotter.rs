@@ -98,6 +98,12 @@ pub struct SnapshotterArgs {
     /// first read).
     #[arg(long, value_name = "WHEN", default_value = "on", value_parser = ["auto", "on", "off"])]
     lazy_fill: String,
+    /// A lazy layer's prefetch list (the paths its image's referrer names, `sealfs convert
+    /// --prefetch`): `only` (fetched first at mount, in a few batches; then, the fill being on,
+    /// the metadata warm-up waits with the fill until reads are quiet), `first` (fetched first,
+    /// then the metadata warm-up at once, as without a list), `off` (ignored).
+    #[arg(long, value_name = "WHEN", default_value = "only", value_parser = ["only", "first", "off"])]
+    lazy_prefetch: String,
     /// The most the cache of lazy layers' verified blocks (ROOT/cache) may take (K, M, G suffixes).
     #[arg(long, value_name = "SIZE", default_value = "2G", value_parser = crate::cache::parse_size)]
     cache_size: u64,
@@ -198,6 +204,11 @@ fn lazy_config(args: &SnapshotterArgs) -> Result<sealfs_snapshot::lazy::LazyConf
             .map_err(|e| anyhow::anyhow!("--lazy-fill: {e}"))?,
         cache_max_bytes: args.cache_size,
         ca_certificates: args.ca_cert.clone(),
+        prefetch: match args.lazy_prefetch.as_str() {
+            "first" => Some(sealfs_fuse::mount::PrefetchOrder::First),
+            "off" => None,
+            _ => Some(sealfs_fuse::mount::PrefetchOrder::Only),
+        },
     })
 }
 

@@ -248,7 +248,28 @@ fn convert_push_attaches_sealed_layers_that_extract_as_tar_and_verify_by_key() {
     println!("a spoiled layer: {}", text(&o.stderr).trim());
     fs::write(&stored, &good).unwrap();
 
-    // The conversion, signed.
+    // A prefetch list past its bounds is refused before anything is built.
+    let too_many = d.join("too-many");
+    let many: String = (0..5000).map(|i| format!("/f{i}\n")).collect();
+    fs::write(&too_many, many).unwrap();
+    let o = sealfs(
+        &["convert", &reference, "--push", "--prefetch", s(&too_many)],
+        &cache,
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("--prefetch") && text(&o.stderr).contains("4096 paths"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // The conversion, signed, with a prefetch list (issue 40).
+    let prefetch = d.join("prefetch");
+    fs::write(
+        &prefetch,
+        "# what the container reads\n/bin/sh\n/etc/passwd\n\n/usr/lib/x\n",
+    )
+    .unwrap();
     let out = d.join("out");
     let o = ok(
         sealfs(
@@ -262,6 +283,8 @@ fn convert_push_attaches_sealed_layers_that_extract_as_tar_and_verify_by_key() {
                 "2.1",
                 "--out",
                 s(&out),
+                "--prefetch",
+                s(&prefetch),
                 "--json",
             ],
             &cache,
@@ -317,12 +340,20 @@ fn convert_push_attaches_sealed_layers_that_extract_as_tar_and_verify_by_key() {
     assert_eq!(referrer["subject"]["size"], before.len());
     let entries = referrer["layers"].as_array().unwrap();
     assert_eq!(entries.len(), 4, "{referrer_text}");
+    // The prefetch list, an annotation of the referrer as skopeo reads it.
+    assert_eq!(
+        referrer["annotations"]["org.sealfs.prefetch"], "/bin/sh\n/etc/passwd\n/usr/lib/x",
+        "{referrer_text}"
+    );
 
     // The library's reader of the referrer (what the snapshotter will use) finds each layer.
     let repo: sealfs_registry::ImageRef = format!("oci+http://{host}/conv/img").parse().unwrap();
     let client = sealfs_registry::Registry::connect(&repo, &Default::default()).unwrap();
     let found = client.converted_layers(&manifest_digest).unwrap();
     assert_eq!(found.len(), 4);
+    for l in &found {
+        assert_eq!(l.prefetch, ["/bin/sh", "/etc/passwd", "/usr/lib/x"]);
+    }
     for (i, l) in found.iter().enumerate() {
         let a = &entries[i]["annotations"];
         assert_eq!(l.layer_digest, layers[i]);

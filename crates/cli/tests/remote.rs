@@ -2133,3 +2133,180 @@ fn a_fill_waits_for_reads_to_be_quiet() {
     assert!(pieces(&after) >= 4, "{after:#?}");
     assert!(sent >= size * 9 / 10, "{sent} of {size}");
 }
+
+/// Waits until nginx's access log has not grown for a second (the mount's warm-up is over);
+/// returns its lines.
+fn quiet_log(http: &Server) -> Vec<String> {
+    let (mut seen, mut still) = (usize::MAX, 0);
+    for _ in 0..400 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let n = http.requests().len();
+        still = if n == seen { still + 1 } else { 0 };
+        seen = n;
+        if still == 20 {
+            break;
+        }
+    }
+    http.requests()
+}
+
+/// Issue 40 (a lazy container's start read its files one miss at a time): `sealfs mount
+/// --prefetch LIST` of a remote image (lz4, data first, as `convert` builds layers) behind the
+/// fault proxy (10 ms before each answer) fetches, before any read, what reading the listed
+/// files needs: then `cat` of each makes no request (nginx's access log). The listed files lie
+/// in six directories, one inside the other, and through a symlinked directory; unlisted files
+/// lie between them; `cat` of a listed file of 4 MiB fetches nothing past its end (its stream
+/// follows no read served from the store). A list naming only paths the image lacks fetches
+/// what a mount without a list fetches; a list naming a file larger than a quarter of the image leaves it out (the
+/// bound), fetching the others.
+#[test]
+fn a_prefetch_list_is_fetched_at_mount_and_its_files_then_read_without_a_request() {
+    if !oracle_guard(fuse_env()) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let (src, www) = (w.join("src"), w.join("www"));
+    let mut dir = src.clone();
+    let mut listed = Vec::new();
+    let mut rel = String::new();
+    for level in 0..6u64 {
+        rel = format!("{rel}d{level}/");
+        dir = dir.join(format!("d{level}"));
+        fs::create_dir_all(&dir).unwrap();
+        for k in 0..8u64 {
+            // Listed files of 96 KiB between unlisted ones of 256 KiB.
+            fs::write(
+                dir.join(format!("a{k}")),
+                pseudo_random(96 << 10, 100 * level + k),
+            )
+            .unwrap();
+            fs::write(
+                dir.join(format!("b{k}")),
+                pseudo_random(256 << 10, 1000 + 100 * level + k),
+            )
+            .unwrap();
+            if k % 2 == 0 {
+                listed.push(format!("{rel}a{k}"));
+            }
+        }
+    }
+    // A listed file of 4 MiB, read sequentially, and an unlisted one after it in the image:
+    // reading the first from the store fetches nothing ahead of it.
+    fs::write(src.join("d0/c0"), pseudo_random(4 << 20, 11)).unwrap();
+    fs::write(src.join("d0/c1"), pseudo_random(4 << 20, 12)).unwrap();
+    listed.push("d0/c0".into());
+    // A directory reached through a symlink, as /lib is /usr/lib in Debian.
+    std::os::unix::fs::symlink("d0/d1", src.join("link")).unwrap();
+    listed.push("link/a1".into());
+    // More than a quarter of the image: left out.
+    fs::write(src.join("huge"), pseudo_random(40 << 20, 7)).unwrap();
+    fs::create_dir_all(&www).unwrap();
+    let image = www.join("img");
+    let digest =
+        String::from_utf8(sealfs_ok(&["build", "-q", "-z", "lz4", s(&src), s(&image)]).stdout)
+            .unwrap()
+            .trim()
+            .to_string();
+    let size = fs::metadata(&image).unwrap().len();
+    let http = match nginx(&www, &w.join("nginx")) {
+        Ok(h) => h,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    let proxy = match FaultProxy::start(&http, w) {
+        Ok(p) => p,
+        Err(e) => {
+            oracle_guard(Err(e));
+            return;
+        }
+    };
+    proxy.set(r#"{"latency_ms": 10}"#);
+    let mnt = w.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let _unmount = Unmount(&mnt);
+    let list_of = |name: &str, paths: &[String]| {
+        let p = w.join(name);
+        let text: String = paths.iter().map(|f| format!("/{f}\n")).collect();
+        fs::write(&p, format!("# {name}\n{text}")).unwrap();
+        p
+    };
+    let listed_files = list_of("listed", &listed);
+    let missing = list_of(
+        "missing",
+        &["nope/a0".into(), "none".into(), "x/y/z".into()],
+    );
+    let mut with_huge = vec!["huge".to_string()];
+    with_huge.extend(listed.iter().cloned());
+    let with_huge = list_of("with-huge", &with_huge);
+    // Each mount with a cache of its own, the log emptied: its warm-up's requests and bytes,
+    // then those of `cat` of the listed files.
+    let mount = |n: usize, list: Option<&Path>| {
+        let cache = w.join(format!("cache{n}"));
+        let start = http.requests().len();
+        let mut args = vec![
+            "mount",
+            "--digest",
+            &digest,
+            "--cache-dir",
+            s(&cache),
+            "--fill=off",
+        ];
+        if let Some(l) = list {
+            args.extend(["--prefetch", s(l)]);
+        }
+        let url = proxy.url("img");
+        args.extend([url.as_str(), s(&mnt)]);
+        let o = sealfs_run(&args, &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let warm = quiet_log(&http).split_off(start);
+        let warm_bytes: u64 = warm
+            .iter()
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        cat_each(&mnt, &listed);
+        let after = http.requests().len() - start - warm.len();
+        assert!(sealfs_run(&["umount", s(&mnt)], &[]).status.success());
+        // What the cats' readahead had in flight is logged before the next mount starts.
+        quiet_log(&http);
+        println!(
+            "{list:?}: the mount and its warm-up: {} requests, {warm_bytes} bytes; the cats: \
+             {after} requests",
+            warm.len()
+        );
+        (warm.len(), warm_bytes, after)
+    };
+    let none = mount(0, None);
+    let with_list = mount(1, Some(&listed_files));
+    let with_missing = mount(2, Some(&missing));
+    let huge = mount(3, Some(&with_huge));
+    let listed_bytes = (listed.len() as u64 - 1) * (96 << 10) + (4 << 20);
+    assert!(none.2 > 0, "without a list, the cats fetch: {none:?}");
+    assert_eq!(with_list.2, 0, "with the list, the cats fetch nothing");
+    assert!(
+        with_list.1 >= none.1 + listed_bytes,
+        "the listed files came with the mount: {with_list:?} against {none:?}"
+    );
+    // Few requests, in few batches: one request per listed file (each between unlisted ones),
+    // and at most two batches per level (the directories' blocks, the inodes'), not a request
+    // per path component of each path.
+    assert!(
+        with_list.0 <= none.0 + listed.len() + 2 * 7,
+        "{with_list:?} against {none:?}"
+    );
+    assert_eq!(
+        (with_missing.0, with_missing.1),
+        (none.0, none.1),
+        "a list of missing paths changes nothing"
+    );
+    assert_eq!(
+        huge.2, 0,
+        "with the huge file listed, the others still fetched"
+    );
+    assert!(
+        huge.1 < with_list.1 + size / 8,
+        "the huge file was left out: {huge:?}, image {size} bytes"
+    );
+}

@@ -73,6 +73,7 @@ mod lz4;
 mod microlzma;
 pub mod namei;
 pub mod open;
+pub mod prefetch;
 pub mod profile;
 pub mod seal;
 pub mod source;

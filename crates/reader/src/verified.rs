@@ -242,6 +242,9 @@ pub struct VerifiedBlocks {
     link: Arc<link::Link>,
     /// How the rest of the image is fetched into the store.
     fill_mode: Mutex<FillMode>,
+    /// Whether reads served whole from the store follow streams (and so fetch ahead of them):
+    /// [`VerifiedBlocks::set_stored_reads_stream`].
+    stored_reads_stream: std::sync::atomic::AtomicBool,
     /// Reads that fetched their hash blocks in a batch of their own, before their data, to look
     /// for their data among other images' blocks ([`BlockStore::shares_leaves`]).
     leaf_probes: AtomicU64,
@@ -315,6 +318,7 @@ impl VerifiedBlocks {
             stats: VerifyStats::default(),
             link: Arc::default(),
             fill_mode: Mutex::new(FillMode::default()),
+            stored_reads_stream: std::sync::atomic::AtomicBool::new(true),
             leaf_probes: AtomicU64::new(0),
         })
     }
@@ -494,7 +498,7 @@ impl BlockSource for VerifiedBlocks {
         if used.fetched > 0 {
             self.note_demand();
         }
-        if result.is_ok() {
+        if result.is_ok() && (used.fetched > 0 || self.stored_reads_stream.load(Relaxed)) {
             // A read that had to fetch data and began no stream: it scattered.
             if self.follow_stream(first, n) && used.fetched > 0 {
                 self.note_scattered();

@@ -16,6 +16,16 @@
 //! - the image facts of a sealfs artifact ([`ImageFacts::annotations`]): the sealed image's
 //!   digest (`sealfs digest`), hash algorithm, Merkle block size and EROFS length.
 //!
+//! The manifest itself may carry [`ANNOTATION_PREFETCH`]: a prefetch list
+//! ([`sealfs_reader::prefetch`]), the paths in the container's root that its start reads, one a
+//! line. One list for the image, not one per layer: its paths are the container's, and each
+//! layer's mount resolves those it holds. It is a hint, unsigned like the rest of the referrer:
+//! a list that does not parse, or past its bounds, is ignored with the reason
+//! ([`ConvertedLayer::prefetch_ignored`]), never a failed pull; what a list can make a mount
+//! fetch is bounded by [`sealfs_reader::prefetch::PREFETCH_MAX_SHARE`] of the layer (or
+//! [`sealfs_reader::prefetch::PREFETCH_FLOOR`]), every block
+//! verified.
+//!
 //! The referrer is a pointer, not a proof: a consumer trusts a sealed layer through its
 //! signatures (statements naming the layer digest) or a digest it has from elsewhere.
 
@@ -24,6 +34,7 @@ use crate::manifest::{
 };
 use crate::{Registry, RegistryError};
 use oci_client::manifest::OciImageManifest;
+pub use sealfs_reader::prefetch::{encode_prefetch_list, parse_prefetch_list};
 use std::collections::BTreeMap;
 
 /// The `artifactType` of a converted-layers referrer.
@@ -34,6 +45,8 @@ pub const ANNOTATION_LAYER_DIGEST: &str = "org.sealfs.layer.digest";
 pub const ANNOTATION_LAYER_DIFF_ID: &str = "org.sealfs.layer.diff-id";
 /// Annotation of a referrer layer: the digest of the sealed image's own artifact manifest.
 pub const ANNOTATION_LAYER_MANIFEST: &str = "org.sealfs.layer.manifest";
+/// Annotation of the referrer manifest: the prefetch list (paths one a line).
+pub const ANNOTATION_PREFETCH: &str = "org.sealfs.prefetch";
 
 /// One layer of a container image and the sealed image built from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,14 +61,25 @@ pub struct ConvertedLayer {
     pub manifest: String,
     /// The sealed image's digest and seal facts.
     pub facts: ImageFacts,
+    /// The referrer's prefetch list ([`ANNOTATION_PREFETCH`]), the same for every layer;
+    /// empty when it has none or it was ignored.
+    pub prefetch: Vec<String>,
+    /// Why the referrer's prefetch list was ignored, if it was.
+    pub prefetch_ignored: Option<String>,
 }
 
 fn bad(s: impl Into<String>) -> ManifestError {
     ManifestError(s.into())
 }
 
-/// The referrer listing `layers` for the image manifest `subject`.
-pub fn layers_manifest(subject: &Descriptor, layers: &[ConvertedLayer]) -> OciImageManifest {
+/// The referrer listing `layers` for the image manifest `subject`, with the prefetch list
+/// `prefetch` if it names any path (as [`sealfs_reader::prefetch::parse_prefetch_list`] checked
+/// it).
+pub fn layers_manifest(
+    subject: &Descriptor,
+    layers: &[ConvertedLayer],
+    prefetch: &[String],
+) -> OciImageManifest {
     let layers = layers
         .iter()
         .map(|l| {
@@ -77,7 +101,26 @@ pub fn layers_manifest(subject: &Descriptor, layers: &[ConvertedLayer]) -> OciIm
         layers,
         subject: Some(subject.to_oci()),
         artifact_type: Some(LAYERS_TYPE.into()),
-        annotations: None,
+        annotations: (!prefetch.is_empty()).then(|| {
+            BTreeMap::from([(
+                ANNOTATION_PREFETCH.to_string(),
+                sealfs_reader::prefetch::encode_prefetch_list(prefetch),
+            )])
+        }),
+    }
+}
+
+/// The prefetch list of a referrer manifest: empty when it has none; `Err` says why one is
+/// ignored.
+pub fn prefetch_list(m: &OciImageManifest) -> Result<Vec<String>, String> {
+    match m
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_PREFETCH))
+    {
+        None => Ok(Vec::new()),
+        Some(text) => sealfs_reader::prefetch::parse_prefetch_list(text)
+            .map_err(|e| format!("annotation {ANNOTATION_PREFETCH}: {e}")),
     }
 }
 
@@ -92,6 +135,10 @@ pub fn converted_layers(m: &OciImageManifest) -> Result<Vec<ConvertedLayer>, Man
         )));
     }
     let empty = BTreeMap::new();
+    let (prefetch, prefetch_ignored) = match prefetch_list(m) {
+        Ok(p) => (p, None),
+        Err(why) => (Vec::new(), Some(why)),
+    };
     m.layers
         .iter()
         .enumerate()
@@ -126,6 +173,8 @@ pub fn converted_layers(m: &OciImageManifest) -> Result<Vec<ConvertedLayer>, Man
                 manifest: digest(ANNOTATION_LAYER_MANIFEST)?,
                 blob,
                 facts,
+                prefetch: prefetch.clone(),
+                prefetch_ignored: prefetch_ignored.clone(),
             })
         })
         .collect()
@@ -202,9 +251,11 @@ mod tests {
                 block_size: 4096,
                 erofs_length: 4096,
             },
+            prefetch: vec!["/usr/bin/python3".into(), "/etc/ld.so.cache".into()],
+            prefetch_ignored: None,
         };
         let subject = d('1', OCI_MANIFEST, 500);
-        let m = layers_manifest(&subject, &[layer.clone(), layer.clone()]);
+        let m = layers_manifest(&subject, &[layer.clone(), layer.clone()], &layer.prefetch);
         // Through JSON, as a registry serves it.
         let bytes = serde_json::to_vec(&m).unwrap();
         let back = match crate::manifest::parse(&bytes, None).unwrap() {
@@ -215,6 +266,23 @@ mod tests {
         assert_eq!(
             converted_layers(&back).unwrap(),
             vec![layer.clone(), layer.clone()]
+        );
+        // A list that does not parse is ignored, the layers kept.
+        let mut bad_list = (*back).clone();
+        bad_list
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANNOTATION_PREFETCH.into(), "relative/path\n".into());
+        let read = converted_layers(&bad_list).unwrap();
+        assert!(read[0].prefetch.is_empty());
+        assert!(
+            read[0]
+                .prefetch_ignored
+                .as_deref()
+                .unwrap()
+                .contains("line 1"),
+            "{read:?}"
         );
         let mut other = back.clone();
         other.artifact_type = Some("application/x".into());

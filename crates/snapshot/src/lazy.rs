@@ -34,7 +34,7 @@
 
 use crate::error::{Error, Result};
 use crate::layer::{self, LayerMount, Mode};
-use sealfs_fuse::mount::{Access, LogTo, MountImage, MountOptions};
+use sealfs_fuse::mount::{Access, LogTo, MountImage, MountOptions, PrefetchOrder};
 use sealfs_fuse::XattrMode;
 use sealfs_reader::{Digest, FillMode, OpenOptions, OpenedImage};
 use sealfs_registry::layers::ConvertedLayer;
@@ -74,6 +74,9 @@ pub struct LazyConfig {
     pub cache_max_bytes: u64,
     /// Certificate authorities to trust for HTTPS registries besides the system's.
     pub ca_certificates: Vec<PathBuf>,
+    /// The referrer's prefetch list, replayed at mount (and what the metadata warm-up does
+    /// after it); `None`: ignored.
+    pub prefetch: Option<PrefetchOrder>,
 }
 
 impl Default for LazyConfig {
@@ -88,6 +91,7 @@ impl Default for LazyConfig {
             fill: FillMode::On,
             cache_max_bytes: sealfs_cache::DEFAULT_MAX_BYTES,
             ca_certificates: Vec::new(),
+            prefetch: Some(PrefetchOrder::default()),
         }
     }
 }
@@ -132,6 +136,10 @@ pub struct Remote {
     /// blocks are all cached mounts with the registry unreachable.
     #[serde(default)]
     pub blob: Option<Blob>,
+    /// The referrer's prefetch list (paths in the container's root), replayed when the layer
+    /// is mounted: each layer fetches those it holds. Empty in records made before it was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefetch: Vec<String>,
 }
 
 /// A blob of a repository, as a descriptor names it.
@@ -280,6 +288,13 @@ pub fn find(
             )
         })?;
     let reference = repo.sibling(None, Some(&converted.manifest)).to_string();
+    if let Some(why) = &converted.prefetch_ignored {
+        // Only a hint: the layer is used lazily without it.
+        eprintln!(
+            "sealfs snapshotter: layer {}: prefetch list of the referrer ignored: {why}",
+            wanted.layer
+        );
+    }
     let mut options = open_options(config.cache(cache_dir).map_err(|e| e.to_string())?);
     // Opened against the digest the referrer states: the seal must be the one it names.
     // That proves nothing yet; with keys, the seal's own signed statements must vouch for it
@@ -323,6 +338,7 @@ pub fn find(
                 digest: converted.blob.digest.clone(),
                 size: converted.blob.size,
             }),
+            prefetch: converted.prefetch.clone(),
         },
     })
 }
@@ -431,6 +447,10 @@ pub fn mount(
     served.xattrs = XattrMode::On;
     served.warm = true;
     served.fill = config.fill;
+    if let Some(order) = config.prefetch {
+        served.prefetch = remote.prefetch.clone();
+        served.prefetch_order = order;
+    }
     let source = layer::source_name(digest, Mode::LazyFuseVerified);
     let options = MountOptions {
         access: Access::All,

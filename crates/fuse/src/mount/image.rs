@@ -44,10 +44,28 @@ pub struct MountImage {
     /// Ranges of the image fetched ahead, in order, as soon as it is mounted (a replayed access
     /// profile: [`sealfs_reader::profile::parse_profile`]).
     pub replay: Vec<Range<u64>>,
+    /// With `warm`: paths read soon (a prefetch list, [`sealfs_reader::prefetch`]), fetched
+    /// ahead first of all, in a few batches ([`Image::prefetch_paths`]).
+    pub prefetch: Vec<String>,
+    /// With a prefetch list: what the metadata warm-up does after it.
+    pub prefetch_order: PrefetchOrder,
     /// Where the access profile is written when the mount ends ([`MountImage::record_profile`]).
     record: Option<(PathBuf, Arc<VerifiedBlocks>, Digest)>,
     /// The image's digest, if sealed.
     digest: Option<Digest>,
+}
+
+/// What a mount with a prefetch list does after fetching it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrefetchOrder {
+    /// The list, then the metadata warm-up at once, as without a list (its span fetched whole,
+    /// then the walk).
+    First,
+    /// The list; then, when the list found anything and the fill is on, the metadata warm-up
+    /// waits with the fill until reads are quiet: the list stands for what the program starting
+    /// on the mount reads.
+    #[default]
+    Only,
 }
 
 /// What reads of `opened` are checked against, in words: the digest and how it was established,
@@ -93,6 +111,8 @@ impl MountImage {
             warm: false,
             fill: FillMode::Off,
             replay: Vec::new(),
+            prefetch: Vec::new(),
+            prefetch_order: PrefetchOrder::default(),
             record: None,
             digest: opened.trust.digest().copied(),
         }
@@ -141,6 +161,8 @@ impl MountImage {
             warm,
             fill,
             replay,
+            prefetch,
+            prefetch_order,
             record,
             digest: _,
         } = self;
@@ -162,15 +184,46 @@ impl MountImage {
         // The metadata fetched ahead; its walk answers (`XattrMode::Auto`) the check for xattrs.
         let warm_first = {
             let image = image.clone();
+            let verified = readahead.clone();
             let fill = readahead.clone().filter(|_| fill == FillMode::On);
             move || {
                 if !warm {
                     return None;
                 }
-                if let (Some(v), None) = (&fill, image.metadata_span()) {
+                // The prefetch list first: what a program starting on the mount reads.
+                let listed = !prefetch.is_empty() && {
+                    // The program reads the listed files from the store: no stream of theirs
+                    // fetches past a file's end.
+                    if let Some(v) = &verified {
+                        v.set_stored_reads_stream(false);
+                    }
+                    let t = std::time::Instant::now();
+                    let r = image.prefetch_paths(&prefetch);
+                    eprintln!(
+                        "sealfs: prefetch list: {} paths, {} found, {} missing, {} failed; {} \
+                         files fetched, {} left out (budget), {} bytes in {} batches, {:.0?}",
+                        r.paths,
+                        r.found,
+                        r.missing,
+                        r.failed,
+                        r.files,
+                        r.over_budget,
+                        r.bytes,
+                        r.batches,
+                        t.elapsed()
+                    );
+                    r.found > 0
+                };
+                if let (Some(v), false) = (&verified, listed) {
+                    v.set_stored_reads_stream(true);
+                }
+                let hold = image.metadata_span().is_none()
+                    || (listed && prefetch_order == PrefetchOrder::Only);
+                if let (Some(v), true) = (&fill, hold) {
                     // No span to fetch in a few requests (its inline tails make it large: the
                     // linux tree's is 155 MB): the walk would fetch most of it, level by level,
-                    // while a program starts on the mount. It waits with the fill instead.
+                    // while a program starts on the mount; or the list has fetched what the
+                    // program reads. It waits with the fill instead.
                     v.fill_when_quiet();
                     v.wait_while_fill_held();
                 }

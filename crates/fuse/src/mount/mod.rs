@@ -52,7 +52,7 @@ mod options;
 mod sys;
 
 pub use daemon::{daemonize, serve};
-pub use image::{trust_description, MountImage, MOUNT_BLOCK_CACHE};
+pub use image::{trust_description, MountImage, PrefetchOrder, MOUNT_BLOCK_CACHE};
 pub use options::{
     source_name, uring_available, Access, MountFlag, MountOptions, Transport, DEFAULT_READ_AHEAD,
 };

@@ -55,6 +55,10 @@ pub struct ConvertOptions {
     pub version: Option<String>,
     /// Build threads (0: one per CPU).
     pub threads: usize,
+    /// A prefetch list (paths in the container's root its start reads, as
+    /// `sealfs_reader::prefetch::parse_prefetch_list` reads them), put in the referrer
+    /// ([`sealfs_registry::layers::ANNOTATION_PREFETCH`]); empty: none.
+    pub prefetch: Vec<String>,
 }
 
 /// Why a conversion failed: what, and where.
@@ -369,7 +373,7 @@ pub fn convert(
             });
         }
         let referrer = match &registry {
-            Some(r) => Some(attach(r, image, &layers)?),
+            Some(r) => Some(attach(r, image, &layers, &options.prefetch)?),
             None => None,
         };
         reports.push(ImageReport {
@@ -410,6 +414,7 @@ fn attach(
     registry: &Registry,
     image: &OciImage,
     layers: &[LayerReport],
+    prefetch: &[String],
 ) -> Result<Attached, ConvertError> {
     let subject = manifest::Descriptor {
         media_type: image.manifest.media_type.clone(),
@@ -432,10 +437,12 @@ fn attach(
                 blob: pushed.blob.clone(),
                 manifest: pushed.manifest_digest.clone(),
                 facts: l.facts.clone(),
+                prefetch: Vec::new(),
+                prefetch_ignored: None,
             })
         })
         .collect::<Result<Vec<_>, ConvertError>>()?;
-    let referrer = sealfs_registry::layers::layers_manifest(&subject, &converted);
+    let referrer = sealfs_registry::layers::layers_manifest(&subject, &converted, prefetch);
     let (digest, via) = registry.attach(&subject, &referrer)?;
     Ok(Attached { digest, via })
 }

@@ -603,6 +603,15 @@ impl VerifiedBlocks {
         }
     }
 
+    /// Whether a read served whole from the store follows a sequential stream, and so fetches
+    /// ahead of it (on by default). Off for a mount that fetched a prefetch list: its program
+    /// reads the listed files from the store, and their streams' windows would fetch past each
+    /// file's end into blocks nobody asked for (python's start on the bench's layer: about 10
+    /// MB). A read that fetches still starts or follows a stream.
+    pub fn set_stored_reads_stream(&self, on: bool) {
+        self.stored_reads_stream.store(on, Relaxed);
+    }
+
     /// How the rest of the image is fetched: [`FillMode::Auto`] unless set otherwise (the
     /// setting is kept until readahead starts). With readahead running, `On` starts the fill now
     /// and `Off` stops it; `Auto` arms it.
