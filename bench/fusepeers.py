@@ -56,6 +56,7 @@ whose names begin with `kernel`), runs only those rows of the seq table, adding 
 builds only their images; BEFORE=another sealfs binary adds its verified row ("sealfs mount (verified),
 BEFORE"). A subset prints its table and ratios and leaves docs/benchmarks.md alone.
 """
+import contextlib
 import csv
 import json
 import os
@@ -274,14 +275,8 @@ def rand(imgs):
     """The rand table (see the module's docstring)."""
     if not os.path.exists(ENABLE_URING):
         return rand_rows(imgs)
-    before = open(ENABLE_URING).read().strip()
-    with open(ENABLE_URING, "w") as f:
-        f.write("Y\n")
-    try:
+    with uring_enabled():
         return rand_rows(imgs)
-    finally:
-        with open(ENABLE_URING, "w") as f:
-            f.write(before + "\n")
 
 
 def rand_rows(imgs):
@@ -337,6 +332,19 @@ def rand_rows(imgs):
 
 
 ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+@contextlib.contextmanager
+def uring_enabled():
+    """The fuse module's enable_uring set to Y for the block, and back to what it was after."""
+    before = open(ENABLE_URING).read().strip()
+    with open(ENABLE_URING, "w") as f:
+        f.write("Y\n")
+    try:
+        yield
+    finally:
+        with open(ENABLE_URING, "w") as f:
+            f.write(before + "\n")
 
 
 def sha256_rate():
@@ -407,11 +415,8 @@ def uring(work):
     imgs = images(work, {"sealfs-lz4hc", "sealfs-plain", "sealfs-linux"})
     linux = os.path.join(CORPUS, "linux", "linux-source-6.1")
     stat_image, paths = names_tree(work, linux)
-    before = open(ENABLE_URING).read().strip()
-    with open(ENABLE_URING, "w") as f:
-        f.write("Y\n")
     rows = []
-    try:
+    with uring_enabled():
         def pair(image):
             digest = sh([SEALFS, "digest", image]).strip()
             return [Mount(f"sealfs (verified), {t}", [SEALFS, "mount", f"--transport={t}", "--digest", digest], image)
@@ -455,9 +460,6 @@ def uring(work):
         if "seq" in URING_TABLES:
             for kind in ("lz4hc", "plain"):
                 rounds("seq", kind, pair(imgs[f"sealfs-{kind}"]), cat)
-    finally:
-        with open(ENABLE_URING, "w") as f:
-            f.write(before + "\n")
     write_results("fusepeers-uring", ["table", "image", "round", "tool", "measure", "value"], rows)
     load = open("/proc/loadavg").read().split()[:3]
     print(f"median (min–max) of {RUNS} rounds, tools interleaved; {len(paths)} paths; "

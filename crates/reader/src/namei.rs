@@ -248,7 +248,7 @@ impl Image {
 }
 
 /// The components of a path that need a lookup, last first ("." and empty ones dropped).
-fn split(path: &[u8]) -> Vec<Vec<u8>> {
+pub(crate) fn split(path: &[u8]) -> Vec<Vec<u8>> {
     path.split(|&b| b == b'/')
         .filter(|c| !c.is_empty() && *c != b".")
         .rev()

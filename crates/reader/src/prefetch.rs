@@ -24,7 +24,7 @@
 
 use crate::image::Image;
 use crate::inode::Inode;
-use crate::namei::MAX_SYMLINKS;
+use crate::namei::{split, MAX_SYMLINKS};
 use std::collections::HashSet;
 use std::ops::Range;
 
@@ -139,15 +139,6 @@ struct Walk {
     todo: Vec<Vec<u8>>,
     dir: Inode,
     links: usize,
-}
-
-/// The components of a path that need a lookup, last first ("." and empty ones dropped).
-fn split(path: &[u8]) -> Vec<Vec<u8>> {
-    path.split(|&b| b == b'/')
-        .filter(|c| !c.is_empty() && *c != b".")
-        .rev()
-        .map(|c| c.to_vec())
-        .collect()
 }
 
 /// Sorts the ranges and joins those that overlap or lie less than [`JOIN_GAP`] apart.
