@@ -4,7 +4,8 @@
 //! its data in the same blocks. What changed size past its old room, and what is new, goes into
 //! the room left by removed paths (first fit) or after everything. So an update from the earlier
 //! image to this one fetches little more than what changed (issue 41): blocks are found by their
-//! content, and content stays in place.
+//! content, and content stays in place. Files packed whole into the packed inode keep their old
+//! order there, new ones after them (see `zdata::fragment_order`).
 //!
 //! The builder does not read images: what it needs of the earlier one ([`LikeItem`]s) is given
 //! by whoever read it (`sealfs_delta::like_image` reads it with the reader).
@@ -36,6 +37,8 @@ pub struct LikeItem {
     pub data_span: Option<Range<u64>>,
     /// Its size (`i_size`).
     pub size: u64,
+    /// Where its data starts in the packed inode, if it is a whole fragment there.
+    pub packed_offset: Option<u64>,
 }
 
 /// The placement of an earlier image, as the layout uses it.
@@ -48,6 +51,8 @@ pub struct Like {
     blocks: HashMap<Vec<u8>, Range<u64>>,
     /// Per path: its old bytes of data, in one run, and its old size.
     spans: HashMap<Vec<u8>, (Range<u64>, u64)>,
+    /// Per path: where its data started in the old packed inode (a whole fragment).
+    packed: HashMap<Vec<u8>, u64>,
     /// Where the earlier metadata area ends (its last inode's block end).
     meta_end: u64,
     /// The earlier image has its metadata area first (`meta_blkaddr` 0: an uncompressed image
@@ -82,6 +87,7 @@ impl Like {
             meta: HashMap::with_capacity(items.len()),
             blocks: HashMap::new(),
             spans: HashMap::new(),
+            packed: HashMap::new(),
             meta_end,
             meta_first,
         };
@@ -93,6 +99,9 @@ impl Like {
                 s.start >= BLKSZ && s.start < s.end && s.end <= EROFS_NULL_ADDR as u64 * BLKSZ
             }) {
                 like.spans.insert(item.path.clone(), (s, item.size));
+            }
+            if let Some(at) = item.packed_offset {
+                like.packed.insert(item.path.clone(), at);
             }
             let r = room(item.meta_offset);
             like.meta.insert(item.path, (item.meta_offset, r));
@@ -123,6 +132,11 @@ impl Like {
     /// The old bytes of data of `path` (one run).
     pub(crate) fn span(&self, path: &[u8]) -> Option<Range<u64>> {
         self.spans.get(path).map(|(s, _)| s.clone())
+    }
+
+    /// Where `path`'s data started in the old packed inode.
+    pub(crate) fn packed_offset(&self, path: &[u8]) -> Option<u64> {
+        self.packed.get(path).copied()
     }
 
     /// Every old inode place: (offset, room).
@@ -539,6 +553,7 @@ mod tests {
             data_blocks: None,
             data_span: None,
             size: 0,
+            packed_offset: None,
         };
         let like = Like::new(vec![item(b"", 32), item(b"a", 96), item(b"b", 4000)], false);
         assert_eq!(like.meta(b""), Some((32, 64)));

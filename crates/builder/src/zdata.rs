@@ -854,9 +854,21 @@ fn segments(id: usize, size: u64) -> impl Iterator<Item = (usize, u64, u64)> {
 /// forward). Measured on the `linux` tree (zstd, 1 MiB clusters, and lz4, 64 KiB): this order
 /// and breadth-first order are within 0.2% of each other; grouping by extension, then name, made
 /// the image 2.5% larger.
-fn fragment_order(tree: &Tree, ids: &mut [usize]) {
+///
+/// Building like an earlier image, the paths it packed come first, in its order, and the new
+/// ones after them in path order: a new file then changes no piece of the packed inode that held
+/// only old files (with [`crate::Placement::packed_pieces`]), where in path order each one
+/// lands among old files and changes their piece. (Measured on bench/delta.py's debian pair,
+/// docs/benchmarks.md.)
+fn fragment_order(tree: &Tree, like: Option<&Like>, ids: &mut [usize]) {
     let rank = tree.depth_first_ranks();
-    ids.sort_by_key(|&id| rank[id]);
+    match like {
+        None => ids.sort_by_key(|&id| rank[id]),
+        Some(like) => ids.sort_by_cached_key(|&id| {
+            let old = like.packed_offset(&tree.rel_path(&tree.inodes[id]));
+            (old.is_none(), old, rank[id])
+        }),
+    }
 }
 
 /// The serial part of packing fragments: appends each file's bytes to the packed file (identical
@@ -969,19 +981,18 @@ impl FragPlacer<'_> {
     }
 }
 
-/// Packs the files `ids` into an unnamed temporary file beside the image, which becomes the packed
+/// Packs the files `ids`, in that order ([`fragment_order`]), into an unnamed temporary file beside the image, which becomes the packed
 /// inode (id `tree.inodes.len()`, owned by root, mode 0644, the image's most common mtime).
 fn pack_fragments(
     ctx: &UnitCtx<'_>,
     out: Target<'_>,
-    mut ids: Vec<usize>,
+    ids: Vec<usize>,
     files: &mut [Option<Placed>],
     digests: &mut FileDigests,
     progress: &dyn Progress,
     pieces: bool,
 ) -> Result<Packed> {
     let tree = ctx.sources.tree;
-    fragment_order(tree, &mut ids);
     let units: Vec<(usize, u64, u64)> = ids
         .iter()
         .flat_map(|&id| match &tree.inodes[id].kind {
@@ -1163,6 +1174,7 @@ pub(crate) fn write_data(
         }
         units.extend(segments(id, f.size));
     }
+    fragment_order(tree, like, &mut fragments);
     // Building like an earlier image: the files compressed here hold their old bytes until
     // they are placed; sparse files go after them.
     let mut inplace = like.map(|like| {

@@ -6,7 +6,7 @@
 //! comes from (`sealfs diff --regions`, bench/delta_layouts.py).
 
 use crate::FileChanges;
-use sealfs_reader::{FileType, Inode, OpenedImage, Visit, WalkEvent};
+use sealfs_reader::{Extent, ExtentKind, FileType, Inode, OpenedImage, Visit, WalkEvent};
 use std::collections::HashSet;
 
 /// What a block of an image holds.
@@ -154,8 +154,9 @@ pub fn count_by_region(
 
 /// What `sealfs build --like` keeps of an earlier image (see [`sealfs_builder::Like`]): every
 /// path's inode offset (its nid, without the metabox bit, × 32) and, for files and directories
-/// whose data is one run of whole blocks (an uncompressed image), that run. Read through the
-/// reader, so every block it reads is checked as `image` was opened.
+/// whose data is one run of whole blocks (an uncompressed image), that run; for files packed whole
+/// into the packed inode, where they start there. Read through the reader, so every block it reads
+/// is checked as `image` was opened.
 pub fn like_image(image: &OpenedImage) -> Result<sealfs_builder::Like, String> {
     let bs = image.image.block_size();
     let item = |path: &[u8], inode: &Inode| -> Result<sealfs_builder::LikeItem, String> {
@@ -175,6 +176,22 @@ pub fn like_image(image: &OpenedImage) -> Result<sealfs_builder::Like, String> {
             }
             _ => None,
         };
+        // A whole fragment: one extent of the packed inode, from the file's first byte to its last.
+        let packed_offset = match image.image.map_range(inode, 0, inode.size()) {
+            Ok(extents) => match extents.as_slice() {
+                [Extent {
+                    kind:
+                        ExtentKind::Fragment {
+                            offset,
+                            extent_start: 0,
+                            extent_len,
+                        },
+                    ..
+                }] if *extent_len == inode.size() => Some(*offset),
+                _ => None,
+            },
+            Err(e) => return Err(format!("/{}: {e}", sealfs_text::escape(path))),
+        };
         Ok(sealfs_builder::LikeItem {
             path: path.to_vec(),
             meta_offset: (inode.nid() & sealfs_format::EROFS_DIRENT_NID_MASK)
@@ -182,6 +199,7 @@ pub fn like_image(image: &OpenedImage) -> Result<sealfs_builder::Like, String> {
             data_blocks,
             data_span,
             size: inode.size(),
+            packed_offset,
         })
     };
     let root = image.image.root().map_err(|e| e.to_string())?;
