@@ -42,6 +42,8 @@ fuzz_build=$!
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup, 1.87 or newer)" >&2; exit 2; }
 cargo fmt --all -- --check
+# (The fuzz crate is outside the workspace.)
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 # The README's benchmark table is what bench/readme_table.py makes of the committed bench/results.
 python3 bench/readme_table.py --check
 # Linted with the release profile, so that the tests below reuse its build scripts (the C libraries

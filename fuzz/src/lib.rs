@@ -9,10 +9,10 @@
 //! this is what catches a runaway allocation sized by an image field there.
 
 pub mod harness;
+pub mod manifest_harness;
 pub mod oci_harness;
 pub mod squashfs_harness;
 pub mod tar_harness;
-pub mod manifest_harness;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
