@@ -39,7 +39,7 @@ use crate::xattrs::SharedXattrs;
 use crate::Progress;
 use sealfs_format::{self as fmt, DataLayout, BLKSZ};
 use sealfs_verity::{BlockHasher, Digest};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -860,15 +860,57 @@ fn segments(id: usize, size: u64) -> impl Iterator<Item = (usize, u64, u64)> {
 /// only old files (with [`crate::Placement::packed_pieces`]), where in path order each one
 /// lands among old files and changes their piece. (Measured on bench/delta.py's debian pair,
 /// docs/benchmarks.md.)
-fn fragment_order(tree: &Tree, like: Option<&Like>, ids: &mut [usize]) {
+///
+/// With pieces, the files in `compressed` (already compressed formats, [`looks_compressed`]) go
+/// after all the others, in that same order, in small pieces of their own ([`PIECE_MIN_COMPRESSED`]).
+fn fragment_order(
+    tree: &Tree,
+    like: Option<&Like>,
+    compressed: &HashSet<usize>,
+    ids: &mut [usize],
+) {
     let rank = tree.depth_first_ranks();
     match like {
-        None => ids.sort_by_key(|&id| rank[id]),
+        None => ids.sort_by_key(|&id| (compressed.contains(&id), rank[id])),
         Some(like) => ids.sort_by_cached_key(|&id| {
             let old = like.packed_offset(&tree.rel_path(&tree.inodes[id]));
-            (old.is_none(), old, rank[id])
+            (compressed.contains(&id), old.is_none(), old, rank[id])
         }),
     }
+}
+
+/// Whether a file starting with `head` is in a compressed format (gzip, xz, zstd, bzip2, PNG,
+/// JPEG, zip) by its magic number, as `file(1)` tells them.
+fn looks_compressed(head: &[u8]) -> bool {
+    const MAGIC: [&[u8]; 7] = [
+        b"\x1f\x8b",
+        b"\xfd7zXZ\0",
+        b"\x28\xb5\x2f\xfd",
+        b"BZh",
+        b"\x89PNG\r\n\x1a\n",
+        b"\xff\xd8\xff",
+        b"PK\x03\x04",
+    ];
+    MAGIC.iter().any(|m| head.starts_with(m))
+}
+
+/// Which of the files `ids` are in a compressed format ([`looks_compressed`]), by their first
+/// bytes. (A file that cannot be read here counts as not: its read for packing reports it.)
+fn compressed_files(source: &dyn Source, tree: &Tree, ids: &[usize]) -> HashSet<usize> {
+    use rayon::prelude::*;
+    ids.par_iter()
+        .copied()
+        .filter(|&id| {
+            let Kind::File(f) = &tree.inodes[id].kind else {
+                return false;
+            };
+            let mut head = [0u8; 8];
+            let head = &mut head[..f.size.min(8) as usize];
+            open_file(source, tree, &tree.inodes[id])
+                .and_then(|mut file| file.read_at(head, 0))
+                .is_ok_and(|()| looks_compressed(head))
+        })
+        .collect()
 }
 
 /// The serial part of packing fragments: appends each file's bytes to the packed file (identical
@@ -898,15 +940,30 @@ const PIECE_MIN: u64 = 1 << 20;
 /// pclusters are the same too).
 const PIECE_TARGET: u64 = 2 << 20;
 
+/// ... but a file in a compressed format ([`looks_compressed`]) ends a piece once it holds this
+/// many bytes, with a chance of its size in [`PIECE_TARGET_COMPRESSED`]: such files are stored as
+/// they are (no pcluster of them compresses), so a file added or removed among them shifts the
+/// stored bytes after it by a number of bytes no block boundary absorbs. Small pieces cost only
+/// the padding to a block. (Measured on bench/delta.py's debian pair, `--preset small --layout
+/// packed-pieces`, docs/benchmarks.md: these files after the others in pieces of 1 MiB then 2 MiB
+/// as the others: 38.5 MB fetched built `--like`; pieces of 256 KiB then 256 KiB 36.5 MB, 64 then
+/// 128 KiB 34.4 MB, these 34.1 MB, 16 then 32 KiB 33.5 MB with 0.3% more image.)
+const PIECE_MIN_COMPRESSED: u64 = 32 << 10;
+/// See [`PIECE_MIN_COMPRESSED`].
+const PIECE_TARGET_COMPRESSED: u64 = 64 << 10;
+
 impl FragPlacer<'_> {
     /// Appends a file's segment `raw` (`first`: its first, of a file of `size` bytes); returns
     /// its offset.
     fn append(&mut self, raw: &[u8], first: bool, size: u64) -> Result<u64> {
         if let Some(pieces) = self.pieces.as_mut().filter(|_| first) {
             let start = pieces.last().copied().unwrap_or(0);
-            if self.len - start >= PIECE_MIN
-                && xxhash_rust::xxh3::xxh3_64(raw) % PIECE_TARGET < size
-            {
+            let (min, target) = if looks_compressed(raw) {
+                (PIECE_MIN_COMPRESSED, PIECE_TARGET_COMPRESSED)
+            } else {
+                (PIECE_MIN, PIECE_TARGET)
+            };
+            if self.len - start >= min && xxhash_rust::xxh3::xxh3_64(raw) % target < size {
                 self.len = self.len.next_multiple_of(BLKSZ);
                 pieces.push(self.len);
             }
@@ -1174,7 +1231,15 @@ pub(crate) fn write_data(
         }
         units.extend(segments(id, f.size));
     }
-    fragment_order(tree, like, &mut fragments);
+    // (Pieces are compressed on their own where the packed inode is compressed last, on its own:
+    // with compressed directories.)
+    let pieces = packed_pieces && copts.compress_dirs;
+    let compressed = if pieces {
+        compressed_files(source, tree, &fragments)
+    } else {
+        HashSet::new()
+    };
+    fragment_order(tree, like, &compressed, &mut fragments);
     // Building like an earlier image: the files compressed here hold their old bytes until
     // they are placed; sparse files go after them.
     let mut inplace = like.map(|like| {
@@ -1298,9 +1363,7 @@ pub(crate) fn write_data(
             &mut files,
             &mut digests,
             progress,
-            // (Pieces are compressed on their own where the packed inode is compressed last, on
-            // its own: with compressed directories.)
-            packed_pieces && copts.compress_dirs,
+            pieces,
         )?),
     };
     if let Some(p) = &packed {
