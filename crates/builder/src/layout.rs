@@ -355,16 +355,29 @@ pub(crate) fn dir_blocks(tree: &Tree, id: InodeId) -> DirBlocks<'_> {
 }
 
 /// The most common (mtime, nsec) becomes the superblock epoch, so the most inodes can be compact.
+///
+/// Building like an earlier image, its epoch stays while at least half as many inodes have it as
+/// have the most common time: the unchanged inodes it made compact keep their form, their size
+/// and so their places. (The most common time taken instead, when a few changed inodes made
+/// another time the most common, turned every unchanged inode of the old epoch extended and
+/// every one of the new epoch compact: the grown ones outgrew their places and moved, and the
+/// update fetched more than one to v2 built alone, issue 41.) Past that, the old epoch would
+/// cost more extended inodes than it keeps compact, and the most common time is taken.
 pub(crate) fn choose_epoch(tree: &Tree) -> (i64, u32) {
     let mut count: HashMap<(i64, u32), u64> = HashMap::new();
     for inode in &tree.inodes {
         *count.entry((inode.mtime, inode.mtime_nsec)).or_default() += 1;
     }
-    count
+    let old = tree
+        .like_epoch
+        .map_or(0, |t| count.get(&t).copied().unwrap_or(0));
+    let best = count
         .into_iter()
-        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-        .map(|(t, _)| t)
-        .unwrap_or((0, 0))
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)));
+    match (tree.like_epoch, best) {
+        (Some(t), Some((_, most))) if old > 0 && old * 2 >= most => t,
+        (_, best) => best.map(|(t, _)| t).unwrap_or((0, 0)),
+    }
 }
 
 /// Picks the chunk size that minimises block map plus stored data for a file with holes, or `None`

@@ -203,6 +203,7 @@ fn build_in_pool(
     };
     source.scan(&mut sink, &cx)?;
     let mut tree = sink.finish(opts)?;
+    tree.like_epoch = opts.like.as_deref().and_then(Like::epoch);
     release_freed_memory();
     let source: &dyn Source = source;
     let shared = xattrs::SharedXattrs::plan(&tree);

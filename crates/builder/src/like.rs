@@ -2,10 +2,12 @@
 //! holds keeps its place there when it still fits: its inode at the same offset of the metadata
 //! area (so the same nid, and the same directory entries naming it), and, in uncompressed builds,
 //! its data in the same blocks. What changed size past its old room, and what is new, goes into
-//! the room left by removed paths (first fit) or after everything. So an update from the earlier
-//! image to this one fetches little more than what changed (issue 41): blocks are found by their
-//! content, and content stays in place. Files packed whole into the packed inode keep their old
-//! order there, new ones after them (see `zdata::fragment_order`).
+//! the room left by removed paths (first fit) or after everything. The earlier image's epoch (the
+//! time its compact inodes have) is kept too while it suits the tree about as well as any time,
+//! so that unchanged inodes keep their form and size. So an update from the earlier image to
+//! this one fetches little more than what changed (issue 41): blocks are found by their content,
+//! and content stays in place. Files packed whole into the packed inode keep their old order
+//! there, new ones after them (see `zdata::fragment_order`).
 //!
 //! The builder does not read images: what it needs of the earlier one ([`LikeItem`]s) is given
 //! by whoever read it (`sealfs_delta::like_image` reads it with the reader).
@@ -58,6 +60,8 @@ pub struct Like {
     /// The earlier image has its metadata area first (`meta_blkaddr` 0: an uncompressed image
     /// built without `data-first`).
     meta_first: bool,
+    /// The earlier image's epoch (`epoch`, `fixed_nsec`): the time its compact inodes have.
+    epoch: Option<(i64, u32)>,
 }
 
 impl Like {
@@ -90,6 +94,7 @@ impl Like {
             packed: HashMap::new(),
             meta_end,
             meta_first,
+            epoch: None,
         };
         for item in items {
             if let Some(b) = item.data_blocks.filter(|b| b.start < b.end) {
@@ -107,6 +112,19 @@ impl Like {
             like.meta.insert(item.path, (item.meta_offset, r));
         }
         like
+    }
+
+    /// The same, the earlier image's superblock epoch being `epoch` (`epoch`, `fixed_nsec`):
+    /// the build keeps it while it suits the tree about as well as any time
+    /// (`layout::choose_epoch`), so the inodes that were compact stay compact, and the same size.
+    pub fn with_epoch(mut self, epoch: (i64, u32)) -> Like {
+        self.epoch = Some(epoch);
+        self
+    }
+
+    /// The earlier image's epoch, if known.
+    pub(crate) fn epoch(&self) -> Option<(i64, u32)> {
+        self.epoch
     }
 
     /// Paths the earlier image holds.

@@ -132,6 +132,8 @@ pub(crate) struct Tree {
     pub warnings: Vec<String>,
     /// Where the paths of messages start ([`crate::Source::base`]).
     pub base: PathBuf,
+    /// Building like an earlier image, its epoch (which `layout::choose_epoch` may keep).
+    pub like_epoch: Option<(i64, u32)>,
     /// Every directory's names, one after another, a directory's together.
     names: Vec<u8>,
     /// Every directory's entries, a directory's together, in order: where its name ends (from
@@ -147,6 +149,7 @@ impl Tree {
             inodes: Vec::with_capacity(inodes),
             warnings,
             base,
+            like_epoch: None,
             names: Vec::new(),
             entries: Vec::new(),
         }

@@ -153,10 +153,10 @@ pub fn count_by_region(
 }
 
 /// What `sealfs build --like` keeps of an earlier image (see [`sealfs_builder::Like`]): every
-/// path's inode offset (its nid, without the metabox bit, × 32) and, for files and directories
-/// whose data is one run of whole blocks (an uncompressed image), that run; for files packed whole
-/// into the packed inode, where they start there. Read through the reader, so every block it reads
-/// is checked as `image` was opened.
+/// path's inode offset (its nid, without the metabox bit, × 32), for files and directories whose
+/// data is one run of whole blocks (an uncompressed image) that run, for files packed whole into
+/// the packed inode where they start there, and its epoch. Read through the reader, so every block
+/// it reads is checked as `image` was opened.
 pub fn like_image(image: &OpenedImage) -> Result<sealfs_builder::Like, String> {
     let bs = image.image.block_size();
     let item = |path: &[u8], inode: &Inode| -> Result<sealfs_builder::LikeItem, String> {
@@ -216,6 +216,7 @@ pub fn like_image(image: &OpenedImage) -> Result<sealfs_builder::Like, String> {
                 WalkEvent::Dir { .. } => Ok(Visit::Continue),
             }
         })?;
-    let meta_first = image.image.superblock().meta_blkaddr == 0;
-    Ok(sealfs_builder::Like::new(items, meta_first))
+    let sb = image.image.superblock();
+    let meta_first = sb.meta_blkaddr == 0;
+    Ok(sealfs_builder::Like::new(items, meta_first).with_epoch((sb.epoch, sb.fixed_nsec)))
 }
