@@ -485,10 +485,23 @@ fn presets_build_what_they_name() {
     let tmp = Tmpfs::new("zpreset").expect("tmpfs");
     let src = tmp.join("src");
     make_small_files(&src);
+    // Files in a compressed format, which `--layout packed-pieces` packs apart in small pieces:
+    // random bytes gzipped by gzip, some larger than a piece.
+    fs::create_dir_all(src.join("gz")).unwrap();
+    let random = Rng::new(18).bytes(200_000);
+    for k in 0..60usize {
+        let raw = src.join(format!("gz/g{k:02}"));
+        fs::write(&raw, &random[..(k * 3331) % 200_000 + 1]).unwrap();
+        run_ok(Command::new("gzip").args(["-n"]).arg(&raw)).expect("gzip");
+    }
     let image = tmp.join("img");
     let dump = erofs_utils_1_9("dump.erofs").expect("dump.erofs 1.9");
     for (args, alg) in [
         (&["--preset", "small"][..], "zstd"),
+        (
+            &["--preset", "small", "--layout", "packed-pieces"][..],
+            "zstd",
+        ),
         (&["--preset", "small", "-z", "lzma"][..], "lzma"),
         (&["--preset", "fast"][..], "lz4"),
         (&["--preset", "small", "-z", "lz4hc"][..], "lz4"),
