@@ -49,6 +49,7 @@ Writes bench/results/delta-<stamp>.csv and prints Markdown tables for docs/bench
 (`bench/delta.py --report FILE.csv` prints them again from a results file).
 """
 import csv
+import hashlib
 import json
 import os
 import re
@@ -204,10 +205,12 @@ def prepare(pair):
     os.makedirs(d, exist_ok=True)
     (make_python if pair == "python" else make_debian)(d)
     facts_path = os.path.join(d, "facts.json")
+    # The images are made again by another sealfs binary (its layouts may differ).
+    binary = hashlib.sha256(open(SEALFS, "rb").read()).hexdigest()
     if os.path.exists(facts_path):
         facts = json.load(open(facts_path))
-        # Made for other --layouts: made again (the v1 images the client holds are kept).
-        if all(name in facts["digests"] for name, _ in LAYOUTS):
+        # Made for other --layouts, or by another binary: made again.
+        if facts.get("sealfs") == binary and all(name in facts["digests"] for name, _ in LAYOUTS):
             return facts
     v1, v2 = os.path.join(d, "v1"), os.path.join(d, "v2")
     client, www = os.path.join(d, "client"), os.path.join(d, "www")
@@ -215,7 +218,7 @@ def prepare(pair):
     shutil.rmtree(www, ignore_errors=True)
     os.makedirs(client)
     os.makedirs(www)
-    facts = {"pair": pair, "digests": {}, "sizes": {}}
+    facts = {"pair": pair, "digests": {}, "sizes": {}, "sealfs": binary}
     log(f"{pair}: yardstick")
     files = changed_files(v1, v2)
     facts["changed_files"] = len(files)
