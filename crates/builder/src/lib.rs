@@ -287,7 +287,7 @@ fn build_in_pool(
             c.validate().map_err(BuildError::InvalidOption)?;
             // Data first (sizes are known only once it is compressed), then the metadata after it.
             let codecs = codecs_by_rule(&tree, c, &opts.compress_rules);
-            let write_data = |like| {
+            let write_data = |like_places| {
                 zdata::write_data(
                     seal::Target::of(&tmp),
                     source,
@@ -298,15 +298,17 @@ fn build_in_pool(
                     hashers,
                     progress,
                     opts.placement.packed_pieces,
-                    like,
+                    opts.like.as_deref(),
+                    like_places,
                 )
             };
-            let mut data = write_data(opts.like.as_deref())?;
+            let mut data = write_data(true)?;
             let mut like_warning = None;
             let data_bytes = (data.pre.data_end - 1) * sealfs_format::BLKSZ;
             if data.unused * like::LIKE_MAX_UNUSED.1 > data_bytes * like::LIKE_MAX_UNUSED.0 {
                 // Keeping old places left more room unused than that: the data goes one file
-                // after another instead (the inodes still keep their places).
+                // after another instead (the inodes still keep their places, and the packed
+                // inode its files' old order).
                 like_warning = Some(format!(
                     "--like: keeping the earlier image's data places would leave {} of {} bytes of data unused; the data was placed in order",
                     data.unused, data_bytes
@@ -318,7 +320,7 @@ fn build_in_pool(
                 if let Some(leaves) = &data_leaves {
                     leaves.clear();
                 }
-                data = write_data(None)?;
+                data = write_data(false)?;
             }
             tree.warnings.extend(like_warning);
             // The packed inode (fragments) is an inode of the image no directory names.

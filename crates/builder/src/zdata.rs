@@ -1129,10 +1129,15 @@ pub(crate) fn write_data(
     progress: &dyn Progress,
     packed_pieces: bool,
     like: Option<&Like>,
+    like_places: bool,
 ) -> Result<DataPhase> {
     // (`-E dedupe` refers to clusters placed before, which placing like an earlier image may
     // move: with it, data goes one file after another.)
     let like = like.filter(|_| !copts.dedupe);
+    // The fragments' order follows `like` whether or not the files' data keeps its old places
+    // (`like_places`): it leaves no room unused.
+    let order_like = like;
+    let like = like.filter(|_| like_places);
     let epoch = layout::choose_epoch(tree);
     let n = tree.inodes.len();
     // One more slot for the packed inode.
@@ -1239,7 +1244,7 @@ pub(crate) fn write_data(
     } else {
         HashSet::new()
     };
-    fragment_order(tree, like, &compressed, &mut fragments);
+    fragment_order(tree, order_like, &compressed, &mut fragments);
     // Building like an earlier image: the files compressed here hold their old bytes until
     // they are placed; sparse files go after them.
     let mut inplace = like.map(|like| {

@@ -765,8 +765,9 @@ fn packed_pieces_keep_the_small_files_after_an_edit() {
 /// `--like` with `--layout packed-pieces` (issue 41): the packed inode holds the files the old
 /// image packed in its order, then the new ones, so new small files spread over every directory
 /// change no piece of old files. Built alone, each new file lands among old ones in path order
-/// and changes every piece. Counted from the images' bytes; the kernel mounts the `--like` image
-/// equal to its tree.
+/// and changes every piece. So too when the other files' data cannot keep its old places and is
+/// placed in order. Counted from the images' bytes; the kernel mounts the `--like` image equal to
+/// its tree.
 #[test]
 fn like_packs_new_small_files_after_the_old_ones() {
     let tmp = tempfile::tempdir().unwrap();
@@ -792,13 +793,40 @@ fn like_packs_new_small_files_after_the_old_ones() {
     for k in 0..37u64 {
         file("v2", k, format!("f{:04}-new.txt", k * 40), 10_000 + k, 6000);
     }
+    // And a file of its own pclusters that v2 removes, before one it keeps: keeping the old data
+    // places would leave its room unused, so v2's data is placed in order; the packed inode keeps
+    // the old order.
+    let mut k = 7u64;
+    let random: Vec<u8> = (0..6 << 20)
+        .map(|_| {
+            k = k
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (k >> 56) as u8
+        })
+        .collect();
+    fs::write(d.join("v1/big.bin"), &random).unwrap();
+    for v in ["v1", "v2"] {
+        fs::write(d.join(v).join("keep.bin"), &random[..2 << 20]).unwrap();
+    }
     let args = ["--preset", "small", "--layout", "packed-pieces"];
     let img = |n: &str| d.join(format!("{n}.img"));
     build_ok(&d.join("v1"), &img("1"), &args);
     build_ok(&d.join("v2"), &img("2"), &args);
     let old = img("1");
-    let like = [&args[..], &["--like", old.to_str().unwrap()]].concat();
-    build_ok(&d.join("v2"), &img("2like"), &like);
+    let out = run(Command::new(sealfs_bin())
+        .args(["build"])
+        .args(args)
+        .arg("--like")
+        .arg(&old)
+        .arg(d.join("v2"))
+        .arg(img("2like")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "build --like: {stderr}");
+    assert!(
+        stderr.contains("the data was placed in order"),
+        "the data kept its old places: {stderr}"
+    );
     let count = |new: &Path| -> u64 {
         expected_runs(&img("1"), new)
             .iter()
