@@ -77,6 +77,14 @@ pub const READAHEAD_FETCHERS: usize = 12;
 /// 1 Gbit/s, two at 100 Mbit/s.
 const STREAM_IN_FLIGHT: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// After a read fetched blocks, the fill starts no piece for this long, or for two of the link's
+/// round trips if that is longer (at most [`FILL_YIELD_MAX`]): a read whose next request depends
+/// on its first (a compressed file's index, then its data) then finds no new fill piece on the
+/// link ahead of that one too. While reads are fetching, the fill starts no piece at all.
+const FILL_YIELD: std::time::Duration = std::time::Duration::from_millis(50);
+/// See [`FILL_YIELD`].
+const FILL_YIELD_MAX: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// While the fill has no measure of the link's rate, and every this many fill pieces after, a fill
 /// piece waits until nothing else is in flight: alone on the link, its time gives the rate.
 const FILL_ALONE_EVERY: u64 = 32;
@@ -187,6 +195,9 @@ struct Sched {
     last_demand: Option<Instant>,
     /// When a read first fetched blocks, since the fill was asked for ([`YOUNG_FOR`]).
     first_demand: Option<Instant>,
+    /// Reads registered ([`VerifiedBlocks::register_read`]) and not yet done: the fill starts no
+    /// piece meanwhile ([`FILL_YIELD`]).
+    reads: usize,
 }
 
 /// What the fetchers share with the [`Readahead`]: they hold no strong reference to the
@@ -245,6 +256,24 @@ impl Shared {
         wait.filter(|d| !d.is_zero())
     }
 
+    /// How much longer the fill yields to a read that fetched ([`FILL_YIELD`]); `None` when it
+    /// need not.
+    fn fill_yield(&self, s: &Sched) -> Option<std::time::Duration> {
+        let read = s.last_demand?;
+        let round_trip = self
+            .link
+            .estimate()
+            .map_or(Default::default(), |(rt, _)| rt);
+        let span = FILL_YIELD.max(round_trip * 2).min(FILL_YIELD_MAX);
+        span.checked_sub(read.elapsed()).filter(|d| !d.is_zero())
+    }
+
+    /// How much longer the fill waits, held ([`Shared::fill_hold`]) or yielding to a read
+    /// ([`Shared::fill_yield`]).
+    fn fill_wait(&self, s: &Sched) -> Option<std::time::Duration> {
+        self.fill_hold(s).or_else(|| self.fill_yield(s))
+    }
+
     /// The next job to start, if one may start now.
     fn pick(&self, s: &mut Sched, whole: u64) -> Option<Job> {
         if let Some(i) = (0..s.queue.len()).min_by_key(|&i| (s.queue[i].class, s.queue[i].seq)) {
@@ -253,7 +282,8 @@ impl Shared {
             }
             return Some(s.queue.swap_remove(i));
         }
-        if s.fill != FillState::Running || s.settling || self.fill_hold(s).is_some() {
+        if s.fill != FillState::Running || s.settling || s.reads > 0 || self.fill_wait(s).is_some()
+        {
             return None;
         }
         s.fill_held = None;
@@ -428,7 +458,7 @@ fn fetch_loop(shared: &Shared, me: &Weak<VerifiedBlocks>, whole: u64) {
                 // Woken by new work, or when a held fill may start; otherwise the timeout only
                 // bounds how long an ended source's fetchers linger.
                 let idle = std::time::Duration::from_secs(5);
-                let wait = shared.fill_hold(&s).map_or(idle, |d| d.min(idle));
+                let wait = shared.fill_wait(&s).map_or(idle, |d| d.min(idle));
                 s = shared
                     .work
                     .wait_timeout(s, wait)
@@ -516,6 +546,8 @@ impl Readahead {
             s.pid = pid;
             s.queue.clear();
             s.running = 0;
+            // (Reads of the parent's threads, which do not exist here.)
+            s.reads = 0;
             drop(s);
             spawn_fetchers(&self.shared, &self.me, vb.whole_blocks());
         }
@@ -547,6 +579,15 @@ pub(super) struct Fetching<'a> {
 impl Drop for Fetching<'_> {
     fn drop(&mut self) {
         self.ra.unregister(self.range);
+        let mut s = self.ra.shared.lock();
+        // (Saturating: a forked child forgets its parent's reads, one of which may end here.)
+        s.reads = s.reads.saturating_sub(1);
+        let none = s.reads == 0;
+        drop(s);
+        if none {
+            // The fill may start its next piece.
+            self.ra.shared.work.notify_all();
+        }
     }
 }
 
@@ -578,6 +619,7 @@ impl VerifiedBlocks {
                 fill_held: None,
                 last_demand: None,
                 first_demand: None,
+                reads: 0,
             }),
             work: Condvar::new(),
             ended: Condvar::new(),
@@ -1176,6 +1218,8 @@ impl VerifiedBlocks {
         }
         let range = (first, first + n.max(ra.min));
         inflight.push(range);
+        drop(inflight);
+        ra.shared.lock().reads += 1;
         Some(Fetching { ra, range })
     }
 }
