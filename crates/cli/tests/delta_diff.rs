@@ -101,6 +101,24 @@ fn expected_runs(old: &Path, new: &Path) -> Vec<[u64; 2]> {
     runs
 }
 
+/// How many blocks of `new` are no block of `old` ([`expected_runs`]).
+fn blocks_to_fetch(old: &Path, new: &Path) -> u64 {
+    expected_runs(old, new).iter().map(|r| r[1] - r[0]).sum()
+}
+
+/// Bytes no codec shrinks, different per `seed`.
+fn random(seed: u64, n: usize) -> Vec<u8> {
+    let mut k = seed;
+    (0..n)
+        .map(|_| {
+            k = k
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (k >> 56) as u8
+        })
+        .collect()
+}
+
 /// Bytes of the requests that fetch `runs`, as docs/usage.md says they are made: runs at most
 /// 64 KiB apart joined (the blocks between fetched along), each request at most 2 MiB.
 fn request_bytes(runs: &[[u64; 2]]) -> u64 {
@@ -740,10 +758,7 @@ fn packed_pieces_keep_the_small_files_after_an_edit() {
         let img = |n: &str| d.join(format!("{label}-{n}.img"));
         build_ok(&d.join("v1"), &img("1"), args);
         build_ok(&d.join("v2"), &img("2"), args);
-        let n: u64 = expected_runs(&img("1"), &img("2"))
-            .iter()
-            .map(|r| r[1] - r[0])
-            .sum();
+        let n = blocks_to_fetch(&img("1"), &img("2"));
         println!(
             "{label}: {n} blocks to fetch of {}",
             erofs_length(&img("2")) / 4096
@@ -796,15 +811,7 @@ fn like_packs_new_small_files_after_the_old_ones() {
     // And a file of its own pclusters that v2 removes, before one it keeps: keeping the old data
     // places would leave its room unused, so v2's data is placed in order; the packed inode keeps
     // the old order.
-    let mut k = 7u64;
-    let random: Vec<u8> = (0..6 << 20)
-        .map(|_| {
-            k = k
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (k >> 56) as u8
-        })
-        .collect();
+    let random = random(7, 6 << 20);
     fs::write(d.join("v1/big.bin"), &random).unwrap();
     for v in ["v1", "v2"] {
         fs::write(d.join(v).join("keep.bin"), &random[..2 << 20]).unwrap();
@@ -827,13 +834,10 @@ fn like_packs_new_small_files_after_the_old_ones() {
         stderr.contains("the data was placed in order"),
         "the data kept its old places: {stderr}"
     );
-    let count = |new: &Path| -> u64 {
-        expected_runs(&img("1"), new)
-            .iter()
-            .map(|r| r[1] - r[0])
-            .sum()
-    };
-    let (alone, like) = (count(&img("2")), count(&img("2like")));
+    let (alone, like) = (
+        blocks_to_fetch(&img("1"), &img("2")),
+        blocks_to_fetch(&img("1"), &img("2like")),
+    );
     println!(
         "new small files: {alone} blocks to fetch built alone, {like} built --like v1, of {}",
         erofs_length(&img("2")) / 4096
@@ -859,17 +863,8 @@ fn packed_pieces_keep_files_in_compressed_formats_in_small_pieces() {
     let d = tmp.path();
     // Random bytes (no codec shrinks them), gzipped by gzip itself.
     let gz = |path: &Path, seed: u64, n: usize| {
-        let mut k = seed;
-        let raw: Vec<u8> = (0..n)
-            .map(|_| {
-                k = k
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (k >> 56) as u8
-            })
-            .collect();
         let raw_path = path.with_extension("");
-        fs::write(&raw_path, raw).unwrap();
+        fs::write(&raw_path, random(seed, n)).unwrap();
         let out = run(Command::new("gzip").args(["-n", "-9"]).arg(&raw_path));
         assert!(out.status.success(), "gzip: {out:?}");
     };
@@ -896,10 +891,7 @@ fn packed_pieces_keep_files_in_compressed_formats_in_small_pieces() {
     let img = |n: &str| d.join(format!("{n}.img"));
     build_ok(&d.join("v1"), &img("1"), &args);
     build_ok(&d.join("v2"), &img("2"), &args);
-    let n: u64 = expected_runs(&img("1"), &img("2"))
-        .iter()
-        .map(|r| r[1] - r[0])
-        .sum();
+    let n = blocks_to_fetch(&img("1"), &img("2"));
     println!(
         "a gzip file added: {n} blocks to fetch of {} ({gz_blocks} of gzip files)",
         erofs_length(&img("2")) / 4096
