@@ -194,6 +194,17 @@ impl CompressOptions {
         Ok(())
     }
 
+    /// The window (dictionary) its pclusters need to decode, in bytes, as the superblock records
+    /// it (0 for LZ4, whose records say nothing a decoder allocates).
+    pub fn window(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::Lz4 | Algorithm::Lz4Hc(_) => 0,
+            Algorithm::Lzma(_) => self.lzma_dict_size().into(),
+            Algorithm::Deflate(_) => 1 << DEFLATE_WINDOW_BITS,
+            Algorithm::Zstd(_) => 1 << ZSTD_WINDOW_LOG,
+        }
+    }
+
     /// The MicroLZMA dictionary of this build: mkfs.erofs's default, four times the largest
     /// pcluster, at least 32 KiB and at most the kernel's 8 MiB (so 4 MiB at 1 MiB clusters, as
     /// much as one [`SEGMENT`], the most input one pcluster is ever given). The kernel preallocates

@@ -21,6 +21,7 @@ mod dedupe;
 mod dirscan;
 mod emit;
 mod error;
+mod keep;
 mod layout;
 mod like;
 mod options;
@@ -36,7 +37,7 @@ mod zdata;
 pub use compress::{Algorithm, CompressOptions, Fragments};
 pub use dirscan::DirSource;
 pub use error::{BuildError, Result};
-pub use like::{Like, LikeItem};
+pub use like::{EarlierBytes, Like, LikeItem, PackedExtent, PackedRun};
 pub use options::{BuildOptions, CompressRule, Placement, Preset, UuidChoice};
 pub use output::remove_unfinished_outputs;
 pub use seal::{seal_image, HashAlg, SealInfo, SealOptions, VerityParams};
@@ -343,12 +344,10 @@ fn build_in_pool(
                 emit::write_dir_fragments(&packed.file, &tree, &plan)?;
                 let (z, next_blk) = zdata::write_packed(
                     seal::Target::of(&tmp),
-                    &packed.file,
-                    packed.len,
+                    &packed,
                     c,
                     plan.total_blocks,
                     progress,
-                    &packed.pieces,
                 )?;
                 let id = plan
                     .packed

@@ -15,6 +15,7 @@
 use sealfs_format::{round_up, BLKSZ, EROFS_NULL_ADDR, INODE_SLOT_SIZE};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::Arc;
 
 /// Inode offsets from here on are not kept (a metadata area of 1 TiB).
 const MAX_META_OFFSET: u64 = 1 << 40;
@@ -43,6 +44,68 @@ pub struct LikeItem {
     pub packed_offset: Option<u64>,
 }
 
+/// One pcluster of the earlier image's packed inode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackedExtent {
+    /// First decoded byte (of the packed inode).
+    pub start: u64,
+    /// Decoded length.
+    pub len: u64,
+    /// Stored raw (a PLAIN pcluster: the bytes from the pcluster's first on) rather than
+    /// compressed.
+    pub plain: bool,
+    /// Its bytes in the earlier image: whole blocks.
+    pub physical: Range<u64>,
+}
+
+/// A run of the earlier packed inode's pclusters, from a block boundary to a block boundary, that
+/// no file crosses: a build can keep it byte for byte, its files at the same offsets from its
+/// start, wherever it goes. Its blocks are then the same as before, which an update from the
+/// earlier image finds by their hashes and does not fetch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackedRun {
+    /// Its pclusters, in order, one after another.
+    pub extents: Vec<PackedExtent>,
+}
+
+impl PackedRun {
+    /// Its decoded bytes in the earlier packed inode.
+    pub fn range(&self) -> Range<u64> {
+        match (self.extents.first(), self.extents.last()) {
+            (Some(a), Some(b)) => a.start..b.start + b.len,
+            _ => 0..0,
+        }
+    }
+
+    /// Bytes of its pclusters.
+    pub fn stored(&self) -> u64 {
+        self.extents
+            .iter()
+            .map(|x| x.physical.end - x.physical.start)
+            .sum()
+    }
+}
+
+/// Reads an earlier image's bytes, each checked against its seal: whatever a build copies from
+/// it, and what it compares before copying, is what that image's digest names.
+pub trait EarlierBytes: std::fmt::Debug + Send + Sync {
+    /// The decoded bytes `range` of its packed inode.
+    fn packed(&self, range: Range<u64>) -> std::io::Result<Vec<u8>>;
+    /// Its bytes `range` as stored.
+    fn stored(&self, range: Range<u64>) -> std::io::Result<Vec<u8>>;
+}
+
+/// The earlier packed inode, as [`Like::with_packed_runs`] gives it.
+#[derive(Clone, Debug)]
+pub(crate) struct PackedRuns {
+    /// Its pclusters' algorithm (id).
+    pub alg: u8,
+    /// The window they were compressed with (0: none).
+    pub window: u64,
+    pub runs: Vec<PackedRun>,
+    pub bytes: Arc<dyn EarlierBytes>,
+}
+
 /// The placement of an earlier image, as the layout uses it.
 #[derive(Clone, Debug, Default)]
 pub struct Like {
@@ -53,8 +116,11 @@ pub struct Like {
     blocks: HashMap<Vec<u8>, Range<u64>>,
     /// Per path: its old bytes of data, in one run, and its old size.
     spans: HashMap<Vec<u8>, (Range<u64>, u64)>,
-    /// Per path: where its data started in the old packed inode (a whole fragment).
-    packed: HashMap<Vec<u8>, u64>,
+    /// Per path: where its data started in the old packed inode (a whole fragment), and its size.
+    packed: HashMap<Vec<u8>, (u64, u64)>,
+    /// The old packed inode's runs of pclusters that may be kept byte for byte ([`PackedRun`]),
+    /// their algorithm, and where to read them.
+    runs: Option<PackedRuns>,
     /// Where the earlier metadata area ends (its last inode's block end).
     meta_end: u64,
     /// The earlier image has its metadata area first (`meta_blkaddr` 0: an uncompressed image
@@ -92,6 +158,7 @@ impl Like {
             blocks: HashMap::new(),
             spans: HashMap::new(),
             packed: HashMap::new(),
+            runs: None,
             meta_end,
             meta_first,
             epoch: None,
@@ -106,7 +173,7 @@ impl Like {
                 like.spans.insert(item.path.clone(), (s, item.size));
             }
             if let Some(at) = item.packed_offset {
-                like.packed.insert(item.path.clone(), at);
+                like.packed.insert(item.path.clone(), (at, item.size));
             }
             let r = room(item.meta_offset);
             like.meta.insert(item.path, (item.meta_offset, r));
@@ -120,6 +187,35 @@ impl Like {
     pub fn with_epoch(mut self, epoch: (i64, u32)) -> Like {
         self.epoch = Some(epoch);
         self
+    }
+
+    /// The same, the earlier image's packed inode being in `runs` of pclusters compressed with
+    /// algorithm `alg` (its id) with a window (a dictionary) of `window` bytes as its
+    /// superblock records it (0: none), read with `bytes`: a build with pieces keeps a run byte
+    /// for byte where most of its files did not change (`keep::keep_runs`).
+    pub fn with_packed_runs(
+        mut self,
+        (alg, window): (u8, u64),
+        runs: Vec<PackedRun>,
+        bytes: Arc<dyn EarlierBytes>,
+    ) -> Like {
+        self.runs = Some(PackedRuns {
+            alg,
+            window,
+            runs,
+            bytes,
+        });
+        self
+    }
+
+    /// The earlier packed inode's runs, if known.
+    pub(crate) fn packed_runs(&self) -> Option<&PackedRuns> {
+        self.runs.as_ref()
+    }
+
+    /// Where `path`'s data started in the old packed inode, and its size then.
+    pub(crate) fn packed_place(&self, path: &[u8]) -> Option<(u64, u64)> {
+        self.packed.get(path).copied()
     }
 
     /// The earlier image's epoch, if known.
@@ -154,7 +250,7 @@ impl Like {
 
     /// Where `path`'s data started in the old packed inode.
     pub(crate) fn packed_offset(&self, path: &[u8]) -> Option<u64> {
-        self.packed.get(path).copied()
+        self.packed.get(path).map(|&(at, _)| at)
     }
 
     /// Every old inode place: (offset, room).

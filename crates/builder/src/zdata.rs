@@ -29,6 +29,7 @@ use crate::compress::{self, CompressOptions, Fragments, ZExtent};
 use crate::dedupe;
 use crate::emit::{Copier, FileDigests, Hashers};
 use crate::error::{BuildError, Result};
+use crate::keep::{self, Kept};
 use crate::layout::{self, ChunkPlan, DataMap, InodePlan, Placed, PreData, ZPlaced, ZPlan};
 use crate::like::{InPlace, Like};
 use crate::seal::Target;
@@ -97,6 +98,8 @@ pub(crate) struct DeferredPacked {
     pub len: u64,
     /// Where its pieces start, each compressed on its own (empty: one piece).
     pub pieces: Vec<u64>,
+    /// The runs of an earlier image's packed inode it keeps byte for byte, each a piece.
+    pub kept: Kept,
 }
 
 /// The packed inode being built: fragments appended to an unnamed temporary file, whole files
@@ -107,6 +110,8 @@ struct Packed {
     whole: u64,
     /// Where its pieces start ([`crate::Placement::packed_pieces`]); empty: one piece.
     pieces: Vec<u64>,
+    /// The runs of an earlier image's packed inode it keeps byte for byte ([`keep::keep_runs`]).
+    kept: Kept,
     inode: std::sync::OnceLock<Inode>,
 }
 
@@ -927,6 +932,8 @@ struct FragPlacer<'a> {
     digests: &'a mut FileDigests,
     /// With [`crate::Placement::packed_pieces`]: where each piece of the packed inode starts.
     pieces: Option<Vec<u64>>,
+    /// The files kept where they were in an earlier image's packed inode: their offsets.
+    kept: &'a HashMap<usize, u64>,
 }
 
 /// With [`crate::Placement::packed_pieces`]: a piece of the packed inode holds at least this many
@@ -982,8 +989,13 @@ impl FragPlacer<'_> {
             let Kind::File(f) = &inode.kind else {
                 unreachable!("fragments are regular files")
             };
-            // Stored before (a twin, each of whose segments is found so): nothing is appended.
-            let twin = u.key.and_then(|key| self.seen.get(&key).copied());
+            // Stored before (a twin, each of whose segments is found so, or kept in a run of an
+            // earlier image): nothing is appended.
+            let kept = self.kept.get(&u.id).copied();
+            if let (Some(at), Some(key)) = (kept, u.key) {
+                self.seen.entry(key).or_insert(at);
+            }
+            let twin = kept.or_else(|| u.key.and_then(|key| self.seen.get(&key).copied()));
             let several = f.size > compress::SEGMENT;
             let offset = match (u.key, twin) {
                 (_, Some(at)) => at,
@@ -1047,7 +1059,7 @@ fn pack_fragments(
     files: &mut [Option<Placed>],
     digests: &mut FileDigests,
     progress: &dyn Progress,
-    pieces: bool,
+    pieces: Option<Kept>,
 ) -> Result<Packed> {
     let tree = ctx.sources.tree;
     let units: Vec<(usize, u64, u64)> = ids
@@ -1064,16 +1076,27 @@ fn pack_fragments(
         .unwrap_or(Path::new("."));
     let file = tempfile::tempfile_in(dir)
         .map_err(|e| BuildError::io(dir, "create the packed inode's temporary file", e))?;
+    // Runs kept from an earlier image first, each a piece; the other files from where they end.
+    let with_pieces = pieces.is_some();
+    let kept = pieces.unwrap_or_default();
+    kept.write_decoded(&file)?;
+    let first_pieces = kept
+        .runs
+        .iter()
+        .map(|(at, _)| *at)
+        .chain([kept.end])
+        .collect::<Vec<_>>();
     let placer = FragPlacer {
         ctx,
         progress,
         file,
-        len: 0,
+        len: kept.end,
         seen: HashMap::new(),
         open: None,
         files,
         digests,
-        pieces: pieces.then(|| vec![0]),
+        pieces: with_pieces.then_some(first_pieces),
+        kept: &kept.files,
     };
     let placer = ordered_pipeline(
         rayon::current_num_threads(),
@@ -1083,10 +1106,12 @@ fn pack_fragments(
         placer,
         |p, done| p.place(done),
     )?;
+    let (whole, pieces, file) = (placer.len, placer.pieces.unwrap_or_default(), placer.file);
     Ok(Packed {
-        whole: placer.len,
-        pieces: placer.pieces.unwrap_or_default(),
-        file: placer.file,
+        whole,
+        pieces,
+        file,
+        kept,
         inode: std::sync::OnceLock::new(),
     })
 }
@@ -1245,6 +1270,14 @@ pub(crate) fn write_data(
         HashSet::new()
     };
     fragment_order(tree, order_like, &compressed, &mut fragments);
+    // With pieces, like an earlier image: runs of its packed inode kept whole, their files
+    // first (a later identical file then refers to them).
+    let kept = match order_like.filter(|_| pieces) {
+        Some(like) => keep::keep_runs(source, tree, like, copts, &fragments)?,
+        None => Kept::default(),
+    };
+    fragments.sort_by_key(|id| !kept.files.contains_key(id));
+    let pieces = pieces.then_some(kept);
     // Building like an earlier image: the files compressed here hold their old bytes until
     // they are placed; sparse files go after them.
     let mut inplace = like.map(|like| {
@@ -1464,6 +1497,7 @@ pub(crate) fn write_data(
                 file: p.file,
                 len: packed_len,
                 pieces: p.pieces,
+                kept: p.kept,
             }),
             _ => None,
         },
@@ -1487,22 +1521,36 @@ fn packed_placeholder(copts: &CompressOptions) -> ZPlan {
     }
 }
 
+/// What [`write_packed`] compresses as one unit: a segment of a piece (its start and end), or a
+/// piece kept from an earlier image (the run's index in [`Kept::runs`]).
+#[derive(Clone, Copy)]
+enum Part {
+    Segment(u64, u64),
+    Kept(usize),
+}
+
 /// Segments of the packed inode that may be held in memory at once by [`write_packed`].
 const PACKED_WINDOW: usize = 8;
 
-/// Compresses the packed inode's data (`len` bytes of `src`), with the data's algorithm and
-/// clusters, one segment per unit of an [`ordered_pipeline`] (at most [`PACKED_WINDOW`] in memory),
-/// and writes it from block `first_blk` on; returns its extents and the next free block. The
-/// result does not depend on the thread count.
+/// Compresses the packed inode's data (`packed`: its file and pieces), with the data's algorithm
+/// and clusters, one segment per unit of an [`ordered_pipeline`] (at most [`PACKED_WINDOW`] in
+/// memory), the pieces kept from an earlier image as they were, and writes it from block
+/// `first_blk` on; returns its extents and the next free block. The result does not depend on
+/// the thread count.
 pub(crate) fn write_packed(
     out: Target<'_>,
-    src: &File,
-    len: u64,
+    packed: &DeferredPacked,
     copts: &CompressOptions,
     first_blk: u64,
     progress: &dyn Progress,
-    pieces: &[u64],
 ) -> Result<(ZPlan, u64)> {
+    let DeferredPacked {
+        file: src,
+        len,
+        pieces,
+        kept,
+    } = packed;
+    let len = *len;
     let copts = &CompressOptions {
         fragments: Fragments::Off,
         metabox: None,
@@ -1512,19 +1560,24 @@ pub(crate) fn write_packed(
     };
     let (packed, alg) = (copts.extents_48bit, copts.algorithm.id());
     // Each piece (one without `pieces`) in segments from its start; each segment is compressed
-    // on its own.
+    // on its own. A piece kept from an earlier image is one part: its pclusters as they were.
     let mut ends: Vec<u64> = pieces.iter().skip(1).copied().collect();
     ends.push(len);
-    let starts: Vec<u64> = std::iter::once(0)
+    let mut parts: Vec<Part> = Vec::new();
+    for (a, &b) in std::iter::once(0)
         .chain(pieces.iter().skip(1).copied())
         .zip(&ends)
-        .flat_map(|(a, &b)| (a..b).step_by(compress::SEGMENT as usize))
-        .collect();
-    let seg_end = |i: usize| -> u64 {
-        let next = starts.get(i + 1).copied().unwrap_or(len);
-        next.min(starts[i] + compress::SEGMENT)
-    };
-    let batches: Vec<_> = (0..starts.len()).map(|i| i..i + 1).collect();
+    {
+        match kept.runs.iter().position(|(at, _)| *at == a) {
+            Some(run) if a < b => parts.push(Part::Kept(run)),
+            _ => parts.extend(
+                (a..b)
+                    .step_by(compress::SEGMENT as usize)
+                    .map(|s| Part::Segment(s, b.min(s + compress::SEGMENT))),
+            ),
+        }
+    }
+    let batches: Vec<_> = (0..parts.len()).map(|i| i..i + 1).collect();
     let outb = Out {
         first_blk,
         buf: Vec::new(),
@@ -1535,8 +1588,15 @@ pub(crate) fn write_packed(
         &batches,
         PACKED_WINDOW,
         |i| {
-            let s = starts[i];
-            let mut seg = vec![0u8; (seg_end(i) - s) as usize];
+            let (s, e) = match parts[i] {
+                Part::Segment(s, e) => (s, e),
+                Part::Kept(run) => {
+                    let extents = kept.extents(run)?;
+                    progress.advance(extents.iter().map(|x| x.len).sum());
+                    return Ok(extents);
+                }
+            };
+            let mut seg = vec![0u8; (e - s) as usize];
             src.read_exact_at(&mut seg, s)
                 .map_err(|e| BuildError::io(Path::new("(packed inode)"), "read", e))?;
             let extents = compress::compress_segment(copts, &seg, s, len);

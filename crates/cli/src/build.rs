@@ -348,7 +348,7 @@ impl BuildArgs {
                     let opened =
                         sealfs_reader::open(old.clone(), &sealfs_reader::OpenOptions::new())
                             .map_err(crate::open::open_error)?;
-                    let like = sealfs_delta::like_image(&opened)
+                    let like = sealfs_delta::like_image(std::sync::Arc::new(opened))
                         .map_err(|e| anyhow!("--like {}: {e}", sealfs_text::escape_path(old)))?;
                     Some(std::sync::Arc::new(like))
                 }

@@ -8,6 +8,7 @@
 use crate::FileChanges;
 use sealfs_reader::{Extent, ExtentKind, FileType, Inode, OpenedImage, Visit, WalkEvent};
 use std::collections::HashSet;
+use std::sync::Arc;
 
 /// What a block of an image holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -155,9 +156,11 @@ pub fn count_by_region(
 /// What `sealfs build --like` keeps of an earlier image (see [`sealfs_builder::Like`]): every
 /// path's inode offset (its nid, without the metabox bit, × 32), for files and directories whose
 /// data is one run of whole blocks (an uncompressed image) that run, for files packed whole into
-/// the packed inode where they start there, and its epoch. Read through the reader, so every block
-/// it reads is checked as `image` was opened.
-pub fn like_image(image: &OpenedImage) -> Result<sealfs_builder::Like, String> {
+/// the packed inode where they start there, its epoch, and its packed inode's runs of pclusters
+/// ([`packed_runs`]), which a build with pieces may keep byte for byte, read from `image` then.
+/// Read through the reader, so every block it reads, then or later, is checked as `image` was
+/// opened.
+pub fn like_image(image: Arc<OpenedImage>) -> Result<sealfs_builder::Like, String> {
     let bs = image.image.block_size();
     let item = |path: &[u8], inode: &Inode| -> Result<sealfs_builder::LikeItem, String> {
         let ranges = image
@@ -218,5 +221,156 @@ pub fn like_image(image: &OpenedImage) -> Result<sealfs_builder::Like, String> {
         })?;
     let sb = image.image.superblock();
     let meta_first = sb.meta_blkaddr == 0;
-    Ok(sealfs_builder::Like::new(items, meta_first).with_epoch((sb.epoch, sb.fixed_nsec)))
+    let packed: Vec<(u64, u64)> = (items.iter())
+        .filter_map(|i| i.packed_offset.map(|at| (at, i.size)))
+        .collect();
+    let like = sealfs_builder::Like::new(items, meta_first).with_epoch((sb.epoch, sb.fixed_nsec));
+    Ok(match packed_runs(&image, packed)? {
+        Some((alg, runs, inode)) => {
+            let c = &sb.compr;
+            let window = match alg {
+                sealfs_format::Z_EROFS_COMPRESSION_LZ4 => Some(0),
+                sealfs_format::Z_EROFS_COMPRESSION_LZMA => c.lzma_dict_size.map(u64::from),
+                sealfs_format::Z_EROFS_COMPRESSION_DEFLATE => {
+                    c.deflate_windowbits.map(|b| 1 << b.min(63))
+                }
+                sealfs_format::Z_EROFS_COMPRESSION_ZSTD => {
+                    c.zstd_windowlog.map(|l| 1 << (l as u32 + 10).min(63))
+                }
+                _ => None,
+            };
+            match window {
+                Some(w) => {
+                    like.with_packed_runs((alg, w), runs, Arc::new(Earlier { image, inode }))
+                }
+                None => like,
+            }
+        }
+        None => like,
+    })
+}
+
+/// The runs of `image`'s packed inode that a build may keep byte for byte
+/// ([`sealfs_builder::PackedRun`]), its algorithm, and the packed inode; `files`: where the
+/// whole fragments are (offset, size). A run goes from one block boundary of the packed inode
+/// to the next that no file crosses; it holds only pclusters of one algorithm (or raw), each
+/// stored in whole blocks right after the one before, none inline. `None` when the image has no
+/// packed inode, or its pclusters are of several algorithms.
+fn packed_runs(
+    image: &OpenedImage,
+    mut files: Vec<(u64, u64)>,
+) -> Result<Option<(u8, Vec<sealfs_builder::PackedRun>, Inode)>, String> {
+    use sealfs_builder::{PackedExtent, PackedRun};
+    use sealfs_reader::Compression;
+    let sb = image.image.superblock();
+    if sb.packed_nid == 0 || files.is_empty() {
+        return Ok(None);
+    }
+    let bs = image.image.block_size();
+    let packed = image
+        .image
+        .inode(sb.packed_nid)
+        .map_err(|e| e.to_string())?;
+    // Offsets a file crosses (its start excepted): past the start of a file before them and
+    // before the furthest end of those.
+    files.sort_unstable();
+    let reach: Vec<u64> = (files.iter())
+        .scan(0u64, |r, &(o, n)| {
+            *r = (*r).max(o.saturating_add(n));
+            Some(*r)
+        })
+        .collect();
+    let crossed = |at: u64| {
+        let i = files.partition_point(|&(o, _)| o < at);
+        i > 0 && reach[i - 1] > at
+    };
+    let mut alg = None;
+    let mut runs = Vec::new();
+    // The run being gathered; `None` after a pcluster no run may hold, until the next boundary.
+    let mut run: Option<Vec<PackedExtent>> = Some(Vec::new());
+    let mut off = 0;
+    while off < packed.size() {
+        let x = image.image.map(&packed, off).map_err(|e| e.to_string())?;
+        if x.logical % bs == 0 && !crossed(x.logical) {
+            if let Some(done) = run.take().filter(|r| !r.is_empty()) {
+                runs.push(PackedRun { extents: done });
+            }
+            run = Some(Vec::new());
+        }
+        let ExtentKind::Compressed {
+            physical,
+            plen,
+            algorithm,
+            inline,
+            ..
+        } = x.kind
+        else {
+            return Ok(None);
+        };
+        let plain = matches!(algorithm, Compression::Plain);
+        let ok = !inline && physical % bs == 0 && algorithm != Compression::Interlaced && {
+            let id = algorithm.id();
+            plain || alg.get_or_insert(id) == &id
+        };
+        let stored = physical..physical.saturating_add(plen.div_ceil(bs).saturating_mul(bs));
+        run = run.filter(|r| {
+            ok && r
+                .last()
+                .is_none_or(|p: &PackedExtent| p.physical.end == stored.start)
+        });
+        if let Some(r) = &mut run {
+            r.push(PackedExtent {
+                start: x.logical,
+                len: x.length,
+                plain,
+                physical: stored,
+            });
+        }
+        let next = x.logical.saturating_add(x.length);
+        if next <= off {
+            return Err(format!(
+                "the packed inode's extent at {:#x} ends at {next:#x}, before {off:#x}",
+                x.logical
+            ));
+        }
+        off = next;
+    }
+    // (The last run ends where the packed inode does, which is no block boundary but by chance:
+    // it is kept only then.)
+    if let Some(done) = run.filter(|r| !r.is_empty() && off % bs == 0) {
+        runs.push(PackedRun { extents: done });
+    }
+    Ok(alg.flatten().map(|alg| (alg, runs, packed)))
+}
+
+/// An earlier image's bytes, read through its reader (each block checked as it was opened).
+#[derive(Debug)]
+struct Earlier {
+    image: Arc<OpenedImage>,
+    inode: Inode,
+}
+
+impl sealfs_builder::EarlierBytes for Earlier {
+    fn packed(&self, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; (range.end - range.start) as usize];
+        let mut done = 0;
+        while done < buf.len() {
+            let n = (self.image.image)
+                .read(&self.inode, range.start + done as u64, &mut buf[done..])
+                .map_err(std::io::Error::other)?;
+            if n == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+            }
+            done += n;
+        }
+        Ok(buf)
+    }
+
+    fn stored(&self, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; (range.end - range.start) as usize];
+        (self.image.image)
+            .read_raw(range.start, &mut buf)
+            .map_err(std::io::Error::other)?;
+        Ok(buf)
+    }
 }
