@@ -658,6 +658,8 @@ pub fn sealed_open_layout(image: &Arc<dyn ReadAt>, sidecar: Option<&Arc<dyn Read
         assert!(!opened.trust.is_authenticated(), "{}", opened.trust);
         assert_eq!(opened.trust.digest(), sealed.as_ref());
         walk(&opened.image);
+        // What `build --like` reads of an earlier image (its packed inode's runs among it).
+        let _ = sealfs_delta::like_image(Arc::new(opened));
     }
     if let Some(digest) = sealed {
         if let Ok(opened) = open(
