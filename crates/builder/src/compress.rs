@@ -797,6 +797,20 @@ pub(crate) fn compress_segment(
     seg_start: u64,
     file_size: u64,
 ) -> Vec<ZExtent> {
+    compress_segment_anchored(opts, data, seg_start, file_size, &[])
+}
+
+/// [`compress_segment`], but an extent that would end past one of `anchors` (file offsets, in
+/// order) ends at the last of them instead, where it can: so where the data before an anchor
+/// changes, the extents after it can still be the same (the packed inode's pieces,
+/// [`crate::Placement::packed_pieces`]).
+pub(crate) fn compress_segment_anchored(
+    opts: &CompressOptions,
+    data: &[u8],
+    seg_start: u64,
+    file_size: u64,
+    anchors: &[u64],
+) -> Vec<ZExtent> {
     if opts.extents_48bit {
         return compress_fixed(opts, data, seg_start);
     }
@@ -808,7 +822,7 @@ pub(crate) fn compress_segment(
         if dst.len() < full {
             dst.resize(full, 0);
         }
-        cut_segment(opts, data, seg_start, file_size, &mut dst[..full])
+        cut_segment(opts, data, seg_start, file_size, anchors, &mut dst[..full])
     })
 }
 
@@ -818,6 +832,7 @@ fn cut_segment(
     data: &[u8],
     seg_start: u64,
     file_size: u64,
+    anchors: &[u64],
     dst: &mut [u8],
 ) -> Vec<ZExtent> {
     let b = BLKSZ as usize;
@@ -850,11 +865,36 @@ fn cut_segment(
             false => data.len(),
         };
         while may_save && cap >= b {
-            let Some((consumed, written)) =
+            let Some((mut consumed, mut written)) =
                 compress_dest(opts, &data[pos..input_end], &mut dst[..cap])
             else {
                 break;
             };
+            // Short of the segment's end: cut back to the last anchor inside, in a later
+            // lcluster (the next extent's head must be), when its input alone fits (it nearly
+            // always does: a prefix of what fit).
+            let first = anchors.partition_point(|&a| a / BLKSZ <= head);
+            let last = anchors.partition_point(|&a| a < start + consumed as u64);
+            let short = pos + consumed < data.len();
+            if let Some(&a) = anchors
+                .get(first..last)
+                .filter(|_| short)
+                .and_then(|a| a.last())
+            {
+                let n = (a - start) as usize;
+                match compress_dest(opts, &data[pos..pos + n], &mut dst[..cap]) {
+                    Some((c, w)) if c == n => (consumed, written) = (c, w),
+                    _ => {
+                        // (`dst` holds that try now: the first is made again.)
+                        let Some(again) =
+                            compress_dest(opts, &data[pos..input_end], &mut dst[..cap])
+                        else {
+                            break;
+                        };
+                        (consumed, written) = again;
+                    }
+                }
+            }
             let end = start + consumed as u64;
             let blocks = written.div_ceil(b);
             // Worth it only if it saves at least one block over the raw bytes.
@@ -1123,6 +1163,56 @@ mod tests {
             }
         }
         assert_eq!(pos, size);
+    }
+
+    /// Anchored cuts (the packed inode's pieces): an extent short of the segment's end ends at the
+    /// last anchor it reached, and so an edit before an anchor leaves the extents after the
+    /// first cut at or after the edit the same, where unanchored ones all move.
+    #[test]
+    fn extents_end_at_anchors_and_an_edit_before_one_moves_no_later_extent() {
+        // Half-compressible text (zstd about 2:1): 4 MiB is several 256 KiB pclusters.
+        let mut rng = 0x9e37_79b9u64;
+        let mut data = Vec::new();
+        while data.len() < 4 << 20 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            data.extend_from_slice(format!("{:x} {} ", rng >> 40, rng % 1000).as_bytes());
+        }
+        data.truncate(4 << 20);
+        let size = data.len() as u64;
+        let anchors: Vec<u64> = (1..size / 70_001).map(|k| k * 70_001 + k % 13).collect();
+        let opts = mb_with(Algorithm::Zstd(3), 256 << 10);
+        let mut edited = data.clone();
+        edited[5000..5600].fill(b'z');
+        for (what, anchors) in [("anchored", &anchors[..]), ("unanchored", &[][..])] {
+            let a = compress_segment_anchored(&opts, &data, 0, size, anchors);
+            let b = compress_segment_anchored(&opts, &edited, 0, size, anchors);
+            check_rules(&a, size);
+            check_rules(&b, size);
+            assert!(a.len() >= 6, "{what}: {} extents", a.len());
+            let key = |x: &ZExtent| (x.start, x.len, x.plain, x.data.clone());
+            let same = b
+                .iter()
+                .filter(|x| a.iter().any(|y| key(y) == key(x)))
+                .count();
+            if anchors.is_empty() {
+                assert!(same <= 1, "{what}: {same} extents unchanged of {}", a.len());
+                continue;
+            }
+            for x in &a[..a.len() - 1] {
+                let end = x.start + x.len;
+                assert!(
+                    anchors.contains(&end),
+                    "{what}: an extent ends at {end}, no anchor"
+                );
+            }
+            assert!(
+                same + 2 >= a.len(),
+                "{what}: {same} extents unchanged of {}",
+                a.len()
+            );
+        }
     }
 
     #[test]
