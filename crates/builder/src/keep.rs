@@ -91,6 +91,8 @@ struct Scored {
     live: Vec<(usize, u64)>,
     /// Its bytes some live file takes.
     live_bytes: u64,
+    /// Its other bytes.
+    dead_bytes: u64,
     /// Its stored bytes the others take, at its compression ratio.
     dead_stored: u64,
 }
@@ -198,15 +200,18 @@ pub(crate) fn keep_runs(
                 run: r,
                 live,
                 live_bytes,
+                dead_bytes: len - live_bytes,
                 dead_stored,
             }))
         })
         .filter_map(Result::transpose)
         .collect::<Result<_>>()?;
-    // Fewest dead bytes per live byte first (by cross-multiplication), then in old order.
+    // Fewest dead bytes per live byte first (by cross-multiplication), then in old order: the
+    // stored bytes a piece keeps from being fetched again per stored byte it carries dead (both
+    // at its compression ratio).
     scored.sort_by(|a, b| {
-        ((a.dead_stored as u128) * (b.live_bytes as u128))
-            .cmp(&((b.dead_stored as u128) * (a.live_bytes as u128)))
+        ((a.dead_bytes as u128) * (b.live_bytes as u128))
+            .cmp(&((b.dead_bytes as u128) * (a.live_bytes as u128)))
             .then(a.run.cmp(&b.run))
     });
     let total: u64 = old.runs.iter().map(PackedRun::stored).sum();
