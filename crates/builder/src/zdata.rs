@@ -1651,8 +1651,9 @@ pub(crate) fn write_packed(
         .chain(pieces.iter().skip(1).copied())
         .zip(&ends)
     {
-        match kept.runs.iter().position(|(at, _)| *at == a) {
-            Some(run) if a < b => parts.push(Part::Kept(run)),
+        // (The kept runs are in order, one after another from 0.)
+        match kept.runs.binary_search_by_key(&a, |(at, _)| *at) {
+            Ok(run) if a < b => parts.push(Part::Kept(run)),
             _ => {
                 // Segments end at the last anchor they reach where there is one: a segment's
                 // end is an extent's, fixed, so at a fixed distance from the piece's start it
