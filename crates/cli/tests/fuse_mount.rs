@@ -763,7 +763,7 @@ fn wordy_text(seed: u64, len: usize) -> Vec<u8> {
 /// extents a request takes whole are decoded straight into the reply's buffer), served by the
 /// default and by 4 threads: O_DIRECT `pread`s at random offsets on threads of this process (each
 /// a request of its own, so damaged blocks are asked for again and again, by several requests at
-/// once) while `cat`s read whole files through the page cache. No read ever returns a byte that
+/// once; a third of them small, whose blocks the uncompressed image's mount keeps) while `cat`s read whole files through the page cache. No read ever returns a byte that
 /// differs from the source: neither a damaged block's bytes nor bytes decoded from a damaged
 /// pcluster. On the uncompressed image a read returns no byte of a damaged block (it fails with
 /// EIO, or stops before it), and one touching no damaged block returns all it asked for.
@@ -842,12 +842,19 @@ fn concurrent_readers_of_a_tampered_image_never_get_a_damaged_byte() {
                             for _ in 0..150 {
                                 let i = rng.below(files.len() as u64) as usize;
                                 let want = &files[i];
-                                // Reads of up to 256 KiB, at block starts half of the time.
+                                // Reads of up to 256 KiB, or (a third of them) up to 16 KiB,
+                                // which keep the blocks they read in the cluster cache on an
+                                // uncompressed image; at block starts half of the time.
                                 let mut off = rng.below(want.len() as u64);
                                 if rng.below(2) == 0 {
                                     off &= !4095;
                                 }
-                                let len = 1 + rng.below(256 << 10) as usize;
+                                let most = if rng.below(3) == 0 {
+                                    16 << 10
+                                } else {
+                                    256 << 10
+                                };
+                                let len = 1 + rng.below(most) as usize;
                                 let f = fs::OpenOptions::new()
                                     .read(true)
                                     .custom_flags(libc::O_DIRECT)

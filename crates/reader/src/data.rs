@@ -2,7 +2,8 @@
 //!
 //! [`Image::map`] turns a logical offset of an inode into an [`Extent`]: a logical range and where its
 //! bytes are (blocks, inline after the inode, or nowhere: a hole) before any data is read. Reads then
-//! copy from the physical ranges through the bounds-checked block cache.
+//! copy from the physical ranges through the bounds-checked block cache; reads of at most
+//! 16 KiB (`SMALL_READ`) take whole blocks through the cluster cache, which keeps them.
 //!
 //! Layouts:
 //! - FLAT_PLAIN: `ceil(size / blksz)` blocks from `startblk`; the all-ones start block means no data
@@ -30,6 +31,13 @@ use sealfs_format::{
     DataLayout, EROFS_BLOCK_MAP_ENTRY_SIZE, EROFS_CHUNK_FORMAT_48BIT, EROFS_CHUNK_FORMAT_INDEXES,
     EROFS_FEATURE_INCOMPAT_DEVICE_TABLE, EROFS_FEATURE_INCOMPAT_FRAGMENTS, EROFS_NULL_ADDR,
 };
+
+/// Reads of uncompressed data of at most this many bytes (random reads: `O_DIRECT`, a database's
+/// pages) keep the verified blocks they read in the cluster cache, as compressed reads keep their
+/// decoded extents, so that reading them again neither reads nor hashes them again; longer reads
+/// (streaming, which the kernel's page cache keeps on a mount) read straight into the caller's
+/// buffer.
+const SMALL_READ: usize = 16 << 10;
 
 /// Where the bytes of an [`Extent`] are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -311,6 +319,7 @@ impl Image {
             inode.layout,
             DataLayout::CompressedFull | DataLayout::CompressedCompact
         );
+        let small = buf.len() <= SMALL_READ;
         let mut pos = offset;
         while pos < end {
             if compressed {
@@ -322,6 +331,9 @@ impl Image {
             let dst = &mut buf[(pos - offset) as usize..][..e.length as usize];
             match e.kind {
                 ExtentKind::Hole => dst.fill(0),
+                ExtentKind::Mapped { physical } if small => {
+                    self.read_flat_cached(physical, dst, at)?
+                }
                 ExtentKind::Mapped { physical } => self.blocks.read_bulk(physical, dst, at)?,
                 ExtentKind::Inline { physical } => self.meta_read(physical, dst, at)?,
                 ExtentKind::Compressed { .. } | ExtentKind::Fragment { .. } => {

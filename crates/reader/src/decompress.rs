@@ -921,6 +921,58 @@ impl Image {
         Ok(())
     }
 
+    /// `dst.len()` bytes of uncompressed data at image byte `physical`, block by block through the
+    /// cluster cache: each block is what a PLAIN extent of one block at its address decodes to, so
+    /// it is cached under that extent's key. A block not cached is read (checked by the block
+    /// source as it is read) and then cached. Blocks past the image's end are left to
+    /// [`Self::blocks`]' bounds check.
+    pub(crate) fn read_flat_cached(
+        &self,
+        physical: u64,
+        dst: &mut [u8],
+        at: Location,
+    ) -> Result<()> {
+        let bs = self.block_size();
+        let end = physical.saturating_add(dst.len() as u64);
+        if self.clusters.max_bytes == 0 || end.next_multiple_of(bs) > self.blocks.len() {
+            return self.blocks.read_bulk(physical, dst, at);
+        }
+        let stats = self.blocks.stats();
+        let mut pos = physical;
+        while pos < end {
+            let block = pos - pos % bs;
+            let key = ClusterKey {
+                physical: block,
+                plen: bs,
+                length: bs,
+                algorithm: Compression::Plain,
+                shift: 0,
+                partial_ref: false,
+            };
+            let bytes = match self.clusters.get(key) {
+                Some(v) => {
+                    stats.add_cluster_hit();
+                    v
+                }
+                None => {
+                    stats.add_cluster_miss();
+                    let mut v = self.clusters.take_buffer(bs as usize);
+                    v.resize(bs as usize, 0);
+                    self.blocks.read_bulk(block, &mut v, at)?;
+                    let v = Arc::new(v);
+                    self.clusters.insert(key, v.clone(), stats);
+                    v
+                }
+            };
+            let from = (pos - block) as usize;
+            let n = (bs - pos % bs).min(end - pos) as usize;
+            let done = (pos - physical) as usize;
+            dst[done..done + n].copy_from_slice(&bytes[from..from + n]);
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
     /// What determines the decoded bytes of extent `z`.
     fn cluster_key(&self, z: &ZExtent) -> ClusterKey {
         let interlaced = z.algorithm == Compression::Interlaced;

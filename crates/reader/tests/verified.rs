@@ -291,6 +291,118 @@ fn a_damaged_block_fails_only_the_reads_that_touch_it() {
     println!("damaged data, directory and tree blocks each failed only their own reads");
 }
 
+/// Small reads of uncompressed data (random reads of at most 16 KiB) keep the verified blocks they
+/// read in the cluster cache: reading them again neither reads nor checks anything. A damaged block
+/// is never kept: every read of it fails, and reads around it return the source's bytes. Longer
+/// reads (streaming) keep nothing; with the cluster cache off, small reads keep nothing either.
+#[test]
+fn small_uncompressed_reads_keep_verified_blocks_and_never_a_damaged_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fixture(&src);
+    let bytes = build(&src, &tmp.path().join("img"));
+    let s = parse_seal(&bytes);
+    let mut bad = bytes.clone();
+    let victim_at = data_offset(&bytes, s.erofs_len, "/victim");
+    assert_eq!(victim_at % 4096, 0, "the victim's data starts a block");
+    bad[(victim_at + 5000) as usize] ^= 0x40;
+    let big: Vec<u8> = fs::read(src.join("big")).unwrap();
+
+    let (img, src_reads, vb) = open_verified(&s, bad.clone());
+    let victim = img.resolve("/victim", Follow::Never).unwrap();
+    let big_inode = img.resolve("/big", Follow::Never).unwrap();
+    let verified = || vb.stats().blocks_verified.load(Relaxed);
+    let source_reads =
+        || src_reads.batches.lock().unwrap().len() as u64 + src_reads.single_reads.load(Relaxed);
+    // Blocks 0 and 2 of the victim, a read across blocks 2 and 3, and 4 KiB of big at an odd offset.
+    let reads: [(&sealfs_reader::Inode, u64, usize); 4] = [
+        (&victim, 0, 4096),
+        (&victim, 8192, 4096),
+        (&victim, 10_000, 5000),
+        (&big_inode, 3 << 20 | 777, 4096),
+    ];
+    let want = |inode: &sealfs_reader::Inode, off: u64, len: usize| -> Vec<u8> {
+        if inode.nid() == victim.nid() {
+            vec![7u8; len]
+        } else {
+            big[off as usize..off as usize + len].to_vec()
+        }
+    };
+    for (inode, off, len) in reads {
+        assert_eq!(
+            img.read_vec(inode, off, len).unwrap(),
+            want(inode, off, len)
+        );
+    }
+    let (before, verified_before, reads_before) = (img.stats(), verified(), source_reads());
+    for (inode, off, len) in reads {
+        assert_eq!(
+            img.read_vec(inode, off, len).unwrap(),
+            want(inode, off, len)
+        );
+    }
+    let again = img.stats().since(&before);
+    assert_eq!(
+        (
+            again.cluster_misses,
+            again.blocks_read,
+            verified(),
+            source_reads()
+        ),
+        (0, 0, verified_before, reads_before),
+        "small reads again: served from the cluster cache, nothing read or checked ({again:?})"
+    );
+    assert_eq!(
+        again.cluster_hits, 6,
+        "blocks 0, 2, 3 of victim, two of big, and block 2 again"
+    );
+
+    // The damaged block (the victim's block 1) fails every small read of it, and is never kept.
+    for _ in 0..3 {
+        let err = img.read_vec(&victim, 4096, 4096).unwrap_err();
+        assert!(is_verification(&err), "{err}");
+        let err = img.read_vec(&victim, 4000, 200).unwrap_err();
+        assert!(is_verification(&err), "{err}");
+    }
+    assert_eq!(
+        vb.stats().failures.load(Relaxed),
+        6,
+        "every read of it checked it again"
+    );
+    assert_eq!(img.read_vec(&victim, 0, 4096).unwrap(), vec![7u8; 4096]);
+
+    // A streaming read (1 MiB) keeps nothing: its blocks are read again the next time.
+    let before = img.stats();
+    assert_eq!(
+        img.read_vec(&big_inode, 1 << 20, 1 << 20).unwrap(),
+        big[1 << 20..2 << 20]
+    );
+    assert_eq!(
+        img.read_vec(&big_inode, 1 << 20, 1 << 20).unwrap(),
+        big[1 << 20..2 << 20]
+    );
+    let streamed = img.stats().since(&before);
+    assert_eq!(
+        (streamed.blocks_read, streamed.cluster_hits),
+        (512, 0),
+        "{streamed:?}"
+    );
+
+    // With the cluster cache off, small reads are read and checked every time.
+    let off = Options {
+        cluster_cache_bytes: 0,
+        ..Options::default()
+    };
+    let (img, _, vb) = open_verified_with(&s, bad, &off);
+    let victim = img.resolve("/victim", Follow::Never).unwrap();
+    let before = vb.stats().blocks_verified.load(Relaxed);
+    for _ in 0..3 {
+        assert_eq!(img.read_vec(&victim, 8192, 4096).unwrap(), vec![7u8; 4096]);
+    }
+    assert_eq!(vb.stats().blocks_verified.load(Relaxed) - before, 3);
+    assert_eq!(img.stats().cluster_hits, 0);
+}
+
 /// `prefetch_inodes` reads the metadata blocks of many inodes in few batches (runs of nearby
 /// blocks, each verified together); the inodes and inline tails then read without another batch.
 /// A damaged block inside a prefetched run fails only the inodes in that block: the run is dropped
