@@ -37,8 +37,8 @@ pub struct ImageArgs {
     /// checks each regular file whole against its own recorded digest before its first read.
     #[arg(long, value_name = "MODE", default_value = "default", value_parser = ["default", "none", "double"], global = true)]
     pub verify: String,
-    /// Bytes of decompressed clusters, and of verified blocks of small (at most 16 KiB) reads of
-    /// uncompressed data, kept in memory (0 turns the cache off) [default: 67108864;
+    /// Bytes of decompressed clusters, and (on a mount) of verified blocks of small (at most 16 KiB)
+    /// O_DIRECT reads of uncompressed data, kept in memory (0 turns the cache off) [default: 67108864;
     /// for `mount`, a sixteenth of the machine's memory, from 64 MiB to 1 GiB]
     #[arg(long, value_name = "BYTES", global = true)]
     pub cluster_cache: Option<usize>,

@@ -108,11 +108,13 @@ impl Filesystem for SealFs {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        // A file opened with O_DIRECT: nothing in the kernel keeps what it reads.
+        let direct = flags.0 & libc::O_DIRECT != 0;
         let nid = self.nodes.nid(ino.0);
         let inode = match self.inode(nid).and_then(|i| self.check_file(&i).map(|_| i)) {
             Ok(i) => i,
@@ -123,7 +125,7 @@ impl Filesystem for SealFs {
         if let Some(buf) = reply.buffer(len) {
             // Over io_uring the reader fills the ring entry's payload buffer itself, which the
             // kernel copies from: no copy of ours in between.
-            match self.read_timed(&inode, offset, buf) {
+            match self.read_timed(&inode, offset, buf, direct) {
                 Ok((n, t)) => {
                     reply.data_in_place(n);
                     self.count_reply(t);
@@ -139,7 +141,7 @@ impl Filesystem for SealFs {
             }
             // The reader fills the reply's own buffer: uncompressed blocks are read into it and
             // hashed there, extents taken whole are decoded into it; it is sent from there.
-            match self.read_timed(&inode, offset, &mut buf[..len]) {
+            match self.read_timed(&inode, offset, &mut buf[..len], direct) {
                 Ok((n, t)) => {
                     reply.data(&buf[..n]);
                     self.count_reply(t);
@@ -336,15 +338,21 @@ impl Filesystem for SealFs {
 impl SealFs {
     /// A read's bytes into `buf`, its time counted (`read_ns`) and, when it succeeds, its bytes
     /// (`bytes_served`): the bytes read, and when the read began and how long it took, for
-    /// [`SealFs::count_reply`].
+    /// [`SealFs::count_reply`]. `direct`: the file was opened with O_DIRECT
+    /// ([`sealfs_reader::Image::read_direct`]).
     fn read_timed(
         &self,
         inode: &sealfs_reader::Inode,
         offset: u64,
         buf: &mut [u8],
+        direct: bool,
     ) -> sealfs_reader::Result<(usize, ReadTime)> {
         let started = std::time::Instant::now();
-        let result = self.image.read(inode, offset, buf);
+        let result = if direct {
+            self.image.read_direct(inode, offset, buf)
+        } else {
+            self.image.read(inode, offset, buf)
+        };
         let read = started.elapsed();
         let c = &self.counters;
         c.read_ns

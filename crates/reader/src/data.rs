@@ -2,8 +2,9 @@
 //!
 //! [`Image::map`] turns a logical offset of an inode into an [`Extent`]: a logical range and where its
 //! bytes are (blocks, inline after the inode, or nowhere: a hole) before any data is read. Reads then
-//! copy from the physical ranges through the bounds-checked block cache; reads of at most
-//! 16 KiB (`SMALL_READ`) take whole blocks through the cluster cache, which keeps them.
+//! copy from the physical ranges through the bounds-checked block cache; [`Image::read_direct`]'s
+//! reads of at most 16 KiB (`SMALL_READ`) take whole blocks through the cluster cache, which keeps
+//! them.
 //!
 //! Layouts:
 //! - FLAT_PLAIN: `ceil(size / blksz)` blocks from `startblk`; the all-ones start block means no data
@@ -32,11 +33,10 @@ use sealfs_format::{
     EROFS_FEATURE_INCOMPAT_DEVICE_TABLE, EROFS_FEATURE_INCOMPAT_FRAGMENTS, EROFS_NULL_ADDR,
 };
 
-/// Reads of uncompressed data of at most this many bytes (random reads: `O_DIRECT`, a database's
-/// pages) keep the verified blocks they read in the cluster cache, as compressed reads keep their
-/// decoded extents, so that reading them again neither reads nor hashes them again; longer reads
-/// (streaming, which the kernel's page cache keeps on a mount) read straight into the caller's
-/// buffer.
+/// [`Image::read_direct`]'s reads of uncompressed data of at most this many bytes (random reads)
+/// keep the verified blocks they read in the cluster cache, as compressed reads keep their decoded
+/// extents, so that reading them again neither reads nor hashes them; longer ones (streaming) read
+/// straight into the caller's buffer.
 const SMALL_READ: usize = 16 << 10;
 
 /// Where the bytes of an [`Extent`] are.
@@ -303,6 +303,25 @@ impl Image {
     /// than `buf.len()` only at the end of the file. Only regular files, directories and symlinks
     /// have data.
     pub fn read(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_keeping(inode, offset, buf, false)
+    }
+
+    /// [`Self::read`] for a reader whose reads nothing else keeps (a file opened with `O_DIRECT` on
+    /// a mount: the kernel's page cache is bypassed): a read of at most 16 KiB of uncompressed data
+    /// also keeps the verified blocks it reads in the cluster cache, so that reading them again
+    /// neither reads nor hashes them. A block that fails to read or verify is never kept.
+    pub fn read_direct(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_keeping(inode, offset, buf, buf.len() <= SMALL_READ)
+    }
+
+    /// [`Self::read`]; with `keep_flat`, uncompressed blocks through the cluster cache.
+    fn read_keeping(
+        &self,
+        inode: &Inode,
+        offset: u64,
+        buf: &mut [u8],
+        keep_flat: bool,
+    ) -> Result<usize> {
         let at = Location::nid(inode.nid);
         if !matches!(
             inode.file_type(),
@@ -319,7 +338,6 @@ impl Image {
             inode.layout,
             DataLayout::CompressedFull | DataLayout::CompressedCompact
         );
-        let small = buf.len() <= SMALL_READ;
         let mut pos = offset;
         while pos < end {
             if compressed {
@@ -331,7 +349,7 @@ impl Image {
             let dst = &mut buf[(pos - offset) as usize..][..e.length as usize];
             match e.kind {
                 ExtentKind::Hole => dst.fill(0),
-                ExtentKind::Mapped { physical } if small => {
+                ExtentKind::Mapped { physical } if keep_flat => {
                     self.read_flat_cached(physical, dst, at)?
                 }
                 ExtentKind::Mapped { physical } => self.blocks.read_bulk(physical, dst, at)?,

@@ -16,7 +16,7 @@ pub struct Options {
     /// Number of source blocks (4 KiB with [`Image::open_unverified`]) the block cache keeps. 0 disables it.
     pub cache_blocks: usize,
     /// Bytes of decoded compressed extents the cluster cache keeps (see [`crate::decompress`]), and
-    /// of the blocks small reads of uncompressed data read (at most 16 KiB: random reads);
+    /// of the blocks [`Image::read_direct`]'s small reads of uncompressed data read;
     /// never exceeded. 0 disables it.
     pub cluster_cache_bytes: usize,
     /// Whether a regular file's decoded extent stays cached once a read has taken it to its end

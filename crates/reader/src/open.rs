@@ -237,8 +237,8 @@ pub struct OpenOptions {
     pub verify: VerifyMode,
     /// Verified image blocks kept in memory (metadata and small reads).
     pub cache_blocks: usize,
-    /// Bytes of decompressed clusters, and of verified blocks of small uncompressed reads, kept in
-    /// memory (0 turns the cache off).
+    /// Bytes of decompressed clusters, and of verified blocks of small uncompressed reads by
+    /// [`Image::read_direct`], kept in memory (0 turns the cache off).
     pub cluster_cache_bytes: usize,
     /// Whether a file's decoded extent stays cached once a read has taken it to its end
     /// ([`Options::keep_passed_extents`]; false for a FUSE mount).
