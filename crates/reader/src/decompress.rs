@@ -923,8 +923,9 @@ impl Image {
 
     /// `dst.len()` bytes of uncompressed data at image byte `physical`, block by block through the
     /// cluster cache: each block is what a PLAIN extent of one block at its address decodes to, so
-    /// it is cached under that extent's key. A block not cached is read (checked by the block
-    /// source as it is read) and then cached. Blocks past the image's end are left to
+    /// it is cached under that extent's key (a compressed inode's prefix of such an extent, cached
+    /// there by a random read, is not the block: the block is read and replaces it). A block not
+    /// cached is read (checked by the block source as it is read) and then cached. Blocks past the image's end are left to
     /// [`Self::blocks`]' bounds check.
     pub(crate) fn read_flat_cached(
         &self,
@@ -949,7 +950,9 @@ impl Image {
                 shift: 0,
                 partial_ref: false,
             };
-            let bytes = match self.clusters.get(key) {
+            // A compressed inode's PLAIN extent under the same key may be cached as a prefix
+            // (a random read's partial decode): only the whole block serves.
+            let bytes = match self.clusters.get(key).filter(|v| v.len() as u64 == bs) {
                 Some(v) => {
                     stats.add_cluster_hit();
                     v

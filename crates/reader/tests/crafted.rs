@@ -549,6 +549,35 @@ fn the_null_start_block_has_32_or_48_bits_by_inode_form() {
     assert!(e.is_corrupted() && e.to_string().contains("nid 102"), "{e}");
 }
 
+/// `read_direct` keeps the blocks of small uncompressed reads in the cluster cache under the key of
+/// the one-block PLAIN extent at their address. A crafted image whose compressed inode has such an
+/// extent on the block a flat file's data is in: a random read of the compressed file caches a
+/// prefix of the extent under that key (60 bytes, not the block), and a direct read of the flat
+/// file then finds it. It must read the block, not take (or index past) the prefix; the extent read
+/// whole afterwards is the block.
+#[test]
+fn a_cached_prefix_under_a_flat_block_key_is_not_the_block() {
+    let (mut c, _) = layouts_image();
+    // /compr: 4096 bytes, so its one PLAIN lcluster is an extent of a whole block (block 0).
+    let compr_at = Craft::iloc(COMPR);
+    c.img[compr_at + 8..compr_at + 12].copy_from_slice(&4096u32.to_le_bytes());
+    // /plain: its data from block 0 too.
+    let plain_at = Craft::iloc(PLAIN);
+    c.img[plain_at + 16..plain_at + 20].copy_from_slice(&0u32.to_le_bytes());
+    let bytes = c.finish();
+    let img = open(&c);
+    let compr = img.lookup_path("/compr").unwrap();
+    let plain = img.lookup_path("/plain").unwrap();
+    assert_eq!(img.read_vec(&compr, 50, 10).unwrap(), bytes[50..60]);
+    let mut block = vec![0u8; 4096];
+    assert_eq!(img.read_direct(&plain, 0, &mut block).unwrap(), 4096);
+    assert_eq!(block, bytes[..4096]);
+    assert_eq!(img.read_vec(&compr, 0, 4096).unwrap(), bytes[..4096]);
+    let mut again = vec![0u8; 100];
+    assert_eq!(img.read_direct(&plain, 4000, &mut again).unwrap(), 100);
+    assert_eq!(again, bytes[4000..4100]);
+}
+
 #[test]
 fn small_blocks_of_512_bytes() {
     // blkszbits 9: EROFS blocks are smaller than the 4 KiB blocks the cache reads.
