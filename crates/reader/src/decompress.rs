@@ -925,8 +925,8 @@ impl Image {
     /// cluster cache: each block is what a PLAIN extent of one block at its address decodes to, so
     /// it is cached under that extent's key (a compressed inode's prefix of such an extent, cached
     /// there by a random read, is not the block: the block is read and replaces it). A block not
-    /// cached is read (checked by the block source as it is read) and then cached. Blocks past the image's end are left to
-    /// [`Self::blocks`]' bounds check.
+    /// cached is read (checked by the block source as it is read) and then cached. A range whose
+    /// last block would run past the image's end is read uncached (and left to the bounds check).
     pub(crate) fn read_flat_cached(
         &self,
         physical: u64,

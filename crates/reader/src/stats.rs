@@ -37,12 +37,13 @@ pub struct StatsSnapshot {
     pub xattr_lookups: u64,
     /// Lookups answered "absent" from the name bloom filter, without reading any xattr entry.
     pub filter_skips: u64,
-    /// Decoded extents (and blocks of small uncompressed reads) served from the cluster cache.
+    /// Decoded extents (and blocks of [`crate::Image::read_direct`]'s small uncompressed reads)
+    /// served from the cluster cache.
     /// Every decoded extent or such block a read needs is one lookup: `cluster_hits +
     /// cluster_misses` is the number of lookups.
     pub cluster_hits: u64,
     /// Decoded extents not in the cluster cache (or with the cache off): their pcluster was read
-    /// and decoded; or blocks of small uncompressed reads not in it, read.
+    /// and decoded; or blocks of those small uncompressed reads not in it, read.
     pub cluster_misses: u64,
     /// Entries the cluster cache evicted to stay within its byte bound.
     pub cluster_evictions: u64,
